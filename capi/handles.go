@@ -1,0 +1,58 @@
+package main
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/bounded-router/bounded-router/core"
+)
+
+// handles maps the opaque integers C holds to routers. Lookups read an immutable map through
+// an atomic pointer (no lock on the request path); creating or closing a router copies it.
+// Handles are never reused, so a closed handle stays invalid.
+var handles = struct {
+	mu     sync.Mutex
+	next   uint64
+	routers atomic.Pointer[map[uint64]*core.Router]
+}{}
+
+func init() {
+	empty := map[uint64]*core.Router{}
+	handles.routers.Store(&empty)
+}
+
+func lookupRouter(handle uint64) (*core.Router, error) {
+	if r, ok := (*handles.routers.Load())[handle]; ok {
+		return r, nil
+	}
+	return nil, errInvalidHandle
+}
+
+func registerRouter(r *core.Router) uint64 {
+	handles.mu.Lock()
+	defer handles.mu.Unlock()
+	handles.next++
+	updateHandles(func(m map[uint64]*core.Router) { m[handles.next] = r })
+	return handles.next
+}
+
+func unregisterRouter(handle uint64) error {
+	handles.mu.Lock()
+	defer handles.mu.Unlock()
+	if _, ok := (*handles.routers.Load())[handle]; !ok {
+		return errInvalidHandle
+	}
+	updateHandles(func(m map[uint64]*core.Router) { delete(m, handle) })
+	return nil
+}
+
+// updateHandles publishes a modified copy of the table; the caller holds handles.mu.
+func updateHandles(change func(map[uint64]*core.Router)) {
+	current := *handles.routers.Load()
+	next := make(map[uint64]*core.Router, len(current)+1)
+	for h, r := range current {
+		next[h] = r
+	}
+	change(next)
+	handles.routers.Store(&next)
+}

@@ -1,0 +1,61 @@
+package main
+
+/*
+#include <stddef.h>
+#include <stdint.h>
+void br_set_error(const char *text, size_t len);
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"unsafe"
+
+	"github.com/bounded-router/bounded-router/core"
+)
+
+// Status codes returned by every export (mirrored as BR_* in the header).
+const (
+	statusOK              = 0
+	statusInvalidHandle   = -1
+	statusInvalidArgument = -2
+	statusUnknownWorker   = -3
+	statusDuplicateWorker = -4
+	statusInternal        = -5
+)
+
+var errInvalidHandle = errors.New("invalid router handle: the router was closed or never created")
+
+// fail records err as the calling thread's last error and returns its status code.
+func fail(err error) C.int32_t {
+	setErrorText(err.Error())
+	switch {
+	case errors.Is(err, errInvalidHandle):
+		return statusInvalidHandle
+	case errors.Is(err, core.ErrUnknownWorker):
+		return statusUnknownWorker
+	case errors.Is(err, core.ErrDuplicateWorker):
+		return statusDuplicateWorker
+	default:
+		return statusInvalidArgument
+	}
+}
+
+func failf(format string, args ...any) C.int32_t {
+	return fail(fmt.Errorf("%w: "+format, append([]any{core.ErrInvalidConfig}, args...)...))
+}
+
+func setErrorText(text string) {
+	C.br_set_error((*C.char)(unsafe.Pointer(unsafe.StringData(text))), C.size_t(len(text)))
+}
+
+// guard turns a panic in an export into statusInternal with the panic's text, so no Go panic
+// ever unwinds into C. Every export defers it.
+func guard[T C.int32_t | C.int64_t](status *T) {
+	if p := recover(); p != nil {
+		setErrorText(fmt.Sprintf("internal error in bounded-router (please report): %v\n%s", p, debug.Stack()))
+		*status = statusInternal
+	}
+}

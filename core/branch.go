@@ -1,0 +1,47 @@
+package core
+
+// Branch names the rule that produced a routing decision. The string forms are the contract
+// (SPEC §6) and appear in statistics, metrics and the Python API.
+type Branch uint8
+
+const (
+	BranchNoHealthyWorkers Branch = iota
+	BranchTargetWorkerHit
+	BranchTargetWorkerMiss
+	BranchExplicitRoutingKeyHit
+	BranchExplicitRoutingKeySpillover
+	BranchExplicitRoutingKeyNoEligibleCandidate
+	BranchImplicitRoutingKeyHit
+	BranchRandomFallback
+	BranchRoutingKeyHit
+	BranchRandom
+	BranchRoundRobin
+	// NumBranches is the number of branches; branch codes are 0..NumBranches-1.
+	NumBranches
+)
+
+var branchNames = [NumBranches]string{
+	BranchNoHealthyWorkers:                      "no_healthy_workers",
+	BranchTargetWorkerHit:                       "target_worker_hit",
+	BranchTargetWorkerMiss:                      "target_worker_miss",
+	BranchExplicitRoutingKeyHit:                 "explicit_routing_key_hit",
+	BranchExplicitRoutingKeySpillover:           "explicit_routing_key_spillover",
+	BranchExplicitRoutingKeyNoEligibleCandidate: "explicit_routing_key_no_eligible_candidate",
+	BranchImplicitRoutingKeyHit:                 "implicit_routing_key_hit",
+	BranchRandomFallback:                        "random_fallback",
+	BranchRoutingKeyHit:                         "routing_key_hit",
+	BranchRandom:                                "random",
+	BranchRoundRobin:                            "round_robin",
+}
+
+func (b Branch) String() string {
+	if b < NumBranches {
+		return branchNames[b]
+	}
+	return "unknown_branch"
+}
+
+// ChoseWorker reports whether the branch names a decision that picked a worker.
+func (b Branch) ChoseWorker() bool {
+	return b != BranchNoHealthyWorkers && b != BranchTargetWorkerMiss
+}

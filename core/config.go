@@ -1,0 +1,208 @@
+package core
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"unicode/utf8"
+)
+
+// Defaults of bounded_consistent_hashing (SPEC §6).
+const (
+	DefaultMaxLoadSkew = 1.5
+	DefaultMinLoadGap  = 2
+	// MaxVirtualNodes bounds virtual_nodes so a typo cannot allocate a ring of gigabytes.
+	MaxVirtualNodes = 65536
+)
+
+var virtualNodesRule = fmt.Sprintf("from 1 to %d", MaxVirtualNodes)
+
+// Config describes a router: its workers, its policy and the ring's virtual nodes per worker.
+type Config struct {
+	WorkerURLs   []string
+	Policy       Policy
+	VirtualNodes int
+}
+
+// DefaultConfig is a bounded_consistent_hashing router with the default settings.
+func DefaultConfig(workerURLs ...string) Config {
+	return Config{
+		WorkerURLs:   workerURLs,
+		Policy:       Policy{Kind: PolicyBoundedConsistentHashing, MaxLoadSkew: DefaultMaxLoadSkew, MinLoadGap: DefaultMinLoadGap},
+		VirtualNodes: DefaultVirtualNodes,
+	}
+}
+
+// Validate checks every setting and returns an error naming the first one that breaks its rule.
+func (c *Config) Validate() error {
+	if c.VirtualNodes < 1 || c.VirtualNodes > MaxVirtualNodes {
+		return invalid("virtual_nodes must be an integer %s, got %d", virtualNodesRule, c.VirtualNodes)
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return err
+	}
+	return validateWorkerURLs(c.WorkerURLs)
+}
+
+// Validate checks the policy's settings.
+func (p *Policy) Validate() error {
+	if p.Kind > PolicyBoundedConsistentHashing {
+		return invalid("unknown policy kind %d", p.Kind)
+	}
+	if p.Kind != PolicyBoundedConsistentHashing {
+		return nil
+	}
+	if math.IsNaN(p.MaxLoadSkew) || math.IsInf(p.MaxLoadSkew, 0) || p.MaxLoadSkew < 1 {
+		return invalid("max_load_skew must be a finite number >= 1.0, got %v", p.MaxLoadSkew)
+	}
+	if p.MinLoadGap < 0 {
+		return invalid("min_load_gap must be an integer >= 0, got %d", p.MinLoadGap)
+	}
+	return nil
+}
+
+func validateWorkerURL(url string) error {
+	if url == "" {
+		return invalid("worker URL must not be empty")
+	}
+	if !utf8.ValidString(url) {
+		return invalid("worker URL %q is not valid UTF-8", url)
+	}
+	return nil
+}
+
+func validateWorkerURLs(urls []string) error {
+	seen := make(map[string]struct{}, len(urls))
+	for _, url := range urls {
+		if err := validateWorkerURL(url); err != nil {
+			return err
+		}
+		if _, dup := seen[url]; dup {
+			return fmt.Errorf("%w: worker URL %q is listed twice", ErrDuplicateWorker, url)
+		}
+		seen[url] = struct{}{}
+	}
+	return nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+}
+
+// policyJSON is the {"type": ...} form of a policy, as SMG's PolicyConfig serialises it.
+type policyJSON struct {
+	Type        string          `json:"type"`
+	MaxLoadSkew json.RawMessage `json:"max_load_skew,omitempty"`
+	MinLoadGap  json.RawMessage `json:"min_load_gap,omitempty"`
+}
+
+type configJSON struct {
+	WorkerURLs   []string        `json:"worker_urls"`
+	Policy       json.RawMessage `json:"policy"`
+	VirtualNodes json.RawMessage `json:"virtual_nodes,omitempty"`
+}
+
+// ParseConfig reads a configuration such as
+//
+//	{"worker_urls": ["http://w0:8000"], "virtual_nodes": 150,
+//	 "policy": {"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2}}
+//
+// Omitted settings take their defaults; unknown fields and wrongly typed values are errors.
+func ParseConfig(data []byte) (Config, error) {
+	var raw configJSON
+	if err := decodeStrict(data, &raw); err != nil {
+		return Config{}, invalid("router config: %v", err)
+	}
+	cfg := DefaultConfig(raw.WorkerURLs...)
+	var err error
+	if cfg.VirtualNodes, err = intSetting("virtual_nodes", virtualNodesRule, raw.VirtualNodes, DefaultVirtualNodes); err != nil {
+		return Config{}, err
+	}
+	if cfg.Policy, err = ParsePolicy(raw.Policy); err != nil {
+		return Config{}, err
+	}
+	return cfg, cfg.Validate()
+}
+
+// ParsePolicy reads a policy in its {"type": ...} form; an absent policy is the default one.
+func ParsePolicy(data []byte) (Policy, error) {
+	policy := DefaultConfig().Policy
+	if len(data) == 0 || string(data) == "null" {
+		return policy, nil
+	}
+	var raw policyJSON
+	if err := decodeStrict(data, &raw); err != nil {
+		return Policy{}, invalid("policy: %v", err)
+	}
+	kind, ok := policyKindByName(raw.Type)
+	if !ok {
+		return Policy{}, invalid("policy type must be one of random, round_robin, consistent_hashing, bounded_consistent_hashing, got %q", raw.Type)
+	}
+	policy.Kind = kind
+	if kind != PolicyBoundedConsistentHashing && (raw.MaxLoadSkew != nil || raw.MinLoadGap != nil) {
+		return Policy{}, invalid("max_load_skew and min_load_gap apply only to bounded_consistent_hashing, not %s", kind)
+	}
+	if raw.MaxLoadSkew != nil {
+		if err := json.Unmarshal(raw.MaxLoadSkew, &policy.MaxLoadSkew); err != nil {
+			return Policy{}, invalid("max_load_skew must be a finite number >= 1.0, got %s", raw.MaxLoadSkew)
+		}
+	}
+	gap, err := intSetting("min_load_gap", ">= 0", raw.MinLoadGap, DefaultMinLoadGap)
+	if err != nil {
+		return Policy{}, err
+	}
+	policy.MinLoadGap = int64(gap)
+	return policy, policy.Validate()
+}
+
+func policyKindByName(name string) (PolicyKind, bool) {
+	for kind, n := range policyNames {
+		if n == name {
+			return PolicyKind(kind), true
+		}
+	}
+	return 0, false
+}
+
+// intSetting decodes an integer setting, rejecting fractions, exponents, booleans and strings.
+func intSetting(name, rule string, raw json.RawMessage, fallback int) (int, error) {
+	if raw == nil {
+		return fallback, nil
+	}
+	var n int
+	if bytes.ContainsAny(raw, ".eE") || json.Unmarshal(raw, &n) != nil {
+		return 0, invalid("%s must be an integer %s, got %s", name, rule, raw)
+	}
+	return n, nil
+}
+
+func decodeStrict(data []byte, into any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(into); err != nil {
+		return err
+	}
+	if dec.More() {
+		return fmt.Errorf("unexpected data after the JSON object")
+	}
+	return nil
+}
+
+// MarshalJSON writes the {"type": ...} form ParsePolicy reads.
+func (p Policy) MarshalJSON() ([]byte, error) {
+	out := map[string]any{"type": p.Kind.String()}
+	if p.Kind == PolicyBoundedConsistentHashing {
+		out["max_load_skew"], out["min_load_gap"] = p.MaxLoadSkew, p.MinLoadGap
+	}
+	return json.Marshal(out)
+}
+
+// MarshalJSON writes the form ParseConfig reads.
+func (c Config) MarshalJSON() ([]byte, error) {
+	urls := c.WorkerURLs
+	if urls == nil {
+		urls = []string{}
+	}
+	return json.Marshal(map[string]any{"worker_urls": urls, "policy": c.Policy, "virtual_nodes": c.VirtualNodes})
+}

@@ -1,0 +1,26 @@
+package core
+
+// selectByPrecedence applies the input precedence shared by both hashing policies (SPEC §5):
+// target worker, then explicit key (decided by explicit), then implicit key, then a random
+// available worker. The caller has checked that some worker is available.
+func selectByPrecedence(v *view, req *Request, explicit func(position uint64) (int, Branch), implicitBranch Branch) (int, Branch) {
+	switch {
+	case req.HasTarget:
+		return selectTarget(v, req.TargetIndex)
+	case len(req.RoutingKey) > 0:
+		return explicit(KeyPosition(req.RoutingKey))
+	case len(req.ImplicitKey) > 0:
+		return v.preferred(KeyPosition(req.ImplicitKey)), implicitBranch
+	default:
+		return v.randomAvailable(), BranchRandomFallback
+	}
+}
+
+// selectTarget resolves X-SMG-Target-Worker strictly: a valid index into the available workers
+// or no worker at all, whatever the loads.
+func selectTarget(v *view, index int) (int, Branch) {
+	if index < 0 || index >= len(v.available) {
+		return -1, BranchTargetWorkerMiss
+	}
+	return int(v.available[index]), BranchTargetWorkerHit
+}

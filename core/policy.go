@@ -1,0 +1,51 @@
+package core
+
+// PolicyKind names a routing policy.
+type PolicyKind uint8
+
+const (
+	PolicyRandom PolicyKind = iota
+	PolicyRoundRobin
+	PolicyConsistentHashing
+	PolicyBoundedConsistentHashing
+)
+
+var policyNames = [...]string{
+	PolicyRandom:                   "random",
+	PolicyRoundRobin:               "round_robin",
+	PolicyConsistentHashing:        "consistent_hashing",
+	PolicyBoundedConsistentHashing: "bounded_consistent_hashing",
+}
+
+func (k PolicyKind) String() string {
+	if int(k) < len(policyNames) {
+		return policyNames[k]
+	}
+	return "unknown_policy"
+}
+
+// Policy is a policy kind with its settings. MaxLoadSkew and MinLoadGap are used by
+// bounded_consistent_hashing only.
+type Policy struct {
+	Kind        PolicyKind
+	MaxLoadSkew float64
+	MinLoadGap  int64
+}
+
+// selectWorker returns the index of the chosen worker (or -1) and the branch that chose it.
+// It reads the view and changes nothing.
+func (p *Policy) selectWorker(v *view, req *Request) (int, Branch) {
+	if len(v.available) == 0 {
+		return -1, BranchNoHealthyWorkers
+	}
+	switch p.Kind {
+	case PolicyRandom:
+		return selectRandom(v)
+	case PolicyRoundRobin:
+		return selectRoundRobin(v)
+	case PolicyConsistentHashing:
+		return selectConsistent(v, req)
+	default:
+		return selectBounded(v, req, p)
+	}
+}

@@ -1,0 +1,151 @@
+package core
+
+import "iter"
+
+// Header names that carry routing inputs (SPEC §5), compared case-insensitively.
+const (
+	HeaderTargetWorker  = "X-SMG-Target-Worker"
+	HeaderRoutingKey    = "X-SMG-Routing-Key"
+	HeaderAuthorization = "Authorization"
+	HeaderForwardedFor  = "X-Forwarded-For"
+	HeaderCookie        = "Cookie"
+)
+
+// implicitKeyHeaders are consulted in this order; only the first one present counts.
+var implicitKeyHeaders = [...]string{HeaderAuthorization, HeaderForwardedFor, HeaderCookie}
+
+// Request holds the routing inputs of one request. The zero value is a request with no inputs.
+type Request struct {
+	// HasTarget is set when a valid X-SMG-Target-Worker header was given; TargetIndex is then
+	// the parsed index into the available workers, or -1 when the value is not an index.
+	HasTarget   bool
+	TargetIndex int
+	// RoutingKey is the explicit key (X-SMG-Routing-Key or passed directly); empty means absent.
+	RoutingKey []byte
+	// ImplicitKey comes from the first present of Authorization, X-Forwarded-For, Cookie;
+	// empty means absent.
+	ImplicitKey []byte
+}
+
+// KeyRequest is a request whose only input is an explicit routing key.
+func KeyRequest(key []byte) Request { return Request{RoutingKey: key} }
+
+// RequestFromHeaders extracts the routing inputs from request headers. The first occurrence
+// of a header name wins; values are used as given (never trimmed) and only when valid.
+func RequestFromHeaders(headers iter.Seq2[[]byte, []byte]) Request {
+	var (
+		req             Request
+		seen            [len(implicitKeyHeaders) + 2]bool
+		implicit        [len(implicitKeyHeaders)][]byte
+		target, explicit []byte
+	)
+	for name, value := range headers {
+		slot := headerSlot(name)
+		if slot < 0 || seen[slot] {
+			continue
+		}
+		seen[slot] = true
+		switch slot {
+		case 0:
+			target = value
+		case 1:
+			explicit = value
+		default:
+			implicit[slot-2] = value
+		}
+	}
+	if seen[0] && ValidHeaderValue(target) {
+		req.HasTarget = true
+		req.TargetIndex = ParseTargetIndex(target)
+	}
+	if seen[1] && ValidHeaderValue(explicit) {
+		req.RoutingKey = explicit
+	}
+	for i := range implicit {
+		if seen[i+2] {
+			// The first present header decides; an empty or invalid one does not fall through.
+			if ValidHeaderValue(implicit[i]) {
+				req.ImplicitKey = implicit[i]
+			}
+			break
+		}
+	}
+	return req
+}
+
+// headerSlot maps a header name to 0 (target), 1 (routing key), 2.. (implicit keys in order),
+// or -1 for a header that carries no routing input.
+func headerSlot(name []byte) int {
+	switch {
+	case equalFoldASCII(name, HeaderTargetWorker):
+		return 0
+	case equalFoldASCII(name, HeaderRoutingKey):
+		return 1
+	}
+	for i, h := range implicitKeyHeaders {
+		if equalFoldASCII(name, h) {
+			return i + 2
+		}
+	}
+	return -1
+}
+
+// equalFoldASCII compares a header name with a canonical name, ignoring ASCII case only: HTTP
+// header names are ASCII, and Unicode folding would let e.g. the Kelvin sign match 'k'.
+func equalFoldASCII(name []byte, canonical string) bool {
+	if len(name) != len(canonical) {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if lowerASCII(name[i]) != lowerASCII(canonical[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + ('a' - 'A')
+	}
+	return c
+}
+
+// ValidHeaderValue reports whether a header value may be used: non-empty, and every byte
+// visible ASCII (0x20-0x7E) or a horizontal tab.
+func ValidHeaderValue(value []byte) bool {
+	if len(value) == 0 {
+		return false
+	}
+	for _, c := range value {
+		if (c < 0x20 || c > 0x7e) && c != '\t' {
+			return false
+		}
+	}
+	return true
+}
+
+// ParseTargetIndex parses an X-SMG-Target-Worker value like an unsigned integer: an optional
+// leading '+', then one or more decimal digits and nothing else. It returns -1 for anything
+// else, including a value too large for an int.
+func ParseTargetIndex(value []byte) int {
+	if len(value) > 0 && value[0] == '+' {
+		value = value[1:]
+	}
+	if len(value) == 0 {
+		return -1
+	}
+	const limit = int(^uint(0) >> 1)
+	n := 0
+	for _, c := range value {
+		if c < '0' || c > '9' {
+			return -1
+		}
+		d := int(c - '0')
+		if n > (limit-d)/10 {
+			return -1
+		}
+		n = n*10 + d
+	}
+	return n
+}

@@ -1,0 +1,150 @@
+package core
+
+import (
+	"slices"
+	"strconv"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// DefaultVirtualNodes is the number of ring positions each worker owns unless configured (as SMG).
+const DefaultVirtualNodes = 150
+
+// ring is an immutable consistent-hash ring. Entry i sits at positions[i] and belongs to the
+// worker at index owners[i] of the membership list it was built for. Keeping positions and
+// owners in two parallel slices costs 12 bytes per virtual node and keeps the binary search on
+// a dense []uint64.
+type ring struct {
+	positions []uint64
+	owners    []uint32
+}
+
+// virtualNodePosition is where virtual node i of a worker sits: XXH64("<url>#<i>"), seed 0.
+func virtualNodePosition(buf []byte, url string, i int) ([]byte, uint64) {
+	buf = append(buf[:0], url...)
+	buf = append(buf, '#')
+	buf = strconv.AppendInt(buf, int64(i), 10)
+	return buf, xxhash.Sum64(buf)
+}
+
+// KeyPosition is where a routing key lands on the ring: XXH64(key), seed 0.
+func KeyPosition(key []byte) uint64 { return xxhash.Sum64(key) }
+
+// ringEntry is one virtual node while a ring is being assembled.
+type ringEntry struct {
+	position uint64
+	owner    uint32
+}
+
+// workerEntries returns the sorted virtual nodes of one worker.
+func workerEntries(url string, owner uint32, virtualNodes int) []ringEntry {
+	entries := make([]ringEntry, virtualNodes)
+	buf := make([]byte, 0, len(url)+12)
+	for i := range entries {
+		var pos uint64
+		buf, pos = virtualNodePosition(buf, url, i)
+		entries[i] = ringEntry{position: pos, owner: owner}
+	}
+	return entries
+}
+
+// buildRing builds the ring of a membership list from scratch. The result depends only on the
+// set of URLs: entries are ordered by (position, url), never by membership order.
+func buildRing(urls []string, virtualNodes int) *ring {
+	entries := make([]ringEntry, 0, len(urls)*virtualNodes)
+	for owner, url := range urls {
+		entries = append(entries, workerEntries(url, uint32(owner), virtualNodes)...)
+	}
+	slices.SortFunc(entries, func(a, b ringEntry) int { return compareEntries(a, b, urls) })
+	return fromEntries(entries)
+}
+
+// compareEntries orders by position, then by URL so that equal positions (astronomically rare)
+// still sort the same way in every process.
+func compareEntries(a, b ringEntry, urls []string) int {
+	switch {
+	case a.position < b.position:
+		return -1
+	case a.position > b.position:
+		return 1
+	}
+	switch ua, ub := urls[a.owner], urls[b.owner]; {
+	case ua < ub:
+		return -1
+	case ua > ub:
+		return 1
+	}
+	return 0
+}
+
+func fromEntries(entries []ringEntry) *ring {
+	r := &ring{positions: make([]uint64, len(entries)), owners: make([]uint32, len(entries))}
+	for i, e := range entries {
+		r.positions[i], r.owners[i] = e.position, e.owner
+	}
+	return r
+}
+
+// withAppendedWorker returns the ring for urls, whose last element is a worker the receiver
+// does not have yet. It merges that worker's sorted virtual nodes into the existing order in
+// linear time instead of sorting the whole ring again.
+func (r *ring) withAppendedWorker(urls []string, virtualNodes int) *ring {
+	added := workerEntries(urls[len(urls)-1], uint32(len(urls)-1), virtualNodes)
+	slices.SortFunc(added, func(a, b ringEntry) int { return compareEntries(a, b, urls) })
+	merged := &ring{
+		positions: make([]uint64, 0, len(r.positions)+len(added)),
+		owners:    make([]uint32, 0, len(r.owners)+len(added)),
+	}
+	i := 0
+	for _, e := range added {
+		for i < len(r.positions) && compareEntries(ringEntry{r.positions[i], r.owners[i]}, e, urls) < 0 {
+			merged.positions, merged.owners = append(merged.positions, r.positions[i]), append(merged.owners, r.owners[i])
+			i++
+		}
+		merged.positions, merged.owners = append(merged.positions, e.position), append(merged.owners, e.owner)
+	}
+	merged.positions = append(merged.positions, r.positions[i:]...)
+	merged.owners = append(merged.owners, r.owners[i:]...)
+	return merged
+}
+
+// withoutWorker returns the ring with every virtual node of the worker at index removed dropped,
+// and the owners above it shifted down by one, matching the membership list without it.
+func (r *ring) withoutWorker(removed uint32) *ring {
+	kept := &ring{
+		positions: make([]uint64, 0, len(r.positions)),
+		owners:    make([]uint32, 0, len(r.owners)),
+	}
+	for i, owner := range r.owners {
+		if owner == removed {
+			continue
+		}
+		if owner > removed {
+			owner--
+		}
+		kept.positions, kept.owners = append(kept.positions, r.positions[i]), append(kept.owners, owner)
+	}
+	kept.positions, kept.owners = slices.Clip(kept.positions), slices.Clip(kept.owners)
+	return kept
+}
+
+// first walks clockwise from position (wrapping around) and returns the owner of the first
+// virtual node whose worker satisfies accept, or -1 when no worker does. A worker seen again
+// is simply tested again: accept is pure, so the answer is the same as visiting each worker once.
+func (r *ring) first(position uint64, accept func(owner uint32) bool) int {
+	n := len(r.positions)
+	if n == 0 {
+		return -1
+	}
+	start, _ := slices.BinarySearch(r.positions, position)
+	for step := 0; step < n; step++ {
+		i := start + step
+		if i >= n {
+			i -= n
+		}
+		if owner := r.owners[i]; accept(owner) {
+			return int(owner)
+		}
+	}
+	return -1
+}

@@ -1,0 +1,295 @@
+// Package core is the routing engine of bounded-router: the hash ring, the workers and their
+// load counters, the routing policies and the leases that count requests in flight. It has no
+// knowledge of C or Python.
+package core
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// Router routes requests to workers and counts the requests in flight on each one. All its
+// methods are safe for concurrent use.
+type Router struct {
+	policy       Policy
+	virtualNodes int
+
+	// membershipMu serialises membership changes; the new ring is built while holding only it,
+	// so routing continues on the old snapshot until the new one is installed.
+	membershipMu sync.Mutex
+	nextWorkerID atomic.Uint32
+
+	// mu guards everything below. Each decision and the count it implies happen under it in
+	// one step, which is what makes route linearizable.
+	mu       sync.Mutex
+	members  *membership
+	view     view
+	leases   leaseTable
+	branches [NumBranches]uint64
+	leaked   uint64
+}
+
+// NewRouter validates the configuration and builds a router with its workers.
+func NewRouter(cfg Config) (*Router, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Router{policy: cfg.Policy, virtualNodes: cfg.VirtualNodes, members: emptyMembership(), view: newView()}
+	r.install(rebuilt(r.newWorkers(cfg.WorkerURLs, r.members), r.virtualNodes))
+	return r, nil
+}
+
+// Policy returns the router's policy and its settings.
+func (r *Router) Policy() Policy { return r.policy }
+
+// Decision is the outcome of routing one request.
+type Decision struct {
+	// Branch names the rule that decided.
+	Branch Branch
+	// WorkerURL and WorkerID name the chosen worker; empty and 0 when no worker was chosen.
+	WorkerURL string
+	WorkerID  uint32
+	// PreferredURL and PreferredID name the worker the key prefers; they differ from the
+	// chosen worker only when the request spilled.
+	PreferredURL string
+	PreferredID  uint32
+	// Lease is the load token of a routed request; 0 for a selection or when no worker was chosen.
+	Lease LeaseID
+}
+
+// Spilled reports whether the request went to another worker than its key's preferred one.
+func (d *Decision) Spilled() bool { return d.Branch == BranchExplicitRoutingKeySpillover }
+
+// Route chooses a worker for the request and, if one is chosen, counts the request on it under
+// a new lease, in one linearizable step. Release the lease when the request has finished.
+func (r *Router) Route(req *Request) Decision {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d, chosen, preferred := r.decide(req)
+	r.branches[d.Branch]++
+	if chosen != nil {
+		// Only round_robin reads the counter; advancing it for every policy keeps this branchless.
+		r.view.roundRobin++
+		d.Lease = r.take(chosen, preferred, req.RoutingKey)
+	}
+	return d
+}
+
+// Select chooses a worker like Route but counts nothing and takes no lease.
+func (r *Router) Select(req *Request) Decision {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d, _, _ := r.decide(req)
+	return d
+}
+
+// decide runs the policy and describes its choice; the caller holds r.mu.
+func (r *Router) decide(req *Request) (d Decision, chosen, preferred *worker) {
+	index, branch := r.policy.selectWorker(&r.view, req)
+	d.Branch = branch
+	if index < 0 {
+		return d, nil, nil
+	}
+	chosen, preferred = r.members.workers[index], r.members.workers[index]
+	if branch == BranchExplicitRoutingKeySpillover {
+		// Spills are rare; finding the preferred worker again is cheaper than carrying it always.
+		preferred = r.members.workers[r.view.preferred(KeyPosition(req.RoutingKey))]
+	}
+	d.WorkerURL, d.WorkerID = chosen.url, chosen.id
+	d.PreferredURL, d.PreferredID = preferred.url, preferred.id
+	return d, chosen, preferred
+}
+
+// Acquire counts a request on a worker chosen elsewhere (a load token without a routing
+// decision). The worker must be a member; it need not be healthy.
+func (r *Router) Acquire(url string, routingKey []byte) (LeaseID, WorkerState, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w, ok := r.members.lookup(url)
+	if !ok {
+		return 0, WorkerState{}, unknownWorker(url)
+	}
+	return r.take(w, w, routingKey), w.state(), nil
+}
+
+// take counts a request on w under a new lease; the caller holds r.mu.
+func (r *Router) take(w, preferred *worker, routingKey []byte) LeaseID {
+	hasKey := len(routingKey) > 0
+	var keyPos uint64
+	if hasKey {
+		keyPos = KeyPosition(routingKey)
+		w.countKey(keyPos, 1)
+	}
+	r.addLoad(w, 1)
+	return r.leases.take(w, preferred, hasKey, keyPos)
+}
+
+// addLoad changes a worker's load and, while it is an available member, the running total.
+func (r *Router) addLoad(w *worker, delta int64) {
+	w.load += delta
+	if w.healthy && !w.removed {
+		r.view.availableLoad += delta
+	}
+}
+
+// Release undoes exactly what the lease counted and reports whether it did anything: a lease
+// released before (or never issued) is a no-op. Leases on a worker that has since been removed
+// release against that worker only, never against a new worker with the same URL. abandoned
+// marks a lease the caller lost track of; it is counted as leaked.
+func (r *Router) Release(id LeaseID, abandoned bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.leases.lookup(id)
+	if s == nil {
+		return false
+	}
+	if s.hasKey {
+		s.worker.countKey(s.keyPos, -1)
+	}
+	r.addLoad(s.worker, -1)
+	if abandoned {
+		r.leaked++
+	}
+	r.leases.drop(id, s)
+	return true
+}
+
+// LeaseWorkers returns the chosen and preferred worker URLs of an active lease.
+func (r *Router) LeaseWorkers(id LeaseID) (workerURL, preferredURL string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.leases.lookup(id)
+	if s == nil {
+		return "", "", false
+	}
+	return s.worker.url, s.preferred.url, true
+}
+
+// Stats are the router's counters.
+type Stats struct {
+	// Branches counts routed requests by the branch that decided them.
+	Branches [NumBranches]uint64
+	// Leaked counts leases that were released by a safety net instead of by their holder.
+	Leaked uint64
+	// ActiveLeases is the number of leases currently held, on members or removed workers.
+	ActiveLeases int
+}
+
+// Stats returns a snapshot of the router's counters.
+func (r *Router) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return Stats{Branches: r.branches, Leaked: r.leaked, ActiveLeases: r.leases.active}
+}
+
+// Workers returns a snapshot of every member in membership order.
+func (r *Router) Workers() []WorkerState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	states := make([]WorkerState, len(r.members.workers))
+	for i, w := range r.members.workers {
+		states[i] = w.state()
+	}
+	return states
+}
+
+// SetHealthy marks a member healthy (available) or not. Health never changes the ring.
+func (r *Router) SetHealthy(url string, healthy bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w, ok := r.members.lookup(url)
+	if !ok {
+		return unknownWorker(url)
+	}
+	if w.healthy != healthy {
+		w.healthy = healthy
+		r.refreshAvailable()
+	}
+	return nil
+}
+
+// AddWorker adds a worker at the end of the membership order.
+func (r *Router) AddWorker(url string) error {
+	if err := validateWorkerURL(url); err != nil {
+		return err
+	}
+	r.membershipMu.Lock()
+	defer r.membershipMu.Unlock()
+	if _, exists := r.members.lookup(url); exists {
+		return fmt.Errorf("%w: worker %q is already a member", ErrDuplicateWorker, url)
+	}
+	r.install(r.members.withWorker(r.newWorker(url), r.virtualNodes))
+	return nil
+}
+
+// RemoveWorker removes a worker. Its leases stay valid and release against it alone.
+func (r *Router) RemoveWorker(url string) error {
+	r.membershipMu.Lock()
+	defer r.membershipMu.Unlock()
+	i, ok := r.members.byURL[url]
+	if !ok {
+		return unknownWorker(url)
+	}
+	r.install(r.members.withoutWorker(i))
+	return nil
+}
+
+// SetWorkers replaces the membership with urls, in that order. Workers that stay keep their
+// health and load; the others are removed as by RemoveWorker.
+func (r *Router) SetWorkers(urls []string) error {
+	if err := validateWorkerURLs(urls); err != nil {
+		return err
+	}
+	r.membershipMu.Lock()
+	defer r.membershipMu.Unlock()
+	r.install(rebuilt(r.newWorkers(urls, r.members), r.virtualNodes))
+	return nil
+}
+
+// newWorkers returns the workers for urls, reusing the members of current that stay.
+func (r *Router) newWorkers(urls []string, current *membership) []*worker {
+	workers := make([]*worker, len(urls))
+	for i, url := range urls {
+		if w, ok := current.lookup(url); ok {
+			workers[i] = w
+		} else {
+			workers[i] = r.newWorker(url)
+		}
+	}
+	return workers
+}
+
+func (r *Router) newWorker(url string) *worker { return newWorker(url, r.nextWorkerID.Add(1)) }
+
+// install swaps in a new membership. Members that left are marked removed so their
+// outstanding leases no longer touch the totals. The caller holds membershipMu.
+func (r *Router) install(next *membership) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.members.workers {
+		if still, ok := next.lookup(w.url); !ok || still != w {
+			w.removed = true
+		}
+	}
+	r.members = next
+	r.view.workers, r.view.ring = next.workers, next.ring
+	r.refreshAvailable()
+}
+
+// refreshAvailable recomputes the available workers and their total load after a health or
+// membership change; the caller holds r.mu.
+func (r *Router) refreshAvailable() {
+	r.view.available = r.view.available[:0]
+	r.view.availableLoad = 0
+	for i, w := range r.members.workers {
+		if w.healthy {
+			r.view.available = append(r.view.available, uint32(i))
+			r.view.availableLoad += w.load
+		}
+	}
+}
+
+func unknownWorker(url string) error {
+	return fmt.Errorf("%w: %q is not a worker of this router", ErrUnknownWorker, url)
+}

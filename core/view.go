@@ -1,0 +1,47 @@
+package core
+
+import "math/rand/v2"
+
+// view is what a policy sees when it decides: the membership, its ring, which workers are
+// available and their loads. Policies only read it; the router updates it under its lock.
+type view struct {
+	workers []*worker // membership order
+	ring    *ring
+	// available lists the indices (into workers) of healthy workers, in membership order.
+	available []uint32
+	// availableLoad is the sum of the loads of the available workers, kept as a running total
+	// so the relative test never has to scan the workers.
+	availableLoad int64
+	// roundRobin is the shared round_robin counter; the router advances it after each route.
+	roundRobin uint64
+	// randomIndex returns a uniform integer in [0, n); tests replace it to make choices repeatable.
+	randomIndex func(n int) int
+}
+
+func newView() view { return view{ring: &ring{}, randomIndex: rand.IntN} }
+
+// isAvailable is the predicate for the preferred worker.
+func (v *view) isAvailable(owner uint32) bool { return v.workers[owner].healthy }
+
+// preferred is the first available worker clockwise from a key's position.
+func (v *view) preferred(position uint64) int { return v.ring.first(position, v.isAvailable) }
+
+// meanLoad is the mean load over the available workers (there is at least one).
+func (v *view) meanLoad() float64 {
+	return float64(v.availableLoad) / float64(len(v.available))
+}
+
+// minLoad is the smallest load among the available workers. It scans them, so callers use it
+// only once cheaper tests have passed.
+func (v *view) minLoad() int64 {
+	least := v.workers[v.available[0]].load
+	for _, i := range v.available[1:] {
+		least = min(least, v.workers[i].load)
+	}
+	return least
+}
+
+// randomAvailable picks an available worker uniformly.
+func (v *view) randomAvailable() int {
+	return int(v.available[v.randomIndex(len(v.available))])
+}

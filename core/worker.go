@@ -1,0 +1,45 @@
+package core
+
+// worker is one backend worker as the router tracks it. A worker that is removed and added
+// again under the same URL is a new worker: leases taken on the old one never touch it.
+// Every field but url and id is guarded by the router's lock.
+type worker struct {
+	url string
+	id  uint32
+	// healthy workers are available: they can be chosen and they count in statistics.
+	healthy bool
+	// removed is set once the worker has left the membership; its leases may still be released.
+	removed bool
+	// load is the number of leases currently held on the worker.
+	load int64
+	// activeKeys counts the active leases per explicit routing key (by key position), so its
+	// length is the number of distinct keys in flight on the worker.
+	activeKeys map[uint64]int32
+}
+
+func newWorker(url string, id uint32) *worker {
+	return &worker{url: url, id: id, healthy: true, activeKeys: make(map[uint64]int32)}
+}
+
+func (w *worker) countKey(keyPosition uint64, delta int32) {
+	if n := w.activeKeys[keyPosition] + delta; n > 0 {
+		w.activeKeys[keyPosition] = n
+	} else {
+		delete(w.activeKeys, keyPosition)
+	}
+}
+
+// WorkerState is a snapshot of one worker.
+type WorkerState struct {
+	URL     string `json:"url"`
+	ID      uint32 `json:"id"`
+	Healthy bool   `json:"healthy"`
+	// Load is the number of leases held on the worker.
+	Load int64 `json:"load"`
+	// ActiveKeys is the number of distinct explicit routing keys among those leases.
+	ActiveKeys int `json:"active_keys"`
+}
+
+func (w *worker) state() WorkerState {
+	return WorkerState{URL: w.url, ID: w.id, Healthy: w.healthy, Load: w.load, ActiveKeys: len(w.activeKeys)}
+}
