@@ -7,7 +7,7 @@
 
 static __thread char br_error_text[BR_ERROR_TEXT_MAX];
 
-void br_set_error(const char *text, size_t len) {
+__attribute__((visibility("hidden"))) void br_set_error(const char *text, size_t len) {
 	if (len >= BR_ERROR_TEXT_MAX) {
 		len = BR_ERROR_TEXT_MAX - 1;
 	}

@@ -1,0 +1,52 @@
+# The commands a person runs. Everything installs what it needs: Go modules through the Go
+# toolchain, Python packages into the local virtual environment .venv.
+GO      ?= go
+PYTHON  ?= python3
+VENV    := .venv
+VPY     := $(VENV)/bin/python
+LIB     := build/libbounded_router.so
+GO_SRC  := $(shell find core capi -name '*.go' -o -name '*.c') go.mod go.sum
+
+.PHONY: lib wheel venv install test test-go test-c test-python demo bench clean
+
+lib: $(LIB)
+
+$(LIB): $(GO_SRC)
+	$(GO) build -buildmode=c-shared -trimpath -o $(LIB) ./capi
+
+# The wheel: setup.py builds the Go library and puts it inside the package.
+wheel: $(VENV)/.ready
+	rm -rf dist
+	$(VPY) -m pip wheel --no-deps --no-build-isolation -w dist .
+
+$(VENV)/.ready: requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.ready
+
+# Install the freshly built wheel into .venv, so tests and the demo use what users get.
+install: wheel
+	$(VPY) -m pip install --quiet --force-reinstall --no-deps dist/bounded_router-*.whl
+
+test: test-go test-c test-python
+
+test-go:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+
+test-c: $(LIB)
+	$(CC) -std=c11 -Wall -Wextra -Werror -Ibuild -o build/route_keys tests/c/route_keys.c -Lbuild -lbounded_router -Wl,-rpath,'$$ORIGIN'
+	./build/route_keys
+
+# Run from tests/ so Python imports the installed package, never the source tree.
+test-python: install
+	cd tests && ../$(VPY) -m pytest -q
+
+demo: install
+	$(VPY) scripts/demo.py
+
+clean:
+	rm -rf build dist $(VENV) python/bounded_router/libbounded_router.so python/*.egg-info
