@@ -3,6 +3,8 @@ module github.com/bounded-router/bounded-router
 go 1.23
 
 require (
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/stretchr/testify v1.12.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0
+	github.com/stretchr/testify v1.12.1
 )
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect
