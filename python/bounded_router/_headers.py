@@ -1,0 +1,89 @@
+"""Encoding of request headers into the block format of the C API (capi/headers.go).
+
+Only the headers that carry routing inputs are passed on: ``X-SMG-Target-Worker``,
+``X-SMG-Routing-Key``, ``Authorization``, ``X-Forwarded-For`` and ``Cookie``, matched without
+regard to ASCII case. This is a filter only: which header wins, what is valid and what is
+ignored is decided by the native library, which receives those headers in their original order.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Iterable, Mapping, Tuple, Union
+
+__all__ = ["HeadersLike", "ROUTING_HEADERS", "encode_headers", "key_bytes"]
+
+#: Any mapping of header names to values (a dict, Starlette's ``Headers``, aiohttp's
+#: ``CIMultiDict``, ...) or an iterable of ``(name, value)`` pairs; names and values are ``str``
+#: (encoded latin-1, as HTTP does) or ``bytes``.
+HeadersLike = Union[Mapping[Any, Any], Iterable[Tuple[Any, Any]]]
+
+#: Lower-case names of the headers that carry routing inputs (SPEC §5).
+ROUTING_HEADERS = frozenset(
+    (b"x-smg-target-worker", b"x-smg-routing-key", b"authorization", b"x-forwarded-for", b"cookie")
+)
+_NAME_LENGTHS = frozenset(len(name) for name in ROUTING_HEADERS)
+_length = struct.Struct("<I").pack
+
+
+def _header_bytes(text: Any, what: str) -> bytes:
+    if isinstance(text, bytes):
+        return text
+    if isinstance(text, str):
+        try:
+            return text.encode("latin-1")
+        except UnicodeEncodeError:
+            # Not a valid HTTP header text; UTF-8 keeps it, and the library treats a value with
+            # bytes outside visible ASCII as absent.
+            return text.encode("utf-8", "surrogatepass")
+    if isinstance(text, (bytearray, memoryview)):
+        return bytes(text)
+    raise TypeError("header %s must be str or bytes, got %s" % (what, type(text).__name__))
+
+
+def encode_headers(headers: HeadersLike) -> bytes:
+    """Encode the routing headers among ``headers`` as a header block (empty if there are none).
+
+    For each header kept: a little-endian uint32 name length, the name, a little-endian uint32
+    value length, the value.
+
+    Raises:
+        TypeError: ``headers`` is not a mapping or an iterable of pairs, or a name or value is
+            neither str nor bytes.
+    """
+    if isinstance(headers, (str, bytes, bytearray, memoryview)):
+        raise TypeError("headers must be a mapping or an iterable of (name, value) pairs, got %s" % type(headers).__name__)
+    items = headers.items() if hasattr(headers, "items") else headers
+    parts = []
+    try:
+        iterator = iter(items)
+    except TypeError:
+        raise TypeError(
+            "headers must be a mapping or an iterable of (name, value) pairs, got %s" % type(headers).__name__
+        ) from None
+    for item in iterator:
+        try:
+            name, value = item
+        except (TypeError, ValueError):
+            raise TypeError("each header must be a (name, value) pair, got %r" % (item,)) from None
+        raw_name = _header_bytes(name, "name")
+        if len(raw_name) not in _NAME_LENGTHS or raw_name.lower() not in ROUTING_HEADERS:
+            continue
+        raw_value = _header_bytes(value, "value")
+        parts += (_length(len(raw_name)), raw_name, _length(len(raw_value)), raw_value)
+    return b"".join(parts)
+
+
+def key_bytes(routing_key: Union[str, bytes, None]) -> bytes:
+    """A routing key as bytes: str is UTF-8 encoded, bytes kept, None is the empty (absent) key.
+
+    Raises:
+        TypeError: for any other type.
+    """
+    if routing_key is None:
+        return b""
+    if isinstance(routing_key, bytes):
+        return routing_key
+    if isinstance(routing_key, str):
+        return routing_key.encode("utf-8")
+    raise TypeError("routing_key must be str, bytes or None, got %s" % type(routing_key).__name__)

@@ -1,0 +1,97 @@
+"""Command-line configuration of a router, in the style of ``sglang_router``'s ``RouterArgs``.
+
+Typical use in a launcher that has its own arguments too::
+
+    parser = argparse.ArgumentParser()
+    RouterArgs.add_cli_args(parser, use_router_prefix=True)   # --router-worker-urls ...
+    args = parser.parse_args()
+    router = Router.from_args(RouterArgs.from_cli_args(args, use_router_prefix=True))
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import List
+
+from .policy import DEFAULT_MAX_LOAD_SKEW, DEFAULT_MIN_LOAD_GAP, PolicyType
+
+__all__ = ["RouterArgs", "DEFAULT_VIRTUAL_NODES"]
+
+#: Ring positions per worker unless configured (as SMG).
+DEFAULT_VIRTUAL_NODES = 150
+
+_POLICY_CHOICES = [member.value for member in PolicyType]
+
+
+@dataclasses.dataclass
+class RouterArgs:
+    """Everything needed to build a :class:`~bounded_router.Router`.
+
+    ``max_load_skew`` and ``min_load_gap`` apply to ``bounded_consistent_hashing`` only;
+    :meth:`Router.from_args <bounded_router.Router.from_args>` rejects non-default values with
+    another policy.
+    """
+
+    worker_urls: List[str] = dataclasses.field(default_factory=list)
+    policy: str = PolicyType.BoundedConsistentHashing.value
+    max_load_skew: float = DEFAULT_MAX_LOAD_SKEW
+    min_load_gap: int = DEFAULT_MIN_LOAD_GAP
+    virtual_nodes: int = DEFAULT_VIRTUAL_NODES
+
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser, use_router_prefix: bool = False) -> None:
+        """Add the router's flags to ``parser``.
+
+        Args:
+            parser: the parser to extend.
+            use_router_prefix: name the flags ``--router-worker-urls``, ``--router-policy``, ...
+                (destinations ``router_worker_urls``, ...) so they can sit next to a server's
+                own flags.
+        """
+        prefix = "router-" if use_router_prefix else ""
+        parser.add_argument(
+            "--%sworker-urls" % prefix,
+            type=str,
+            nargs="*",
+            default=[],
+            help="URLs of the backend workers",
+        )
+        parser.add_argument(
+            "--%spolicy" % prefix,
+            type=str,
+            default=RouterArgs.policy,
+            choices=_POLICY_CHOICES,
+            help="routing policy (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--%smax-load-skew" % prefix,
+            type=float,
+            default=RouterArgs.max_load_skew,
+            help="bounded_consistent_hashing: spill only when the preferred worker's load exceeds "
+            "the mean load times this factor (>= 1.0, default: %(default)s)",
+        )
+        parser.add_argument(
+            "--%smin-load-gap" % prefix,
+            type=int,
+            default=RouterArgs.min_load_gap,
+            help="bounded_consistent_hashing: spill only when the preferred worker's load exceeds "
+            "the least-loaded worker's by more than this many requests (>= 0, default: %(default)s)",
+        )
+        parser.add_argument(
+            "--%svirtual-nodes" % prefix,
+            type=int,
+            default=RouterArgs.virtual_nodes,
+            help="hash ring positions per worker (default: %(default)s)",
+        )
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace, use_router_prefix: bool = False) -> "RouterArgs":
+        """Build a :class:`RouterArgs` from parsed arguments of :meth:`add_cli_args`.
+
+        ``use_router_prefix`` must match the value given to :meth:`add_cli_args`.
+        """
+        prefix = "router_" if use_router_prefix else ""
+        values = {field.name: getattr(args, prefix + field.name) for field in dataclasses.fields(cls)}
+        values["worker_urls"] = list(values["worker_urls"] or [])
+        return cls(**values)

@@ -1,0 +1,320 @@
+"""Leases: the load token of one request in flight.
+
+:meth:`Router.route <bounded_router.Router.route>` and :meth:`Router.acquire
+<bounded_router.Router.acquire>` count a request on a worker and return a :class:`Lease`;
+:meth:`Lease.release` undoes that count, once. A lease is also a (sync and async) context
+manager, and :meth:`Lease.wrap_iter` / :meth:`Lease.wrap_aiter` hold it for the life of a
+streaming body::
+
+    lease = router.route("session-42")
+    return StreamingResponse(lease.wrap_aiter(upstream_body()))
+
+A lease that is garbage-collected without having been released is released by a safety net
+and counted by the router as leaked (:meth:`Router.leaked_leases
+<bounded_router.Router.leaked_leases>`).
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    AsyncGenerator,
+    AsyncIterable,
+    Generator,
+    Iterable,
+    Optional,
+    Type,
+    TypeVar,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .router import Router
+
+__all__ = ["Lease", "LeasedIterator", "LeasedAsyncIterator"]
+
+T = TypeVar("T")
+
+_SPILLOVER = "explicit_routing_key_spillover"
+
+
+class Lease:
+    """One request counted on a worker, until :meth:`release`.
+
+    Leases are created by a :class:`~bounded_router.Router`; do not construct them directly.
+
+    Attributes:
+        worker_url: the worker the request was counted on (where to send it).
+        preferred_url: the worker the routing key prefers; differs from ``worker_url`` only
+            when the request spilled. Equal to ``worker_url`` for a lease from ``acquire``.
+        branch: the rule that chose the worker (e.g. ``"explicit_routing_key_hit"``), or None
+            for a lease from ``acquire``, which made no routing decision.
+    """
+
+    __slots__ = ("_router", "_id", "_worker_url", "_preferred_url", "_branch")
+
+    def __init__(
+        self, router: Router, lease_id: int, worker_url: str, preferred_url: str, branch: Optional[str]
+    ) -> None:
+        self._router = router
+        self._id = lease_id
+        self._worker_url = worker_url
+        self._preferred_url = preferred_url
+        self._branch = branch
+
+    @property
+    def worker_url(self) -> str:
+        """The worker the request was counted on."""
+        return self._worker_url
+
+    @property
+    def preferred_url(self) -> str:
+        """The worker the routing key prefers (``worker_url`` unless the request spilled)."""
+        return self._preferred_url
+
+    @property
+    def branch(self) -> Optional[str]:
+        """The branch that chose the worker, or None for a lease from ``acquire``."""
+        return self._branch
+
+    @property
+    def spilled(self) -> bool:
+        """Whether the request left its preferred worker (branch ``explicit_routing_key_spillover``)."""
+        return self._branch == _SPILLOVER
+
+    @property
+    def released(self) -> bool:
+        """Whether :meth:`release` was called (or the router was closed)."""
+        return not self._id or self._router._closed
+
+    def release(self) -> bool:
+        """Stop counting the request; return True if this call released it.
+
+        Idempotent and thread-safe: only the first call releases (the native library releases a
+        lease id at most once), later ones return False. Releasing after the router was closed
+        returns False. Releasing after the worker was removed is fine and never touches a new
+        worker with the same URL.
+
+        Raises:
+            ForkedProcessError: in a process forked after the lease was taken.
+        """
+        lease_id = self._id
+        if not lease_id:
+            return False
+        self._id = 0
+        router = self._router
+        if router._closed:
+            return False
+        status = router._lib.br_release(router._handle, lease_id)
+        if status == 1:
+            return True
+        if status == 0 or status == -1:  # already released, or the router was closed meanwhile
+            return False
+        raise router._lib.error(status)
+
+    def __del__(self) -> None:
+        # Safety net: a lease dropped without release is released and counted as leaked. Must
+        # never raise (interpreter shutdown, closed router, forked child).
+        try:
+            lease_id = self._id
+            if lease_id:
+                self._id = 0
+                router = self._router
+                if not router._closed:
+                    router._lib.br_release_abandoned(router._handle, lease_id)
+        except BaseException:
+            pass
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.release()
+
+    async def __aenter__(self) -> Lease:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.release()
+
+    def wrap_iter(self, iterable: Iterable[T]) -> LeasedIterator[T]:
+        """Yield the items of ``iterable`` and release this lease when the iteration ends.
+
+        The lease is released when the iterable is exhausted, when it raises, and when the
+        returned generator is closed or garbage-collected (even before its first item), so a
+        streaming response body holds the lease exactly as long as it is being sent.
+        """
+        return LeasedIterator(self, iterable)
+
+    def wrap_aiter(self, iterable: AsyncIterable[T]) -> LeasedAsyncIterator[T]:
+        """Async version of :meth:`wrap_iter`.
+
+        The lease is released when the iterable is exhausted or raises, when the returned
+        async generator is closed (``aclose()``) or garbage-collected, and when the task
+        iterating it is cancelled while waiting for an item.
+        """
+        return LeasedAsyncIterator(self, iterable)
+
+    def __repr__(self) -> str:
+        state = "released" if self.released else "active"
+        return "<Lease %s worker_url=%r preferred_url=%r branch=%r>" % (
+            state,
+            self._worker_url,
+            self._preferred_url,
+            self._branch,
+        )
+
+
+class LeasedIterator(Generator[T, None, None]):
+    """The generator returned by :meth:`Lease.wrap_iter`.
+
+    It behaves like ``yield from iterable`` inside ``try: ... finally: lease.release()``, except
+    that closing it (or dropping it) before the first item also releases the lease.
+    """
+
+    __slots__ = ("_lease", "_iterator", "_done")
+
+    def __init__(self, lease: Lease, iterable: Iterable[T]) -> None:
+        self._lease = lease
+        self._done = False
+        self._iterator = iter(iterable)
+
+    def _finish(self) -> None:
+        self._done = True
+        self._lease.release()
+
+    def send(self, value: None) -> T:
+        if self._done:
+            raise StopIteration
+        try:
+            if value is None:
+                return next(self._iterator)
+            return self._iterator.send(value)  # type: ignore[attr-defined]
+        except BaseException:
+            self._finish()
+            raise
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> T:  # type: ignore[override]
+        if isinstance(typ, BaseException):
+            exc = typ
+        elif val is None:
+            exc = typ()
+        elif isinstance(val, BaseException):
+            exc = val
+        else:
+            exc = typ(val)
+        if tb is not None:
+            exc = exc.with_traceback(tb)
+        if not self._done:
+            inner_throw = getattr(self._iterator, "throw", None)
+            if inner_throw is not None:
+                try:
+                    return inner_throw(exc)
+                except BaseException:
+                    self._finish()
+                    raise
+            self.close()
+        raise exc
+
+    def close(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            inner_close = getattr(self._iterator, "close", None)
+            if inner_close is not None:
+                inner_close()
+        finally:
+            self._lease.release()
+
+    def __del__(self) -> None:
+        try:
+            if not self._done:
+                self._done = True
+                self._lease.release()
+        except BaseException:
+            pass
+
+
+class LeasedAsyncIterator(AsyncGenerator[T, None]):
+    """The async generator returned by :meth:`Lease.wrap_aiter`.
+
+    It behaves like an async generator that re-yields ``iterable`` inside
+    ``try: ... finally: lease.release()``; since releasing is synchronous, it also releases
+    when dropped without ``aclose()`` (no event loop needed) and when closed before its first
+    item.
+    """
+
+    __slots__ = ("_lease", "_iterator", "_done")
+
+    def __init__(self, lease: Lease, iterable: AsyncIterable[T]) -> None:
+        self._lease = lease
+        self._done = False
+        self._iterator = iterable.__aiter__()
+
+    def _finish(self) -> None:
+        self._done = True
+        self._lease.release()
+
+    async def asend(self, value: None) -> T:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            if value is None:
+                return await self._iterator.__anext__()
+            return await self._iterator.asend(value)  # type: ignore[attr-defined]
+        except BaseException:  # StopAsyncIteration, an error, or CancelledError
+            self._finish()
+            raise
+
+    async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> T:  # type: ignore[override]
+        if isinstance(typ, BaseException):
+            exc = typ
+        elif val is None:
+            exc = typ()
+        elif isinstance(val, BaseException):
+            exc = val
+        else:
+            exc = typ(val)
+        if tb is not None:
+            exc = exc.with_traceback(tb)
+        if not self._done:
+            inner_throw = getattr(self._iterator, "athrow", None)
+            if inner_throw is not None:
+                try:
+                    return await inner_throw(exc)
+                except BaseException:
+                    self._finish()
+                    raise
+            await self.aclose()
+        raise exc
+
+    async def aclose(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            inner_close = getattr(self._iterator, "aclose", None)
+            if inner_close is not None:
+                await inner_close()
+        finally:
+            self._lease.release()
+
+    def __del__(self) -> None:
+        try:
+            if not self._done:
+                self._done = True
+                self._lease.release()
+        except BaseException:
+            pass

@@ -1,0 +1,191 @@
+"""Routing policies: the :class:`PolicyType` enum and the typed, validated policy configs.
+
+Mirrors ``sglang_router``'s ``PolicyType``/``policy_from_str`` and SMG's ``PolicyConfig``
+variants. Each config serialises to the ``{"type": "<policy name>", ...}`` form the native
+library reads, and :func:`config_from_dict` reads that form back.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Dict, Mapping, Union
+
+__all__ = [
+    "PolicyType",
+    "policy_from_str",
+    "RandomConfig",
+    "RoundRobinConfig",
+    "ConsistentHashingConfig",
+    "BoundedConsistentHashingConfig",
+    "PolicyConfig",
+    "config_from_dict",
+    "default_config",
+    "DEFAULT_MAX_LOAD_SKEW",
+    "DEFAULT_MIN_LOAD_GAP",
+]
+
+#: Default relative bound of ``bounded_consistent_hashing`` (SPEC §6).
+DEFAULT_MAX_LOAD_SKEW = 1.5
+#: Default absolute load gap of ``bounded_consistent_hashing`` (SPEC §6).
+DEFAULT_MIN_LOAD_GAP = 2
+
+
+class PolicyType(Enum):
+    """The routing policies; each member's value is the policy's name."""
+
+    Random = "random"
+    RoundRobin = "round_robin"
+    ConsistentHashing = "consistent_hashing"
+    BoundedConsistentHashing = "bounded_consistent_hashing"
+
+
+_BY_NAME = {member.value: member for member in PolicyType}
+
+
+def policy_from_str(policy_str: str) -> PolicyType:
+    """Return the :class:`PolicyType` named ``policy_str``.
+
+    Raises :class:`KeyError` for any other value, as ``sglang_router.policy_from_str`` does.
+    """
+    try:
+        return _BY_NAME[policy_str]
+    except (KeyError, TypeError):
+        raise KeyError(
+            "unknown policy %r: expected one of %s" % (policy_str, ", ".join(_BY_NAME))
+        ) from None
+
+
+def _check_max_load_skew(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError("max_load_skew must be a finite number >= 1.0, got %r" % (value,))
+    number = float(value)
+    if not math.isfinite(number) or number < 1.0:
+        raise ValueError("max_load_skew must be a finite number >= 1.0, got %r" % (number,))
+    return number
+
+
+def _check_min_load_gap(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError("min_load_gap must be an integer >= 0, got %r" % (value,))
+    number = int(value)
+    if number < 0:
+        raise ValueError("min_load_gap must be an integer >= 0, got %r" % (number,))
+    return number
+
+
+@dataclass(frozen=True)
+class RandomConfig:
+    """Policy ``random``: a uniformly random available worker."""
+
+    @property
+    def policy_type(self) -> PolicyType:
+        return PolicyType.Random
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Return ``{"type": "random"}``."""
+        return {"type": PolicyType.Random.value}
+
+
+@dataclass(frozen=True)
+class RoundRobinConfig:
+    """Policy ``round_robin``: the available workers in turn, with a counter shared by all requests."""
+
+    @property
+    def policy_type(self) -> PolicyType:
+        return PolicyType.RoundRobin
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Return ``{"type": "round_robin"}``."""
+        return {"type": PolicyType.RoundRobin.value}
+
+
+@dataclass(frozen=True)
+class ConsistentHashingConfig:
+    """Policy ``consistent_hashing``: strict consistent hashing of the routing key, never spills."""
+
+    @property
+    def policy_type(self) -> PolicyType:
+        return PolicyType.ConsistentHashing
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Return ``{"type": "consistent_hashing"}``."""
+        return {"type": PolicyType.ConsistentHashing.value}
+
+
+@dataclass(frozen=True)
+class BoundedConsistentHashingConfig:
+    """Policy ``bounded_consistent_hashing``: consistent hashing with a bounded load.
+
+    A request with an explicit routing key leaves its preferred worker only when that worker's
+    load exceeds the least-loaded available worker's by more than ``min_load_gap`` requests
+    *and* exceeds the mean load times ``max_load_skew``.
+
+    Attributes:
+        max_load_skew: the relative bound, a finite number >= 1.0 (stored as a float).
+        min_load_gap: the absolute gap in requests, an integer >= 0 (not a bool or a float).
+
+    Raises:
+        ValueError: naming the field and its rule when a value breaks it.
+    """
+
+    max_load_skew: float = DEFAULT_MAX_LOAD_SKEW
+    min_load_gap: int = DEFAULT_MIN_LOAD_GAP
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_load_skew", _check_max_load_skew(self.max_load_skew))
+        object.__setattr__(self, "min_load_gap", _check_min_load_gap(self.min_load_gap))
+
+    @property
+    def policy_type(self) -> PolicyType:
+        return PolicyType.BoundedConsistentHashing
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Return ``{"type": "bounded_consistent_hashing", "max_load_skew": ..., "min_load_gap": ...}``."""
+        return {
+            "type": PolicyType.BoundedConsistentHashing.value,
+            "max_load_skew": self.max_load_skew,
+            "min_load_gap": self.min_load_gap,
+        }
+
+
+#: Any of the typed policy configs.
+PolicyConfig = Union[RandomConfig, RoundRobinConfig, ConsistentHashingConfig, BoundedConsistentHashingConfig]
+
+_CONFIG_CLASSES = {
+    PolicyType.Random: RandomConfig,
+    PolicyType.RoundRobin: RoundRobinConfig,
+    PolicyType.ConsistentHashing: ConsistentHashingConfig,
+    PolicyType.BoundedConsistentHashing: BoundedConsistentHashingConfig,
+}
+
+CONFIG_TYPES = tuple(_CONFIG_CLASSES.values())
+
+
+def default_config(policy: PolicyType) -> PolicyConfig:
+    """Return the config of ``policy`` with its default settings."""
+    return _CONFIG_CLASSES[policy]()
+
+
+def config_from_dict(data: Mapping[str, Any]) -> PolicyConfig:
+    """Build a typed config from its ``{"type": ..., ...}`` form (the inverse of ``to_dict``).
+
+    Raises:
+        ValueError: for a missing or unknown ``type``, a setting the policy does not have, or a
+            setting that breaks its rule.
+    """
+    if not isinstance(data, Mapping):
+        raise ValueError("a policy config must be a mapping with a 'type', got %r" % (data,))
+    fields = dict(data)
+    name = fields.pop("type", None)
+    try:
+        policy = policy_from_str(name)  # type: ignore[arg-type]
+    except KeyError as e:
+        raise ValueError("policy config type: %s" % e.args[0]) from None
+    allowed = ("max_load_skew", "min_load_gap") if policy is PolicyType.BoundedConsistentHashing else ()
+    unknown = sorted(set(fields) - set(allowed))
+    if unknown:
+        raise ValueError("policy %s has no setting %s" % (policy.value, ", ".join(map(repr, unknown))))
+    return _CONFIG_CLASSES[policy](**fields)

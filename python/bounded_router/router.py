@@ -1,0 +1,474 @@
+"""The :class:`Router`: chooses a worker for each request and counts the requests in flight.
+
+Routing, load counting and membership live in the native library; this module converts
+arguments, maps the library's worker ids to URLs and turns its answers into Python objects.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from ctypes import c_uint64
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Type, Union
+
+from . import _native
+from ._headers import HeadersLike, encode_headers, key_bytes
+from .args import DEFAULT_VIRTUAL_NODES, RouterArgs
+from .errors import ForkedProcessError, NoWorkerAvailableError, RouterClosedError
+from .lease import Lease
+from .policy import (
+    CONFIG_TYPES,
+    DEFAULT_MAX_LOAD_SKEW,
+    DEFAULT_MIN_LOAD_GAP,
+    BoundedConsistentHashingConfig,
+    PolicyConfig,
+    PolicyType,
+    default_config,
+    policy_from_str,
+)
+
+__all__ = ["Router", "Decision", "WorkerInfo"]
+
+_BRANCHES = _native.BRANCHES
+_CHOSE_WORKER = _native.BRANCH_CHOSE_WORKER
+_LOW32 = 0xFFFFFFFF
+_SPILLOVER = "explicit_routing_key_spillover"
+# A selection whose worker left the membership before its URL could be looked up is made
+# again; membership would have to change this many times in a row to give up.
+_SELECT_ATTEMPTS = 100
+
+_Out = c_uint64 * 2
+_local = threading.local()
+
+
+def _out() -> Any:
+    """This thread's output array for route calls (allocated once per thread)."""
+    try:
+        return _local.out
+    except AttributeError:
+        out = _local.out = _Out()
+        return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A routing decision made by :meth:`Router.select` (nothing counted).
+
+    Attributes:
+        worker_url: the chosen worker, or None when no worker could be chosen.
+        preferred_url: the worker the routing key prefers (the chosen one unless the request
+            would spill), or None when no worker could be chosen.
+        branch: the rule that decided, e.g. ``"explicit_routing_key_hit"``.
+    """
+
+    worker_url: Optional[str]
+    preferred_url: Optional[str]
+    branch: str
+
+    @property
+    def spilled(self) -> bool:
+        """Whether the request would leave its preferred worker."""
+        return self.branch == _SPILLOVER
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A snapshot of one worker.
+
+    Attributes:
+        url: the worker's URL.
+        healthy: whether it is available for routing.
+        load: the number of leases held on it (requests in flight from this process).
+        active_keys: the number of distinct explicit routing keys among those leases.
+    """
+
+    url: str
+    healthy: bool
+    load: int
+    active_keys: int
+
+
+def _url_bytes(url: Any) -> bytes:
+    if not isinstance(url, str):
+        raise TypeError("a worker URL must be a str, got %s" % type(url).__name__)
+    return url.encode("utf-8")
+
+
+def _url_list(urls: Any, what: str) -> List[str]:
+    if isinstance(urls, (str, bytes)):
+        raise TypeError("%s must be a list of URL strings, not a single %s" % (what, type(urls).__name__))
+    try:
+        items = list(urls)
+    except TypeError:
+        raise TypeError("%s must be a list of URL strings, got %s" % (what, type(urls).__name__)) from None
+    for url in items:
+        _url_bytes(url)
+    return items
+
+
+def _resolve_policy(policy: Any, max_load_skew: Any, min_load_gap: Any) -> PolicyConfig:
+    if isinstance(policy, CONFIG_TYPES):
+        if max_load_skew is not None or min_load_gap is not None:
+            raise ValueError(
+                "max_load_skew and min_load_gap cannot be passed next to a typed policy config: "
+                "set them in the config (BoundedConsistentHashingConfig(max_load_skew=..., min_load_gap=...))"
+            )
+        return policy
+    if isinstance(policy, PolicyType):
+        kind = policy
+    elif isinstance(policy, str):
+        try:
+            kind = policy_from_str(policy)
+        except KeyError as e:
+            raise ValueError("policy: %s" % e.args[0]) from None
+    else:
+        raise ValueError("policy must be a PolicyType, a policy name or a policy config, got %r" % (policy,))
+    if kind is PolicyType.BoundedConsistentHashing:
+        return BoundedConsistentHashingConfig(
+            max_load_skew=DEFAULT_MAX_LOAD_SKEW if max_load_skew is None else max_load_skew,
+            min_load_gap=DEFAULT_MIN_LOAD_GAP if min_load_gap is None else min_load_gap,
+        )
+    if max_load_skew is not None or min_load_gap is not None:
+        raise ValueError(
+            "max_load_skew and min_load_gap apply only to bounded_consistent_hashing, not %s" % kind.value
+        )
+    return default_config(kind)
+
+
+class Router:
+    """Routes requests to workers, keeping requests that share a routing key on one worker.
+
+    Args:
+        worker_urls: the workers' URLs, in membership order (unique, non-empty strings).
+        policy: a :class:`PolicyType`, its name (``"bounded_consistent_hashing"``, ...) or a
+            typed config (:class:`BoundedConsistentHashingConfig`, ...).
+        max_load_skew: ``bounded_consistent_hashing`` only (default 1.5): a finite number >= 1.
+        min_load_gap: ``bounded_consistent_hashing`` only (default 2): an integer >= 0.
+        virtual_nodes: ring positions per worker (default 150).
+
+    Raises:
+        ValueError: a setting breaks its rule, an unknown policy name, an empty or duplicate
+            URL, or skew/gap given with another policy or next to a typed config.
+        TypeError: a URL is not a str.
+
+    All methods are thread-safe. A router is a context manager that closes it on exit; using
+    a closed router raises :class:`RouterClosedError`.
+    """
+
+    def __init__(
+        self,
+        worker_urls: Iterable[str],
+        policy: Union[PolicyType, str, PolicyConfig] = PolicyType.BoundedConsistentHashing,
+        max_load_skew: Optional[float] = None,
+        min_load_gap: Optional[int] = None,
+        virtual_nodes: int = DEFAULT_VIRTUAL_NODES,
+    ) -> None:
+        self._closed = True  # until the native router exists, so __del__ has nothing to do
+        self._handle = 0
+        urls = _url_list(worker_urls, "worker_urls")
+        self._policy = _resolve_policy(policy, max_load_skew, min_load_gap)
+        if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int):
+            raise ValueError("virtual_nodes must be an integer, got %r" % (virtual_nodes,))
+        config = {"worker_urls": urls, "policy": self._policy.to_dict(), "virtual_nodes": virtual_nodes}
+        data = json.dumps(config, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        self._lib = lib = _native.library()
+        out = c_uint64()
+        lib.check(lib.br_router_new(data, len(data), out))
+        self._handle = out.value
+        self._closed = False
+        # Worker id -> URL, replaced (never mutated) after every membership change.
+        self._urls: Dict[int, str] = {}
+        self._refresh_urls()
+
+    @classmethod
+    def from_args(cls, args: RouterArgs) -> Router:
+        """Build a router from :class:`RouterArgs` (e.g. parsed command-line flags).
+
+        With a policy other than ``bounded_consistent_hashing``, ``max_load_skew`` and
+        ``min_load_gap`` must keep their defaults (they would have no effect).
+        """
+        try:
+            kind = policy_from_str(args.policy)
+        except KeyError as e:
+            raise ValueError("policy: %s" % e.args[0]) from None
+        if kind is PolicyType.BoundedConsistentHashing:
+            return cls(args.worker_urls, kind, args.max_load_skew, args.min_load_gap, args.virtual_nodes)
+        if args.max_load_skew != DEFAULT_MAX_LOAD_SKEW or args.min_load_gap != DEFAULT_MIN_LOAD_GAP:
+            raise ValueError(
+                "max_load_skew and min_load_gap apply only to bounded_consistent_hashing, not %s" % kind.value
+            )
+        return cls(args.worker_urls, kind, virtual_nodes=args.virtual_nodes)
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def policy(self) -> PolicyConfig:
+        """The policy and its settings, as a typed config (readable after close too)."""
+        return self._policy
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def _closed_error(self) -> RouterClosedError:
+        return RouterClosedError("the router is closed")
+
+    def close(self) -> None:
+        """Free the native router. Idempotent; outstanding leases become no-ops.
+
+        In a process forked after the router was created, this only marks the inherited copy
+        closed (the parent's router is untouched).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            status = self._lib.br_router_free(self._handle)
+        except ForkedProcessError:  # nothing of ours to free in this process
+            return
+        if status < 0 and status != _native.STATUS_INVALID_HANDLE:
+            raise self._lib.error(status)
+
+    def __enter__(self) -> Router:
+        if self._closed:
+            raise self._closed_error()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except BaseException:
+            pass
+
+    def __repr__(self) -> str:
+        return "<Router policy=%r%s>" % (self._policy, " closed" if self._closed else "")
+
+    # -- routing -----------------------------------------------------------------------------
+
+    def route(self, routing_key: Union[str, bytes, None] = None, *, headers: Optional[HeadersLike] = None) -> Lease:
+        """Choose a worker for a request and count the request on it until the lease is released.
+
+        Args:
+            routing_key: the explicit routing key (``str``, UTF-8 encoded, or ``bytes``); empty
+                or None means no key. It overrides an ``X-SMG-Routing-Key`` header.
+            headers: the request's HTTP headers (any mapping, or an iterable of ``(name,
+                value)`` pairs); ``X-SMG-Target-Worker``, ``X-SMG-Routing-Key``,
+                ``Authorization``, ``X-Forwarded-For`` and ``Cookie`` are used as SPEC §5 says.
+
+        Returns:
+            The :class:`Lease`; release it (or use it as a context manager) when the request
+            has finished.
+
+        Raises:
+            NoWorkerAvailableError: no worker can be chosen (``.branch`` says why).
+            TypeError: ``routing_key`` or a header is of the wrong type.
+        """
+        if self._closed:
+            raise self._closed_error()
+        if headers is not None:
+            return self._route_headers(routing_key, headers)
+        key = routing_key
+        if key is None:
+            size = 0
+        elif type(key) is str:
+            key = key.encode()
+            size = len(key)
+        elif type(key) is bytes:
+            size = len(key)
+        else:
+            key = key_bytes(key)
+            size = len(key)
+        out = _out()
+        code = self._lib.br_route_key(self._handle, key, size, out)
+        if code < 0:
+            raise self._lib.error(code)
+        lease_id = out[0]
+        if not lease_id:
+            raise NoWorkerAvailableError(_BRANCHES[code])
+        ids = out[1]
+        urls = self._urls
+        worker_id = ids & _LOW32
+        worker = urls.get(worker_id)
+        preferred_id = ids >> 32
+        preferred = worker if preferred_id == worker_id else urls.get(preferred_id)
+        if worker is None or preferred is None:
+            worker, preferred = self._lease_urls(lease_id)
+        return Lease(self, lease_id, worker, preferred, _BRANCHES[code])
+
+    def _route_headers(self, routing_key: Union[str, bytes, None], headers: HeadersLike) -> Lease:
+        key = key_bytes(routing_key)
+        block = encode_headers(headers)
+        out = _out()
+        code = self._lib.br_route(self._handle, key, len(key), block, len(block), 1, out)
+        if code < 0:
+            raise self._lib.error(code)
+        lease_id = out[0]
+        if not lease_id:
+            raise NoWorkerAvailableError(_BRANCHES[code])
+        worker, preferred = self._urls_of(out[1])
+        if worker is None or preferred is None:
+            worker, preferred = self._lease_urls(lease_id)
+        return Lease(self, lease_id, worker, preferred, _BRANCHES[code])
+
+    def select(self, routing_key: Union[str, bytes, None] = None, *, headers: Optional[HeadersLike] = None) -> Decision:
+        """Choose a worker like :meth:`route` without counting anything.
+
+        Never raises :class:`NoWorkerAvailableError`: when no worker can be chosen the decision
+        has ``worker_url`` None and the branch says why.
+        """
+        if self._closed:
+            raise self._closed_error()
+        key = key_bytes(routing_key)
+        block = b"" if headers is None else encode_headers(headers)
+        out = _out()
+        for _ in range(_SELECT_ATTEMPTS):
+            code = self._lib.br_route(self._handle, key, len(key), block, len(block), 0, out)
+            if code < 0:
+                raise self._lib.error(code)
+            branch = _BRANCHES[code]
+            if not _CHOSE_WORKER[code]:
+                return Decision(None, None, branch)
+            ids = out[1]
+            worker, preferred = self._urls_of(ids)
+            if worker is None or preferred is None:
+                # A worker added concurrently by another thread: refresh the map and look again.
+                self._refresh_urls()
+                worker, preferred = self._urls_of(ids)
+            if worker is not None and preferred is not None:
+                return Decision(worker, preferred, branch)
+            # The worker left the membership in between: decide again.
+        raise RuntimeError("bounded_router: the membership changed during every one of %d selections" % _SELECT_ATTEMPTS)
+
+    def acquire(self, worker_url: str, routing_key: Union[str, bytes, None] = None) -> Lease:
+        """Count a request on ``worker_url``, a worker chosen outside the router.
+
+        The worker must be a member (it need not be healthy). ``routing_key``, if given, is
+        counted among the worker's active keys. The lease's ``branch`` is None.
+
+        Raises:
+            KeyError: ``worker_url`` is not a member.
+        """
+        if self._closed:
+            raise self._closed_error()
+        url = _url_bytes(worker_url)
+        key = key_bytes(routing_key)
+        out = _out()
+        status = self._lib.br_acquire(self._handle, url, len(url), key, len(key), out)
+        if status < 0:
+            raise self._lib.error(status)
+        return Lease(self, out[0], worker_url, worker_url, None)
+
+    # -- membership and health ---------------------------------------------------------------
+
+    def add_worker(self, url: str) -> None:
+        """Add a worker at the end of the membership order.
+
+        Raises:
+            ValueError: the URL is empty or already a member.
+            TypeError: the URL is not a str.
+        """
+        self._change_member(self._lib_call("br_add_worker"), url)
+
+    def remove_worker(self, url: str) -> None:
+        """Remove a worker. Its outstanding leases stay valid and release against it alone.
+
+        Raises:
+            KeyError: the URL is not a member.
+        """
+        self._change_member(self._lib_call("br_remove_worker"), url)
+
+    def set_workers(self, urls: Iterable[str]) -> None:
+        """Replace the membership with ``urls``, in that order.
+
+        Workers that stay keep their health and load; the others are removed.
+
+        Raises:
+            ValueError: a URL is empty or listed twice.
+            TypeError: a URL is not a str.
+        """
+        if self._closed:
+            raise self._closed_error()
+        data = json.dumps(_url_list(urls, "urls"), ensure_ascii=False).encode("utf-8")
+        self._lib.check(self._lib.br_set_workers(self._handle, data, len(data)))
+        self._refresh_urls()
+
+    def set_healthy(self, url: str, healthy: bool) -> None:
+        """Mark a worker healthy (available for routing) or not; its leases are unaffected.
+
+        Raises:
+            KeyError: the URL is not a member.
+        """
+        if self._closed:
+            raise self._closed_error()
+        raw = _url_bytes(url)
+        self._lib.check(self._lib.br_set_healthy(self._handle, raw, len(raw), 1 if healthy else 0))
+
+    def _lib_call(self, name: str) -> Any:
+        if self._closed:
+            raise self._closed_error()
+        return getattr(self._lib, name)
+
+    def _change_member(self, function: Any, url: str) -> None:
+        raw = _url_bytes(url)
+        self._lib.check(function(self._handle, raw, len(raw)))
+        self._refresh_urls()
+
+    # -- statistics --------------------------------------------------------------------------
+
+    def workers(self) -> List[WorkerInfo]:
+        """A snapshot of every worker, in membership order."""
+        if self._closed:
+            raise self._closed_error()
+        states = self._lib.read_json("br_workers_json", self._handle)
+        self._urls = {state["id"]: state["url"] for state in states}
+        return [WorkerInfo(s["url"], s["healthy"], s["load"], s["active_keys"]) for s in states]
+
+    def loads(self) -> Dict[str, int]:
+        """The load (leases held) of every worker, by URL, in membership order."""
+        return {worker.url: worker.load for worker in self.workers()}
+
+    def _stats(self) -> Dict[str, Any]:
+        if self._closed:
+            raise self._closed_error()
+        return self._lib.read_json("br_stats_json", self._handle)  # type: ignore[no-any-return]
+
+    def branch_counts(self) -> Dict[str, int]:
+        """How many routed requests each branch decided (every branch name is present)."""
+        counts = self._stats()["branches"]
+        return {name: int(counts.get(name, 0)) for name in _BRANCHES}
+
+    def leaked_leases(self) -> int:
+        """How many leases were garbage-collected without release (and released by the safety net)."""
+        return int(self._stats()["leaked"])
+
+    def active_leases(self) -> int:
+        """How many leases are held, including those on workers removed since."""
+        return int(self._stats()["active_leases"])
+
+    # -- worker id -> URL --------------------------------------------------------------------
+
+    def _refresh_urls(self) -> None:
+        states = self._lib.read_json("br_workers_json", self._handle)
+        self._urls = {state["id"]: state["url"] for state in states}
+
+    def _urls_of(self, ids: int) -> Tuple[Optional[str], Optional[str]]:
+        urls = self._urls
+        return urls.get(ids & _LOW32), urls.get(ids >> 32)
+
+    def _lease_urls(self, lease_id: int) -> Tuple[str, str]:
+        # The chosen worker is not in the map: the membership changed concurrently. The lease
+        # knows its workers even if they have been removed since.
+        self._refresh_urls()
+        answer = self._lib.read_json("br_lease_workers_json", self._handle, lease_id)
+        return answer["worker_url"], answer["preferred_url"]
