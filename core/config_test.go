@@ -1,0 +1,245 @@
+package core
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestDefaultConfig(t *testing.T) {
+	cfg := DefaultConfig("a", "b")
+	assert.Equal(t, Config{
+		WorkerURLs:   []string{"a", "b"},
+		Policy:       Policy{Kind: PolicyBoundedConsistentHashing, MaxLoadSkew: 1.5, MinLoadGap: 2},
+		VirtualNodes: 150,
+	}, cfg)
+	assert.NoError(t, cfg.Validate())
+}
+
+func TestParseConfigDefaults(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`{"worker_urls": ["http://w0:8000", "http://w1:8000"]}`))
+	require.NoError(t, err)
+	assert.Equal(t, DefaultConfig("http://w0:8000", "http://w1:8000"), cfg)
+
+	cfg, err = ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing"}}`))
+	require.NoError(t, err)
+	assert.Equal(t, DefaultConfig("a"), cfg)
+
+	cfg, err = ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing", "min_load_gap": 0}}`))
+	require.NoError(t, err)
+	assert.Equal(t, boundedPolicy(1.5, 0), cfg.Policy)
+
+	cfg, err = ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing", "max_load_skew": 1}}`))
+	require.NoError(t, err)
+	assert.Equal(t, boundedPolicy(1, 2), cfg.Policy)
+
+	cfg, err = ParseConfig([]byte(`{"worker_urls": [], "policy": null}`))
+	require.NoError(t, err)
+	assert.Equal(t, PolicyBoundedConsistentHashing, cfg.Policy.Kind)
+	assert.Empty(t, cfg.WorkerURLs)
+}
+
+func TestParseConfigFull(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`{"worker_urls": ["http://w0:8000"], "virtual_nodes": 64,
+		"policy": {"type": "bounded_consistent_hashing", "max_load_skew": 2.25, "min_load_gap": 5}}`))
+	require.NoError(t, err)
+	assert.Equal(t, Config{WorkerURLs: []string{"http://w0:8000"}, Policy: boundedPolicy(2.25, 5), VirtualNodes: 64}, cfg)
+
+	for name, kind := range map[string]PolicyKind{
+		"random": PolicyRandom, "round_robin": PolicyRoundRobin,
+		"consistent_hashing": PolicyConsistentHashing, "bounded_consistent_hashing": PolicyBoundedConsistentHashing,
+	} {
+		cfg, err := ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {"type": "` + name + `"}}`))
+		require.NoError(t, err, name)
+		assert.Equal(t, kind, cfg.Policy.Kind, name)
+		assert.Equal(t, name, kind.String())
+	}
+	assert.Equal(t, "unknown_policy", PolicyKind(9).String())
+
+	for _, vn := range []string{"1", "65536", "150"} {
+		_, err := ParseConfig([]byte(`{"worker_urls": ["a"], "virtual_nodes": ` + vn + `}`))
+		assert.NoError(t, err, vn)
+	}
+}
+
+func TestConfigRoundTrip(t *testing.T) {
+	configs := []Config{
+		DefaultConfig("http://w0:8000", "http://w1:8000"),
+		{WorkerURLs: []string{"x"}, Policy: boundedPolicy(1, 0), VirtualNodes: 1},
+		{WorkerURLs: []string{"x", "y"}, Policy: boundedPolicy(3.75, 1000), VirtualNodes: MaxVirtualNodes},
+		{WorkerURLs: []string{"ünïcode", "a\"quote"}, Policy: boundedPolicy(1.0000001, 7), VirtualNodes: 3},
+		{WorkerURLs: nil, Policy: boundedPolicy(1.5, 2), VirtualNodes: 150},
+	}
+	for _, cfg := range configs {
+		data, err := json.Marshal(cfg)
+		require.NoError(t, err)
+		back, err := ParseConfig(data)
+		require.NoError(t, err, string(data))
+		if cfg.WorkerURLs == nil {
+			cfg.WorkerURLs = []string{}
+		}
+		assert.Equal(t, cfg, back, string(data))
+	}
+	// The other policies carry no settings; the kind survives and the form is {"type": ...}.
+	for _, kind := range []PolicyKind{PolicyRandom, PolicyRoundRobin, PolicyConsistentHashing} {
+		cfg := Config{WorkerURLs: []string{"a"}, Policy: Policy{Kind: kind}, VirtualNodes: 10}
+		data, err := cfg.MarshalJSON()
+		require.NoError(t, err)
+		back, err := ParseConfig(data)
+		require.NoError(t, err, string(data))
+		assert.Equal(t, kind, back.Policy.Kind)
+		assert.Equal(t, cfg.WorkerURLs, back.WorkerURLs)
+		assert.Equal(t, 10, back.VirtualNodes)
+		p, err := json.Marshal(cfg.Policy)
+		require.NoError(t, err)
+		assert.JSONEq(t, `{"type": "`+kind.String()+`"}`, string(p))
+	}
+	p, err := json.Marshal(boundedPolicy(1.5, 2))
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2}`, string(p))
+	back, err := ParsePolicy(p)
+	require.NoError(t, err)
+	assert.Equal(t, boundedPolicy(1.5, 2), back)
+}
+
+// requireConfigError checks that ParseConfig rejects data with an ErrInvalidConfig whose
+// message contains every fragment (the field name, the rule).
+func requireConfigError(t *testing.T, data string, fragments ...string) {
+	t.Helper()
+	_, err := ParseConfig([]byte(data))
+	require.Error(t, err, data)
+	require.ErrorIs(t, err, ErrInvalidConfig, data)
+	for _, f := range fragments {
+		require.Contains(t, err.Error(), f, data)
+	}
+}
+
+func bounded(settings string) string {
+	return `{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing", ` + settings + `}}`
+}
+
+func TestParseConfigRejectsBadMaxLoadSkew(t *testing.T) {
+	for _, v := range []string{"0.5", "-1", "0", "0.999999", "true", `"1.5"`, "1e999", "-1e999", "[]", "{}"} {
+		requireConfigError(t, bounded(`"max_load_skew": `+v), "max_load_skew", "finite number >= 1.0")
+	}
+}
+
+func TestParseConfigRejectsBadMinLoadGap(t *testing.T) {
+	for _, v := range []string{"-1", "1.5", "2.0", "true", `"2"`, "1e3", "1E3", "2e0", "99999999999999999999", "[]"} {
+		requireConfigError(t, bounded(`"min_load_gap": `+v), "min_load_gap", ">= 0")
+	}
+}
+
+func TestParseConfigRejectsBadVirtualNodes(t *testing.T) {
+	for _, v := range []string{"0", "-1", "65537", "1.5", "true", `"150"`, "1e2", "150.0", "99999999999999999999"} {
+		requireConfigError(t, `{"worker_urls": ["a"], "virtual_nodes": `+v+`}`, "virtual_nodes", "from 1 to 65536")
+	}
+}
+
+func TestParseConfigRejectsBadPolicy(t *testing.T) {
+	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "least_loaded"}}`, "policy type", "least_loaded")
+	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "Random"}}`, "policy type")
+	requireConfigError(t, `{"worker_urls": ["a"], "policy": {}}`, "policy type")
+	requireConfigError(t, `{"worker_urls": ["a"], "policy": "random"}`, "policy")
+	for _, kind := range []string{"random", "round_robin", "consistent_hashing"} {
+		requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "`+kind+`", "max_load_skew": 1.5}}`, "max_load_skew", kind)
+		requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "`+kind+`", "min_load_gap": 2}}`, "min_load_gap", kind)
+	}
+}
+
+func TestParseConfigRejectsUnknownFieldsAndMalformedJSON(t *testing.T) {
+	requireConfigError(t, `{"worker_urls": ["a"], "workers": ["b"]}`, "workers")
+	requireConfigError(t, bounded(`"max_load_skw": 1.5`), "max_load_skw")
+	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "random", "extra": 1}}`, "extra")
+	requireConfigError(t, `{"worker_urls": "a"}`)
+	requireConfigError(t, `{"worker_urls": [1]}`)
+	requireConfigError(t, ``)
+	requireConfigError(t, `{`)
+	requireConfigError(t, `[]`)
+	requireConfigError(t, `{"worker_urls": ["a"]} {}`)
+	requireConfigError(t, `{"worker_urls": ["a"]} x`)
+}
+
+func TestParseConfigRejectsBadURLs(t *testing.T) {
+	_, err := ParseConfig([]byte(`{"worker_urls": ["a", "b", "a"]}`))
+	require.ErrorIs(t, err, ErrDuplicateWorker)
+	assert.Contains(t, err.Error(), `"a"`)
+	assert.False(t, errors.Is(err, ErrUnknownWorker))
+
+	requireConfigError(t, `{"worker_urls": ["a", ""]}`, "worker URL", "empty")
+}
+
+func TestValidateDirectly(t *testing.T) {
+	valid := DefaultConfig("a")
+	for _, skew := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), 0.5, -1, 0, math.Nextafter(1, 0)} {
+		cfg := valid
+		cfg.Policy.MaxLoadSkew = skew
+		err := cfg.Validate()
+		require.ErrorIs(t, err, ErrInvalidConfig, "%v", skew)
+		assert.Contains(t, err.Error(), "max_load_skew")
+		assert.Contains(t, err.Error(), ">= 1.0")
+	}
+	for _, skew := range []float64{1, 1.5, math.MaxFloat64} {
+		cfg := valid
+		cfg.Policy.MaxLoadSkew = skew
+		assert.NoError(t, cfg.Validate(), "%v", skew)
+	}
+
+	cfg := valid
+	cfg.Policy.MinLoadGap = -1
+	err := cfg.Validate()
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "min_load_gap")
+
+	for _, vn := range []int{0, -1, MaxVirtualNodes + 1} {
+		cfg := valid
+		cfg.VirtualNodes = vn
+		err := cfg.Validate()
+		require.ErrorIs(t, err, ErrInvalidConfig)
+		assert.Contains(t, err.Error(), "virtual_nodes")
+	}
+
+	cfg = valid
+	cfg.Policy.Kind = PolicyKind(4)
+	err = cfg.Validate()
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "policy")
+
+	// Skew and gap are ignored by the other policies.
+	for _, kind := range []PolicyKind{PolicyRandom, PolicyRoundRobin, PolicyConsistentHashing} {
+		p := Policy{Kind: kind, MaxLoadSkew: math.NaN(), MinLoadGap: -5}
+		assert.NoError(t, p.Validate(), kind.String())
+	}
+
+	cfg = valid
+	cfg.WorkerURLs = []string{"ok", "bad\xff"}
+	err = cfg.Validate()
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "UTF-8")
+
+	cfg.WorkerURLs = []string{"ok", ""}
+	err = cfg.Validate()
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "empty")
+
+	cfg.WorkerURLs = []string{"ok", "x", "ok"}
+	err = cfg.Validate()
+	require.ErrorIs(t, err, ErrDuplicateWorker)
+	assert.Contains(t, err.Error(), `"ok"`)
+
+	cfg.WorkerURLs = []string{"http://W0:8000", "http://w0:8000", "http://w0:8000/"}
+	assert.NoError(t, cfg.Validate(), "URLs are not normalised")
+}
+
+func TestSentinelErrorsAreDistinct(t *testing.T) {
+	sentinels := []error{ErrInvalidConfig, ErrUnknownWorker, ErrDuplicateWorker}
+	for i, a := range sentinels {
+		for j, b := range sentinels {
+			assert.Equal(t, i == j, errors.Is(a, b))
+		}
+	}
+}
