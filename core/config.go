@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"unicode/utf8"
 )
@@ -183,7 +184,8 @@ func decodeStrict(data []byte, into any) error {
 	if err := dec.Decode(into); err != nil {
 		return err
 	}
-	if dec.More() {
+	// More() would miss a stray '}' or ']' after the object; only the end of input is clean.
+	if _, err := dec.Token(); err != io.EOF {
 		return fmt.Errorf("unexpected data after the JSON object")
 	}
 	return nil

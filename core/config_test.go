@@ -243,3 +243,14 @@ func TestSentinelErrorsAreDistinct(t *testing.T) {
 		}
 	}
 }
+func TestParseConfigRejectsTrailingClosers(t *testing.T) {
+	// A stray closing bracket after the object is not valid JSON either.
+	requireConfigError(t, `{"worker_urls": ["a"]}}`)
+	requireConfigError(t, `{"worker_urls": ["a"]}]`)
+	_, err := ParsePolicy([]byte(`{"type": "random"}}`))
+	assert.ErrorIs(t, err, ErrInvalidConfig)
+	// Trailing whitespace is fine.
+	_, err = ParseConfig([]byte("{\"worker_urls\": [\"a\"]}\n \t"))
+	assert.NoError(t, err)
+}
+
