@@ -253,4 +253,3 @@ func TestParseConfigRejectsTrailingClosers(t *testing.T) {
 	_, err = ParseConfig([]byte("{\"worker_urls\": [\"a\"]}\n \t"))
 	assert.NoError(t, err)
 }
-
