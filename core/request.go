@@ -34,9 +34,9 @@ func KeyRequest(key []byte) Request { return Request{RoutingKey: key} }
 // of a header name wins; values are used as given (never trimmed) and only when valid.
 func RequestFromHeaders(headers iter.Seq2[[]byte, []byte]) Request {
 	var (
-		req             Request
-		seen            [len(implicitKeyHeaders) + 2]bool
-		implicit        [len(implicitKeyHeaders)][]byte
+		req              Request
+		seen             [len(implicitKeyHeaders) + 2]bool
+		implicit         [len(implicitKeyHeaders)][]byte
 		target, explicit []byte
 	)
 	for name, value := range headers {
