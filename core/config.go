@@ -145,7 +145,8 @@ func ParsePolicy(data []byte) (Policy, error) {
 		return Policy{}, invalid("max_load_skew and min_load_gap apply only to bounded_consistent_hashing, not %s", kind)
 	}
 	if raw.MaxLoadSkew != nil {
-		if err := json.Unmarshal(raw.MaxLoadSkew, &policy.MaxLoadSkew); err != nil {
+		// Unmarshalling null into a float64 is a silent no-op; null is not a number.
+		if isNull(raw.MaxLoadSkew) || json.Unmarshal(raw.MaxLoadSkew, &policy.MaxLoadSkew) != nil {
 			return Policy{}, invalid("max_load_skew must be a finite number >= 1.0, got %s", raw.MaxLoadSkew)
 		}
 	}
@@ -166,17 +167,20 @@ func policyKindByName(name string) (PolicyKind, bool) {
 	return 0, false
 }
 
-// intSetting decodes an integer setting, rejecting fractions, exponents, booleans and strings.
+// intSetting decodes an integer setting, rejecting fractions, exponents, booleans, strings and
+// null (which json.Unmarshal would silently accept, leaving 0).
 func intSetting(name, rule string, raw json.RawMessage, fallback int) (int, error) {
 	if raw == nil {
 		return fallback, nil
 	}
 	var n int
-	if bytes.ContainsAny(raw, ".eE") || json.Unmarshal(raw, &n) != nil {
+	if isNull(raw) || bytes.ContainsAny(raw, ".eE") || json.Unmarshal(raw, &n) != nil {
 		return 0, invalid("%s must be an integer %s, got %s", name, rule, raw)
 	}
 	return n, nil
 }
+
+func isNull(raw json.RawMessage) bool { return string(raw) == "null" }
 
 func decodeStrict(data []byte, into any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -253,3 +253,9 @@ func TestParseConfigRejectsTrailingClosers(t *testing.T) {
 	_, err = ParseConfig([]byte("{\"worker_urls\": [\"a\"]}\n \t"))
 	assert.NoError(t, err)
 }
+func TestParseConfigRejectsNullSettings(t *testing.T) {
+	// null is not a number: it must be an error, not a silent 0 (or a silent default).
+	requireConfigError(t, bounded(`"min_load_gap": null`), "min_load_gap")
+	requireConfigError(t, bounded(`"max_load_skew": null`), "max_load_skew")
+	requireConfigError(t, `{"worker_urls": ["a"], "virtual_nodes": null}`, "virtual_nodes", "null")
+}
