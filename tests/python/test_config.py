@@ -1,0 +1,311 @@
+"""Policies, typed configs, RouterArgs and the configuration errors of Router (SPEC §6, §9)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bounded_router import (
+    BoundedConsistentHashingConfig,
+    ConsistentHashingConfig,
+    PolicyType,
+    RandomConfig,
+    RoundRobinConfig,
+    Router,
+    RouterArgs,
+    config_from_dict,
+    policy_from_str,
+)
+from support import W, urls
+
+NAMES = ["random", "round_robin", "consistent_hashing", "bounded_consistent_hashing"]
+
+
+def test_policy_type_members():
+    assert [m.name for m in PolicyType] == ["Random", "RoundRobin", "ConsistentHashing", "BoundedConsistentHashing"]
+    assert [m.value for m in PolicyType] == NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_policy_from_str(name):
+    assert policy_from_str(name) is PolicyType(name)
+
+
+@pytest.mark.parametrize("name", ["", "nope", "Random", "RANDOM", "bounded", " random", None, 3])
+def test_policy_from_str_unknown(name):
+    with pytest.raises(KeyError):
+        policy_from_str(name)
+
+
+# -- typed configs -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [math.nan, math.inf, -math.inf, 0.999, 0.0, -1.0, 0, True, False, "1.5", None, [1.5], complex(2, 0)],
+)
+def test_bad_max_load_skew(value):
+    with pytest.raises(ValueError, match=r"max_load_skew must be a finite number >= 1\.0, got"):
+        BoundedConsistentHashingConfig(max_load_skew=value)
+
+
+@pytest.mark.parametrize("value", [-1, -100, True, False, 2.0, 2.5, "2", None, math.nan])
+def test_bad_min_load_gap(value):
+    with pytest.raises(ValueError, match=r"min_load_gap must be an integer >= 0, got"):
+        BoundedConsistentHashingConfig(min_load_gap=value)
+
+
+def test_error_messages_name_the_value():
+    with pytest.raises(ValueError, match="got nan"):
+        BoundedConsistentHashingConfig(max_load_skew=math.nan)
+    with pytest.raises(ValueError, match="got -1$"):
+        BoundedConsistentHashingConfig(min_load_gap=-1)
+
+
+@pytest.mark.parametrize("skew", [1, 1.0, 1.5, 10**6, Fraction(3, 2)])
+@pytest.mark.parametrize("gap", [0, 2, 10**9])
+def test_good_bounded_config(skew, gap):
+    config = BoundedConsistentHashingConfig(max_load_skew=skew, min_load_gap=gap)
+    assert type(config.max_load_skew) is float and config.max_load_skew == float(skew)
+    assert type(config.min_load_gap) is int and config.min_load_gap == gap
+
+
+def test_defaults_and_frozen():
+    config = BoundedConsistentHashingConfig()
+    assert (config.max_load_skew, config.min_load_gap) == (1.5, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.max_load_skew = 2.0  # type: ignore[misc]
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True))
+def test_skew_accepted_iff_finite_and_at_least_one(value):
+    ok = math.isfinite(value) and value >= 1.0
+    try:
+        BoundedConsistentHashingConfig(max_load_skew=value)
+    except ValueError:
+        assert not ok
+    else:
+        assert ok
+
+
+@pytest.mark.parametrize(
+    "config, expected",
+    [
+        (RandomConfig(), {"type": "random"}),
+        (RoundRobinConfig(), {"type": "round_robin"}),
+        (ConsistentHashingConfig(), {"type": "consistent_hashing"}),
+        (
+            BoundedConsistentHashingConfig(),
+            {"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2},
+        ),
+        (
+            BoundedConsistentHashingConfig(max_load_skew=3, min_load_gap=0),
+            {"type": "bounded_consistent_hashing", "max_load_skew": 3.0, "min_load_gap": 0},
+        ),
+    ],
+)
+def test_to_dict_round_trip(config, expected):
+    assert config.to_dict() == expected
+    assert config_from_dict(config.to_dict()) == config
+    assert config.policy_type.value == expected["type"]
+
+
+@given(
+    st.floats(min_value=1.0, allow_infinity=False, allow_nan=False),
+    st.integers(min_value=0, max_value=2**62),
+)
+def test_bounded_round_trip_property(skew, gap):
+    config = BoundedConsistentHashingConfig(max_load_skew=skew, min_load_gap=gap)
+    assert config_from_dict(config.to_dict()) == config
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"type": "nope"},
+        {"type": "random", "max_load_skew": 1.5},
+        {"type": "consistent_hashing", "min_load_gap": 1},
+        {"type": "bounded_consistent_hashing", "max_load_skew": 0.5},
+        {"type": "bounded_consistent_hashing", "skew": 2},
+        "random",
+    ],
+)
+def test_config_from_dict_errors(data):
+    with pytest.raises(ValueError):
+        config_from_dict(data)
+
+
+def test_config_from_dict_defaults():
+    assert config_from_dict({"type": "bounded_consistent_hashing"}) == BoundedConsistentHashingConfig()
+
+
+# -- Router configuration ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "policy, expected",
+    [
+        (PolicyType.Random, RandomConfig()),
+        ("round_robin", RoundRobinConfig()),
+        (ConsistentHashingConfig(), ConsistentHashingConfig()),
+        ("bounded_consistent_hashing", BoundedConsistentHashingConfig()),
+        (BoundedConsistentHashingConfig(2.0, 5), BoundedConsistentHashingConfig(2.0, 5)),
+    ],
+)
+def test_router_policy_forms(make_router, policy, expected):
+    assert make_router(2, policy=policy).policy == expected
+
+
+def test_router_default_policy(make_router):
+    router = make_router(2)
+    assert router.policy == BoundedConsistentHashingConfig()
+    assert make_router(2, max_load_skew=2).policy == BoundedConsistentHashingConfig(2.0, 2)
+    assert make_router(2, min_load_gap=0).policy == BoundedConsistentHashingConfig(1.5, 0)
+
+
+@pytest.mark.parametrize("policy", ["nope", "", "Bounded", 3, None])
+def test_router_unknown_policy(policy):
+    with pytest.raises(ValueError, match="policy"):
+        Router(urls(2), policy=policy)
+
+
+@pytest.mark.parametrize("policy", [PolicyType.Random, "round_robin", PolicyType.ConsistentHashing])
+@pytest.mark.parametrize("kwargs", [{"max_load_skew": 1.5}, {"min_load_gap": 2}])
+def test_skew_and_gap_only_for_bounded(policy, kwargs):
+    with pytest.raises(ValueError, match="only to bounded_consistent_hashing"):
+        Router(urls(2), policy=policy, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [{"max_load_skew": 2.0}, {"min_load_gap": 3}])
+def test_skew_and_gap_not_next_to_a_typed_config(kwargs):
+    with pytest.raises(ValueError, match="typed policy config"):
+        Router(urls(2), policy=BoundedConsistentHashingConfig(), **kwargs)
+
+
+@pytest.mark.parametrize("skew", [math.nan, math.inf, -math.inf, 0.5, True, "2"])
+def test_router_bad_skew(skew):
+    with pytest.raises(ValueError, match="max_load_skew"):
+        Router(urls(2), max_load_skew=skew)
+
+
+@pytest.mark.parametrize("gap", [-1, True, 1.0, "1"])
+def test_router_bad_gap(gap):
+    with pytest.raises(ValueError, match="min_load_gap"):
+        Router(urls(2), min_load_gap=gap)
+
+
+@pytest.mark.parametrize("virtual_nodes", [0, -1, 65537, 1.5, True, "150"])
+def test_router_bad_virtual_nodes(virtual_nodes):
+    with pytest.raises(ValueError, match="virtual_nodes"):
+        Router(urls(2), virtual_nodes=virtual_nodes)
+
+
+def test_router_virtual_nodes_changes_the_ring(make_router):
+    keys = ["k%d" % i for i in range(200)]
+    a = make_router(4, policy="consistent_hashing", virtual_nodes=1)
+    b = make_router(4, policy="consistent_hashing", virtual_nodes=150)
+    assert [a.select(k).worker_url for k in keys] != [b.select(k).worker_url for k in keys]
+
+
+@pytest.mark.parametrize("worker_urls", [["http://a", "http://a"], ["http://a", ""], [""]])
+def test_router_bad_urls(worker_urls):
+    with pytest.raises(ValueError):
+        Router(worker_urls)
+
+
+@pytest.mark.parametrize("worker_urls", ["http://a", b"http://a", [b"http://a"], ["http://a", None], 5])
+def test_router_url_types(worker_urls):
+    with pytest.raises(TypeError):
+        Router(worker_urls)
+
+
+def test_router_accepts_any_iterable_and_no_workers(make_router):
+    with Router(iter(urls(2))) as router:
+        assert list(router.loads()) == urls(2)
+    with Router([]) as router:
+        assert router.loads() == {}
+
+
+# -- RouterArgs ----------------------------------------------------------------------------
+
+
+def test_router_args_defaults():
+    args = RouterArgs()
+    assert (args.worker_urls, args.policy, args.max_load_skew, args.min_load_gap, args.virtual_nodes) == (
+        [],
+        "bounded_consistent_hashing",
+        1.5,
+        2,
+        150,
+    )
+
+
+@pytest.mark.parametrize("prefix", [False, True])
+def test_cli_round_trip(prefix):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=8000)  # the host program's own flags
+    RouterArgs.add_cli_args(parser, use_router_prefix=prefix)
+    p = "--router-" if prefix else "--"
+    argv = [
+        p + "worker-urls", W[0], W[1],
+        p + "policy", "consistent_hashing",
+        p + "virtual-nodes", "64",
+        "--port", "9000",
+    ]  # fmt: skip
+    namespace = parser.parse_args(argv)
+    assert namespace.port == 9000
+    args = RouterArgs.from_cli_args(namespace, use_router_prefix=prefix)
+    assert args == RouterArgs(worker_urls=[W[0], W[1]], policy="consistent_hashing", virtual_nodes=64)
+    router = Router.from_args(args)
+    assert router.policy == ConsistentHashingConfig()
+    assert list(router.loads()) == [W[0], W[1]]
+    router.close()
+
+
+@pytest.mark.parametrize("prefix", [False, True])
+def test_cli_bounded_settings(prefix):
+    parser = argparse.ArgumentParser()
+    RouterArgs.add_cli_args(parser, use_router_prefix=prefix)
+    p = "--router-" if prefix else "--"
+    namespace = parser.parse_args([p + "worker-urls", W[0], p + "max-load-skew", "2.5", p + "min-load-gap", "4"])
+    dest = "router_max_load_skew" if prefix else "max_load_skew"
+    assert getattr(namespace, dest) == 2.5
+    args = RouterArgs.from_cli_args(namespace, use_router_prefix=prefix)
+    assert (args.policy, args.max_load_skew, args.min_load_gap) == ("bounded_consistent_hashing", 2.5, 4)
+    with Router.from_args(args) as router:
+        assert router.policy == BoundedConsistentHashingConfig(2.5, 4)
+
+
+def test_cli_defaults_and_choices():
+    parser = argparse.ArgumentParser()
+    RouterArgs.add_cli_args(parser)
+    assert RouterArgs.from_cli_args(parser.parse_args([])) == RouterArgs()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--policy", "nope"])
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--min-load-gap", "1.5"])
+
+
+def test_prefixed_flags_do_not_clash():
+    parser = argparse.ArgumentParser()
+    RouterArgs.add_cli_args(parser, use_router_prefix=False)
+    RouterArgs.add_cli_args(parser, use_router_prefix=True)
+    namespace = parser.parse_args(["--policy", "random", "--router-policy", "round_robin"])
+    assert RouterArgs.from_cli_args(namespace).policy == "random"
+    assert RouterArgs.from_cli_args(namespace, use_router_prefix=True).policy == "round_robin"
+
+
+def test_from_args_rejects_bounded_settings_with_another_policy():
+    with pytest.raises(ValueError, match="only to bounded_consistent_hashing"):
+        Router.from_args(RouterArgs(worker_urls=[W[0]], policy="random", max_load_skew=3.0))
+    with pytest.raises(ValueError, match="policy"):
+        Router.from_args(RouterArgs(worker_urls=[W[0]], policy="nope"))
+    with pytest.raises(ValueError, match="min_load_gap"):
+        Router.from_args(RouterArgs(worker_urls=[W[0]], min_load_gap=-1))
