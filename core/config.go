@@ -183,6 +183,10 @@ func intSetting(name, rule string, raw json.RawMessage, fallback int) (int, erro
 func isNull(raw json.RawMessage) bool { return string(raw) == "null" }
 
 func decodeStrict(data []byte, into any) error {
+	// encoding/json replaces invalid UTF-8 with U+FFFD, which would silently change a URL.
+	if !utf8.Valid(data) {
+		return fmt.Errorf("the JSON text is not valid UTF-8")
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(into); err != nil {

@@ -259,3 +259,12 @@ func TestParseConfigRejectsNullSettings(t *testing.T) {
 	requireConfigError(t, bounded(`"max_load_skew": null`), "max_load_skew")
 	requireConfigError(t, `{"worker_urls": ["a"], "virtual_nodes": null}`, "virtual_nodes", "null")
 }
+
+func TestParseConfigRejectsNonUTF8(t *testing.T) {
+	// encoding/json would silently replace the bad byte with U+FFFD, changing the worker's
+	// identity; a URL that is not UTF-8 is an error everywhere else (AddWorker, Validate).
+	requireConfigError(t, "{\"worker_urls\": [\"http://w0:8000\xff\"]}", "UTF-8")
+	requireConfigError(t, "{\"worker_urls\": [\"a\"], \"policy\": {\"type\": \"random\xc3\"}}", "UTF-8")
+	_, err := ParseConfig([]byte(`{"worker_urls": ["http://wö:8000"]}`))
+	assert.NoError(t, err, "valid UTF-8 is fine")
+}
