@@ -263,6 +263,18 @@ func TestIncrementalAddDoesNotMutateTheOldSnapshot(t *testing.T) {
 	assert.Equal(t, "http://w3:8000", next.workers[3].url)
 	assert.Equal(t, "http://w4:8000", next2.workers[3].url)
 	assert.Equal(t, []string{"http://w0:8000", "http://w1:8000", "http://w2:8000", "http://w3:8000"}, next.urls)
+
+	// Snapshots made by withWorker may have spare capacity; branching from one must not
+	// overwrite the other branch's workers or URLs.
+	a := next.withWorker(newWorker("http://a", 101), 10)
+	b := next.withWorker(newWorker("http://b", 102), 10)
+	assert.Equal(t, "http://a", a.workers[4].url)
+	assert.Equal(t, "http://a", a.urls[4])
+	assert.Equal(t, "http://b", b.workers[4].url)
+	assert.Equal(t, "http://b", b.urls[4])
+	assert.Len(t, next.workers, 4)
+	_, found := a.lookup("http://b")
+	assert.False(t, found)
 }
 
 func TestIncrementalRemoveMatchesRebuild(t *testing.T) {
