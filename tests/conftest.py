@@ -16,7 +16,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SOURCE_PACKAGE = os.path.join(_REPO, "python", "bounded_router")
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def _check_installed_package() -> None:
     try:
         import bounded_router
     except ImportError as e:
@@ -32,3 +32,7 @@ def pytest_configure(config: pytest.Config) -> None:
             "%s (expected a directory under %s); run them with `make test-python`"
             % (location, " or ".join(sorted(install_dirs)))
         )
+
+
+# At import, before tests/python/conftest.py (which imports the package) is loaded.
+_check_installed_package()

@@ -1,0 +1,378 @@
+"""The native library: lazy loading, the loader's errors, the ABI check, fork safety, and the
+ring against an independent model of SPEC §4."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bounded_router
+from bounded_router import ForkedProcessError, LibraryLoadError, Router, RouterClosedError
+from support import W, RingModel, urls, xxh64
+
+TIMEOUT = 60
+
+
+def run_python(code, tmp_path, env=None):
+    """Run code in a fresh interpreter (cwd outside the source tree); a hang fails the test."""
+    full_env = dict(os.environ)
+    full_env.pop("BOUNDED_ROUTER_LIBRARY", None)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=str(tmp_path),
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+def test_package_metadata():
+    assert bounded_router.__version__ == "0.1.0"
+    assert set(bounded_router.__all__) <= set(dir(bounded_router))
+    package_dir = os.path.dirname(bounded_router.__file__)
+    assert os.path.isfile(os.path.join(package_dir, "libbounded_router.so"))
+    assert os.path.isfile(os.path.join(package_dir, "py.typed"))
+
+
+def test_import_does_not_load_the_library(tmp_path):
+    result = run_python(
+        """
+        import bounded_router
+        from bounded_router import _native, Router, RouterArgs, BoundedConsistentHashingConfig
+        BoundedConsistentHashingConfig(2.0, 1)
+        assert not _native.is_loaded()
+        Router(["http://a"]).close()
+        assert _native.is_loaded()
+        print("ok")
+        """,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_library_override_missing_file(tmp_path):
+    result = run_python(
+        """
+        import bounded_router
+        try:
+            bounded_router.Router(["http://a"])
+        except bounded_router.LibraryLoadError as e:
+            assert isinstance(e, ImportError)
+            print("error:", e)
+        """,
+        tmp_path,
+        env={"BOUNDED_ROUTER_LIBRARY": str(tmp_path / "missing.so")},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "missing.so" in result.stdout and "BOUNDED_ROUTER_LIBRARY" in result.stdout
+
+
+def test_library_override_points_to_another_build(tmp_path):
+    copy = tmp_path / "copy-of-lib.so"
+    shutil.copy(os.path.join(os.path.dirname(bounded_router.__file__), "libbounded_router.so"), copy)
+    result = run_python(
+        """
+        import bounded_router
+        from bounded_router import _native
+        r = bounded_router.Router(["http://a"])
+        print(_native.library().path, r.route("k").worker_url)
+        """,
+        tmp_path,
+        env={"BOUNDED_ROUTER_LIBRARY": str(copy)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str(copy), "http://a"]
+
+
+def test_not_a_bounded_router_library(tmp_path):
+    import ctypes.util
+
+    libm = ctypes.util.find_library("m")
+    if libm is None:
+        pytest.skip("no libm to load")
+    result = run_python(
+        """
+        import bounded_router
+        try:
+            bounded_router.Router(["http://a"])
+        except bounded_router.LibraryLoadError as e:
+            print("error:", e)
+        """,
+        tmp_path,
+        env={"BOUNDED_ROUTER_LIBRARY": libm},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "does not export br_" in result.stdout
+
+
+STUB_LIBRARY = """
+#include <stdint.h>
+uint32_t br_abi_version(void) { return 2; }
+const char *br_last_error(void) { return ""; }
+"""
+STUB_EXPORTS = [
+    "br_router_new", "br_router_free", "br_add_worker", "br_remove_worker", "br_set_workers",
+    "br_set_healthy", "br_route_key", "br_route", "br_acquire", "br_release", "br_release_abandoned",
+    "br_lease_workers_json", "br_workers_json", "br_stats_json",
+]  # fmt: skip
+
+
+def test_abi_version_mismatch(tmp_path):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build a library of another ABI version")
+    source = tmp_path / "stub.c"
+    source.write_text(STUB_LIBRARY + "".join("int %s(void) { return -5; }\n" % name for name in STUB_EXPORTS))
+    library = tmp_path / "libstub.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(library), str(source)], check=True, timeout=TIMEOUT)
+    result = run_python(
+        """
+        import bounded_router
+        try:
+            bounded_router.Router(["http://a"])
+        except ImportError as e:
+            print(type(e).__name__, e)
+        """,
+        tmp_path,
+        env={"BOUNDED_ROUTER_LIBRARY": str(library)},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("LibraryLoadError")
+    assert "ABI version 2" in result.stdout and "needs version 1" in result.stdout
+
+
+def test_error_classes():
+    assert issubclass(ForkedProcessError, RuntimeError)
+    assert issubclass(RouterClosedError, RuntimeError)
+    assert issubclass(LibraryLoadError, ImportError)
+    error = bounded_router.NoWorkerAvailableError("target_worker_miss")
+    assert isinstance(error, RuntimeError) and error.branch == "target_worker_miss"
+    import pickle
+
+    assert pickle.loads(pickle.dumps(error)).branch == "target_worker_miss"
+
+
+# -- fork ------------------------------------------------------------------------------------------
+
+# Forks, waits for the child with a deadline (a hang is reported, not waited for), prints the
+# child's exit code. The child writes what happened to a pipe.
+FORK_HARNESS = """
+import os, sys, time
+
+def run_child(body):
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            report = body()
+            code = 0
+        except BaseException as e:
+            report = "child raised %r" % (e,)
+            code = 3
+        os.write(write_end, report.encode())
+        os._exit(code)
+    os.close(write_end)
+    deadline = time.monotonic() + 20
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            return "HANG"
+        time.sleep(0.01)
+    report = os.read(read_end, 65536).decode()
+    return "exit=%d %s" % (os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1, report)
+"""
+
+
+def test_fork_after_loading_raises_forked_process_error(tmp_path):
+    result = run_python(
+        FORK_HARNESS
+        + """
+import bounded_router
+from bounded_router import ForkedProcessError, Router
+router = Router(["http://w0:8000", "http://w1:8000"])
+lease = router.route("k")
+held = router.route("other")
+
+def child():
+    outcomes = []
+    calls = [
+        ("route", lambda: router.route("k")),
+        ("route_headers", lambda: router.route(headers={"Cookie": "c"})),
+        ("select", lambda: router.select("k")),
+        ("acquire", lambda: router.acquire("http://w0:8000")),
+        ("add_worker", lambda: router.add_worker("http://w9")),
+        ("loads", lambda: router.loads()),
+        ("branch_counts", lambda: router.branch_counts()),
+        ("release", lambda: lease.release()),
+        ("new_router", lambda: Router(["http://x"])),
+    ]
+    for name, call in calls:
+        try:
+            call()
+            outcomes.append(name + ":no-error")
+        except ForkedProcessError as e:
+            text = str(e)
+            ok = "fork" in text and "after" in text and "preload_app" in text
+            outcomes.append(name + (":ok" if ok else ":bad-message"))
+        except BaseException as e:
+            outcomes.append(name + ":" + type(e).__name__)
+    router.close()  # quiet: only marks the inherited copy closed
+    return " ".join(outcomes)
+
+print(run_child(child))
+# the parent is unaffected
+assert lease.release() is True and held.release() is True
+print(router.loads())
+"""
+        ,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] != "HANG"
+    status, *outcomes = lines[0].split()
+    assert status == "exit=0", lines[0]
+    assert all(outcome.endswith(":ok") for outcome in outcomes), outcomes
+    assert len(outcomes) == 9
+    assert lines[1] == "{'http://w0:8000': 0, 'http://w1:8000': 0}"
+    assert "Exception ignored" not in result.stderr
+
+
+def test_forked_child_exits_quietly_with_live_router_and_leases(tmp_path):
+    # The child leaves through normal interpreter shutdown with a router and an unreleased
+    # lease: their finalizers must neither hang nor print errors.
+    result = run_python(
+        """
+        import os, sys, time
+        import bounded_router
+        router = bounded_router.Router(["http://w0:8000"])
+        lease = router.route("k")
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)
+        deadline = time.monotonic() + 20
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                print("exit", os.WEXITSTATUS(status))
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                print("HANG")
+                break
+            time.sleep(0.01)
+        print(router.loads())
+        """,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["exit 0", "{'http://w0:8000': 1}"]
+    assert result.stderr == ""
+
+
+def test_multiprocessing_fork_child_gets_a_clear_error(tmp_path):
+    result = run_python(
+        """
+        import multiprocessing
+        import bounded_router
+
+        def work(queue):
+            try:
+                bounded_router.Router(["http://a"])
+                queue.put("no error")
+            except bounded_router.ForkedProcessError as e:
+                queue.put("ForkedProcessError")
+
+        if __name__ == "__main__":
+            bounded_router.Router(["http://a"]).route("k").release()
+            ctx = multiprocessing.get_context("fork")
+            queue = ctx.Queue()
+            process = ctx.Process(target=work, args=(queue,))
+            process.start()
+            print(queue.get(timeout=20))
+            process.join(20)
+        """,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ForkedProcessError"
+
+
+def test_fork_before_loading_works(tmp_path):
+    result = run_python(
+        FORK_HARNESS
+        + """
+import bounded_router
+from bounded_router import _native, Router
+assert not _native.is_loaded()
+
+def child():
+    router = Router(["http://w0:8000", "http://w1:8000"], policy="consistent_hashing")
+    with router.route("k") as lease:
+        answer = "%s %s %d" % (lease.worker_url, lease.branch, sum(router.loads().values()))
+    router.close()
+    return answer
+
+print(run_child(child))
+assert not _native.is_loaded()  # the child's loading did not touch the parent
+router = Router(["http://w0:8000", "http://w1:8000"], policy="consistent_hashing")
+print(router.route("k").worker_url)
+"""
+        ,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] != "HANG"
+    status, url, branch, load = lines[0].split()
+    assert (status, branch, load) == ("exit=0", "routing_key_hit", "1")
+    assert lines[1] == url  # the same key routes identically in both processes
+
+
+# -- the ring --------------------------------------------------------------------------------------
+
+
+def test_xxh64_model_reference_values():
+    assert xxh64(b"") == 0xEF46DB3751D8E999
+    assert xxh64(b"abc") == 0x44BC2CF5AD770999
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    keys=st.lists(st.binary(min_size=1, max_size=80), min_size=1, max_size=20),
+    unhealthy=st.sets(st.sampled_from(W[:5]), max_size=4),
+)
+def test_preferred_worker_matches_the_ring_model(keys, unhealthy):
+    with Router(urls(5), policy="consistent_hashing") as router:
+        for url in unhealthy:
+            router.set_healthy(url, False)
+        available = [url for url in W[:5] if url not in unhealthy]
+        for key in keys:
+            assert router.select(key).worker_url == MODEL.first(key, available)
+
+
+MODEL = RingModel(urls(5))
+
+
+@pytest.mark.parametrize("virtual_nodes", [1, 7])
+def test_virtual_nodes_in_the_ring_model(virtual_nodes):
+    model = RingModel(urls(3), virtual_nodes)
+    with Router(urls(3), policy="consistent_hashing", virtual_nodes=virtual_nodes) as router:
+        for i in range(300):
+            key = ("key-%d" % i).encode()
+            assert router.select(key).worker_url == model.first(key)

@@ -1,0 +1,396 @@
+"""Router: membership, health, statistics, the other policies, closing, threads (SPEC §3, §6, §9)."""
+
+from __future__ import annotations
+
+import collections
+import gc
+import threading
+import time
+
+import pytest
+
+from bounded_router import (
+    Decision,
+    NoWorkerAvailableError,
+    PolicyType,
+    Router,
+    RouterClosedError,
+    WorkerInfo,
+)
+from support import W, key_preferring, urls
+
+BRANCHES = [
+    "no_healthy_workers",
+    "target_worker_hit",
+    "target_worker_miss",
+    "explicit_routing_key_hit",
+    "explicit_routing_key_spillover",
+    "explicit_routing_key_no_eligible_candidate",
+    "implicit_routing_key_hit",
+    "random_fallback",
+    "routing_key_hit",
+    "random",
+    "round_robin",
+]
+
+
+# -- membership --------------------------------------------------------------------------------
+
+
+def test_membership_operations(make_router):
+    router = make_router(2)
+    assert list(router.loads()) == W[:2]
+    router.add_worker(W[2])
+    assert list(router.loads()) == W[:3]
+    router.remove_worker(W[0])
+    assert list(router.loads()) == W[1:3]
+    router.set_workers([W[3], W[1]])
+    assert list(router.loads()) == [W[3], W[1]]  # membership order is the given order
+    router.set_workers([])
+    assert router.loads() == {}
+    with pytest.raises(NoWorkerAvailableError) as info:
+        router.route("k")
+    assert info.value.branch == "no_healthy_workers"
+    router.add_worker(W[5])
+    assert router.route("k").worker_url == W[5]
+
+
+def test_membership_errors(make_router):
+    router = make_router(2)
+    with pytest.raises(ValueError, match="http://w0:8000"):
+        router.add_worker(W[0])
+    with pytest.raises(ValueError):
+        router.add_worker("")
+    with pytest.raises(KeyError, match="http://w9"):
+        router.remove_worker("http://w9")
+    with pytest.raises(KeyError):
+        router.set_healthy("http://w9", False)
+    with pytest.raises(ValueError):
+        router.set_workers([W[0], W[0]])
+    with pytest.raises(ValueError):
+        router.set_workers([W[0], ""])
+    for bad in (None, b"http://x", 5):
+        with pytest.raises(TypeError):
+            router.add_worker(bad)
+        with pytest.raises(TypeError):
+            router.remove_worker(bad)
+        with pytest.raises(TypeError):
+            router.set_healthy(bad, True)
+    with pytest.raises(TypeError):
+        router.set_workers("http://w0:8000")
+    with pytest.raises(TypeError):
+        router.set_workers([W[0], None])
+    assert list(router.loads()) == W[:2]  # nothing changed
+
+
+def test_urls_are_not_normalised(make_router):
+    router = make_router(1)
+    router.add_worker(W[0] + "/")
+    router.add_worker(W[0].upper())
+    assert len(router.workers()) == 3
+
+
+def test_set_workers_keeps_state_of_workers_that_stay(make_router):
+    router = make_router(3)
+    held = [router.acquire(W[1]) for _ in range(2)]
+    router.set_healthy(W[2], False)
+    router.set_workers([W[2], W[1], W[4]])
+    info = {w.url: w for w in router.workers()}
+    assert info[W[1]] == WorkerInfo(W[1], True, 2, 0)
+    assert info[W[2]] == WorkerInfo(W[2], False, 0, 0)
+    assert info[W[4]] == WorkerInfo(W[4], True, 0, 0)
+    for lease in held:
+        lease.release()
+
+
+def test_ring_depends_on_the_set_not_the_order():
+    a = Router(urls(5), policy="consistent_hashing")
+    b = Router(list(reversed(urls(5))), policy="consistent_hashing")
+    c = Router([], policy="consistent_hashing")
+    for url in [W[3], W[0], W[4], W[1], W[2]]:
+        c.add_worker(url)
+    d = Router(urls(6), policy="consistent_hashing")
+    d.remove_worker(W[5])
+    keys = ["session-%d" % i for i in range(300)]
+    answers = [[r.select(k).worker_url for k in keys] for r in (a, b, c, d)]
+    assert answers[0] == answers[1] == answers[2] == answers[3]
+    assert len(set(answers[0])) == 5
+    for r in (a, b, c, d):
+        r.close()
+
+
+def test_adding_a_worker_moves_few_keys(make_router):
+    router = make_router(4, policy="consistent_hashing")
+    keys = ["k%d" % i for i in range(1000)]
+    before = [router.select(k).worker_url for k in keys]
+    router.add_worker(W[4])
+    after = [router.select(k).worker_url for k in keys]
+    moved = [(b, a) for b, a in zip(before, after) if b != a]
+    assert all(a == W[4] for _, a in moved)  # keys only move to the new worker
+    assert 100 < len(moved) < 320  # about a fifth
+
+
+# -- health --------------------------------------------------------------------------------------
+
+
+def test_set_healthy(make_router):
+    router = make_router(3)
+    key = key_preferring(router, W[0])
+    router.set_healthy(W[0], False)
+    assert [w.healthy for w in router.workers()] == [False, True, True]
+    assert router.select(key).worker_url != W[0]
+    assert all(router.select("k%d" % i).worker_url != W[0] for i in range(100))
+    assert all(router.route(headers={"X-SMG-Target-Worker": "0"}).worker_url == W[1] for _ in range(3))
+    router.set_healthy(W[0], False)  # idempotent
+    router.set_healthy(W[0], True)
+    assert router.select(key).worker_url == W[0]
+
+
+def test_unhealthy_workers_do_not_count_in_statistics(make_router):
+    # w1 is unhealthy with a high load: it must not raise the mean that the bound uses.
+    router = make_router(3)
+    key = key_preferring(router, W[0])
+    held = [router.acquire(W[1]) for _ in range(30)]
+    held += [router.acquire(W[0]) for _ in range(3)]
+    assert router.select(key).branch == "explicit_routing_key_hit"  # mean 11, no spill
+    router.set_healthy(W[1], False)
+    decision = router.select(key)  # available: w0 3, w2 0: mean 1.5, bound 2.25, gap 3 > 2
+    assert (decision.worker_url, decision.branch) == (W[2], "explicit_routing_key_spillover")
+    assert router.loads()[W[1]] == 30  # loads of unhealthy workers are still reported
+    for lease in held:
+        lease.release()
+
+
+# -- statistics ----------------------------------------------------------------------------------
+
+
+def test_workers_loads_and_branch_counts(make_router):
+    router = make_router(3)
+    assert router.workers() == [WorkerInfo(url, True, 0, 0) for url in W[:3]]
+    assert router.branch_counts() == dict.fromkeys(BRANCHES, 0)
+    assert list(router.branch_counts()) == BRANCHES
+    key = key_preferring(router, W[0])
+    leases = [router.route(key), router.route(key), router.route()]
+    leases.append(router.route(headers={"X-SMG-Target-Worker": "1"}))
+    with pytest.raises(NoWorkerAvailableError):
+        router.route(headers={"X-SMG-Target-Worker": "7"})
+    router.select(key)  # select counts nothing
+    counts = router.branch_counts()
+    assert counts["explicit_routing_key_hit"] == 2
+    assert counts["random_fallback"] == 1
+    assert counts["target_worker_hit"] == 1
+    assert counts["target_worker_miss"] == 1
+    assert sum(counts.values()) == 5
+    loads = router.loads()
+    assert sum(loads.values()) == 4 and loads[W[0]] >= 2
+    assert router.active_leases() == 4
+    for lease in leases:
+        lease.release()
+    assert router.active_leases() == 0 and router.leaked_leases() == 0
+
+
+def test_json_answers_larger_than_the_first_buffer(make_router):
+    many = ["http://worker-%04d.example.internal:8000/some/long/path" % i for i in range(300)]
+    with Router(many, virtual_nodes=4) as router:
+        infos = router.workers()
+        assert [w.url for w in infos] == many
+        lease = router.route("k")
+        assert lease.worker_url in many
+        assert sum(router.loads().values()) == 1
+
+
+# -- other policies ------------------------------------------------------------------------------
+
+
+def test_round_robin(make_router):
+    router = make_router(3, policy=PolicyType.RoundRobin)
+    got = []
+    for _ in range(6):
+        lease = router.route("ignored-key")
+        assert lease.branch == "round_robin"
+        got.append(lease.worker_url)
+    assert got == W[:3] * 2
+    assert router.branch_counts()["round_robin"] == 6
+
+
+def test_random(make_router):
+    router = make_router(4, policy="random")
+    counts = collections.Counter()
+    for _ in range(400):
+        with router.route("same-key") as lease:
+            assert lease.branch == "random" and lease.preferred_url == lease.worker_url
+            counts[lease.worker_url] += 1
+    assert set(counts) == set(W[:4]) and min(counts.values()) > 40
+
+
+def test_consistent_hashing_never_spills(make_router):
+    router = make_router(3, policy="consistent_hashing")
+    key = key_preferring(router, W[0])
+    leases = [router.route(key) for _ in range(20)]
+    assert {(lease.worker_url, lease.branch) for lease in leases} == {(W[0], "routing_key_hit")}
+    assert router.route(headers={"Cookie": key}).branch == "routing_key_hit"
+
+
+# -- closing -------------------------------------------------------------------------------------
+
+CLOSED_CALLS = {
+    "route": lambda r: r.route("k"),
+    "route_headers": lambda r: r.route(headers={"Cookie": "c"}),
+    "select": lambda r: r.select("k"),
+    "acquire": lambda r: r.acquire(W[0]),
+    "add_worker": lambda r: r.add_worker(W[5]),
+    "remove_worker": lambda r: r.remove_worker(W[0]),
+    "set_workers": lambda r: r.set_workers([W[0]]),
+    "set_healthy": lambda r: r.set_healthy(W[0], False),
+    "loads": lambda r: r.loads(),
+    "workers": lambda r: r.workers(),
+    "branch_counts": lambda r: r.branch_counts(),
+    "leaked_leases": lambda r: r.leaked_leases(),
+    "active_leases": lambda r: r.active_leases(),
+    "enter": lambda r: r.__enter__(),
+}
+
+
+@pytest.mark.parametrize("call", list(CLOSED_CALLS.values()), ids=list(CLOSED_CALLS))
+def test_closed_router_raises(call):
+    router = Router(urls(2))
+    assert not router.closed
+    router.close()
+    assert router.closed
+    with pytest.raises(RouterClosedError, match="closed"):
+        call(router)
+    router.close()  # double close is fine
+    assert router.policy.to_dict()["type"] == "bounded_consistent_hashing"  # still readable
+
+
+def test_closed_error_is_a_runtime_error():
+    assert issubclass(RouterClosedError, RuntimeError)
+
+
+def test_native_handle_closed_under_the_python_flag():
+    # The Go side rejects a closed handle too (BR_ERR_INVALID_HANDLE -> RouterClosedError).
+    router = Router(urls(2))
+    router._lib.br_router_free(router._handle)
+    with pytest.raises(RouterClosedError):
+        router.route("k")
+    with pytest.raises(RouterClosedError):
+        router.add_worker(W[4])
+    with pytest.raises(RouterClosedError):
+        router.loads()
+    router.close()  # freeing an already freed handle is ignored
+
+
+def test_context_manager():
+    with Router(urls(2)) as router:
+        assert router.route("k").release()
+    assert router.closed
+    with pytest.raises(RouterClosedError):
+        router.route("k")
+
+
+def test_garbage_collected_router_is_closed_quietly():
+    router = Router(urls(2))
+    handle, lib = router._handle, router._lib
+    del router
+    gc.collect()
+    assert lib.br_router_free(handle) == -1  # already freed by __del__
+
+
+def test_repr(make_router):
+    router = make_router(2)
+    assert "BoundedConsistentHashingConfig" in repr(router)
+    router.close()
+    assert "closed" in repr(router)
+
+
+def test_decision_dataclass():
+    decision = Decision("a", "b", "explicit_routing_key_spillover")
+    assert decision.spilled
+    assert not Decision(None, None, "no_healthy_workers").spilled
+    with pytest.raises(AttributeError):
+        decision.branch = "x"  # type: ignore[misc]
+
+
+# -- worker id -> URL map ----------------------------------------------------------------------
+
+
+def test_route_with_a_stale_url_map_asks_the_lease(make_router):
+    # White-box: an empty map is what a route sees when another thread changed the membership
+    # but has not refreshed the map yet.
+    router = make_router(3)
+    key = key_preferring(router, W[1])
+    router._urls = {}
+    lease = router.route(key)
+    assert (lease.worker_url, lease.preferred_url) == (W[1], W[1])
+    router._urls = {}
+    lease2 = router.route(headers={"X-SMG-Routing-Key": key})
+    assert lease2.worker_url == W[1]
+    router._urls = {}
+    assert router.select(key).worker_url == W[1]
+    lease.release()
+    lease2.release()
+
+
+def test_routing_during_membership_churn(make_router):
+    router = make_router(4, policy="consistent_hashing")
+    stable = set(W[:2])
+    stop = threading.Event()
+    errors = []
+
+    def churn():
+        try:
+            while not stop.is_set():
+                router.set_workers(W[:2] + W[4:6])
+                router.remove_worker(W[4])
+                router.add_worker(W[6])
+                router.set_workers(W[:4])
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    def route():
+        try:
+            while not stop.is_set():
+                with router.route("key-%d" % time.monotonic_ns()) as lease:
+                    assert lease.worker_url in W[:7] and lease.preferred_url in W[:7]
+                decision = router.select("abc")
+                assert decision.worker_url in W[:7]
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=churn)] + [threading.Thread(target=route) for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert router.active_leases() == 0
+    assert stable <= set(router.loads())
+
+
+def test_threads_route_in_parallel_with_their_own_results(make_router):
+    router = make_router(4, policy="consistent_hashing")
+    keys = {url: key_preferring(router, url) for url in W[:4]}
+    errors = []
+    per_thread = 3000
+
+    def work(url):
+        key = keys[url]
+        try:
+            for _ in range(per_thread):
+                lease = router.route(key)
+                if lease.worker_url != url:
+                    errors.append((url, lease.worker_url))
+                lease.release()
+        except BaseException as e:  # pragma: no cover
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(url,)) for url in W[:4] for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert router.branch_counts()["routing_key_hit"] == per_thread * len(threads)
+    assert router.active_leases() == 0 and set(router.loads().values()) == {0}
