@@ -37,7 +37,6 @@ const char *br_last_error(void);
 import "C"
 
 import (
-	"encoding/json"
 	"unsafe"
 
 	"github.com/bounded-router/bounded-router/core"
@@ -101,9 +100,9 @@ func br_remove_worker(router C.uint64_t, url *C.char, urlLen C.size_t) (status C
 //export br_set_workers
 func br_set_workers(router C.uint64_t, urlsJSON *C.char, urlsLen C.size_t) (status C.int32_t) {
 	defer guard(&status)
-	var urls []string
-	if err := json.Unmarshal(bytesArg(urlsJSON, urlsLen), &urls); err != nil {
-		return failf("worker URLs must be a JSON array of strings: %v", err)
+	urls, err := core.ParseWorkerURLs(bytesArg(urlsJSON, urlsLen))
+	if err != nil {
+		return fail(err)
 	}
 	return withRouter(router, func(r *core.Router) error { return r.SetWorkers(urls) })
 }

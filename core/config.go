@@ -140,9 +140,11 @@ func ParsePolicy(data []byte) (Policy, error) {
 	if !ok {
 		return Policy{}, invalid("policy type must be one of random, round_robin, consistent_hashing, bounded_consistent_hashing, got %q", raw.Type)
 	}
-	policy.Kind = kind
-	if kind != PolicyBoundedConsistentHashing && (raw.MaxLoadSkew != nil || raw.MinLoadGap != nil) {
-		return Policy{}, invalid("max_load_skew and min_load_gap apply only to bounded_consistent_hashing, not %s", kind)
+	if kind != PolicyBoundedConsistentHashing {
+		if raw.MaxLoadSkew != nil || raw.MinLoadGap != nil {
+			return Policy{}, invalid("max_load_skew and min_load_gap apply only to bounded_consistent_hashing, not %s", kind)
+		}
+		return Policy{Kind: kind}, nil
 	}
 	if raw.MaxLoadSkew != nil {
 		// Unmarshalling null into a float64 is a silent no-op; null is not a number.
@@ -156,6 +158,15 @@ func ParsePolicy(data []byte) (Policy, error) {
 	}
 	policy.MinLoadGap = int64(gap)
 	return policy, policy.Validate()
+}
+
+// ParseWorkerURLs reads a JSON array of worker URLs, as strictly as ParseConfig reads its list.
+func ParseWorkerURLs(data []byte) ([]string, error) {
+	var urls []string
+	if err := decodeStrict(data, &urls); err != nil {
+		return nil, invalid("worker URLs must be a JSON array of strings: %v", err)
+	}
+	return urls, nil
 }
 
 func policyKindByName(name string) (PolicyKind, bool) {

@@ -268,3 +268,24 @@ func TestParseConfigRejectsNonUTF8(t *testing.T) {
 	_, err := ParseConfig([]byte(`{"worker_urls": ["http://wö:8000"]}`))
 	assert.NoError(t, err, "valid UTF-8 is fine")
 }
+
+func TestParsePolicyLeavesUnusedSettingsZero(t *testing.T) {
+	for _, name := range []string{"random", "round_robin", "consistent_hashing"} {
+		p, err := ParsePolicy([]byte(`{"type": "` + name + `"}`))
+		require.NoError(t, err)
+		assert.Equal(t, name, p.Kind.String())
+		assert.Zero(t, p.MaxLoadSkew, name)
+		assert.Zero(t, p.MinLoadGap, name)
+	}
+}
+
+func TestParseWorkerURLs(t *testing.T) {
+	urls, err := ParseWorkerURLs([]byte(`["http://a", "http://b"]`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"http://a", "http://b"}, urls)
+	for _, bad := range []string{`["http://a\xff"]`, `"http://a"`, `[1]`, `["a"]]`} {
+		_, err := ParseWorkerURLs([]byte(bad))
+		assert.ErrorIs(t, err, ErrInvalidConfig, bad)
+		assert.ErrorContains(t, err, "worker URLs", bad)
+	}
+}

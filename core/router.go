@@ -59,7 +59,7 @@ type Decision struct {
 }
 
 // Spilled reports whether the request went to another worker than its key's preferred one.
-func (d *Decision) Spilled() bool { return d.Branch == BranchExplicitRoutingKeySpillover }
+func (d Decision) Spilled() bool { return d.Branch == BranchExplicitRoutingKeySpillover }
 
 // Route chooses a worker for the request and, if one is chosen, counts the request on it under
 // a new lease, in one linearizable step. Release the lease when the request has finished.
