@@ -9,7 +9,7 @@ ignored is decided by the native library, which receives those headers in their 
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterable, Mapping, Tuple, Union
+from typing import Any, Iterable, List, Mapping, Tuple, Union
 
 __all__ = ["HeadersLike", "ROUTING_HEADERS", "encode_headers", "key_bytes"]
 
@@ -54,7 +54,7 @@ def encode_headers(headers: HeadersLike) -> bytes:
     if isinstance(headers, (str, bytes, bytearray, memoryview)):
         raise TypeError("headers must be a mapping or an iterable of (name, value) pairs, got %s" % type(headers).__name__)
     items = headers.items() if hasattr(headers, "items") else headers
-    parts = []
+    parts: List[bytes] = []
     try:
         iterator = iter(items)
     except TypeError:

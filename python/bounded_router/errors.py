@@ -6,6 +6,8 @@ are :class:`KeyError`; the classes here cover the conditions specific to a route
 
 from __future__ import annotations
 
+from typing import Any, Tuple
+
 __all__ = ["NoWorkerAvailableError", "RouterClosedError", "ForkedProcessError", "LibraryLoadError"]
 
 
@@ -28,7 +30,7 @@ class NoWorkerAvailableError(RuntimeError):
         super().__init__(message)
         self.branch = branch
 
-    def __reduce__(self):  # keep .branch when pickled (e.g. across multiprocessing)
+    def __reduce__(self) -> Tuple[Any, Tuple[str, str]]:  # keep .branch when pickled
         return (type(self), (self.branch, str(self)))
 
 

@@ -27,6 +27,7 @@ from typing import (
     Optional,
     Type,
     TypeVar,
+    cast,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -188,7 +189,7 @@ class LeasedIterator(Generator[T, None, None]):
     def __init__(self, lease: Lease, iterable: Iterable[T]) -> None:
         self._lease = lease
         self._done = False
-        self._iterator = iter(iterable)
+        self._iterator: Any = iter(iterable)
 
     def _finish(self) -> None:
         self._done = True
@@ -199,13 +200,13 @@ class LeasedIterator(Generator[T, None, None]):
             raise StopIteration
         try:
             if value is None:
-                return next(self._iterator)
-            return self._iterator.send(value)  # type: ignore[attr-defined]
+                return cast(T, next(self._iterator))
+            return cast(T, self._iterator.send(value))
         except BaseException:
             self._finish()
             raise
 
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> T:  # type: ignore[override]
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> T:
         if isinstance(typ, BaseException):
             exc = typ
         elif val is None:
@@ -220,7 +221,7 @@ class LeasedIterator(Generator[T, None, None]):
             inner_throw = getattr(self._iterator, "throw", None)
             if inner_throw is not None:
                 try:
-                    return inner_throw(exc)
+                    return cast(T, inner_throw(exc))
                 except BaseException:
                     self._finish()
                     raise
@@ -261,7 +262,7 @@ class LeasedAsyncIterator(AsyncGenerator[T, None]):
     def __init__(self, lease: Lease, iterable: AsyncIterable[T]) -> None:
         self._lease = lease
         self._done = False
-        self._iterator = iterable.__aiter__()
+        self._iterator: Any = iterable.__aiter__()
 
     def _finish(self) -> None:
         self._done = True
@@ -272,13 +273,13 @@ class LeasedAsyncIterator(AsyncGenerator[T, None]):
             raise StopAsyncIteration
         try:
             if value is None:
-                return await self._iterator.__anext__()
-            return await self._iterator.asend(value)  # type: ignore[attr-defined]
+                return cast(T, await self._iterator.__anext__())
+            return cast(T, await self._iterator.asend(value))
         except BaseException:  # StopAsyncIteration, an error, or CancelledError
             self._finish()
             raise
 
-    async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> T:  # type: ignore[override]
+    async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> T:
         if isinstance(typ, BaseException):
             exc = typ
         elif val is None:
@@ -293,7 +294,7 @@ class LeasedAsyncIterator(AsyncGenerator[T, None]):
             inner_throw = getattr(self._iterator, "athrow", None)
             if inner_throw is not None:
                 try:
-                    return await inner_throw(exc)
+                    return cast(T, await inner_throw(exc))
                 except BaseException:
                     self._finish()
                     raise

@@ -11,7 +11,7 @@ import math
 import numbers
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Dict, Mapping, Union
+from typing import Any, Callable, Dict, Mapping, Union
 
 __all__ = [
     "PolicyType",
@@ -154,14 +154,15 @@ class BoundedConsistentHashingConfig:
 #: Any of the typed policy configs.
 PolicyConfig = Union[RandomConfig, RoundRobinConfig, ConsistentHashingConfig, BoundedConsistentHashingConfig]
 
-_CONFIG_CLASSES = {
+_CONFIG_CLASSES: Dict[PolicyType, Callable[..., PolicyConfig]] = {
     PolicyType.Random: RandomConfig,
     PolicyType.RoundRobin: RoundRobinConfig,
     PolicyType.ConsistentHashing: ConsistentHashingConfig,
     PolicyType.BoundedConsistentHashing: BoundedConsistentHashingConfig,
 }
 
-CONFIG_TYPES = tuple(_CONFIG_CLASSES.values())
+#: The typed config classes (for isinstance checks).
+CONFIG_TYPES = (RandomConfig, RoundRobinConfig, ConsistentHashingConfig, BoundedConsistentHashingConfig)
 
 
 def default_config(policy: PolicyType) -> PolicyConfig:
@@ -181,7 +182,7 @@ def config_from_dict(data: Mapping[str, Any]) -> PolicyConfig:
     fields = dict(data)
     name = fields.pop("type", None)
     try:
-        policy = policy_from_str(name)  # type: ignore[arg-type]
+        policy = policy_from_str(name)
     except KeyError as e:
         raise ValueError("policy config type: %s" % e.args[0]) from None
     allowed = ("max_load_skew", "min_load_gap") if policy is PolicyType.BoundedConsistentHashing else ()
