@@ -187,9 +187,10 @@ class LeasedIterator(Generator[T, None, None]):
     __slots__ = ("_lease", "_iterator", "_done")
 
     def __init__(self, lease: Lease, iterable: Iterable[T]) -> None:
+        # The iterator first: if iterable is not iterable, no half-built wrapper releases the lease.
+        self._iterator: Any = iter(iterable)
         self._lease = lease
         self._done = False
-        self._iterator: Any = iter(iterable)
 
     def _finish(self) -> None:
         self._done = True
@@ -260,9 +261,13 @@ class LeasedAsyncIterator(AsyncGenerator[T, None]):
     __slots__ = ("_lease", "_iterator", "_done")
 
     def __init__(self, lease: Lease, iterable: AsyncIterable[T]) -> None:
+        try:
+            make_iterator = type(iterable).__aiter__
+        except AttributeError:
+            raise TypeError("wrap_aiter needs an async iterable, got %s" % type(iterable).__name__) from None
+        self._iterator: Any = make_iterator(iterable)
         self._lease = lease
         self._done = False
-        self._iterator: Any = iterable.__aiter__()
 
     def _finish(self) -> None:
         self._done = True

@@ -167,6 +167,8 @@ class Router:
     ) -> None:
         self._closed = True  # until the native router exists, so __del__ has nothing to do
         self._handle = 0
+        # Worker id -> URL, replaced (never mutated) after every membership change.
+        self._urls: Dict[int, str] = {}
         urls = _url_list(worker_urls, "worker_urls")
         self._policy = _resolve_policy(policy, max_load_skew, min_load_gap)
         if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int):
@@ -178,8 +180,6 @@ class Router:
         lib.check(lib.br_router_new(data, len(data), out))
         self._handle = out.value
         self._closed = False
-        # Worker id -> URL, replaced (never mutated) after every membership change.
-        self._urls: Dict[int, str] = {}
         self._refresh_urls()
 
     @classmethod

@@ -344,6 +344,17 @@ def test_wrap_iter_garbage_collected(router):
     assert router.leaked_leases() == 0  # released by the wrapper, not by the safety net
 
 
+def test_wrap_non_iterable_keeps_the_lease(router):
+    lease = router.route("k")
+    with pytest.raises(TypeError):
+        lease.wrap_iter(5)
+    with pytest.raises(TypeError, match="async iterable"):
+        lease.wrap_aiter([1, 2])
+    gc.collect()
+    assert not lease.released and router.active_leases() == 1
+    lease.release()
+
+
 def test_wrap_iter_is_a_generator(router):
     import collections.abc
 
