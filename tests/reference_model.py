@@ -6,10 +6,12 @@ bounded rule, §7 leases). It mirrors the public ``bounded_router.Router`` API s
 differential tests can run the same operations on both and compare every decision and every
 load, and so that scripts/bench.py can time it as the pure-Python implementation of the policy.
 
-Random choices (``random_fallback``, and the ``random`` and ``round_robin`` policies) cannot be
-reproduced from outside, so ``route``/``select`` take ``random_choice=url``: the worker the
-library chose, which the model checks is allowed and then uses, keeping loads comparable.
-Without it the model picks with its own ``random.Random`` (round robin: its own counter).
+Random choices (``random_fallback`` and the ``random`` policy) cannot be reproduced from
+outside, so ``route``/``select`` take ``random_choice=url``: the worker the library chose, which
+the model checks is an available worker and then uses, keeping loads comparable. Without it the
+model picks with its own ``random.Random``. ``round_robin`` is modelled exactly: the shared
+counter counts the routes that chose a worker, and a route takes available worker number
+``counter % len(available)``.
 
 The model is deliberately straightforward: a sorted list of (position, url) entries searched
 with ``bisect``, plain dicts for workers, a list for the membership order.
@@ -193,7 +195,7 @@ class ReferenceRouter:
         self.min_load_gap = min_load_gap
         self.virtual_nodes = virtual_nodes
         self._rng = _random.Random(seed)
-        self._rr = 0  # the round-robin counter
+        self._rr = 0  # the shared round-robin counter
         self._order: List[str] = []  # membership order
         self._workers: Dict[str, ModelWorker] = {}
         self._positions: List[int] = []
@@ -296,15 +298,11 @@ class ReferenceRouter:
 
     # -- decisions (SPEC §5, §6) -----------------------------------------------------------------
 
-    def _random_pick(self, available: Sequence[str], choice: Optional[str], counter: bool) -> str:
+    def _random_pick(self, available: Sequence[str], choice: Optional[str]) -> str:
         if choice is not None:
             if choice not in available:
                 raise AssertionError("the library chose %r, which is not an available worker %r" % (choice, available))
             return choice
-        if counter:
-            url = available[self._rr % len(available)]
-            self._rr += 1
-            return url
         return self._rng.choice(available)
 
     def decide(
@@ -324,9 +322,12 @@ class ReferenceRouter:
         available = self.available()
         if not available:
             return None, None, "no_healthy_workers", explicit
-        if self.policy in ("random", "round_robin"):
-            url = self._random_pick(available, random_choice, counter=self.policy == "round_robin")
-            return url, url, self.policy, explicit
+        if self.policy == "random":
+            url = self._random_pick(available, random_choice)
+            return url, url, "random", explicit
+        if self.policy == "round_robin":
+            url = available[self._rr % len(available)]
+            return url, url, "round_robin", explicit
 
         # 1. X-SMG-Target-Worker: strict, no fallback.
         target = first.get(TARGET_HEADER)
@@ -357,7 +358,7 @@ class ReferenceRouter:
             break
 
         # 4. No key: a uniformly random available worker.
-        url = self._random_pick(available, random_choice, counter=False)
+        url = self._random_pick(available, random_choice)
         return url, url, "random_fallback", None
 
     def _bounded(self, key: bytes, preferred: str, available: Sequence[str]) -> Tuple[str, str, str]:
@@ -398,6 +399,7 @@ class ReferenceRouter:
         self.branch_counts[branch] += 1
         if worker is None:
             raise NoWorkerAvailableError(branch)
+        self._rr += 1  # the round-robin counter advances with every route that chose a worker
         lease_id = self._take(self._workers[worker], explicit)
         return ModelDecision(worker, preferred, branch, lease_id)
 

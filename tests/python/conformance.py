@@ -1,0 +1,233 @@
+"""The differential harness: run the same operations on the library and on the reference model
+(tests/reference_model.py) and fail on the first decision, error or load they disagree on.
+
+Operations are plain tuples so that hypothesis can generate and shrink them and a seeded
+``random.Random`` can produce long sequences:
+
+    ("route", key)                   route(key); key None means no key
+    ("route_h", key, headers)        route(key, headers=headers)
+    ("select", key, headers)         select(key, headers=headers); headers may be None
+    ("release", i)                   release held lease number i (mod the number held)
+    ("rerelease", i)                 release an already released lease again (a no-op)
+    ("acquire", url, key)            acquire(url, key)
+    ("add", url) / ("remove", url)   add_worker / remove_worker
+    ("set", urls)                    set_workers(urls) (may hold duplicates: an error)
+    ("health", url, healthy)         set_healthy
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, List, Optional, Sequence, Tuple
+
+from bounded_router import Lease, NoWorkerAvailableError, Router
+from reference_model import NoWorkerAvailableError as ModelNoWorker
+from reference_model import ReferenceRouter
+
+URLS = ["http://w%d:8000" % i for i in range(8)]
+KEYS: List[Any] = ["k0", "k1", "k2", "k3", "k4", "session-17", b"\x00\xff\xfe", "cl\u00e9", "a\tb", b"k1"]
+HEADER_NAMES = [
+    "X-SMG-Target-Worker",
+    "X-SMG-Routing-Key",
+    "Authorization",
+    "X-Forwarded-For",
+    "Cookie",
+    "Content-Type",
+]
+HEADER_VALUES: List[Any] = [
+    "",
+    "0",
+    "1",
+    "+2",
+    "3",
+    " 1",
+    "-0",
+    "7",
+    "18446744073709551617",
+    "k0",
+    "k1",
+    "k2",
+    "session-17",
+    "a\tb",
+    "bad\x01",
+    "caf\u00e9",
+    b"\xff",
+    "Bearer abc",
+]
+POLICIES = ["bounded_consistent_hashing"] * 3 + ["consistent_hashing", "random", "round_robin"]
+SKEWS = [1.0, 1.1, 1.25, 1.5, 2.0, 3.0]
+VIRTUAL_NODES = [1, 3, 20, 150]
+RANDOM_BRANCHES = {"random_fallback", "random"}
+
+
+class Mismatch(AssertionError):
+    pass
+
+
+class Differential:
+    """A library router and a model router fed the same operations."""
+
+    def __init__(self, worker_urls: Sequence[str], policy: str, skew: float, gap: int, virtual_nodes: int) -> None:
+        kwargs: dict = {}
+        if policy == "bounded_consistent_hashing":
+            kwargs = {"max_load_skew": skew, "min_load_gap": gap}
+        self.lib = Router(list(worker_urls), policy=policy, virtual_nodes=virtual_nodes, **kwargs)
+        self.model = ReferenceRouter(list(worker_urls), policy=policy, virtual_nodes=virtual_nodes, **kwargs)
+        self.held: List[Tuple[Lease, int]] = []
+        self.released: List[Tuple[Lease, int]] = []
+        self.operations = 0
+        self.log: List[str] = []
+
+    def close(self) -> None:
+        self.lib.close()
+
+    def check(self, condition: bool, what: str) -> None:
+        if not condition:
+            raise Mismatch("%s\nafter operations:\n  %s" % (what, "\n  ".join(self.log[-30:])))
+
+    # -- one operation -------------------------------------------------------------------------
+
+    def run(self, op: Tuple[Any, ...]) -> None:
+        self.operations += 1
+        self.log.append(repr(op))
+        kind = op[0]
+        if kind == "route":
+            self._route(op[1], None)
+        elif kind == "route_h":
+            self._route(op[1], op[2])
+        elif kind == "select":
+            self._select(op[1], op[2])
+        elif kind == "release":
+            if self.held:
+                lease, model_id = self.held.pop(op[1] % len(self.held))
+                self.check(lease.release() is True, "release of a held lease did not release it")
+                self.check(self.model.release(model_id) is True, "model: release of a held lease")
+                self.released.append((lease, model_id))
+                del self.released[:-20]
+        elif kind == "rerelease":
+            if self.released:
+                lease, model_id = self.released[op[1] % len(self.released)]
+                self.check(lease.release() is False, "a second release reported it released")
+                self.check(self.model.release(model_id) is False, "model: a second release")
+        elif kind == "acquire":
+            self._both(lambda r: r.acquire(op[1], op[2]), lambda m: m.acquire(op[1], op[2]), keep=True)
+        elif kind == "add":
+            self._both(lambda r: r.add_worker(op[1]), lambda m: m.add_worker(op[1]))
+        elif kind == "remove":
+            self._both(lambda r: r.remove_worker(op[1]), lambda m: m.remove_worker(op[1]))
+        elif kind == "set":
+            self._both(lambda r: r.set_workers(op[1]), lambda m: m.set_workers(op[1]))
+        elif kind == "health":
+            self._both(lambda r: r.set_healthy(op[1], op[2]), lambda m: m.set_healthy(op[1], op[2]))
+        else:  # pragma: no cover
+            raise ValueError("unknown operation %r" % (op,))
+        self.compare_state()
+
+    def _both(self, lib_call: Any, model_call: Any, keep: bool = False) -> None:
+        lib_error = model_error = None
+        try:
+            lib_result = lib_call(self.lib)
+        except (ValueError, KeyError, TypeError) as e:
+            lib_error = e
+        try:
+            model_result = model_call(self.model)
+        except (ValueError, KeyError, TypeError) as e:
+            model_error = e
+        self.check(
+            type(lib_error) is type(model_error),
+            "library raised %r, model raised %r" % (lib_error, model_error),
+        )
+        if keep and lib_error is None:
+            self.check(lib_result.branch is None, "an acquired lease has a branch")
+            self.held.append((lib_result, model_result))
+
+    def _route(self, key: Any, headers: Optional[list]) -> None:
+        try:
+            lease: Optional[Lease] = self.lib.route(key, headers=headers)
+            lib = (lease.worker_url, lease.preferred_url, lease.branch)
+        except NoWorkerAvailableError as e:
+            lease, lib = None, (None, None, e.branch)
+        choice = lib[0] if lib[2] in RANDOM_BRANCHES else None
+        try:
+            decision = self.model.route(key, headers, random_choice=choice)
+            model = (decision.worker_url, decision.preferred_url, decision.branch)
+        except ModelNoWorker as e:
+            decision, model = None, (None, None, e.branch)
+        self.check(lib == model, "route(%r, headers=%r): library %r, model %r" % (key, headers, lib, model))
+        if lease is not None:
+            self.check(lease.spilled == (lib[2] == "explicit_routing_key_spillover"), "spilled flag")
+            self.held.append((lease, decision.lease_id))
+
+    def _select(self, key: Any, headers: Optional[list]) -> None:
+        d = self.lib.select(key, headers=headers)
+        lib = (d.worker_url, d.preferred_url, d.branch)
+        choice = d.worker_url if d.branch in RANDOM_BRANCHES else None
+        m = self.model.select(key, headers, random_choice=choice)
+        model = (m.worker_url, m.preferred_url, m.branch)
+        self.check(lib == model, "select(%r, headers=%r): library %r, model %r" % (key, headers, lib, model))
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def compare_state(self) -> None:
+        lib = [(w.url, w.healthy, w.load, w.active_keys) for w in self.lib.workers()]
+        model = self.model.workers()
+        self.check(lib == model, "workers (url, healthy, load, active keys): library %r, model %r" % (lib, model))
+        self.check(
+            self.lib.active_leases() == self.model.active_leases() == len(self.held),
+            "active leases: library %d, model %d, held %d"
+            % (self.lib.active_leases(), self.model.active_leases(), len(self.held)),
+        )
+
+    def finish(self) -> None:
+        """Compare the branch counts, release everything, and check nothing is left."""
+        lib_counts = self.lib.branch_counts()
+        self.check(lib_counts == self.model.branch_counts, "branch counts: %r vs %r" % (lib_counts, self.model.branch_counts))
+        while self.held:
+            self.run(("release", 0))
+        self.check(all(load == 0 for load in self.lib.loads().values()), "loads after releasing all: %r" % self.lib.loads())
+        self.check(self.lib.active_leases() == 0, "active leases after releasing all")
+        self.check(self.lib.leaked_leases() == 0, "a lease was counted as leaked")
+
+
+# -- a seeded generator of long sequences (hypothesis generates the short, shrinkable ones) ------
+
+
+def random_config(rng: random.Random) -> Tuple[List[str], str, float, int, int]:
+    workers = rng.sample(URLS, rng.randint(0, 6))
+    return workers, rng.choice(POLICIES), rng.choice(SKEWS), rng.randint(0, 4), rng.choice(VIRTUAL_NODES)
+
+
+def random_headers(rng: random.Random) -> list:
+    headers = []
+    for _ in range(rng.randint(0, 4)):
+        name = rng.choice(HEADER_NAMES)
+        name = rng.choice([name, name.lower(), name.upper()])
+        headers.append((name, rng.choice(HEADER_VALUES)))
+    return headers
+
+
+def random_operation(rng: random.Random) -> Tuple[Any, ...]:
+    kind = rng.choices(
+        ["route", "route_h", "select", "release", "rerelease", "acquire", "add", "remove", "set", "health"],
+        weights=[30, 12, 8, 24, 2, 3, 4, 3, 2, 8],
+    )[0]
+    key = rng.choice(KEYS + [None])
+    url = rng.choice(URLS + [""])  # "" is never a member: an error everywhere
+    if kind == "route":
+        return ("route", key)
+    if kind == "route_h":
+        return ("route_h", rng.choice([None, None, key]), random_headers(rng))
+    if kind == "select":
+        return ("select", key, rng.choice([None, random_headers(rng)]))
+    if kind in ("release", "rerelease"):
+        return (kind, rng.randrange(1000))
+    if kind == "acquire":
+        return ("acquire", url, key)
+    if kind in ("add", "remove"):
+        return (kind, url)
+    if kind == "set":
+        urls = rng.sample(URLS, rng.randint(0, 6))
+        if urls and rng.random() < 0.1:
+            urls.append(urls[0])  # a duplicate: rejected by both
+        return ("set", urls)
+    return ("health", url, rng.random() < 0.6)
