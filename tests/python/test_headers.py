@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bounded_router import NoWorkerAvailableError, Router
+from reference_model import ReferenceRouter
 from support import W, key_preferring, urls
 
 TARGET = "X-SMG-Target-Worker"
@@ -230,45 +231,10 @@ def test_irrelevant_headers_are_not_inspected(router):
     assert router.select(headers=[("X-Count", 5)]).branch == "random_fallback"
 
 
-# -- differential test against a model of SPEC §5 ---------------------------------------------
+# -- differential test against the reference model (tests/reference_model.py) ------------------
 
 NAMES = [TARGET, ROUTING_KEY] + IMPLICIT + ["Content-Type", "X-Routing-Key"]
 VALUES = ["", "0", "+1", " 1", "-1", "3", "4", "18446744073709551616", "k1", "k2", "k 3", "a\tb", "bad\x01", "\u00e9"]
-
-
-def _valid(value):
-    raw = value.encode("latin-1")
-    return len(raw) > 0 and all(0x20 <= b <= 0x7E or b == 9 for b in raw)
-
-
-def _target_index(value):
-    digits = value[1:] if value.startswith("+") else value
-    if not digits or not all("0" <= c <= "9" for c in digits):
-        return -1
-    n = int(digits)
-    return n if n < 2**63 else -1
-
-
-def expected_decision(headers, available, preferred_of):
-    first = {}
-    for name, value in headers:
-        first.setdefault(name.lower(), value)
-    target = first.get(TARGET.lower())
-    if target is not None and _valid(target):
-        index = _target_index(target)
-        if 0 <= index < len(available):
-            return available[index], "target_worker_hit"
-        return None, "target_worker_miss"
-    key = first.get(ROUTING_KEY.lower())
-    if key is not None and _valid(key):
-        return preferred_of(key), "explicit_routing_key_hit"
-    for name in IMPLICIT:
-        value = first.get(name.lower())
-        if value is not None:
-            if _valid(value):
-                return preferred_of(value), "implicit_routing_key_hit"
-            break
-    return "any", "random_fallback"
 
 
 @settings(max_examples=300, deadline=None)
@@ -288,13 +254,15 @@ def test_precedence_matches_the_model(headers, unhealthy):
 
 
 def check_against_model(router, headers, unhealthy):
+    model = ReferenceRouter(urls(4))
     for url in unhealthy:
         router.set_healthy(url, False)
-    available = [url for url in W[:4] if url not in unhealthy]
-    worker, branch = expected_decision(headers, available, lambda key: router.select(key).worker_url)
+        model.set_healthy(url, False)
     decision = router.select(headers=headers)
-    assert decision.branch == branch
-    if worker != "any":
-        assert decision.worker_url == worker
-    else:
-        assert decision.worker_url in available
+    random_choice = decision.worker_url if decision.branch == "random_fallback" else None
+    expected = model.select(headers=headers, random_choice=random_choice)
+    assert (decision.worker_url, decision.preferred_url, decision.branch) == (
+        expected.worker_url,
+        expected.preferred_url,
+        expected.branch,
+    )

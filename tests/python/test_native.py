@@ -1,5 +1,5 @@
 """The native library: lazy loading, the loader's errors, the ABI check, fork safety, and the
-ring against an independent model of SPEC §4."""
+ring against the reference model (tests/reference_model.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 import bounded_router
 from bounded_router import ForkedProcessError, LibraryLoadError, Router, RouterClosedError
-from support import W, RingModel, urls, xxh64
+from reference_model import ReferenceRouter, xxh64
+from support import W, urls
 
 TIMEOUT = 60
 
@@ -360,21 +361,19 @@ def test_xxh64_model_reference_values():
     unhealthy=st.sets(st.sampled_from(W[:5]), max_size=4),
 )
 def test_preferred_worker_matches_the_ring_model(keys, unhealthy):
+    model = ReferenceRouter(urls(5), policy="consistent_hashing")
     with Router(urls(5), policy="consistent_hashing") as router:
         for url in unhealthy:
             router.set_healthy(url, False)
-        available = [url for url in W[:5] if url not in unhealthy]
+            model.set_healthy(url, False)
         for key in keys:
-            assert router.select(key).worker_url == MODEL.first(key, available)
-
-
-MODEL = RingModel(urls(5))
+            assert router.select(key).worker_url == model.select(key).worker_url
 
 
 @pytest.mark.parametrize("virtual_nodes", [1, 7])
 def test_virtual_nodes_in_the_ring_model(virtual_nodes):
-    model = RingModel(urls(3), virtual_nodes)
+    model = ReferenceRouter(urls(3), policy="consistent_hashing", virtual_nodes=virtual_nodes)
     with Router(urls(3), policy="consistent_hashing", virtual_nodes=virtual_nodes) as router:
         for i in range(300):
             key = ("key-%d" % i).encode()
-            assert router.select(key).worker_url == model.first(key)
+            assert router.select(key).worker_url == model.select(key).worker_url
