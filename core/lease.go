@@ -1,15 +1,31 @@
 package core
 
+import "sync/atomic"
+
 // LeaseID identifies a lease: the low 32 bits index a slot of the router's lease table, the
-// high 32 bits are that slot's generation when the lease was taken. Releasing bumps the
-// generation, so a second release of the same ID (or of a stale one) finds nothing to undo.
-// The zero LeaseID is never issued.
+// high 32 bits are the generation the slot was given when the lease was taken. Generations come
+// from one process-wide counter, so an ID is never issued twice by any router of the process
+// (until 2^32 leases later): a second release of the same ID, a stale one, or the ID of another
+// router's lease finds nothing to undo. The zero LeaseID is never issued.
 type LeaseID uint64
+
+// leaseGenerations hands out generations to every lease table of the process.
+var leaseGenerations atomic.Uint32
+
+// nextGeneration returns a generation no lease table has been given recently; never 0.
+func nextGeneration() uint32 {
+	g := leaseGenerations.Add(1)
+	if g == 0 {
+		g = leaseGenerations.Add(1)
+	}
+	return g
+}
 
 func (id LeaseID) slot() uint32       { return uint32(id) }
 func (id LeaseID) generation() uint32 { return uint32(id >> 32) }
 
 type leaseSlot struct {
+	// generation is that of the slot's active lease; 0 while the slot is free.
 	generation uint32
 	hasKey     bool
 	keyPos     uint64
@@ -31,10 +47,11 @@ func (t *leaseTable) take(w, preferred *worker, hasKey bool, keyPos uint64) Leas
 	if n := len(t.free); n > 0 {
 		i, t.free = t.free[n-1], t.free[:n-1]
 	} else {
-		t.slots = append(t.slots, leaseSlot{generation: 1})
+		t.slots = append(t.slots, leaseSlot{})
 		i = uint32(len(t.slots) - 1)
 	}
 	s := &t.slots[i]
+	s.generation = nextGeneration()
 	s.worker, s.preferred, s.hasKey, s.keyPos = w, preferred, hasKey, keyPos
 	t.active++
 	return LeaseID(uint64(s.generation)<<32 | uint64(i))
@@ -53,12 +70,9 @@ func (t *leaseTable) lookup(id LeaseID) *leaseSlot {
 	return s
 }
 
-// drop frees an active slot. Generation 0 is skipped so that LeaseID 0 stays invalid.
+// drop frees an active slot; its next lease gets a new generation.
 func (t *leaseTable) drop(id LeaseID, s *leaseSlot) {
-	*s = leaseSlot{generation: s.generation + 1}
-	if s.generation == 0 {
-		s.generation = 1
-	}
+	*s = leaseSlot{}
 	t.free = append(t.free, id.slot())
 	t.active--
 }

@@ -20,7 +20,7 @@ func TestLeaseTableTakeLookupDrop(t *testing.T) {
 	id := tbl.take(w, p, true, 99)
 	assert.NotZero(t, id)
 	assert.Equal(t, uint32(0), id.slot())
-	assert.Equal(t, uint32(1), id.generation())
+	assert.NotZero(t, id.generation())
 	assert.Equal(t, 1, tbl.active)
 
 	s := tbl.lookup(id)
@@ -38,7 +38,7 @@ func TestLeaseTableTakeLookupDrop(t *testing.T) {
 	// The slot is reused under a new generation; the old ID stays dead.
 	id2 := tbl.take(w, w, false, 0)
 	assert.Equal(t, uint32(0), id2.slot())
-	assert.Equal(t, uint32(2), id2.generation())
+	assert.NotEqual(t, id.generation(), id2.generation())
 	assert.NotEqual(t, id, id2)
 	assert.Nil(t, tbl.lookup(id))
 	s2 := tbl.lookup(id2)
@@ -60,19 +60,20 @@ func TestLeaseTableUnknownIDs(t *testing.T) {
 }
 
 func TestLeaseTableGenerationWrapSkipsZero(t *testing.T) {
+	// The process-wide generation counter wraps around after 2^32 leases; 0 is never handed out.
 	var tbl leaseTable
 	w := newWorker("a", 1)
+	leaseGenerations.Store(math.MaxUint32 - 1)
 	id := tbl.take(w, w, false, 0)
-	tbl.slots[0].generation = math.MaxUint32
-	id = LeaseID(uint64(math.MaxUint32)<<32 | uint64(id.slot()))
+	assert.Equal(t, uint32(math.MaxUint32), id.generation())
 	s := tbl.lookup(id)
 	require.NotNil(t, s)
 	tbl.drop(id, s)
-	assert.Equal(t, uint32(1), tbl.slots[0].generation, "generation 0 is skipped")
 	next := tbl.take(w, w, false, 0)
 	assert.NotZero(t, next)
-	assert.Equal(t, uint32(1), next.generation())
+	assert.Equal(t, uint32(1), next.generation(), "generation 0 is skipped")
 	assert.Nil(t, tbl.lookup(id))
+	assert.Nil(t, tbl.lookup(next&^(math.MaxUint32<<32)), "generation 0 finds nothing")
 }
 
 func TestLeaseTableReusesSlots(t *testing.T) {
@@ -109,4 +110,25 @@ func TestRouterLeaseIDsAreNeverReissued(t *testing.T) {
 	assert.False(t, r.Release(first.Lease, false), "a stale ID cannot release the slot's new lease")
 	assert.Equal(t, int64(1), r.Workers()[0].Load+r.Workers()[1].Load)
 	assert.True(t, r.Release(second.Lease, false))
+}
+
+func TestLeaseOfAnotherRouterReleasesNothing(t *testing.T) {
+	// Lease IDs are unique across the routers of a process: an ID passed to the wrong router
+	// (e.g. through the C API) must not release that router's lease in the same slot.
+	a := newTestRouter(t, boundedPolicy(1.5, 2), workerURLs(2))
+	b := newTestRouter(t, boundedPolicy(1.5, 2), workerURLs(2))
+	for round := 0; round < 3; round++ {
+		la, lb := route(a, "k"), route(b, "k")
+		require.NotEqual(t, la.Lease, lb.Lease)
+		assert.False(t, b.Release(la.Lease, false), "a lease of router a released on router b")
+		assert.False(t, a.Release(lb.Lease, true), "a lease of router b released on router a")
+		_, _, ok := b.LeaseWorkers(la.Lease)
+		assert.False(t, ok)
+		assert.Equal(t, int64(1), loadByURL(b)[lb.WorkerURL])
+		assert.Equal(t, Stats{Branches: b.Stats().Branches, ActiveLeases: 1}, b.Stats())
+		assert.True(t, a.Release(la.Lease, false))
+		assert.True(t, b.Release(lb.Lease, false))
+		checkInvariants(t, a)
+		checkInvariants(t, b)
+	}
 }
