@@ -85,5 +85,8 @@ def key_bytes(routing_key: Union[str, bytes, None]) -> bytes:
     if isinstance(routing_key, bytes):
         return routing_key
     if isinstance(routing_key, str):
-        return routing_key.encode("utf-8")
+        try:
+            return routing_key.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError("routing_key %r is not valid Unicode text (%s); pass bytes for a binary key" % (routing_key, e.reason)) from None
     raise TypeError("routing_key must be str, bytes or None, got %s" % type(routing_key).__name__)

@@ -58,10 +58,16 @@ def policy_from_str(policy_str: str) -> PolicyType:
         ) from None
 
 
+_MAX_MIN_LOAD_GAP = 2**63 - 1
+
+
 def _check_max_load_skew(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError("max_load_skew must be a finite number >= 1.0, got %r" % (value,))
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int or Fraction too large for a float
+        raise ValueError("max_load_skew must be a finite number >= 1.0, got %r" % (value,)) from None
     if not math.isfinite(number) or number < 1.0:
         raise ValueError("max_load_skew must be a finite number >= 1.0, got %r" % (number,))
     return number
@@ -73,6 +79,8 @@ def _check_min_load_gap(value: Any) -> int:
     number = int(value)
     if number < 0:
         raise ValueError("min_load_gap must be an integer >= 0, got %r" % (number,))
+    if number > _MAX_MIN_LOAD_GAP:  # the library counts loads in 64-bit integers
+        raise ValueError("min_load_gap must be an integer >= 0 and at most %d, got %r" % (_MAX_MIN_LOAD_GAP, number))
     return number
 
 

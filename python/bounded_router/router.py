@@ -93,7 +93,10 @@ class WorkerInfo:
 def _url_bytes(url: Any) -> bytes:
     if not isinstance(url, str):
         raise TypeError("a worker URL must be a str, got %s" % type(url).__name__)
-    return url.encode("utf-8")
+    try:
+        return url.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError("worker URL %r is not valid Unicode text (%s)" % (url, e.reason)) from None
 
 
 def _url_list(urls: Any, what: str) -> List[str]:
@@ -282,7 +285,10 @@ class Router:
         if key is None:
             size = 0
         elif type(key) is str:
-            key = key.encode()
+            try:
+                key = key.encode()
+            except UnicodeEncodeError:
+                key = key_bytes(key)  # raises the error that names the routing key
             size = len(key)
         elif type(key) is bytes:
             size = len(key)
@@ -411,6 +417,8 @@ class Router:
         """
         if self._closed:
             raise self._closed_error()
+        if isinstance(healthy, (str, bytes)) or healthy not in (True, False):
+            raise TypeError("healthy must be a bool, got %r" % (healthy,))
         raw = _url_bytes(url)
         self._lib.check(self._lib.br_set_healthy(self._handle, raw, len(raw), 1 if healthy else 0))
 
