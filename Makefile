@@ -7,7 +7,7 @@ VPY     := $(VENV)/bin/python
 LIB     := build/libbounded_router.so
 GO_SRC  := $(shell find core capi -name '*.go' -o -name '*.c') go.mod go.sum
 
-.PHONY: lib wheel venv install test test-go test-c test-python demo bench clean
+.PHONY: lib wheel venv install test test-go test-c test-python test-fuzz demo bench clean
 
 lib: $(LIB)
 
@@ -31,11 +31,20 @@ venv: $(VENV)/.ready
 install: wheel
 	$(VPY) -m pip install --quiet --force-reinstall --no-deps dist/bounded_router-*.whl
 
-test: test-go test-c test-python
+test: test-go test-c test-python test-fuzz
 
 test-go:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
+
+# Each Go fuzz target for FUZZTIME (the seed corpora in core/testdata/fuzz also run in test-go).
+FUZZTIME ?= 20s
+FUZZ_TARGETS := FuzzRequestFromHeaders FuzzParseConfig FuzzRouterOperations
+test-fuzz:
+	@for target in $(FUZZ_TARGETS); do \
+		echo "fuzz $$target for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) ./core || exit 1; \
+	done
 
 test-c: $(LIB)
 	$(CC) -std=c11 -Wall -Wextra -Werror -Ibuild -o build/route_keys tests/c/route_keys.c -Lbuild -lbounded_router -Wl,-rpath,'$$ORIGIN'
