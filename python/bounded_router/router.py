@@ -464,6 +464,16 @@ class Router:
         """How many leases are held, including those on workers removed since."""
         return int(self._stats()["active_leases"])
 
+    def metrics_text(self, labels: Optional[Dict[str, str]] = None) -> str:
+        """The router's statistics in the Prometheus text format, for a ``/metrics`` endpoint.
+
+        Branch counters, per-worker load, active keys and health, active and leaked leases;
+        ``labels`` are added to every sample. See :mod:`bounded_router.metrics`.
+        """
+        from .metrics import render
+
+        return render(self, labels)
+
     # -- worker id -> URL --------------------------------------------------------------------
 
     def _refresh_urls(self) -> None:

@@ -1,0 +1,163 @@
+"""Prometheus text exposition of a router's statistics.
+
+:func:`render` (also :meth:`Router.metrics_text <bounded_router.Router.metrics_text>`) returns the
+router's counters in the Prometheus text format (version 0.0.4), ready to serve on ``/metrics``::
+
+    # HELP bounded_router_requests_total Requests routed, by the branch that chose the worker.
+    # TYPE bounded_router_requests_total counter
+    bounded_router_requests_total{branch="explicit_routing_key_hit"} 1042
+    bounded_router_requests_total{branch="explicit_routing_key_spillover"} 87
+    ...
+    bounded_router_worker_load{worker="http://w0:8000"} 6
+    bounded_router_worker_active_keys{worker="http://w0:8000"} 2
+    bounded_router_worker_healthy{worker="http://w0:8000"} 1
+    bounded_router_active_leases 8
+    bounded_router_leaked_leases_total 0
+
+Every branch is always present (zero until it decides a request), so rates and ratios such as
+"spilled / explicit-key requests" work from the first scrape. Several routers in one process
+are told apart by constant labels: ``render_all([(router_a, {"router": "a"}), (router_b,
+{"router": "b"})])`` puts them in one exposition with each metric family declared once.
+
+Standard library only: no Prometheus client is needed (with ``prometheus_client`` installed, a
+custom collector can still wrap :func:`render`'s numbers, but the text is usually all a scraper
+needs).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .router import Router
+
+__all__ = ["CONTENT_TYPE", "render", "render_all", "parse"]
+
+#: The Content-Type to serve the exposition with.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+# (name suffix, type, help) in the order they are written.
+_FAMILIES: Tuple[Tuple[str, str, str], ...] = (
+    ("requests_total", "counter", "Requests routed, by the branch that chose the worker (or found none)."),
+    ("worker_load", "gauge", "Leases held on the worker: requests in flight from this process."),
+    ("worker_active_keys", "gauge", "Distinct explicit routing keys among the leases held on the worker."),
+    ("worker_healthy", "gauge", "1 if the worker is available for routing, 0 if it is marked unhealthy."),
+    ("active_leases", "gauge", "Leases held, including those on workers removed since they were taken."),
+    (
+        "leaked_leases_total",
+        "counter",
+        "Leases garbage-collected without release (released by the safety net): each one is a bug.",
+    ),
+)
+
+Sample = Tuple[Dict[str, str], float]
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(labels: Mapping[str, str]) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join('%s="%s"' % (name, _escape(str(value))) for name, value in labels.items()) + "}"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _check_labels(labels: Optional[Mapping[str, str]]) -> Dict[str, str]:
+    result: Dict[str, str] = {}
+    for name, value in (labels or {}).items():
+        if not isinstance(name, str) or not _NAME.match(name) or name.startswith("__"):
+            raise ValueError("metric label name %r is not a valid Prometheus label name" % (name,))
+        if name in ("branch", "worker"):
+            raise ValueError("metric label name %r is used by the router's own metrics; choose another" % name)
+        if not isinstance(value, str):
+            raise TypeError("metric label %r must have a str value, got %s" % (name, type(value).__name__))
+        result[name] = value
+    return result
+
+
+def _collect(router: Router, labels: Dict[str, str]) -> Dict[str, List[Sample]]:
+    samples: Dict[str, List[Sample]] = {suffix: [] for suffix, _, _ in _FAMILIES}
+    for branch, count in router.branch_counts().items():
+        samples["requests_total"].append((dict(labels, branch=branch), count))
+    for worker in router.workers():
+        worker_labels = dict(labels, worker=worker.url)
+        samples["worker_load"].append((worker_labels, worker.load))
+        samples["worker_active_keys"].append((worker_labels, worker.active_keys))
+        samples["worker_healthy"].append((worker_labels, 1 if worker.healthy else 0))
+    samples["active_leases"].append((labels, router.active_leases()))
+    samples["leaked_leases_total"].append((labels, router.leaked_leases()))
+    return samples
+
+
+def render_all(routers: Iterable[Tuple[Router, Optional[Mapping[str, str]]]], namespace: str = "bounded_router") -> str:
+    """The exposition of several routers, each with its own constant labels.
+
+    Args:
+        routers: ``(router, labels)`` pairs; labels (a mapping of label names to str values, or
+            None) tell the routers apart and must differ between them.
+        namespace: the prefix of every metric name.
+
+    Raises:
+        ValueError: a label or namespace is not a valid Prometheus name, or a label is named
+            ``branch`` or ``worker`` (the router's own labels).
+        RouterClosedError: a router is closed.
+    """
+    if not _NAME.match(namespace):
+        raise ValueError("metrics namespace %r is not a valid Prometheus metric name prefix" % (namespace,))
+    collected = [_collect(router, _check_labels(labels)) for router, labels in routers]
+    lines: List[str] = []
+    for suffix, kind, help_text in _FAMILIES:
+        name = "%s_%s" % (namespace, suffix)
+        lines.append("# HELP %s %s" % (name, help_text))
+        lines.append("# TYPE %s %s" % (name, kind))
+        for samples in collected:
+            for labels, value in samples[suffix]:
+                lines.append("%s%s %s" % (name, _labels(labels), _number(value)))
+    return "\n".join(lines) + "\n"
+
+
+def render(router: Router, labels: Optional[Mapping[str, str]] = None, namespace: str = "bounded_router") -> str:
+    """The Prometheus text exposition of one router (see the module documentation).
+
+    Args:
+        router: the router.
+        labels: constant labels added to every sample, e.g. ``{"router": "chat"}``.
+        namespace: the prefix of every metric name.
+    """
+    return render_all([(router, labels)], namespace)
+
+
+_UNESCAPE = re.compile(r"\\(.)")
+
+
+def _unescape_one(match: "re.Match[str]") -> str:
+    return "\n" if match.group(1) == "n" else match.group(1)
+
+
+def parse(text: str) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float]:
+    """Parse an exposition written by :func:`render` back into ``{(name, labels): value}``.
+
+    A small reader for tests and scripts (label values must not contain ``,`` or ``}``);
+    ``labels`` is a sorted tuple of ``(name, value)`` pairs.
+    """
+    result: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name, brace, rest = head.partition("{")
+        pairs: Sequence[Tuple[str, str]] = ()
+        if brace:
+            items = [item for item in rest.rstrip("}").split(",") if item]
+            split = (item.partition("=") for item in items)
+            pairs = tuple(sorted((k, _UNESCAPE.sub(_unescape_one, v[1:-1])) for k, _, v in split))
+        result[(name, tuple(pairs))] = float(value)
+    return result
