@@ -2,13 +2,14 @@ package core
 
 // selectByPrecedence applies the input precedence shared by both hashing policies (SPEC §5):
 // target worker, then explicit key (decided by explicit), then implicit key, then a random
-// available worker. The caller has checked that some worker is available.
-func selectByPrecedence(v *view, req *Request, explicit func(position uint64) (int, Branch), implicitBranch Branch) (int, Branch) {
+// available worker. The caller has checked that some worker is available, and hashed the
+// explicit key into keyPos.
+func selectByPrecedence(v *view, req *Request, keyPos uint64, explicit func(position uint64) (int, Branch), implicitBranch Branch) (int, Branch) {
 	switch {
 	case req.HasTarget:
 		return selectTarget(v, req.TargetIndex)
 	case len(req.RoutingKey) > 0:
-		return explicit(KeyPosition(req.RoutingKey))
+		return explicit(keyPos)
 	case len(req.ImplicitKey) > 0:
 		return v.preferred(KeyPosition(req.ImplicitKey)), implicitBranch
 	default:

@@ -33,8 +33,9 @@ type Policy struct {
 }
 
 // selectWorker returns the index of the chosen worker (or -1) and the branch that chose it.
-// It reads the view and changes nothing.
-func (p *Policy) selectWorker(v *view, req *Request) (int, Branch) {
+// It reads the view and changes nothing. keyPos is KeyPosition(req.RoutingKey), hashed once by
+// the router because the lease counts the key too.
+func (p *Policy) selectWorker(v *view, req *Request, keyPos uint64) (int, Branch) {
 	if len(v.available) == 0 {
 		return -1, BranchNoHealthyWorkers
 	}
@@ -44,8 +45,8 @@ func (p *Policy) selectWorker(v *view, req *Request) (int, Branch) {
 	case PolicyRoundRobin:
 		return selectRoundRobin(v)
 	case PolicyConsistentHashing:
-		return selectConsistent(v, req)
+		return selectConsistent(v, req, keyPos)
 	default:
-		return selectBounded(v, req, p)
+		return selectBounded(v, req, keyPos, p)
 	}
 }

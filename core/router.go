@@ -64,29 +64,45 @@ func (d Decision) Spilled() bool { return d.Branch == BranchExplicitRoutingKeySp
 // Route chooses a worker for the request and, if one is chosen, counts the request on it under
 // a new lease, in one linearizable step. Release the lease when the request has finished.
 func (r *Router) Route(req *Request) Decision {
+	key := explicitKeyOf(req.RoutingKey)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	d, chosen, preferred := r.decide(req)
+	d, chosen, preferred := r.decide(req, key)
 	r.branches[d.Branch]++
 	if chosen != nil {
 		// Only round_robin reads the counter; advancing it for every policy keeps this branchless.
 		r.view.roundRobin++
-		d.Lease = r.take(chosen, preferred, req.RoutingKey)
+		d.Lease = r.take(chosen, preferred, key)
 	}
 	return d
 }
 
+// explicitKey is a request's explicit routing key reduced to what the router needs: its ring
+// position, hashed once and before the lock is taken (the policy and the lease both use it).
+type explicitKey struct {
+	present  bool
+	position uint64
+}
+
+func explicitKeyOf(routingKey []byte) explicitKey {
+	if len(routingKey) == 0 {
+		return explicitKey{}
+	}
+	return explicitKey{present: true, position: KeyPosition(routingKey)}
+}
+
 // Select chooses a worker like Route but counts nothing and takes no lease.
 func (r *Router) Select(req *Request) Decision {
+	key := explicitKeyOf(req.RoutingKey)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	d, _, _ := r.decide(req)
+	d, _, _ := r.decide(req, key)
 	return d
 }
 
 // decide runs the policy and describes its choice; the caller holds r.mu.
-func (r *Router) decide(req *Request) (d Decision, chosen, preferred *worker) {
-	index, branch := r.policy.selectWorker(&r.view, req)
+func (r *Router) decide(req *Request, key explicitKey) (d Decision, chosen, preferred *worker) {
+	index, branch := r.policy.selectWorker(&r.view, req, key.position)
 	d.Branch = branch
 	if index < 0 {
 		return d, nil, nil
@@ -94,7 +110,7 @@ func (r *Router) decide(req *Request) (d Decision, chosen, preferred *worker) {
 	chosen, preferred = r.members.workers[index], r.members.workers[index]
 	if branch == BranchExplicitRoutingKeySpillover {
 		// Spills are rare; finding the preferred worker again is cheaper than carrying it always.
-		preferred = r.members.workers[r.view.preferred(KeyPosition(req.RoutingKey))]
+		preferred = r.members.workers[r.view.preferred(key.position)]
 	}
 	d.WorkerURL, d.WorkerID = chosen.url, chosen.id
 	d.PreferredURL, d.PreferredID = preferred.url, preferred.id
@@ -104,25 +120,23 @@ func (r *Router) decide(req *Request) (d Decision, chosen, preferred *worker) {
 // Acquire counts a request on a worker chosen elsewhere (a load token without a routing
 // decision). The worker must be a member; it need not be healthy.
 func (r *Router) Acquire(url string, routingKey []byte) (LeaseID, WorkerState, error) {
+	key := explicitKeyOf(routingKey)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w, ok := r.members.lookup(url)
 	if !ok {
 		return 0, WorkerState{}, unknownWorker(url)
 	}
-	return r.take(w, w, routingKey), w.state(), nil
+	return r.take(w, w, key), w.state(), nil
 }
 
 // take counts a request on w under a new lease; the caller holds r.mu.
-func (r *Router) take(w, preferred *worker, routingKey []byte) LeaseID {
-	hasKey := len(routingKey) > 0
-	var keyPos uint64
-	if hasKey {
-		keyPos = KeyPosition(routingKey)
-		w.countKey(keyPos, 1)
+func (r *Router) take(w, preferred *worker, key explicitKey) LeaseID {
+	if key.present {
+		w.countKey(key.position, 1)
 	}
 	r.addLoad(w, 1)
-	return r.leases.take(w, preferred, hasKey, keyPos)
+	return r.leases.take(w, preferred, key.present, key.position)
 }
 
 // addLoad changes a worker's load and, while it is an available member, the running total.
