@@ -26,6 +26,7 @@ type Router struct {
 	members  *membership
 	view     view
 	leases   leaseTable
+	keys     keyCounts
 	branches [NumBranches]uint64
 	leaked   uint64
 }
@@ -35,7 +36,7 @@ func NewRouter(cfg Config) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Router{policy: cfg.Policy, virtualNodes: cfg.VirtualNodes, members: emptyMembership(), view: newView()}
+	r := &Router{policy: cfg.Policy, virtualNodes: cfg.VirtualNodes, members: emptyMembership(), view: newView(), keys: newKeyCounts()}
 	r.install(rebuilt(r.newWorkers(cfg.WorkerURLs, r.members), r.virtualNodes))
 	return r, nil
 }
@@ -132,8 +133,8 @@ func (r *Router) Acquire(url string, routingKey []byte) (LeaseID, WorkerState, e
 
 // take counts a request on w under a new lease; the caller holds r.mu.
 func (r *Router) take(w, preferred *worker, key explicitKey) LeaseID {
-	if key.present {
-		w.countKey(key.position, 1)
+	if key.present && r.keys.add(w.id, key.position) {
+		w.activeKeys++
 	}
 	r.addLoad(w, 1)
 	return r.leases.take(w, preferred, key.present, key.position)
@@ -158,8 +159,8 @@ func (r *Router) Release(id LeaseID, abandoned bool) bool {
 	if s == nil {
 		return false
 	}
-	if s.hasKey {
-		s.worker.countKey(s.keyPos, -1)
+	if s.hasKey && r.keys.remove(s.worker.id, s.keyPos) {
+		s.worker.activeKeys--
 	}
 	r.addLoad(s.worker, -1)
 	if abandoned {

@@ -163,8 +163,8 @@ func FuzzRouterOperations(f *testing.F) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for w := range every {
-			if w.load != 0 || len(w.activeKeys) != 0 {
-				t.Fatalf("worker %s left with load %d, %d keys", w.url, w.load, len(w.activeKeys))
+			if w.load != 0 || w.activeKeys != 0 {
+				t.Fatalf("worker %s left with load %d, %d keys", w.url, w.load, w.activeKeys)
 			}
 		}
 		if r.leases.active != 0 || r.leaked != abandoned || r.view.availableLoad != 0 {

@@ -12,21 +12,13 @@ type worker struct {
 	removed bool
 	// load is the number of leases currently held on the worker.
 	load int64
-	// activeKeys counts the active leases per explicit routing key (by key position), so its
-	// length is the number of distinct keys in flight on the worker.
-	activeKeys map[uint64]int32
+	// activeKeys is the number of distinct explicit routing keys among the worker's leases
+	// (the router's keyCounts counts the leases of each key).
+	activeKeys int
 }
 
 func newWorker(url string, id uint32) *worker {
-	return &worker{url: url, id: id, healthy: true, activeKeys: make(map[uint64]int32)}
-}
-
-func (w *worker) countKey(keyPosition uint64, delta int32) {
-	if n := w.activeKeys[keyPosition] + delta; n > 0 {
-		w.activeKeys[keyPosition] = n
-	} else {
-		delete(w.activeKeys, keyPosition)
-	}
+	return &worker{url: url, id: id, healthy: true}
 }
 
 // WorkerState is a snapshot of one worker.
@@ -41,5 +33,5 @@ type WorkerState struct {
 }
 
 func (w *worker) state() WorkerState {
-	return WorkerState{URL: w.url, ID: w.id, Healthy: w.healthy, Load: w.load, ActiveKeys: len(w.activeKeys)}
+	return WorkerState{URL: w.url, ID: w.id, Healthy: w.healthy, Load: w.load, ActiveKeys: w.activeKeys}
 }
