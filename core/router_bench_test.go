@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // benchWorkerURLs returns n distinct worker URLs.
@@ -24,76 +25,97 @@ func benchKeys(n int) [][]byte {
 	return keys
 }
 
-// newBenchRouter builds a bounded router over n workers. With hot set, it holds leases so that
-// one worker in four carries far more than the others: every request to those workers passes
-// the relative test, so the minimum scan and the spill walk run on a large share of requests.
-func newBenchRouter(b *testing.B, n int, hot bool) (*Router, []LeaseID) {
+// benchWorkerCounts are the membership sizes every route benchmark runs at.
+var benchWorkerCounts = []int{8, 64, 256, 1024}
+
+// Loads the route benchmarks run under.
+const (
+	loadsIdle = "idle"
+	// loadsSkewed holds 10 leases on 5 workers of every 8: the mean is 6.25 and the bound 9.375,
+	// so every request whose key prefers a loaded worker (5/8 of them) passes the relative test,
+	// scans for the minimum and walks the ring to spill.
+	loadsSkewed = "skewed"
+)
+
+// newBenchRouter builds a bounded router over n workers under the named loads.
+func newBenchRouter(b *testing.B, n int, loads string) *Router {
 	b.Helper()
-	r, err := NewRouter(DefaultConfig(benchWorkerURLs(n)...))
+	urls := benchWorkerURLs(n)
+	r, err := NewRouter(DefaultConfig(urls...))
 	if err != nil {
 		b.Fatal(err)
 	}
-	var held []LeaseID
-	if hot {
-		for i, url := range benchWorkerURLs(n) {
-			if i%4 != 0 {
-				continue
-			}
-			for j := 0; j < 10; j++ {
-				id, _, err := r.Acquire(url, nil)
-				if err != nil {
+	if loads == loadsSkewed {
+		for i, url := range urls {
+			for j := 0; i%8 < 5 && j < 10; j++ {
+				if _, _, err := r.Acquire(url, nil); err != nil {
 					b.Fatal(err)
 				}
-				held = append(held, id)
 			}
 		}
 	}
-	return r, held
+	return r
 }
 
+// reportSpills reports the share of routed requests that spilled, so a reader can check how
+// often the relative test fired.
+func reportSpills(b *testing.B, r *Router) {
+	s := r.Stats()
+	spilled := s.Branches[BranchExplicitRoutingKeySpillover]
+	b.ReportMetric(float64(spilled)/float64(s.Branches[BranchExplicitRoutingKeyHit]+spilled), "spilled/op")
+}
+
+// BenchmarkRouteRelease is one request's whole life in the router: route with an explicit key,
+// then release. -benchmem must show 0 allocs/op.
 func BenchmarkRouteRelease(b *testing.B) {
 	keys := benchKeys(4096)
-	for _, n := range []int{8, 64, 256, 1024} {
-		for _, hot := range []bool{false, true} {
-			name := fmt.Sprintf("workers=%d/loads=%s", n, map[bool]string{false: "idle", true: "skewed"}[hot])
-			b.Run(name, func(b *testing.B) {
-				r, _ := newBenchRouter(b, n, hot)
+	for _, n := range benchWorkerCounts {
+		for _, loads := range []string{loadsIdle, loadsSkewed} {
+			b.Run(fmt.Sprintf("workers=%d/loads=%s", n, loads), func(b *testing.B) {
+				r := newBenchRouter(b, n, loads)
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					req := KeyRequest(keys[i&4095])
 					r.Release(r.Route(&req).Lease, false)
 				}
+				b.StopTimer()
+				reportSpills(b, r)
 			})
 		}
 	}
 }
 
+// BenchmarkRouteReleaseParallel runs BenchmarkRouteRelease from GOMAXPROCS goroutines at once
+// on one router (they contend for its lock).
 func BenchmarkRouteReleaseParallel(b *testing.B) {
 	keys := benchKeys(4096)
-	for _, n := range []int{64, 1024} {
-		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) {
-			r, _ := newBenchRouter(b, n, false)
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				i := 0
-				for pb.Next() {
-					req := KeyRequest(keys[i&4095])
-					r.Release(r.Route(&req).Lease, false)
-					i++
-				}
+	for _, n := range benchWorkerCounts {
+		for _, loads := range []string{loadsIdle, loadsSkewed} {
+			b.Run(fmt.Sprintf("workers=%d/loads=%s", n, loads), func(b *testing.B) {
+				r := newBenchRouter(b, n, loads)
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for i := 0; pb.Next(); i++ {
+						req := KeyRequest(keys[i&4095])
+						r.Release(r.Route(&req).Lease, false)
+					}
+				})
 			})
-		})
+		}
 	}
 }
 
-// BenchmarkAddWorker measures one worker joining a membership of 1024 (the ring merge).
+// BenchmarkAddWorker measures one worker joining a membership of 1024: the ring merge, built
+// while routes go on, and the install step, the only part that holds the routing lock.
 func BenchmarkAddWorker(b *testing.B) {
 	urls := benchWorkerURLs(1025)
 	r, err := NewRouter(DefaultConfig(urls[:1024]...))
 	if err != nil {
 		b.Fatal(err)
 	}
+	var locked time.Duration
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -101,20 +123,28 @@ func BenchmarkAddWorker(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StopTimer()
+		// Installing the same membership again repeats the join's last step exactly.
+		r.membershipMu.Lock()
+		start := time.Now()
+		r.install(r.members)
+		locked += time.Since(start)
+		r.membershipMu.Unlock()
 		if err := r.RemoveWorker(urls[1024]); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
 	}
+	b.ReportMetric(float64(locked.Nanoseconds())/float64(b.N), "lock-held-ns/op")
 }
 
-// BenchmarkRingMemory reports the ring's bytes per virtual node at 1024 workers.
+// BenchmarkRingMemory reports the ring's bytes per virtual node at 1024 workers: positions,
+// owners and the lookup table.
 func BenchmarkRingMemory(b *testing.B) {
 	urls := benchWorkerURLs(1024)
 	var rg *ring
 	for i := 0; i < b.N; i++ {
 		rg = buildRing(urls, DefaultVirtualNodes)
 	}
-	bytes := cap(rg.positions)*8 + cap(rg.owners)*4
+	bytes := cap(rg.positions)*8 + cap(rg.owners)*4 + cap(rg.buckets)*4
 	b.ReportMetric(float64(bytes)/float64(len(rg.positions)), "bytes/vnode")
 }
