@@ -1,0 +1,136 @@
+"""Terminal tables of simulated runs and sweeps."""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence
+
+from .engine import Result
+from .sweep import SweepCell
+
+__all__ = ["placement_columns", "format_table", "format_sweep", "describe"]
+
+
+def placement_columns(results: Sequence[Result]) -> List[str]:
+    """The placement columns to show: every split of a group over two workers, else the observed ones."""
+    if not results:
+        return []
+    workload = results[0].workload
+    if workload.workers == 2:
+        s = workload.siblings
+        return ["%d:%d" % (s - k, k) for k in range(0, s // 2 + 1)]
+    seen: Dict[str, int] = {}
+    for result in results:
+        for label, count in result.placement.items():
+            seen[label] = seen.get(label, 0) + count
+    labels = sorted(seen, key=lambda label: [-int(x) for x in label.split(":")])
+    return labels if len(labels) <= 6 else labels[:5] + ["other"]
+
+
+def _placement_cells(result: Result, columns: List[str]) -> List[int]:
+    cells = [result.placement.get(label, 0) for label in columns if label != "other"]
+    if columns and columns[-1] == "other":
+        cells.append(sum(result.placement.values()) - sum(cells))
+    return cells
+
+
+def _relative(value: float, base: Optional[float]) -> str:
+    if base is None or not base or math.isnan(value) or math.isnan(base):
+        return "-"
+    return "%+.1f%%" % ((value / base - 1.0) * 100.0)
+
+
+def describe(result: Result) -> str:
+    """The scenario and cost lines printed above a table."""
+    cost = result.cost
+    return "%s\nprefill %g ms/token%s, decode %g ms/token, prefix cache %d tokens/worker in blocks of %d, seed %d" % (
+        result.workload.describe(),
+        cost.prefill_ms_per_token,
+        " + %g ms" % cost.prefill_overhead_ms if cost.prefill_overhead_ms else "",
+        cost.decode_ms_per_token,
+        cost.cache_tokens,
+        cost.block_size,
+        result.workload.seed,
+    )
+
+
+def format_table(results: Sequence[Result]) -> str:
+    """The table of a run: one row per policy; relative figures are against consistent_hashing."""
+    if not results:
+        return ""
+    base = next((r for r in results if r.spec.policy == "consistent_hashing"), None)
+    columns = placement_columns(results)
+    header = ["policy", "gap", "skew"] + columns + [
+        "spill",
+        "cached",
+        "prefill tok",
+        "mean TTFT",
+        "vs strict",
+        "p99 TTFT",
+        "req/s",
+        "vs strict",
+    ]
+    rows: List[List[str]] = []
+    for r in results:
+        bounded = r.spec.policy == "bounded_consistent_hashing"
+        keyed = r.spec.policy in ("consistent_hashing", "bounded_consistent_hashing")
+        rows.append(
+            [
+                r.spec.policy,
+                str(r.spec.min_load_gap) if bounded else "-",
+                "%g" % r.spec.max_load_skew if bounded and r.spec.max_load_skew is not None else "-",
+            ]
+            + [str(c) for c in _placement_cells(r, columns)]
+            + [
+                "%.1f%%" % (100 * r.spill_fraction) if keyed else "-",
+                "%.1f%%" % (100 * r.cached_token_fraction),
+                "{:,}".format(r.computed_tokens),
+                "%.0f ms" % r.mean_ttft_ms,
+                "-" if r is base else _relative(r.mean_ttft_ms, base.mean_ttft_ms if base else None),
+                "%.0f ms" % r.p99_ttft_ms,
+                "%.3f" % r.throughput_rps,
+                "-" if r is base else _relative(r.throughput_rps, base.throughput_rps if base else None),
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows + [header]) for i in range(len(header))]
+    lines = []
+    for row in [header] + rows:
+        cells = [row[0].ljust(widths[0])] + [cell.rjust(widths[i]) for i, cell in enumerate(row) if i > 0]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def format_sweep(cells: Sequence[SweepCell]) -> str:
+    """One block per load: mean TTFT vs strict, spill and cached tokens for every gap x skew."""
+    blocks: List[str] = []
+    loads: List[str] = []
+    for cell in cells:
+        if cell.load not in loads:
+            loads.append(cell.load)
+    for load in loads:
+        here = [c for c in cells if c.load == load]
+        gaps = sorted({c.gap for c in here})
+        skews = sorted({c.skew for c in here})
+        strict = here[0].strict
+        title = "%s -- strict: mean TTFT %.0f ms, cached %.1f%%" % (
+            load,
+            strict.mean_ttft_ms,
+            100 * strict.cached_token_fraction,
+        )
+        lines = [title, "mean TTFT vs strict / spill / cached tokens (rows: max_load_skew, columns: min_load_gap)"]
+        width = 20
+        lines.append("skew".ljust(6) + "".join(("gap %d" % g).rjust(width) for g in gaps))
+        by_key = {(c.gap, c.skew): c for c in here}
+        for skew in skews:
+            row = ("%g" % skew).ljust(6)
+            for gap in gaps:
+                r = by_key[(gap, skew)].result
+                text = "%+.0f%% %2.0f%% %2.0f%%" % (
+                    (r.mean_ttft_ms / strict.mean_ttft_ms - 1) * 100,
+                    100 * r.spill_fraction,
+                    100 * r.cached_token_fraction,
+                )
+                row += text.rjust(width)
+            lines.append(row)
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
