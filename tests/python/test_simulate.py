@@ -231,9 +231,15 @@ def _run_without_extras(code: str) -> subprocess.CompletedProcess:
 def test_package_works_without_any_extra() -> None:
     done = _run_without_extras(
         """
-        import bounded_router, bounded_router.simulate, bounded_router.metrics
+        import bounded_router, bounded_router.integrations, bounded_router.simulate, bounded_router.metrics
+        import bounded_router.testing, bounded_router.testing.mock_worker
         from bounded_router.simulate.__main__ import main
         assert main(["--groups", "3"]) == 0
+        for module in ("bounded_router.integrations.asgi", "bounded_router.integrations.aiohttp"):
+            try:
+                __import__(module)
+            except ImportError as e:
+                print("IMPORT-ERROR", module, e)
         try:
             main(["--groups", "3", "--plot", "never.png"])
         except SystemExit as e:
@@ -242,4 +248,7 @@ def test_package_works_without_any_extra() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "consistent_hashing" in done.stdout
+    assert "IMPORT-ERROR bounded_router.integrations.asgi" in done.stdout
+    assert "pip install 'bounded-router[fastapi]'" in done.stdout
+    assert "pip install 'bounded-router[aiohttp]'" in done.stdout
     assert "PLOT --plot needs matplotlib, which is not installed: pip install 'bounded-router[plot]'" in done.stdout

@@ -1,0 +1,117 @@
+"""Start mock workers and routing proxies as real processes on loopback, and stop them.
+
+Every process is started with a ``--lifetime`` (it exits by itself even if nobody stops it) and
+also exits when the process that started it is gone; :meth:`ServerProcess.stop` (or leaving the
+``with`` block) ends it at once.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from types import TracebackType
+from typing import List, Optional, Sequence, Type
+
+from ..simulate.model import CostModel
+
+__all__ = ["ServerProcess", "start_mock_worker", "start_proxy"]
+
+
+class ServerProcess:
+    """A server started with ``python -m MODULE ARGS`` that prints ``... listening on URL``."""
+
+    def __init__(self, name: str, module: str, args: Sequence[str], startup_timeout: float = 60.0) -> None:
+        self.name = name
+        self._log = tempfile.TemporaryFile(mode="w+", prefix="bounded-router-%s-" % name)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", module] + list(args),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            env=env,
+        )
+        self.url = ""
+        try:
+            self.url = self._wait_ready(startup_timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, timeout: float) -> str:
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.process.stdout], [], [], 0.1)
+            if ready:
+                line = self.process.stdout.readline()
+                if " listening on " in line:
+                    return line.rsplit(" listening on ", 1)[1].strip()
+                if not line and self.process.poll() is not None:
+                    break
+            elif self.process.poll() is not None:
+                break
+        raise RuntimeError("%s did not start (exit status %s): %s" % (self.name, self.process.poll(), self.log() or "no output"))
+
+    def log(self) -> str:
+        """What the process wrote to stderr so far."""
+        self._log.seek(0)
+        return self._log.read()
+
+    def stop(self) -> None:
+        """End the process (SIGTERM, then SIGKILL after 5 s) and wait for it."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self.stop()
+        self._log.close()
+
+
+def start_mock_worker(name: str, cost: CostModel = CostModel(), time_scale: float = 0.01, lifetime: float = 900.0) -> ServerProcess:
+    """A mock worker process (see :mod:`bounded_router.testing.mock_worker`) on 127.0.0.1."""
+    args = [
+        "--name", name,
+        "--port", "0",
+        "--time-scale", repr(time_scale),
+        "--lifetime", repr(lifetime),
+        "--prefill-ms-per-token", repr(cost.prefill_ms_per_token),
+        "--prefill-overhead-ms", repr(cost.prefill_overhead_ms),
+        "--decode-ms-per-token", repr(cost.decode_ms_per_token),
+        "--block-size", str(cost.block_size),
+        "--cache-tokens", str(cost.cache_tokens),
+    ]  # fmt: skip
+    return ServerProcess("mock worker %s" % name, "bounded_router.testing.mock_worker", args)
+
+
+def start_proxy(
+    worker_urls: List[str],
+    policy: str,
+    min_load_gap: Optional[int] = None,
+    max_load_skew: Optional[float] = None,
+    lifetime: float = 900.0,
+) -> ServerProcess:
+    """A routing proxy process (``python -m bounded_router.integrations.serve``) on 127.0.0.1."""
+    args = ["--port", "0", "--lifetime", repr(lifetime), "--policy", policy, "--worker-urls"] + list(worker_urls)
+    if min_load_gap is not None:
+        args += ["--min-load-gap", str(min_load_gap)]
+    if max_load_skew is not None:
+        args += ["--max-load-skew", repr(max_load_skew)]
+    return ServerProcess("proxy (%s)" % policy, "bounded_router.integrations.serve", args)

@@ -1,0 +1,372 @@
+"""A mock LLM inference worker: a small HTTP server that streams tokens like a real one.
+
+It serves an OpenAI-style ``POST /v1/completions`` with ``"stream": true`` and behaves like the
+worker model of the simulator (:mod:`bounded_router.simulate.model`): a prefix cache per worker
+(an LRU of prompt-prefix blocks), one FIFO prefill engine (time to first token = queueing +
+prefill of the uncached tokens) and decode at a fixed rate. Prompts are tokenized by
+whitespace. All costs are multiplied by ``time_scale`` (0.01 runs the model 100 times faster
+than real time), so a test can stream thousands of requests in seconds.
+
+Standard library only (asyncio), so it ships with the package: tests, ``make demo``,
+``scripts/e2e.py`` and users trying an integration without a GPU all start it the same way::
+
+    python -m bounded_router.testing.mock_worker --name w0 --port 0 --time-scale 0.01
+    # prints "mock worker w0 listening on http://127.0.0.1:PORT" once it accepts requests
+
+Endpoints:
+
+* ``POST /v1/completions`` -- JSON ``{"prompt": str, "max_tokens": int, "stream": bool}``,
+  optionally ``"fail_after_tokens": n`` to abort the connection after n tokens (to test
+  failures). The stream is server-sent events: one ``{"choices": [{"text": ...}]}`` per token,
+  then one with ``"usage"`` (``prompt_tokens``, ``completion_tokens``,
+  ``prompt_tokens_details.cached_tokens``), the worker's name and its time to first token, then
+  ``data: [DONE]``. Output text is :func:`expected_text`, so a client can check it arrived intact.
+  Every response carries ``X-Mock-Worker: <name>``.
+* ``GET /stats`` -- counters: requests, completed, failed, cancelled (client gone), active,
+  prompt/cached/computed prompt tokens.
+* ``POST /reset`` -- empty the prefix cache and zero the counters.
+* ``GET /health`` -- 200.
+
+Loopback only by default; it is a test tool, not a server to expose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+import zlib
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..simulate.model import CostModel, PrefixCache, text_block_keys
+
+__all__ = ["MockWorker", "expected_text", "make_prompt", "main"]
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large"}
+_MAX_BODY = 16 * 1024 * 1024
+
+
+def expected_text(prompt: str, max_tokens: int) -> str:
+    """The text the mock worker streams for ``prompt``: deterministic, different per prompt."""
+    return "".join(_tokens(prompt, max_tokens))
+
+
+def _tokens(prompt: str, max_tokens: int) -> List[str]:
+    seed = zlib.crc32(prompt.encode("utf-8"))
+    return [" t%d" % ((seed + 7919 * i) % 100003) for i in range(max_tokens)]
+
+
+def make_prompt(group: int, sibling: int, shared_tokens: int, own_tokens: int, tag: str = "") -> str:
+    """A prompt of ``shared_tokens`` words shared by a group and ``own_tokens`` words of one sibling."""
+    shared = " ".join("g%s%d.%d" % (tag, group, i) for i in range(shared_tokens))
+    own = " ".join("s%s%d.%d.%d" % (tag, group, sibling, i) for i in range(own_tokens))
+    return (shared + " " + own).strip()
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Job:
+    __slots__ = ("keys", "prompt_tokens", "reader", "done", "cached")
+
+    def __init__(self, keys: List[Any], prompt_tokens: int, reader: asyncio.StreamReader) -> None:
+        self.keys = keys
+        self.prompt_tokens = prompt_tokens
+        self.reader = reader
+        self.done: "asyncio.Future[Optional[int]]" = asyncio.get_running_loop().create_future()
+        self.cached = 0
+
+
+class MockWorker:
+    """The server. ``await start()`` binds it (port 0 = any free port), ``await close()`` stops it."""
+
+    def __init__(self, name: str = "mock", cost: CostModel = CostModel(), time_scale: float = 1.0) -> None:
+        if not (time_scale > 0):
+            raise ValueError("time_scale must be > 0, got %r" % (time_scale,))
+        self.name = name
+        self.cost = cost
+        self.time_scale = time_scale
+        self.cache = PrefixCache(cost.cache_tokens, cost.block_size)
+        self.stats: Dict[str, int] = {}
+        self.reset()
+        self._server: Optional[asyncio.AbstractServer] = None
+        self._queue: "Optional[asyncio.Queue[_Job]]" = None
+        self._engine: Optional["asyncio.Task[None]"] = None
+        self.port = 0
+
+    def reset(self) -> None:
+        self.cache.clear()
+        self.stats = dict.fromkeys(
+            ("requests", "completed", "failed", "cancelled", "active", "prompt_tokens", "cached_tokens", "computed_tokens"),
+            0,
+        )
+
+    def _seconds(self, model_ms: float) -> float:
+        return model_ms * self.time_scale / 1000.0
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        self._queue = asyncio.Queue()
+        self._engine = asyncio.get_running_loop().create_task(self._prefill_engine())
+        self._server = await asyncio.start_server(self._connection, host, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        if self._engine is not None:
+            self._engine.cancel()
+            try:
+                await self._engine
+            except asyncio.CancelledError:
+                pass
+
+    # -- the model ---------------------------------------------------------------------------
+
+    async def _prefill_engine(self) -> None:
+        assert self._queue is not None
+        while True:
+            job = await self._queue.get()
+            if job.reader.at_eof():  # the client left while queued: drop it, as engines do
+                job.done.set_result(None)
+                continue
+            cached = min(self.cache.lookup(job.keys), job.prompt_tokens)
+            await asyncio.sleep(self._seconds(self.cost.prefill_ms(job.prompt_tokens - cached)))
+            self.cache.insert(job.keys)
+            job.done.set_result(cached)
+
+    # -- HTTP --------------------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                request = await self._read_request(reader)
+                if request is None:
+                    break
+                method, path, headers, body = request
+                keep_alive = headers.get("connection", "").lower() != "close"
+                try:
+                    keep_alive = await self._dispatch(method, path, body, reader, writer) and keep_alive
+                except _HttpError as e:
+                    await self._send_json(writer, e.status, {"error": str(e), "worker": self.name}, keep_alive)
+                if not keep_alive:
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except _HttpError as e:  # a malformed request: answer and close
+            try:
+                await self._send_json(writer, e.status, {"error": str(e), "worker": self.name}, False)
+            except ConnectionError:
+                pass
+        finally:
+            writer.close()
+
+    async def _read_request(self, reader: asyncio.StreamReader) -> Optional[Tuple[str, str, Dict[str, str], bytes]]:
+        line = await reader.readline()
+        if not line:
+            return None
+        try:
+            method, target, _version = line.decode("latin-1").rstrip("\r\n").split(" ", 2)
+        except ValueError:
+            raise _HttpError(400, "malformed request line %r" % line[:80]) from None
+        headers: Dict[str, str] = {}
+        while True:
+            line = await reader.readline()
+            if line in (b"\r\n", b"\n", b""):
+                break
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            raise _HttpError(400, "chunked request bodies are not supported by the mock worker: send Content-Length")
+        try:
+            length = int(headers.get("content-length", "0"))
+        except ValueError:
+            raise _HttpError(400, "invalid Content-Length %r" % headers["content-length"]) from None
+        if length > _MAX_BODY:
+            raise _HttpError(413, "request body of %d bytes is larger than %d" % (length, _MAX_BODY))
+        body = await reader.readexactly(length) if length else b""
+        return method, target.split("?", 1)[0], headers, body
+
+    def _head(self, status: int, content_type: str, extra: str = "", keep_alive: bool = True) -> bytes:
+        return (
+            "HTTP/1.1 %d %s\r\ncontent-type: %s\r\nx-mock-worker: %s\r\n%sconnection: %s\r\n\r\n"
+            % (status, _REASONS.get(status, "Error"), content_type, self.name, extra, "keep-alive" if keep_alive else "close")
+        ).encode("latin-1")
+
+    async def _send_json(self, writer: asyncio.StreamWriter, status: int, payload: Any, keep_alive: bool = True) -> None:
+        body = json.dumps(payload).encode()
+        writer.write(self._head(status, "application/json", "content-length: %d\r\n" % len(body), keep_alive) + body)
+        await writer.drain()
+
+    async def _dispatch(
+        self, method: str, path: str, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        """Serve one request; return whether the connection can serve another."""
+        if path == "/v1/completions":
+            if method != "POST":
+                raise _HttpError(405, "use POST for /v1/completions")
+            return await self._completion(body, reader, writer)
+        if path == "/stats" and method == "GET":
+            await self._send_json(writer, 200, dict(self.stats, worker=self.name, cached_blocks=len(self.cache)))
+        elif path == "/reset" and method == "POST":
+            self.reset()
+            await self._send_json(writer, 200, {"reset": True, "worker": self.name})
+        elif path == "/health" and method == "GET":
+            await self._send_json(writer, 200, {"healthy": True, "worker": self.name})
+        else:
+            raise _HttpError(404, "no endpoint %s %s on the mock worker" % (method, path))
+        return True
+
+    @staticmethod
+    def _parse_completion(body: bytes) -> Tuple[str, int, bool, Optional[int]]:
+        try:
+            request = json.loads(body or b"null")
+        except ValueError:
+            raise _HttpError(400, "the request body is not JSON") from None
+        if not isinstance(request, dict):
+            raise _HttpError(400, "the request body must be a JSON object")
+        prompt = request.get("prompt")
+        if not isinstance(prompt, str) or not prompt.split():
+            raise _HttpError(400, "'prompt' must be a non-empty string")
+        max_tokens = request.get("max_tokens", 16)
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= 100000:
+            raise _HttpError(400, "'max_tokens' must be an integer from 1 to 100000")
+        stream = request.get("stream", True)
+        if not isinstance(stream, bool):
+            raise _HttpError(400, "'stream' must be true or false")
+        fail_after = request.get("fail_after_tokens")
+        if fail_after is not None and (isinstance(fail_after, bool) or not isinstance(fail_after, int) or fail_after < 0):
+            raise _HttpError(400, "'fail_after_tokens' must be a non-negative integer")
+        return prompt, max_tokens, stream, fail_after
+
+    async def _completion(self, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        prompt, max_tokens, stream, fail_after = self._parse_completion(body)
+        assert self._queue is not None
+        stats = self.stats
+        stats["requests"] += 1
+        stats["active"] += 1
+        words = prompt.split()
+        arrival = time.monotonic()
+        outcome = "cancelled"
+        try:
+            if stream:
+                writer.write(self._head(200, "text/event-stream", "cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"))
+                await writer.drain()
+            job = _Job(text_block_keys(words, self.cost.block_size), len(words), reader)
+            self._queue.put_nowait(job)
+            cached = await job.done
+            if cached is None:
+                return False
+            ttft_ms = (time.monotonic() - arrival) * 1000.0
+            stats["prompt_tokens"] += len(words)
+            stats["cached_tokens"] += cached
+            stats["computed_tokens"] += len(words) - cached
+            tokens = _tokens(prompt, max_tokens)
+            usage = {
+                "prompt_tokens": len(words),
+                "completion_tokens": max_tokens,
+                "prompt_tokens_details": {"cached_tokens": cached},
+            }
+            if not stream:
+                await asyncio.sleep(self._seconds(self.cost.decode_ms_per_token * max_tokens))
+                choice = {"index": 0, "text": "".join(tokens), "finish_reason": "length"}
+                await self._send_json(writer, 200, {"choices": [choice], "usage": usage, "worker": self.name, "ttft_ms": ttft_ms})
+                outcome = "completed"
+                return True
+            loop = asyncio.get_running_loop()
+            step = self._seconds(self.cost.decode_ms_per_token)
+            deadline = loop.time()
+            for i, token in enumerate(tokens):
+                if fail_after is not None and i >= fail_after:
+                    outcome = "failed"
+                    writer.transport.abort()  # no terminating chunk: the client sees a broken stream
+                    return False
+                if reader.at_eof():  # the client closed its side: stop generating
+                    return False
+                choice = {"index": 0, "text": token, "finish_reason": "length" if i == max_tokens - 1 else None}
+                await self._send_event(writer, {"choices": [choice]})
+                deadline += step
+                delay = deadline - loop.time()
+                if delay > 0 and i < max_tokens - 1:
+                    await asyncio.sleep(delay)
+            await self._send_event(writer, {"choices": [], "usage": usage, "worker": self.name, "ttft_ms": ttft_ms})
+            writer.write(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
+            await writer.drain()
+            outcome = "completed"
+            return True
+        except (ConnectionError, asyncio.CancelledError):
+            outcome = "cancelled"
+            raise
+        finally:
+            stats["active"] -= 1
+            stats[outcome] += 1
+
+    @staticmethod
+    async def _send_event(writer: asyncio.StreamWriter, payload: Any) -> None:
+        data = b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+        writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+        await writer.drain()
+
+
+def _parser() -> argparse.ArgumentParser:
+    c = CostModel()
+    parser = argparse.ArgumentParser(
+        prog="python -m bounded_router.testing.mock_worker",
+        description="A mock LLM worker: streams tokens, keeps a prefix cache, models prefill and decode time.",
+    )
+    parser.add_argument("--name", default="mock", help="reported in X-Mock-Worker and in every answer")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0: any free port (printed on start)")
+    parser.add_argument("--time-scale", type=float, default=1.0, help="multiply every modelled time by this")
+    parser.add_argument("--lifetime", type=float, default=None, help="exit after this many seconds")
+    parser.add_argument("--prefill-ms-per-token", type=float, default=c.prefill_ms_per_token)
+    parser.add_argument("--prefill-overhead-ms", type=float, default=c.prefill_overhead_ms)
+    parser.add_argument("--decode-ms-per-token", type=float, default=c.decode_ms_per_token)
+    parser.add_argument("--block-size", type=int, default=c.block_size)
+    parser.add_argument("--cache-tokens", type=int, default=c.cache_tokens)
+    return parser
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    cost = CostModel(
+        prefill_ms_per_token=args.prefill_ms_per_token,
+        prefill_overhead_ms=args.prefill_overhead_ms,
+        decode_ms_per_token=args.decode_ms_per_token,
+        block_size=args.block_size,
+        cache_tokens=args.cache_tokens,
+    )
+    worker = MockWorker(args.name, cost, args.time_scale)
+    port = await worker.start(args.host, args.port)
+    print("mock worker %s listening on http://%s:%d" % (args.name, args.host, port), flush=True)
+    parent = os.getppid()
+    started = time.monotonic()
+    try:
+        while args.lifetime is None or time.monotonic() - started < args.lifetime:
+            await asyncio.sleep(0.5)
+            if os.getppid() != parent:  # the process that started us is gone
+                break
+    finally:
+        await worker.close()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        asyncio.run(_serve(args))
+    except KeyboardInterrupt:
+        pass
+    except ValueError as e:
+        print("mock worker: %s" % e, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Helpers for the integration tests: mock worker processes, servers in threads, waiting for a lease.
+
+Everything listens on 127.0.0.1 with ephemeral ports; every server is stopped in a ``finally``
+and every mock worker process also exits by itself (``--lifetime``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+import time
+from typing import Any, Callable, Dict, Iterator, List
+
+import httpx
+import pytest
+
+from bounded_router import Router
+from bounded_router.simulate.model import CostModel
+from bounded_router.testing.fleet import ServerProcess, start_mock_worker
+
+# A condition that holds eventually is polled for at most this long (a generous bound for a
+# loaded CI machine; the tests never assert how long anything took).
+WAIT_S = 30.0
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` if it never does."""
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for: %s" % what)
+        time.sleep(0.01)
+
+
+def wait_released(router: Router) -> None:
+    wait_for(lambda: router.active_leases() == 0, "every lease to be released (loads %s)" % router.loads())
+
+
+@pytest.fixture(scope="session")
+def fast_worker() -> Iterator[ServerProcess]:
+    """A mock worker at 1/100 of modelled time: 2,048-token prefill 20 ms, 0.2 ms per token."""
+    with start_mock_worker("fast", CostModel(), time_scale=0.01, lifetime=600) as worker:
+        yield worker
+
+
+@pytest.fixture(scope="session")
+def slow_worker() -> Iterator[ServerProcess]:
+    """A mock worker at modelled time: 1 ms per prompt token, 20 ms per output token."""
+    with start_mock_worker("slow", CostModel(), time_scale=1.0, lifetime=600) as worker:
+        yield worker
+
+
+def worker_stats(worker: ServerProcess) -> Dict[str, Any]:
+    return httpx.get(worker.url + "/stats", trust_env=False).json()  # type: ignore[no-any-return]
+
+
+def completion(prompt: str = "hello world", max_tokens: int = 8, **extra: Any) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"prompt": prompt, "max_tokens": max_tokens, "stream": True}
+    body.update(extra)
+    return body
+
+
+def events(lines: List[str]) -> List[Any]:
+    """The JSON events of an SSE body (``[DONE]`` as the string)."""
+    out: List[Any] = []
+    for line in lines:
+        if line.startswith("data: "):
+            data = line[6:]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def streamed_text(lines: List[str]) -> str:
+    return "".join(c["text"] for e in events(lines) if isinstance(e, dict) for c in e.get("choices", ()))
+
+
+def _listening_socket() -> socket.socket:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    return sock
+
+
+@contextlib.contextmanager
+def serve_asgi(app: Any) -> Iterator[str]:
+    """Serve an ASGI app with uvicorn in a thread; yields its base URL."""
+    import uvicorn
+
+    sock = _listening_socket()
+    server = uvicorn.Server(uvicorn.Config(app, log_level="critical", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started or not thread.is_alive(), "uvicorn to start")
+        assert server.started, "uvicorn did not start"
+        yield "http://127.0.0.1:%d" % sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(WAIT_S)
+        sock.close()
+
+
+@contextlib.contextmanager
+def serve_aiohttp(app: Any, **runner_kwargs: Any) -> Iterator[str]:
+    """Serve an aiohttp application in a thread with its own event loop; yields its base URL."""
+    from aiohttp import web
+
+    sock = _listening_socket()
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    stop: "asyncio.Future[None]" = loop.create_future()
+
+    async def main() -> None:
+        runner = web.AppRunner(app, **runner_kwargs)
+        await runner.setup()
+        site = web.SockSite(runner, sock)
+        await site.start()
+        started.set()
+        try:
+            await stop
+        finally:
+            await runner.cleanup()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    try:
+        assert started.wait(WAIT_S), "aiohttp did not start"
+        yield "http://127.0.0.1:%d" % sock.getsockname()[1]
+    finally:
+        loop.call_soon_threadsafe(lambda: stop.done() or stop.set_result(None))
+        thread.join(WAIT_S)
+        loop.close()
+        sock.close()
