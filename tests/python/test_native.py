@@ -377,3 +377,44 @@ def test_virtual_nodes_in_the_ring_model(virtual_nodes):
         for i in range(300):
             key = ("key-%d" % i).encode()
             assert router.select(key).worker_url == model.select(key).worker_url
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_spawn_and_forkserver_children_work_after_the_parent_loaded_the_library(tmp_path, method):
+    # The documented remedy: with the 'spawn' or 'forkserver' start method a child starts a
+    # fresh interpreter and loads the library itself, even though the parent already uses it.
+    script = tmp_path / "spawn_child.py"  # a file: spawned children import __main__ from it
+    script.write_text(
+        textwrap.dedent(
+            """
+            import multiprocessing
+            import sys
+            import bounded_router
+
+            def work(queue):
+                router = bounded_router.Router(["http://w0:8000", "http://w1:8000"], policy="consistent_hashing")
+                with router.route("k") as lease:
+                    queue.put(lease.worker_url + " " + lease.branch)
+
+            if __name__ == "__main__":
+                parent = bounded_router.Router(["http://w0:8000", "http://w1:8000"], policy="consistent_hashing")
+                held = parent.route("k")
+                ctx = multiprocessing.get_context(sys.argv[1])
+                queue = ctx.Queue()
+                process = ctx.Process(target=work, args=(queue,))
+                process.start()
+                print(queue.get(timeout=60))
+                process.join(60)
+                print(process.exitcode, held.worker_url, parent.loads()[held.worker_url])
+            """
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k != "BOUNDED_ROUTER_LIBRARY"}
+    result = subprocess.run(
+        [sys.executable, str(script), method], cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert result.returncode == 0, result.stderr
+    child, parent = result.stdout.splitlines()
+    url, branch = child.split()
+    assert branch == "routing_key_hit"
+    assert parent == "0 %s 1" % url  # same key, same worker, in both processes
