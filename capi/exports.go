@@ -163,8 +163,13 @@ func br_route(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.char, 
 func writeDecision(d core.Decision, out *C.uint64_t) C.int32_t {
 	o := unsafe.Slice(out, 2)
 	o[0] = C.uint64_t(d.Lease)
-	o[1] = C.uint64_t(d.WorkerID) | C.uint64_t(d.PreferredID)<<32
+	o[1] = workerIDs(d)
 	return C.int32_t(d.Branch)
+}
+
+// workerIDs packs the chosen worker's id (low 32 bits) and the preferred one's (high 32 bits).
+func workerIDs(d core.Decision) C.uint64_t {
+	return C.uint64_t(d.WorkerID) | C.uint64_t(d.PreferredID)<<32
 }
 
 // br_acquire counts a request on the named member (chosen outside the router) under a new

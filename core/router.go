@@ -68,6 +68,11 @@ func (r *Router) Route(req *Request) Decision {
 	key := explicitKeyOf(req.RoutingKey)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.route(req, key)
+}
+
+// route is Route for a caller that holds r.mu and has hashed the request's explicit key.
+func (r *Router) route(req *Request, key explicitKey) Decision {
 	d, chosen, preferred := r.decide(req, key)
 	r.branches[d.Branch]++
 	if chosen != nil {
@@ -155,6 +160,11 @@ func (r *Router) addLoad(w *worker, delta int64) {
 func (r *Router) Release(id LeaseID, abandoned bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.release(id, abandoned)
+}
+
+// release is Release for a caller that holds r.mu.
+func (r *Router) release(id LeaseID, abandoned bool) bool {
 	s := r.leases.lookup(id)
 	if s == nil {
 		return false

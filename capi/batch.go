@@ -1,0 +1,87 @@
+package main
+
+/*
+#include <stddef.h>
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"errors"
+	"unsafe"
+
+	"github.com/bounded-router/bounded-router/core"
+)
+
+// Batches: a dispatcher that sends a group of requests at once routes and releases them in one
+// call each, which costs one crossing of the C boundary (and, from Python, one ctypes call)
+// instead of one per request.
+
+// br_route_keys routes n requests whose only input is an explicit routing key, in order and
+// exactly as n successive br_route_key calls would, but as one step: no other call on the
+// router runs in between. keys holds the keys back to back (keys_len bytes in all) and
+// lengths[i] is the length of key i (0 is no key). out receives 3 values per key: the lease
+// (0 when no worker was chosen), the worker ids as in br_route_key's out[1], and the branch
+// code. Returns BR_OK or a negative status (then nothing was routed).
+//
+//export br_route_keys
+func br_route_keys(router C.uint64_t, keys *C.char, keysLen C.size_t, lengths *C.uint32_t, n C.uint32_t, out *C.uint64_t) (status C.int32_t) {
+	defer guard(&status)
+	r, err := lookupRouter(uint64(router))
+	if err != nil {
+		return fail(err)
+	}
+	if n == 0 {
+		return statusOK
+	}
+	if lengths == nil || out == nil {
+		return failf("lengths and out must not be NULL")
+	}
+	block, sizes := bytesArg(keys, keysLen), unsafe.Slice((*uint32)(unsafe.Pointer(lengths)), n)
+	if err := checkKeyBlock(block, sizes); err != nil {
+		return fail(err)
+	}
+	o := unsafe.Slice(out, 3*int(n))
+	rest := block
+	r.RouteKeys(int(n), func(i int) []byte { // called for i = 0, 1, ... in order
+		key := rest[:sizes[i]]
+		rest = rest[sizes[i]:]
+		return key
+	}, func(i int, d core.Decision) {
+		o[3*i], o[3*i+1], o[3*i+2] = C.uint64_t(d.Lease), workerIDs(d), C.uint64_t(d.Branch)
+	})
+	return statusOK
+}
+
+// br_release_many releases the n leases in leases[] in one step, as successive br_release
+// calls would, and returns how many it released (unknown or already released ones count 0).
+//
+//export br_release_many
+func br_release_many(router C.uint64_t, leases *C.uint64_t, n C.uint32_t) (status C.int32_t) {
+	defer guard(&status)
+	r, err := lookupRouter(uint64(router))
+	if err != nil {
+		return fail(err)
+	}
+	if n == 0 {
+		return 0
+	}
+	if leases == nil {
+		return failf("leases must not be NULL")
+	}
+	return C.int32_t(r.ReleaseMany(unsafe.Slice((*core.LeaseID)(unsafe.Pointer(leases)), n)))
+}
+
+var errKeyBlock = errors.New("br_route_keys: the key lengths must add up to keys_len")
+
+// checkKeyBlock verifies that the key lengths of br_route_keys exactly cover the key block.
+func checkKeyBlock(block []byte, lengths []uint32) error {
+	total := uint64(0)
+	for _, n := range lengths {
+		total += uint64(n)
+	}
+	if total != uint64(len(block)) {
+		return errKeyBlock
+	}
+	return nil
+}

@@ -1,0 +1,103 @@
+package core
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// routeKeys runs RouteKeys over keys and collects the decisions in order.
+func routeKeys(r *Router, keys [][]byte) []Decision {
+	out := make([]Decision, len(keys))
+	r.RouteKeys(len(keys), func(i int) []byte { return keys[i] }, func(i int, d Decision) { out[i] = d })
+	return out
+}
+
+// leaseless drops the lease IDs, which differ between routers.
+func leaseless(ds []Decision) []Decision {
+	out := make([]Decision, len(ds))
+	for i, d := range ds {
+		d.Lease = 0
+		out[i] = d
+	}
+	return out
+}
+
+func TestRouteKeysEqualsSuccessiveRoutes(t *testing.T) {
+	urls := workerURLs(4)
+	// The same key repeated piles load on its worker until it spills (gap 1), an empty key
+	// takes the random fallback, and other keys land where they prefer.
+	hot := keyPreferringURL(t, urls, urls[0])
+	keys := [][]byte{hot, hot, hot, []byte("other"), hot, hot, nil, []byte("x"), hot}
+	batched := newTestRouter(t, boundedPolicy(1.5, 1), urls)
+	single := newTestRouter(t, boundedPolicy(1.5, 1), urls)
+	batched.view.randomIndex = func(int) int { return 2 }
+	single.view.randomIndex = func(int) int { return 2 }
+
+	got := routeKeys(batched, keys)
+	var want []Decision
+	for _, k := range keys {
+		req := KeyRequest(k)
+		want = append(want, single.Route(&req))
+	}
+	assert.Equal(t, leaseless(want), leaseless(got))
+	branches := map[Branch]int{}
+	for _, d := range got {
+		branches[d.Branch]++
+	}
+	assert.Positive(t, branches[BranchExplicitRoutingKeySpillover], "the batch exercises a spill")
+	assert.Equal(t, 1, branches[BranchRandomFallback])
+	assert.Equal(t, loadsOf(single), loadsOf(batched))
+	assert.Equal(t, single.Stats(), batched.Stats())
+	for i, w := range batched.Workers() {
+		assert.Equal(t, single.Workers()[i].ActiveKeys, w.ActiveKeys)
+	}
+}
+
+func TestReleaseManyCountsWhatItReleased(t *testing.T) {
+	r := newTestRouter(t, boundedPolicy(1.5, 2), workerURLs(3))
+	keys := [][]byte{[]byte("a"), []byte("b"), []byte("a"), nil}
+	ds := routeKeys(r, keys)
+	ids := make([]LeaseID, 0, len(ds)+3)
+	for _, d := range ds {
+		require.NotZero(t, d.Lease)
+		ids = append(ids, d.Lease)
+	}
+	assert.Equal(t, 1, r.ReleaseMany(ids[:1]))
+	// Released before, listed twice, never issued: each is skipped.
+	ids = append(ids, ids[1], 0, LeaseID(1)<<40)
+	assert.Equal(t, 3, r.ReleaseMany(ids))
+	assert.Zero(t, r.Stats().ActiveLeases)
+	assert.Equal(t, []int64{0, 0, 0}, loadsOf(r))
+	for _, w := range r.Workers() {
+		assert.Zero(t, w.ActiveKeys)
+	}
+	assert.Zero(t, r.Stats().Leaked, "a batch release is not a leak")
+	assert.Zero(t, r.ReleaseMany(nil))
+	checkInvariants(t, r)
+}
+
+func TestRouteKeysWithoutWorkers(t *testing.T) {
+	r := newTestRouter(t, boundedPolicy(1.5, 2), nil)
+	ds := routeKeys(r, [][]byte{[]byte("a"), []byte("b")})
+	for _, d := range ds {
+		assert.Equal(t, Decision{Branch: BranchNoHealthyWorkers}, d)
+	}
+	assert.Equal(t, uint64(2), r.Stats().Branches[BranchNoHealthyWorkers], "counted like two routes")
+}
+
+func TestBatchesAllocateNothing(t *testing.T) {
+	r := newTestRouter(t, boundedPolicy(1.5, 2), workerURLs(16))
+	keys := make([][]byte, 64)
+	for i := range keys {
+		keys[i] = []byte("k" + strconv.Itoa(i))
+	}
+	ids := make([]LeaseID, len(keys))
+	allocs := testing.AllocsPerRun(100, func() {
+		r.RouteKeys(len(keys), func(i int) []byte { return keys[i] }, func(i int, d Decision) { ids[i] = d.Lease })
+		r.ReleaseMany(ids)
+	})
+	assert.Zero(t, allocs)
+}
