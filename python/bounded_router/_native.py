@@ -8,6 +8,16 @@ Every export has its argtypes and restype set once, at load time. Negative statu
 turned into Python exceptions by :meth:`Library.error`, with the text of ``br_last_error()``
 (kept per thread by the library, so it is read on the thread that made the failing call).
 
+The exports on the request path are also bound a second time, as ``fast_<name>`` (see
+:data:`_FAST_PATH`): through a ``PyDLL`` handle, which keeps the GIL during the call, and without
+argtypes. Measured by ``scripts/bench.py``: a ctypes argument converter costs about 90 ns per
+argument, more than the Go routing work itself, while ctypes passes bytes, ctypes arrays and
+ctypes scalars natively; and releasing the GIL around a call that lasts ~100 ns costs more than
+it saves and makes threads queue for the GIL after every call (aggregate throughput drops as
+threads are added, where with the GIL held it stays flat). Callers of ``fast_*`` pass exactly
+the C types of the header: ``c_uint64``/``c_size_t`` instances for 64-bit parameters, Python
+ints only for 32-bit ones.
+
 Fork safety: the Go runtime does not survive ``fork()``. In a child forked after the library
 was loaded, every native call raises :class:`~bounded_router.errors.ForkedProcessError` instead
 of hanging; a child of a process that never loaded the library loads it normally.
@@ -85,9 +95,21 @@ _SIGNATURES = {
     "br_acquire": (c_int32, [c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, _u64p]),
     "br_release": (c_int32, [c_uint64, c_uint64]),
     "br_release_abandoned": (c_int32, [c_uint64, c_uint64]),
+    "br_route_keys": (c_int32, [c_uint64, c_char_p, c_size_t, POINTER(c_uint32), c_uint32, _u64p]),
+    "br_release_many": (c_int32, [c_uint64, _u64p, c_uint32]),
     "br_lease_workers_json": (c_int64, [c_uint64, c_uint64, _buf, c_size_t]),
     "br_workers_json": (c_int64, [c_uint64, _buf, c_size_t]),
     "br_stats_json": (c_int64, [c_uint64, _buf, c_size_t]),
+}
+
+# The request path: name -> restype. Bound as Library.fast_<name without "br_"> (see the module
+# docstring); none of them may block or run long, since they hold the GIL.
+_FAST_PATH = {
+    "br_route_key": c_int32,
+    "br_route": c_int32,
+    "br_release": c_int32,
+    "br_route_keys": c_int32,
+    "br_release_many": c_int32,
 }
 
 _FORKED_MESSAGE = (
@@ -104,6 +126,10 @@ _JSON_BUFFER = 4096
 
 def _forked(*_args: Any) -> NoReturn:
     raise ForkedProcessError(_FORKED_MESSAGE)
+
+
+def _fast_name(export: str) -> str:
+    return "fast_" + export[len("br_") :]
 
 
 class Library:
@@ -126,39 +152,60 @@ class Library:
     br_acquire: Callable[..., int]
     br_release: Callable[[int, int], int]
     br_release_abandoned: Callable[[int, int], int]
+    br_route_keys: Callable[..., int]
+    br_release_many: Callable[..., int]
     br_lease_workers_json: Callable[..., int]
     br_workers_json: Callable[..., int]
     br_stats_json: Callable[..., int]
+    fast_route_key: Callable[..., int]
+    fast_route: Callable[..., int]
+    fast_release: Callable[..., int]
+    fast_route_keys: Callable[..., int]
+    fast_release_many: Callable[..., int]
 
     def __init__(self, path: str) -> None:
         self.path = path
         try:
-            # CDLL releases the GIL during each call, so threads route in parallel.
+            # CDLL releases the GIL during each call: other threads run while a membership
+            # change rebuilds the ring (the request path uses the fast_* functions below).
             self._dll = ctypes.CDLL(path)
         except OSError as e:
             raise LibraryLoadError(
                 "cannot load the bounded_router native library %s: %s (reinstall the wheel, or set %s "
                 "to a libbounded_router.so built with `make lib`)" % (path, e, LIBRARY_ENV)
             ) from e
-        for name, (restype, argtypes) in _SIGNATURES.items():
-            try:
-                function = getattr(self._dll, name)
-            except AttributeError as e:
-                raise LibraryLoadError("%s does not export %s: it is not a bounded_router library" % (path, name)) from e
-            function.restype = restype
-            function.argtypes = argtypes
-            setattr(self, name, function)
+        # The version first: a library of another ABI version may lack exports this one binds.
+        self._bind("br_abi_version")
         version = self.br_abi_version()
         if version != ABI_VERSION:
             raise LibraryLoadError(
                 "%s implements ABI version %d but this bounded_router package needs version %d: "
                 "install a matching wheel, or point %s to a matching build" % (path, version, ABI_VERSION, LIBRARY_ENV)
             )
+        for name in _SIGNATURES:
+            self._bind(name)
+        # The same library again (dlopen returns the loaded one), with functions that keep the GIL.
+        holding_gil = ctypes.PyDLL(path)
+        for name, restype in _FAST_PATH.items():
+            function = getattr(holding_gil, name)
+            function.restype = restype
+            setattr(self, _fast_name(name), function)
+
+    def _bind(self, name: str) -> None:
+        """Set the argtypes and restype of an export and make it an attribute of this object."""
+        try:
+            function = getattr(self._dll, name)
+        except AttributeError as e:
+            raise LibraryLoadError("%s does not export %s: it is not a bounded_router library" % (self.path, name)) from e
+        function.restype, function.argtypes = _SIGNATURES[name]
+        setattr(self, name, function)
 
     def _disable_after_fork(self) -> None:
         """Replace every export with a function that raises ForkedProcessError."""
         for name in _SIGNATURES:
             setattr(self, name, _forked)
+        for name in _FAST_PATH:
+            setattr(self, _fast_name(name), _forked)
 
     def last_error(self) -> str:
         """The calling thread's last error text."""

@@ -16,6 +16,7 @@ and counted by the router as leaked (:meth:`Router.leaked_leases
 
 from __future__ import annotations
 
+from ctypes import c_uint64
 from types import TracebackType
 from typing import (
     TYPE_CHECKING,
@@ -25,6 +26,7 @@ from typing import (
     Generator,
     Iterable,
     Optional,
+    Tuple,
     Type,
     TypeVar,
     cast,
@@ -53,26 +55,30 @@ class Lease:
             for a lease from ``acquire``, which made no routing decision.
     """
 
-    __slots__ = ("_router", "_id", "_worker_url", "_preferred_url", "_branch")
+    # _urls is the (worker_url, preferred_url) pair, shared by every lease of the same decision
+    # (Router caches it per pair of worker ids), so a route sets four slots instead of five.
+    __slots__ = ("_router", "_id", "_urls", "_branch")
 
-    def __init__(
-        self, router: Router, lease_id: int, worker_url: str, preferred_url: str, branch: Optional[str]
-    ) -> None:
+    _router: Router
+    _id: int
+    _urls: Tuple[str, str]
+    _branch: Optional[str]
+
+    def __init__(self, router: Router, lease_id: int, urls: Tuple[str, str], branch: Optional[str]) -> None:
         self._router = router
         self._id = lease_id
-        self._worker_url = worker_url
-        self._preferred_url = preferred_url
+        self._urls = urls
         self._branch = branch
 
     @property
     def worker_url(self) -> str:
         """The worker the request was counted on."""
-        return self._worker_url
+        return self._urls[0]
 
     @property
     def preferred_url(self) -> str:
         """The worker the routing key prefers (``worker_url`` unless the request spilled)."""
-        return self._preferred_url
+        return self._urls[1]
 
     @property
     def branch(self) -> Optional[str]:
@@ -107,7 +113,7 @@ class Lease:
         router = self._router
         if router._closed:
             return False
-        status = router._lib.br_release(router._handle, lease_id)
+        status = router._lib.fast_release(router._handle_arg, c_uint64(lease_id))
         if status == 1:
             return True
         if status == 0 or status == -1:  # already released, or the router was closed meanwhile
@@ -171,8 +177,8 @@ class Lease:
         state = "released" if self.released else "active"
         return "<Lease %s worker_url=%r preferred_url=%r branch=%r>" % (
             state,
-            self._worker_url,
-            self._preferred_url,
+            self._urls[0],
+            self._urls[1],
             self._branch,
         )
 
