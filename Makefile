@@ -41,10 +41,7 @@ test-go:
 FUZZTIME ?= 20s
 FUZZ_TARGETS := FuzzRequestFromHeaders FuzzParseConfig FuzzRouterOperations
 test-fuzz:
-	@for target in $(FUZZ_TARGETS); do \
-		echo "fuzz $$target for $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) ./core || exit 1; \
-	done
+	GO=$(GO) bash scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
 
 test-c: $(LIB)
 	$(CC) -std=c11 -Wall -Wextra -Werror -Ibuild -o build/route_keys tests/c/route_keys.c -Lbuild -lbounded_router -Wl,-rpath,'$$ORIGIN'
