@@ -60,9 +60,9 @@ configs = st.tuples(
 )
 
 HYPOTHESIS_EXAMPLES = 300
-# The seeded sequences: 30 x 2,000 operations in CI (a few seconds); raise them for a long run,
+# The seeded sequences: 20 x 2,000 operations in CI (a few seconds); raise them for a long run,
 # e.g. BR_CONFORMANCE_SEQUENCES=1000 make test-python.
-SEEDED_SEQUENCES = int(os.environ.get("BR_CONFORMANCE_SEQUENCES", "30"))
+SEEDED_SEQUENCES = int(os.environ.get("BR_CONFORMANCE_SEQUENCES", "20"))
 SEEDED_LENGTH = 2000
 
 
