@@ -11,12 +11,12 @@ turned into Python exceptions by :meth:`Library.error`, with the text of ``br_la
 The exports on the request path are also bound a second time, as ``fast_<name>`` (see
 :data:`_FAST_PATH`): through a ``PyDLL`` handle, which keeps the GIL during the call, and without
 argtypes. Measured by ``scripts/bench.py``: a ctypes argument converter costs about 90 ns per
-argument, more than the Go routing work itself, while ctypes passes bytes, ctypes arrays and
-ctypes scalars natively; and releasing the GIL around a call that lasts ~100 ns costs more than
-it saves and makes threads queue for the GIL after every call (aggregate throughput drops as
-threads are added, where with the GIL held it stays flat). Callers of ``fast_*`` pass exactly
-the C types of the header: ``c_uint64``/``c_size_t`` instances for 64-bit parameters, Python
-ints only for 32-bit ones.
+argument, more than the Go routing work itself; and releasing the GIL around a call that lasts
+~100 ns costs more than it saves and makes threads queue for the GIL after every call (aggregate
+throughput drops as threads are added, where with the GIL held it stays flat). Callers of
+``fast_*`` pass exactly the C types of the header, in the forms ctypes passes without building
+anything: bytes, Python ints for 32-bit parameters, and ready-made argument objects
+(``c_uint64.from_param(...)``, ``byref(...)``, see :func:`thread_buffers`) for the others.
 
 Fork safety: the Go runtime does not survive ``fork()``. In a child forked after the library
 was loaded, every native call raises :class:`~bounded_router.errors.ForkedProcessError` instead
@@ -30,7 +30,7 @@ import json
 import os
 import threading
 from ctypes import POINTER, c_char, c_char_p, c_int32, c_int64, c_size_t, c_uint32, c_uint64
-from typing import Any, Callable, NoReturn, Optional
+from typing import Any, Callable, NoReturn, Optional, Tuple
 
 from .errors import ForkedProcessError, LibraryLoadError, RouterClosedError
 
@@ -107,7 +107,6 @@ _SIGNATURES = {
 _FAST_PATH = {
     "br_route_key": c_int32,
     "br_route": c_int32,
-    "br_release": c_int32,
     "br_route_keys": c_int32,
     "br_release_many": c_int32,
 }
@@ -159,7 +158,6 @@ class Library:
     br_stats_json: Callable[..., int]
     fast_route_key: Callable[..., int]
     fast_route: Callable[..., int]
-    fast_release: Callable[..., int]
     fast_route_keys: Callable[..., int]
     fast_release_many: Callable[..., int]
 
@@ -246,6 +244,26 @@ class Library:
             if length <= capacity:
                 return json.loads(buffer.raw[:length])
             capacity = length + length // 2
+
+
+#: Per-thread state of the fast_* calls; ``BUFFERS.value`` is set by :func:`thread_buffers`.
+BUFFERS = threading.local()
+
+
+def thread_buffers() -> Tuple[Any, Any, Any]:
+    """This thread's ``(out, out_ref, lease_ref)`` for the fast_* calls, made on first use.
+
+    ``out`` is a ``c_uint64 * 3`` array: ``out[0:2]`` receive a route's answer and ``out[2]``
+    holds the lease to release (passed to ``fast_release_many`` with n = 1, which saves building a
+    ``c_uint64`` per release). ``out_ref`` and ``lease_ref`` are ``byref`` pointers to ``out[0]``
+    and ``out[2]``, made once: ctypes passes such an argument object without allocating.
+    """
+    try:
+        return BUFFERS.value  # type: ignore[no-any-return]
+    except AttributeError:
+        out = (c_uint64 * 3)()
+        BUFFERS.value = buffers = (out, ctypes.byref(out), ctypes.byref(out, 16))
+        return buffers
 
 
 _library: Optional[Library] = None

@@ -16,7 +16,6 @@ and counted by the router as leaked (:meth:`Router.leaked_leases
 
 from __future__ import annotations
 
-from ctypes import c_uint64
 from types import TracebackType
 from typing import (
     TYPE_CHECKING,
@@ -31,6 +30,8 @@ from typing import (
     TypeVar,
     cast,
 )
+
+from ._native import BUFFERS, thread_buffers
 
 if TYPE_CHECKING:  # pragma: no cover
     from .router import Router
@@ -113,7 +114,18 @@ class Lease:
         router = self._router
         if router._closed:
             return False
-        status = router._lib.fast_release(router._handle_arg, c_uint64(lease_id))
+        try:
+            out, _, lease_ref = BUFFERS.value
+        except AttributeError:
+            out, _, lease_ref = thread_buffers()
+        out[2] = lease_id
+        status = router._lib.fast_release_many(router._handle_arg, lease_ref, 1)
+        while out[2] != lease_id:
+            # A finalizer that ran during the call's set-up (a garbage collection) released
+            # another lease through this thread's buffer first, so the call released that one
+            # again (a no-op): release ours now.
+            out[2] = lease_id
+            status = router._lib.fast_release_many(router._handle_arg, lease_ref, 1)
         if status == 1:
             return True
         if status == 0 or status == -1:  # already released, or the router was closed meanwhile

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import struct
-import threading
 from array import array
 from ctypes import c_size_t, c_uint64
 from dataclasses import dataclass
@@ -41,11 +40,11 @@ _SPILLOVER = "explicit_routing_key_spillover"
 # again; membership would have to change this many times in a row to give up.
 _SELECT_ATTEMPTS = 100
 
-_Out = c_uint64 * 2
-_local = threading.local()
+_BUFFERS = _native.BUFFERS
 # The request path calls the library's fast_* functions, which have no argtypes (see _native):
-# a key or header block length is passed as a ready-made c_size_t (building one costs ~80 ns).
-_SIZES = tuple(c_size_t(n) for n in range(256))
+# a key or header block length is passed as a ready-made size_t argument (~80 ns less than
+# building a c_size_t, and ctypes passes it without allocating).
+_SIZES = tuple(c_size_t.from_param(n) for n in range(256))
 # Decisions whose URLs are cached (see Router._decided); the cache starts again past this.
 _DECIDED_MAX = 4096
 # Leases are built without calling Lease.__init__ (the slots are set right after): ~30 ns less
@@ -54,16 +53,12 @@ _new_lease = object.__new__
 
 
 def _out() -> Any:
-    """This thread's output array for route calls (allocated once per thread)."""
-    try:
-        return _local.out
-    except AttributeError:
-        out = _local.out = _Out()
-        return out
+    """This thread's output array for route calls."""
+    return _native.thread_buffers()[0]
 
 
-def _size(n: int) -> c_size_t:
-    return _SIZES[n] if n < len(_SIZES) else c_size_t(n)
+def _size(n: int) -> Any:
+    return _SIZES[n] if n < len(_SIZES) else c_size_t.from_param(n)
 
 
 
@@ -201,8 +196,8 @@ class Router:
         out = c_uint64()
         lib.check(lib.br_router_new(data, len(data), out))
         self._handle = out.value
-        # The handle as the fast_* functions take it (a c_uint64 passed by value).
-        self._handle_arg = c_uint64(self._handle)
+        # The handle as the fast_* functions take it: a ready-made uint64 argument.
+        self._handle_arg = c_uint64.from_param(self._handle)
         self._closed = False
         self._refresh_urls()
 
@@ -298,37 +293,30 @@ class Router:
             NoWorkerAvailableError: no worker can be chosen (``.branch`` says why).
             TypeError: ``routing_key`` or a header is of the wrong type.
         """
+        # Every line here is on the path whose cost scripts/bench.py compares with two bare
+        # ctypes calls: hence one function for both kinds of input, the inlined type tests,
+        # the thread-local buffers and _SIZES.
         if self._closed:
             raise self._closed_error()
-        if headers is not None:
-            return self._route_headers(routing_key, headers)
-        # Every line here is on the path whose cost scripts/bench.py compares with two bare
-        # ctypes calls: hence the inlined type tests, the thread-local lookup and _SIZES.
-        key = routing_key
-        if type(key) is str:
-            try:
-                key = key.encode()
-            except UnicodeEncodeError:
-                key = key_bytes(key)  # raises the error that names the routing key
-        elif type(key) is not bytes:
-            key = key_bytes(key)
-        n = len(key)
         try:
-            out = _local.out
+            out, out_ref, _ = _BUFFERS.value
         except AttributeError:
-            out = _out()
-        code = self._lib.fast_route_key(self._handle_arg, key, _SIZES[n] if n < 256 else c_size_t(n), out)
-        return self._leased(code, out)
-
-    def _route_headers(self, routing_key: Union[str, bytes, None], headers: HeadersLike) -> Lease:
-        key = key_bytes(routing_key)
-        block = encode_headers(headers)
-        out = _out()
-        code = self._lib.fast_route(self._handle_arg, key, _size(len(key)), block, _size(len(block)), 1, out)
-        return self._leased(code, out)
-
-    def _leased(self, code: int, out: Any) -> Lease:
-        """The lease of a route call's answer: its branch code and output array."""
+            out, out_ref, _ = _native.thread_buffers()
+        if headers is None:
+            key = routing_key
+            if type(key) is str:
+                try:
+                    key = key.encode()
+                except UnicodeEncodeError:
+                    key = key_bytes(key)  # raises the error that names the routing key
+            elif type(key) is not bytes:
+                key = key_bytes(key)
+            n = len(key)
+            code = self._lib.fast_route_key(self._handle_arg, key, _SIZES[n] if n < 256 else _size(n), out_ref)
+        else:
+            key = key_bytes(routing_key)
+            block = encode_headers(headers)
+            code = self._lib.fast_route(self._handle_arg, key, _size(len(key)), block, _size(len(block)), 1, out_ref)
         if code < 0:
             raise self._lib.error(code)
         lease_id = out[0]
@@ -380,7 +368,7 @@ class Router:
         block = b"".join(encoded)
         lengths = struct.pack("=%dI" % n, *map(len, encoded))
         out = (c_uint64 * (3 * n))()
-        status = self._lib.fast_route_keys(self._handle_arg, block, c_size_t(len(block)), lengths, n, out)
+        status = self._lib.fast_route_keys(self._handle_arg, block, _size(len(block)), lengths, n, out)
         if status < 0:
             raise self._lib.error(status)
         values = out[:]
@@ -395,7 +383,7 @@ class Router:
             urls = decided.get(ids)
             if urls is None:
                 urls = self._decision_urls(ids, lease_id)
-            lease: Lease = _new_lease(Lease)  # as in _leased, inline: this loop is the batch's cost
+            lease: Lease = _new_lease(Lease)  # as in route(), inline: this loop is the batch's cost
             lease._router = self
             lease._id = lease_id
             lease._urls = urls

@@ -1,0 +1,80 @@
+"""White-box tests of the request path's shortcuts (see _native.thread_buffers and Router.route):
+per-thread buffers, the decision cache, and the loader's two handles."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from bounded_router import Router, _native
+from support import W, key_preferring, urls
+
+
+def test_release_survives_a_release_nested_in_its_call(make_router):
+    # A finalizer run by a garbage collection while the release call is set up may release
+    # another lease through the same thread's buffer first: both must end up released.
+    router = make_router(2)
+    first, second = router.route("a"), router.route("b")
+    lib = router._lib
+    original = lib.fast_release_many
+
+    def nested(*args):
+        lib.fast_release_many = original
+        assert second.release() is True
+        return original(*args)
+
+    lib.fast_release_many = nested
+    try:
+        assert first.release() is True
+    finally:
+        lib.fast_release_many = original
+    assert router.active_leases() == 0
+    assert (first.released, second.released) == (True, True)
+
+
+def test_each_thread_has_its_own_buffers():
+    seen = []
+
+    def record():
+        seen.append(_native.thread_buffers())
+
+    threads = [threading.Thread(target=record) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    record()
+    assert len({id(buffers[0]) for buffers in seen}) == 4
+    assert _native.thread_buffers() is seen[-1]
+
+
+def test_decision_cache_follows_membership(make_router):
+    router = make_router(3)
+    key = key_preferring(router, W[1])
+    router.route(key).release()
+    assert (W[1], W[1]) in router._decided.values()
+    router.remove_worker(W[1])
+    assert router._decided == {}  # started again with the membership
+    lease = router.route(key)
+    assert lease.worker_url != W[1] and lease.preferred_url == lease.worker_url
+    router.add_worker(W[1])
+    assert router.route(key).worker_url == W[1]  # a new worker id, looked up afresh
+    lease.release()
+
+
+def test_decision_cache_is_bounded(monkeypatch):
+    from bounded_router import router as router_module
+
+    monkeypatch.setattr(router_module, "_DECIDED_MAX", 2)
+    router = Router(urls(4))
+    for url in W[:4]:
+        router.route(key_preferring(router, url)).release()
+        assert len(router._decided) <= 2
+    router.close()
+
+
+def test_request_path_keeps_the_gil_and_the_rest_releases_it():
+    lib = _native.library()
+    keeps_gil = ctypes._FUNCFLAG_PYTHONAPI  # what PyDLL sets on its functions
+    assert lib.fast_route_key._flags_ & keeps_gil and lib.fast_release_many._flags_ & keeps_gil
+    assert not lib.br_add_worker._flags_ & keeps_gil and not lib.br_workers_json._flags_ & keeps_gil
