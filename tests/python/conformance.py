@@ -6,9 +6,11 @@ Operations are plain tuples so that hypothesis can generate and shrink them and 
 
     ("route", key)                   route(key); key None means no key
     ("route_h", key, headers)        route(key, headers=headers)
+    ("route_many", keys)             route_many(keys): as successive routes, in one step
     ("select", key, headers)         select(key, headers=headers); headers may be None
     ("release", i)                   release held lease number i (mod the number held)
     ("rerelease", i)                 release an already released lease again (a no-op)
+    ("release_many", indices)        release_many of those held leases (and a released one)
     ("acquire", url, key)            acquire(url, key)
     ("add", url) / ("remove", url)   add_worker / remove_worker
     ("set", urls)                    set_workers(urls) (may hold duplicates: an error)
@@ -95,6 +97,10 @@ class Differential:
             self._route(op[1], None)
         elif kind == "route_h":
             self._route(op[1], op[2])
+        elif kind == "route_many":
+            self._route_many(op[1])
+        elif kind == "release_many":
+            self._release_many(op[1])
         elif kind == "select":
             self._select(op[1], op[2])
         elif kind == "release":
@@ -158,6 +164,40 @@ class Differential:
             self.check(lease.spilled == (lib[2] == "explicit_routing_key_spillover"), "spilled flag")
             self.held.append((lease, decision.lease_id))
 
+    def _route_many(self, keys: List[Any]) -> None:
+        try:
+            leases: List[Lease] = self.lib.route_many(keys)
+            lib_error = None
+        except NoWorkerAvailableError as e:
+            leases, lib_error = [], e.branch
+        decisions = []
+        for i, key in enumerate(keys):
+            lib = (leases[i].worker_url, leases[i].preferred_url, leases[i].branch) if leases else None
+            choice = lib[0] if lib is not None and lib[2] in RANDOM_BRANCHES else None
+            try:
+                decisions.append(self.model.route(key, random_choice=choice))
+            except ModelNoWorker as e:
+                self.check(lib_error == e.branch, "route_many(%r): key %d: model found no worker (%s), library %r" % (keys, i, e.branch, lib or lib_error))
+                continue
+            model = (decisions[-1].worker_url, decisions[-1].preferred_url, decisions[-1].branch)
+            self.check(lib == model, "route_many(%r): key %d: library %r, model %r" % (keys, i, lib or lib_error, model))
+        self.check(len(leases) == len(decisions), "route_many(%r): %d leases, model %d" % (keys, len(leases), len(decisions)))
+        self.held.extend((lease, d.lease_id) for lease, d in zip(leases, decisions))
+
+    def _release_many(self, indices: List[int]) -> None:
+        if not self.held:
+            return
+        chosen = sorted({i % len(self.held) for i in indices}, reverse=True)
+        batch = [self.held.pop(i) for i in chosen]
+        extra = self.released[-1:]  # an already released lease: skipped, not counted
+        released = self.lib.release_many([lease for lease, _ in batch + extra])
+        self.check(released == len(batch), "release_many released %d of %d held leases" % (released, len(batch)))
+        for lease, model_id in batch:
+            self.check(self.model.release(model_id) is True, "model: release of a held lease")
+            self.check(lease.release() is False, "a lease released by release_many released again")
+        self.released.extend(batch)
+        del self.released[:-20]
+
     def _select(self, key: Any, headers: Optional[list]) -> None:
         d = self.lib.select(key, headers=headers)
         lib = (d.worker_url, d.preferred_url, d.branch)
@@ -208,8 +248,8 @@ def random_headers(rng: random.Random) -> list:
 
 def random_operation(rng: random.Random) -> Tuple[Any, ...]:
     kind = rng.choices(
-        ["route", "route_h", "select", "release", "rerelease", "acquire", "add", "remove", "set", "health"],
-        weights=[30, 12, 8, 24, 2, 3, 4, 3, 2, 8],
+        ["route", "route_h", "route_many", "select", "release", "release_many", "rerelease", "acquire", "add", "remove", "set", "health"],
+        weights=[30, 12, 4, 8, 24, 3, 2, 3, 4, 3, 2, 8],
     )[0]
     key = rng.choice(KEYS + [None])
     url = rng.choice(URLS + [""])  # "" is never a member: an error everywhere
@@ -219,6 +259,10 @@ def random_operation(rng: random.Random) -> Tuple[Any, ...]:
         return ("route_h", rng.choice([None, None, key]), random_headers(rng))
     if kind == "select":
         return ("select", key, rng.choice([None, random_headers(rng)]))
+    if kind == "route_many":
+        return ("route_many", [rng.choice(KEYS + [None]) for _ in range(rng.randint(0, 8))])
+    if kind == "release_many":
+        return ("release_many", [rng.randrange(1000) for _ in range(rng.randint(0, 6))])
     if kind in ("release", "rerelease"):
         return (kind, rng.randrange(1000))
     if kind == "acquire":
