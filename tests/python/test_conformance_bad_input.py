@@ -392,6 +392,10 @@ def test_releasing_a_lease_of_another_router_releases_nothing():
             assert lib.br_release_abandoned(a._handle, lb._id) == 0
             assert b.loads()[lb.worker_url] == 1 and a.loads()[la.worker_url] == 1
             assert a.leaked_leases() == 0
+            # the Python batch call refuses a foreign lease outright, releasing nothing
+            with pytest.raises(ValueError, match="this router"):
+                b.release_many([lb, la])
+            assert a.active_leases() == b.active_leases() == 1
             assert la.release() and lb.release()
         assert a.active_leases() == b.active_leases() == 0
 
