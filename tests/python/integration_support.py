@@ -78,7 +78,7 @@ def streamed_text(lines: List[str]) -> str:
 
 
 def _listening_socket() -> socket.socket:
-    sock = socket.socket()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP, so asyncio sets TCP_NODELAY
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
