@@ -23,6 +23,8 @@ ROUTING_HEADERS = frozenset(
     (b"x-smg-target-worker", b"x-smg-routing-key", b"authorization", b"x-forwarded-for", b"cookie")
 )
 _NAME_LENGTHS = frozenset(len(name) for name in ROUTING_HEADERS)
+# Names of these types have as many characters as encoded bytes whenever they could match.
+_TEXT_TYPES = (str, bytes)
 _length = struct.Struct("<I").pack
 
 
@@ -53,7 +55,11 @@ def encode_headers(headers: HeadersLike) -> bytes:
     """
     if isinstance(headers, (str, bytes, bytearray, memoryview)):
         raise TypeError("headers must be a mapping or an iterable of (name, value) pairs, got %s" % type(headers).__name__)
-    items = headers.items() if hasattr(headers, "items") else headers
+    if type(headers).__module__.startswith("starlette.") and isinstance(getattr(headers, "raw", None), list):
+        # Starlette's Headers keep the raw (bytes, bytes) pairs; .items() would decode them all.
+        items: Any = headers.raw  # type: ignore[union-attr]
+    else:
+        items = headers.items() if hasattr(headers, "items") else headers
     parts: List[bytes] = []
     try:
         iterator = iter(items)
@@ -66,6 +72,8 @@ def encode_headers(headers: HeadersLike) -> bytes:
             name, value = item
         except (TypeError, ValueError):
             raise TypeError("each header must be a (name, value) pair, got %r" % (item,)) from None
+        if type(name) in _TEXT_TYPES and len(name) not in _NAME_LENGTHS:
+            continue  # cannot be a routing header: skip it before encoding it (most headers)
         raw_name = _header_bytes(name, "name")
         if len(raw_name) not in _NAME_LENGTHS or raw_name.lower() not in ROUTING_HEADERS:
             continue

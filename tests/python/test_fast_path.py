@@ -78,3 +78,21 @@ def test_request_path_keeps_the_gil_and_the_rest_releases_it():
     keeps_gil = ctypes._FUNCFLAG_PYTHONAPI  # what PyDLL sets on its functions
     assert lib.fast_route_key._flags_ & keeps_gil and lib.fast_release_many._flags_ & keeps_gil
     assert not lib.br_add_worker._flags_ & keeps_gil and not lib.br_workers_json._flags_ & keeps_gil
+
+
+def test_starlette_headers_are_read_raw_with_the_same_result():
+    from starlette.datastructures import Headers
+
+    from bounded_router._headers import encode_headers
+
+    raw = [
+        (b"host", b"h"),
+        (b"accept", b"*/*"),  # the length of "cookie", but not a routing header
+        (b"x-smg-routing-key", b"k1"),
+        (b"x-smg-routing-key", b"k2"),  # a repeated header: the first one wins in the library
+        (b"cookie", b"c=\xe9"),  # latin-1 bytes stay as they are
+        (b"authorization", b""),
+    ]
+    headers = Headers(raw=raw)
+    assert encode_headers(headers) == encode_headers(list(headers.items())) == encode_headers(raw)
+    assert encode_headers(Headers(raw=[(b"host", b"h")])) == b""
