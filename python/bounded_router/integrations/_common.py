@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, List, Optional, Tuple, TypeVar
+from typing import Any, Iterable, List, Optional, Set, Tuple, TypeVar
 
 from ..errors import NoWorkerAvailableError
 
@@ -38,7 +38,7 @@ def _lower(name: Any) -> str:
 def forward_headers(headers: Iterable[Tuple[S, S]]) -> List[Tuple[S, S]]:
     """``headers`` without hop-by-hop headers and those named in ``Connection``."""
     pairs = list(headers)
-    named = set()
+    named: Set[str] = set()
     for name, value in pairs:
         if _lower(name) == "connection":
             text = value.decode("latin-1") if isinstance(value, bytes) else value

@@ -28,7 +28,7 @@ response is cut off and :class:`WorkerStreamError` reaches aiohttp's error log.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 from ..errors import NoWorkerAvailableError
 from ._common import (
@@ -119,11 +119,11 @@ class AiohttpProxy:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """The request handler: route, forward, stream back, release."""
         aiohttp = _require()
-        web = aiohttp.web
+        aioweb = aiohttp.web
         try:
             lease = self.router.route(headers=request.headers)
         except NoWorkerAvailableError as e:
-            return web.Response(body=no_worker_body(e), status=503, content_type="application/json")
+            return cast("web.StreamResponse", aioweb.Response(body=no_worker_body(e), status=503, content_type="application/json"))
         ending = self.FAILED
         upstream = None
         try:
@@ -138,10 +138,11 @@ class AiohttpProxy:
                     allow_redirects=False,
                 )
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-                return web.Response(
+                failed = aioweb.Response(
                     body=worker_failed_body(lease.worker_url, e, lease.branch), status=502, content_type="application/json"
                 )
-            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+                return cast("web.StreamResponse", failed)
+            response = aioweb.StreamResponse(status=upstream.status, reason=upstream.reason)
             for name, value in forward_headers(upstream.headers.items()):
                 response.headers.add(name, value)
             if self.expose_routing_headers:
@@ -162,9 +163,9 @@ class AiohttpProxy:
                 ending = self.DISCONNECTED
                 raise
             ending = self.FINISHED
-            return response
+            return cast("web.StreamResponse", response)
         finally:
+            self._ended(ending)  # first, so whoever sees the lease released sees how it ended
             lease.release()
             if upstream is not None:
                 upstream.close()  # drops the connection if the body was not read to the end
-            self._ended(ending)

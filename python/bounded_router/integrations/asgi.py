@@ -35,7 +35,7 @@ status was already sent) and :class:`WorkerStreamError` reaches the server's err
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, cast
 
 from ..errors import NoWorkerAvailableError
 from ..lease import Lease
@@ -142,9 +142,9 @@ class _Stream:
                 self.ending = self.FAILED
             raise
         finally:
-            self.lease.release()
-            if self.on_end is not None:
+            if self.on_end is not None:  # first, so whoever sees the lease released sees how it ended
                 self.on_end(self.ending or self.FAILED)
+            self.lease.release()
             with anyio.CancelScope(shield=True):
                 await self.upstream.aclose()
 
@@ -224,7 +224,7 @@ class ASGIProxy:
         try:
             lease = self.router.route(headers=request.headers.raw)
         except NoWorkerAvailableError as e:
-            return responses.Response(no_worker_body(e), status_code=503, media_type="application/json")
+            return cast("Response", responses.Response(no_worker_body(e), status_code=503, media_type="application/json"))
         upstream = None
         try:
             body = await request.body()
@@ -235,9 +235,10 @@ class ASGIProxy:
             upstream = await self.client.send(outgoing, stream=True)
         except httpx.HTTPError as e:
             lease.release()
-            return responses.Response(
+            failed = responses.Response(
                 worker_failed_body(lease.worker_url, e, lease.branch), status_code=502, media_type="application/json"
             )
+            return cast("Response", failed)
         except BaseException:
             lease.release()
             if upstream is not None:
@@ -247,7 +248,7 @@ class ASGIProxy:
         if self.expose_routing_headers:
             headers.append((WORKER_HEADER.encode(), lease.worker_url.encode("latin-1", "replace")))
             headers.append((BRANCH_HEADER.encode(), (lease.branch or "").encode()))
-        return _LeasedResponse(_Stream(upstream, lease, headers, self._ended))
+        return cast("Response", _LeasedResponse(_Stream(upstream, lease, headers, self._ended)))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -258,7 +259,7 @@ class ASGIProxy:
             raise ValueError("ASGIProxy forwards HTTP requests only, not %r" % scope["type"])
         from starlette.requests import Request
 
-        request = Request(scope, receive, send)
+        request = Request(scope, receive, cast(Any, send))
         if self.metrics_path is not None and scope["path"] == self.metrics_path and scope["method"] in ("GET", "HEAD"):
             response: Any = responses.Response(self.router.metrics_text(), media_type=METRICS_CONTENT_TYPE)
         else:

@@ -48,7 +48,7 @@ class PolicySpec:
 
     @property
     def label(self) -> str:
-        if self.policy == "bounded_consistent_hashing":
+        if self.min_load_gap is not None and self.max_load_skew is not None:
             return "bounded gap=%d skew=%g" % (self.min_load_gap, self.max_load_skew)
         return self.policy
 
@@ -175,6 +175,14 @@ class _Worker:
         self.busy = False
 
 
+class _Tally:
+    __slots__ = ("spilled", "cached", "prompt", "last", "next_group", "done")
+
+    def __init__(self) -> None:
+        self.spilled = self.cached = self.prompt = self.next_group = self.done = 0
+        self.last = 0.0
+
+
 def _block_keys(workload: Workload, block_size: int, group: int, sibling: int) -> List[Hashable]:
     # Block j covers tokens [j*B, (j+1)*B); it is shared by the group only if it lies entirely in
     # the shared prefix, otherwise it contains tokens of this sibling alone.
@@ -199,10 +207,10 @@ def run(spec: PolicySpec, workload: Workload = Workload(), cost: CostModel = Cos
     seq = 0
     now = 0.0
     ttfts: List[float] = []
-    placements: Counter = Counter()
+    placements: "Counter[str]" = Counter()
     group_workers: Dict[int, List[int]] = {}
     remaining: Dict[int, int] = {}
-    stats = {"spilled": 0, "cached": 0, "prompt": 0, "last": 0.0, "next_group": 0, "done": 0}
+    stats = _Tally()
     prompt_tokens = workload.prompt_tokens
 
     def schedule(at: float, action: Callable[[Any], None], arg: Any) -> None:
@@ -213,10 +221,10 @@ def run(spec: PolicySpec, workload: Workload = Workload(), cost: CostModel = Cos
     with spec.make_router(urls) as router:
 
         def start_group(_: Any) -> None:
-            group = stats["next_group"]
+            group = stats.next_group
             if group >= workload.groups:
                 return
-            stats["next_group"] = group + 1
+            stats.next_group = group + 1
             group_workers[group] = [0] * workload.workers
             remaining[group] = workload.siblings
             for sibling in range(workload.siblings):
@@ -231,7 +239,7 @@ def run(spec: PolicySpec, workload: Workload = Workload(), cost: CostModel = Cos
             else:
                 lease = router.route(key)
             request.lease = lease
-            stats["spilled"] += lease.spilled
+            stats.spilled += lease.spilled
             w = index[lease.worker_url]
             request.worker = w
             group_workers[request.group][w] += 1
@@ -250,8 +258,8 @@ def run(spec: PolicySpec, workload: Workload = Workload(), cost: CostModel = Cos
         def prefill_done(request: _Request) -> None:
             worker = workers[request.worker]
             worker.cache.insert(request.keys)
-            stats["cached"] += request.cached
-            stats["prompt"] += prompt_tokens
+            stats.cached += request.cached
+            stats.prompt += prompt_tokens
             ttfts.append(now - request.arrival)
             schedule(now + workload.output_tokens * cost.decode_ms_per_token, finish, request)
             worker.busy = False
@@ -261,8 +269,8 @@ def run(spec: PolicySpec, workload: Workload = Workload(), cost: CostModel = Cos
         def finish(request: _Request) -> None:
             assert request.lease is not None
             request.lease.release()
-            stats["last"] = now
-            stats["done"] += 1
+            stats.last = now
+            stats.done += 1
             remaining[request.group] -= 1
             if remaining[request.group] == 0:
                 placements[placement_label(group_workers.pop(request.group))] += 1
@@ -283,19 +291,19 @@ def run(spec: PolicySpec, workload: Workload = Workload(), cost: CostModel = Cos
             now, _, action, arg = heapq.heappop(events)
             action(arg)
 
-        if stats["done"] != workload.requests:  # pragma: no cover - an engine bug
-            raise RuntimeError("simulation ended with %d of %d requests finished" % (stats["done"], workload.requests))
+        if stats.done != workload.requests:  # pragma: no cover - an engine bug
+            raise RuntimeError("simulation ended with %d of %d requests finished" % (stats.done, workload.requests))
         result = Result(
             spec=spec,
             workload=workload,
             cost=cost,
             placement=dict(sorted(placements.items(), key=lambda kv: [-int(x) for x in kv[0].split(":")])),
             requests=workload.requests,
-            spilled=stats["spilled"],
-            prompt_tokens=stats["prompt"],
-            cached_tokens=stats["cached"],
+            spilled=stats.spilled,
+            prompt_tokens=stats.prompt,
+            cached_tokens=stats.cached,
             ttft_ms=ttfts,
-            duration_ms=stats["last"],
+            duration_ms=stats.last,
             branches=router.branch_counts(),
             leaked_leases=router.leaked_leases(),
             final_loads=router.loads(),

@@ -29,7 +29,7 @@ def plot_results(results: Sequence[Result], path: str) -> None:
     """Placement, cache reuse, time to first token and throughput of each policy, as a PNG."""
     plt = _pyplot()
     labels = [
-        "bounded\ngap=%d\nskew=%g" % (r.spec.min_load_gap, r.spec.max_load_skew)
+        r.spec.label.replace("bounded ", "bounded\n").replace(" skew", "\nskew")
         if r.spec.policy == "bounded_consistent_hashing"
         else r.spec.policy.replace("_", "\n", 1)
         for r in results

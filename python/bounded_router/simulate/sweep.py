@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from .engine import PolicySpec, Result, run
 from .model import CostModel, Workload
@@ -28,7 +28,7 @@ class SweepCell:
     result: Result
     strict: Result
 
-    def row(self) -> dict:
+    def row(self) -> Dict[str, Any]:
         row = self.result.row()
         row["load"] = self.load
         row["mean_ttft_vs_strict"] = self.result.mean_ttft_ms / self.strict.mean_ttft_ms - 1.0
