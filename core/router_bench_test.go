@@ -107,6 +107,26 @@ func BenchmarkRouteReleaseParallel(b *testing.B) {
 	}
 }
 
+// BenchmarkRouteKeysReleaseMany is BenchmarkRouteRelease in batches of 64 keys (RouteKeys, then
+// ReleaseMany); ns/op is per request.
+func BenchmarkRouteKeysReleaseMany(b *testing.B) {
+	const batch = 64
+	keys := benchKeys(4096)
+	for _, n := range benchWorkerCounts {
+		b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) {
+			r := newBenchRouter(b, n, loadsIdle)
+			ids := make([]LeaseID, batch)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i += batch {
+				group := keys[i&4095:][:batch]
+				r.RouteKeys(batch, func(j int) []byte { return group[j] }, func(j int, d Decision) { ids[j] = d.Lease })
+				r.ReleaseMany(ids)
+			}
+		})
+	}
+}
+
 // BenchmarkAddWorker measures one worker joining a membership of 1024: the ring merge, built
 // while routes go on, and the install step, the only part that holds the routing lock.
 func BenchmarkAddWorker(b *testing.B) {
