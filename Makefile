@@ -54,5 +54,18 @@ test-python: install
 demo: install
 	$(VPY) scripts/demo.py
 
+# The Go benchmarks in 7 rounds of the whole suite (a noisy minute then spoils one round of each
+# benchmark, not all of one), then scripts/bench.py on the installed wheel with its bench-only
+# dependencies; writes BENCHMARKS.md and BENCHMARKS.png. About 6 minutes.
+bench: install
+	$(VPY) -m pip install --quiet -r requirements-bench.txt
+	mkdir -p build
+	$(GO) test -c -o build/core.test ./core
+	for round in 1 2 3 4 5 6 7; do \
+		./build/core.test -test.run '^$$' -test.bench . -test.benchmem -test.benchtime 200ms || exit 1; \
+	done > build/bench-go.txt
+	cat build/bench-go.txt
+	$(VPY) scripts/bench.py --go build/bench-go.txt
+
 clean:
 	rm -rf build dist $(VENV) python/bounded_router/libbounded_router.so python/*.egg-info
