@@ -16,4 +16,6 @@ from bounded_router.testing.e2e import main
 
 if __name__ == "__main__":
     args = ["--groups", "20", "--gaps", "2", "--round-robin", "--output-tokens", "16", "--time-scale", "0.02"]
-    sys.exit(main(args + sys.argv[1:], description=__doc__.split("\n\n")[0]))
+    status = main(args + sys.argv[1:], description=__doc__.split("\n\n")[0])
+    print("\nThe same policies on the full 400-group A/B, simulated: .venv/bin/python -m bounded_router.simulate")
+    sys.exit(status)

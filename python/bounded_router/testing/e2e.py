@@ -83,6 +83,8 @@ class PolicyRun:
     wall_s: float
     metrics: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float] = field(repr=False)
     worker_stats: Dict[str, Dict[str, Any]]
+    #: Worker URL -> the mock worker's name (w0, w1, ...).
+    worker_names: Dict[str, str] = field(default_factory=dict)
 
     @property
     def failures(self) -> List[RequestRecord]:
@@ -258,7 +260,8 @@ def run_policy(spec: PolicySpec, scenario: Scenario, workers: Sequence[ServerPro
         leaked_leases=int(metrics.get(("bounded_router_leaked_leases_total", ()), -1)),
         final_loads={dict(k[1])["worker"]: int(v) for k, v in metrics.items() if k[0] == "bounded_router_worker_load"},
     )
-    return PolicyRun(spec, result, records, wall, metrics, stats)
+    names_by_url = {w.url: w.name.rsplit(" ", 1)[-1] for w in workers}
+    return PolicyRun(spec, result, records, wall, metrics, stats, names_by_url)
 
 
 def run(
@@ -312,11 +315,11 @@ def format_report(runs: Sequence[PolicyRun], scenario: Scenario) -> str:
     ]
     for pr in runs:
         ok = len(pr.records) - len(pr.failures)
-        loads = ", ".join("%s=%d" % (url.rsplit(":", 1)[-1], load) for url, load in pr.loads().items())
+        loads = ", ".join("%s=%d" % (pr.worker_names.get(url, url), load) for url, load in pr.loads().items())
         ttfts = sorted(pr.result.ttft_ms)
         median = ttfts[len(ttfts) // 2] if ttfts else float("nan")
         lines.append(
-            "%-24s %d/%d ok, median TTFT %.0f ms, leases held after the run: %s (by worker port), leaked %d, wall %.1f s"
+            "%-24s %d/%d ok, median TTFT %.0f ms, leases held after the run: %s, leaked %d, wall %.1f s"
             % (pr.spec.label, ok, len(pr.records), median, loads, pr.result.leaked_leases, pr.wall_s)
         )
     return "\n".join(lines)
