@@ -266,9 +266,24 @@ def bare_operation(router: Router, loader: str) -> Callable[[], Callable[[int], 
     return make
 
 
+PACKAGE = "route+release (the package: PyDLL)"
+PINNED = "route+release, the process on one core"
+
+
+def on_one_core(measure: Callable[[], float]) -> float:
+    """measure() with the whole process held on one CPU: shows what threads lose by running on
+    different cores in turn (the GIL moves them from one to another)."""
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        return measure()
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
 def thread_operations(router: Router) -> Dict[str, Callable[[], Callable[[int], None]]]:
     return {
-        "route+release (the package: PyDLL)": route_release_operation(router),
+        PACKAGE: route_release_operation(router),
         "bare calls, PyDLL": bare_operation(router, "PyDLL"),
         "bare calls, CDLL": bare_operation(router, "CDLL"),
     }
@@ -437,10 +452,15 @@ def thread_scaling(args: argparse.Namespace) -> Dict[str, Dict[int, float]]:
     router = Router(worker_urls(64))
     operations = thread_operations(router)
     samples: Dict[str, Dict[int, List[float]]] = {name: {t: [] for t in THREAD_COUNTS} for name in operations}
+    pinned = PINNED if hasattr(os, "sched_setaffinity") else None
+    if pinned:
+        samples[pinned] = {t: [] for t in THREAD_COUNTS}
     for _ in range(max(3, args.rounds // 2)):
         for t in THREAD_COUNTS:
             for name, make_operation in operations.items():
                 samples[name][t].append(throughput(make_operation, t, args.seconds * 4))
+            if pinned:
+                samples[pinned][t].append(on_one_core(lambda: throughput(operations[PACKAGE], t, args.seconds * 4)))
     router.close()
     return {name: {t: median(v) for t, v in per_count.items()} for name, per_count in samples.items()}
 

@@ -6,6 +6,8 @@ import re
 import statistics
 from typing import Any, Dict, List, Optional, Tuple
 
+PACKAGE = "route+release (the package: PyDLL)"
+PINNED = "route+release, the process on one core"
 # The Go benchmarks the targets of issue 4 name.
 GO_ROUTE_64 = "BenchmarkRouteRelease/workers=64/loads=idle"
 GO_ROUTE_1024 = "BenchmarkRouteRelease/workers=1024/loads=idle"
@@ -68,7 +70,7 @@ def targets(results: Dict[str, Any]) -> List[Tuple[str, str, str, str]]:
     rows.append(("batch of 64, per request", "≤ 0.4 µs", ns(batch), verdict(batch <= 0.4e-6)))
     versus = {n: w["vs_uhashring"] for n, w in results["workers"].items()}
     rows.append(("against uhashring's lookup alone", "faster at every worker count", ", ".join("%d: %.2f×" % (n, r) for n, r in versus.items()) + " of its time", verdict(all(r < 1 for r in versus.values()))))
-    threads = results["threads"]["route+release (the package: PyDLL)"]
+    threads = results["threads"][PACKAGE]
     scale = threads[4] / threads[1]
     rows.append(("4 threads, aggregate throughput", "≥ 0.9 × one thread", "%.2f × (%.2f M/s vs %.2f M/s)" % (scale, threads[4] / 1e6, threads[1] / 1e6), verdict(scale >= 0.9)))
     join = results["join"]
@@ -172,6 +174,16 @@ def threads_table(threads: Dict[str, Dict[int, float]]) -> str:
 
 def loading_argument(threads: Dict[str, Dict[int, float]]) -> str:
     py, c = threads["bare calls, PyDLL"], threads["bare calls, CDLL"]
+    pinned = ""
+    if PINNED in threads:
+        package, one_core = threads[PACKAGE], threads[PINNED]
+        shared, held = package[4] / package[1], one_core[4] / one_core[1]
+        pinned = (
+            "\n\n**What threads cost.** Only one thread runs Python at a time, so threads cannot add "
+            "throughput: four keep %.2f × of one thread's. With the process held on one core they "
+            "keep %.2f ×%s."
+            % (shared, held, ": the rest of the loss is the work moving between cores as the GIL passes" if held > shared + 0.02 else "")
+        )
     return (
         "**CDLL or PyDLL.** The bare rows make the same two calls with the library loaded each way. "
         "PyDLL keeps the GIL during a call; CDLL releases it and takes it back, which costs more than "
@@ -182,7 +194,7 @@ def loading_argument(threads: Dict[str, Dict[int, float]]) -> str:
         "releases) through PyDLL, and everything that may run long (a membership change rebuilds the "
         "ring, statistics encode JSON) through CDLL, so that other threads run meanwhile."
         % (py[1] / c[1], py[4] / c[4])
-    )
+    ) + pinned
 
 
 def join_text(results: Dict[str, Any]) -> str:
