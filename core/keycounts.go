@@ -7,7 +7,7 @@ import (
 
 // keyCounts counts the active leases of every (worker, explicit key) pair of a router, so that
 // each worker's number of distinct keys in flight can be kept as a plain counter. It replaces a
-// map per worker: a route and its release each touch it once, and the runtime's map costed a
+// map per worker: a route and its release each touch it once, and the runtime's map cost a
 // third of the route+release time (hashing, seed resets when a map empties, growth checks).
 //
 // It is an open-addressing table with linear probing and backward-shift deletion, so it has no

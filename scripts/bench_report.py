@@ -100,12 +100,16 @@ def markdown(results: Dict[str, Any], plot_name: str) -> str:
         table(["target", "goal", "measured", ""], [list(row) for row in targets(results)]),
     ]
     if "go" in results:
-        parts += ["\n## Go core (`go test -bench . -benchmem ./core`)\n\n", go_table(results["go"])]
+        parts += [
+            "\n## Go core\n\n`core/router_bench_test.go` with `-benchmem`, run by `make bench` in rounds of the "
+            "whole suite; medians of the rounds.\n\n",
+            go_table(results["go"]),
+        ]
     parts += [
         "\n## Python, one request at 64 workers\n\n",
         "The floor is two ctypes calls of `br_abi_version()`, an export that does nothing: the least "
-        "that two calls into the library cost. *Bare calls* are `br_route_key` + `br_release` called "
-        "with ready-made arguments and no Python around them.\n\n",
+        "that two calls into the library cost. *Bare calls* are the package's two calls (`br_route_key`, "
+        "then `br_release_many` with one lease) with ready-made arguments and no Python around them.\n\n",
         table(
             ["case", "per request", "× floor (PyDLL)"],
             [[name, ns(single[name]), "%.2f" % ratio[name]] for name in single],
