@@ -17,7 +17,7 @@ from . import _native
 from ._headers import HeadersLike, encode_headers, key_bytes
 from .args import DEFAULT_VIRTUAL_NODES, RouterArgs
 from .errors import ForkedProcessError, NoWorkerAvailableError, RouterClosedError
-from .lease import Lease
+from .lease import Lease, _HeldLease
 from .policy import (
     CONFIG_TYPES,
     DEFAULT_MAX_LOAD_SKEW,
@@ -327,7 +327,7 @@ class Router:
         urls = self._decided.get(ids)
         if urls is None:
             urls = self._decision_urls(ids, lease_id)
-        lease: Lease = _new_lease(Lease)
+        lease: Lease = _new_lease(_HeldLease)
         lease._router = self
         lease._id = lease_id
         lease._urls = urls
@@ -385,7 +385,7 @@ class Router:
             urls = decided.get(ids)
             if urls is None:
                 urls = self._decision_urls(ids, lease_id)
-            lease: Lease = _new_lease(Lease)  # as in route(), inline: this loop is the batch's cost
+            lease: Lease = _new_lease(_HeldLease)  # as in route(), inline: this loop is the batch's cost
             lease._router = self
             lease._id = lease_id
             lease._urls = urls
@@ -412,6 +412,7 @@ class Router:
             raise ValueError("release_many: every lease must come from this router")
         for lease in batch:
             lease._id = 0
+            lease.__class__ = Lease  # as Lease.release does: no safety net needed any more
         if self._closed:
             return 0
         return self._release_ids(lease_ids)
@@ -468,7 +469,7 @@ class Router:
         status = self._lib.br_acquire(self._handle, url, len(url), key, len(key), out)
         if status < 0:
             raise self._lib.error(status)
-        return Lease(self, out[0], (worker_url, worker_url), None)
+        return _HeldLease(self, out[0], (worker_url, worker_url), None)
 
     # -- membership and health ---------------------------------------------------------------
 

@@ -96,3 +96,23 @@ def test_starlette_headers_are_read_raw_with_the_same_result():
     headers = Headers(raw=raw)
     assert encode_headers(headers) == encode_headers(list(headers.items())) == encode_headers(raw)
     assert encode_headers(Headers(raw=[(b"host", b"h")])) == b""
+
+
+def test_only_unreleased_leases_carry_the_safety_net(make_router):
+    import gc
+
+    from bounded_router import Lease
+
+    router = make_router(2)
+    leases = [router.route("a"), router.acquire(W[0]), *router.route_many(["b", "c"])]
+    assert all(isinstance(lease, Lease) and type(lease) is not Lease for lease in leases)
+    leases[0].release()
+    router.release_many(leases[1:3])
+    assert [type(lease) is Lease for lease in leases] == [True, True, True, False]
+    assert all(isinstance(lease, Lease) for lease in leases)
+    del leases[:3]
+    gc.collect()
+    assert router.leaked_leases() == 0 and router.active_leases() == 1
+    leases.clear()  # the last one was never released: the safety net releases it
+    gc.collect()
+    assert router.leaked_leases() == 1 and router.active_leases() == 0
