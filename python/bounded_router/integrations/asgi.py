@@ -111,6 +111,7 @@ class _Stream:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         anyio, httpx, _ = _require()
+        failure: Optional[WorkerStreamError] = None
         try:
             async with anyio.create_task_group() as group:
 
@@ -130,13 +131,18 @@ class _Stream:
                             if chunk:
                                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     except httpx.HTTPError as e:
+                        # Raised after the task group, so that it is not wrapped in an exception group.
                         self.ending = self.FAILED
-                        raise WorkerStreamError(self.lease.worker_url, e) from e
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                    self.ending = self.ending or self.FINISHED
+                        failure = WorkerStreamError(self.lease.worker_url, e)
+                        failure.__cause__ = e
+                    else:
+                        await send({"type": "http.response.body", "body": b"", "more_body": False})
+                        self.ending = self.ending or self.FINISHED
                 except OSError:  # ASGI 2.4 servers raise it from send() once the client is gone
                     self.ending = self.ending or self.DISCONNECTED
                 group.cancel_scope.cancel()
+            if failure is not None:
+                raise failure
         except BaseException:
             if self.ending is None:
                 self.ending = self.FAILED
