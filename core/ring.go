@@ -3,6 +3,7 @@ package core
 import (
 	"math/bits"
 	"slices"
+	"sort"
 	"strconv"
 
 	"github.com/cespare/xxhash/v2"
@@ -29,21 +30,22 @@ type ring struct {
 
 // newRing wraps sorted entries and builds their lookup table.
 func newRing(positions []uint64, owners []uint32) *ring {
-	r := &ring{positions: positions, owners: owners}
 	if len(positions) == 0 {
-		return r
+		return &ring{positions: positions, owners: owners}
 	}
 	tableBits := max(bits.Len(uint(len(positions)))-2, 0)
-	r.shift = uint(64 - tableBits)
-	r.buckets = make([]uint32, 1<<tableBits+1)
-	i := 0
-	for b := range r.buckets {
-		for i < len(positions) && positions[i]>>r.shift < uint64(b) {
-			i++
+	shift := uint(64 - tableBits)
+	buckets := make([]uint32, 1<<tableBits+1)
+	next := 0 // buckets before next are filled: each with the first entry at or above it
+	for i, position := range positions {
+		for top := int(position >> shift); next <= top; next++ {
+			buckets[next] = uint32(i)
 		}
-		r.buckets[b] = uint32(i)
 	}
-	return r
+	for ; next < len(buckets); next++ {
+		buckets[next] = uint32(len(positions))
+	}
+	return &ring{positions: positions, owners: owners, buckets: buckets, shift: shift}
 }
 
 // search returns the index of the first entry at or after position (len(positions) if none).
@@ -123,8 +125,9 @@ func fromEntries(entries []ringEntry) *ring {
 }
 
 // withAppendedWorker returns the ring for urls, whose last element is a worker the receiver
-// does not have yet. It merges that worker's sorted virtual nodes into the existing order in
-// linear time instead of sorting the whole ring again.
+// does not have yet. It merges that worker's sorted virtual nodes into the existing order
+// instead of sorting the whole ring again: a binary search finds where each one goes, and the
+// existing entries in between are copied in one go.
 func (r *ring) withAppendedWorker(urls []string, virtualNodes int) *ring {
 	added := workerEntries(urls[len(urls)-1], uint32(len(urls)-1), virtualNodes)
 	slices.SortFunc(added, func(a, b ringEntry) int { return compareEntries(a, b, urls) })
@@ -132,10 +135,11 @@ func (r *ring) withAppendedWorker(urls []string, virtualNodes int) *ring {
 	owners := make([]uint32, 0, len(r.owners)+len(added))
 	i := 0
 	for _, e := range added {
-		for i < len(r.positions) && compareEntries(ringEntry{r.positions[i], r.owners[i]}, e, urls) < 0 {
-			positions, owners = append(positions, r.positions[i]), append(owners, r.owners[i])
-			i++
-		}
+		before := sort.Search(len(r.positions)-i, func(k int) bool {
+			return compareEntries(ringEntry{r.positions[i+k], r.owners[i+k]}, e, urls) >= 0
+		})
+		positions, owners = append(positions, r.positions[i:i+before]...), append(owners, r.owners[i:i+before]...)
+		i += before
 		positions, owners = append(positions, e.position), append(owners, e.owner)
 	}
 	positions = append(positions, r.positions[i:]...)
