@@ -186,7 +186,7 @@ def loading_argument(threads: Dict[str, Dict[int, float]]) -> str:
             "\n\n**What threads cost.** Only one thread runs Python at a time, so threads cannot add "
             "throughput: four keep %.2f × of one thread's. With the process held on one core they "
             "keep %.2f ×%s."
-            % (shared, held, ": the rest of the loss is the work moving between cores as the GIL passes" if held > shared + 0.02 else "")
+            % (shared, held, ": the difference is the work moving between cores as the GIL passes" if held > shared + 0.02 else "")
         )
     return (
         "**CDLL or PyDLL.** The bare rows make the same two calls with the library loaded each way. "
