@@ -11,8 +11,8 @@ import (
 // an atomic pointer (no lock on the request path); creating or closing a router copies it.
 // Handles are never reused, so a closed handle stays invalid.
 var handles = struct {
-	mu     sync.Mutex
-	next   uint64
+	mu      sync.Mutex
+	next    uint64
 	routers atomic.Pointer[map[uint64]*core.Router]
 }{}
 

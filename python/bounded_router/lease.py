@@ -238,16 +238,7 @@ class LeasedIterator(Generator[T, None, None]):
             raise
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> T:
-        if isinstance(typ, BaseException):
-            exc = typ
-        elif val is None:
-            exc = typ()
-        elif isinstance(val, BaseException):
-            exc = val
-        else:
-            exc = typ(val)
-        if tb is not None:
-            exc = exc.with_traceback(tb)
+        exc = _thrown_exception(typ, val, tb)
         if not self._done:
             inner_throw = getattr(self._iterator, "throw", None)
             if inner_throw is not None:
@@ -315,16 +306,7 @@ class LeasedAsyncIterator(AsyncGenerator[T, None]):
             raise
 
     async def athrow(self, typ: Any, val: Any = None, tb: Any = None) -> T:
-        if isinstance(typ, BaseException):
-            exc = typ
-        elif val is None:
-            exc = typ()
-        elif isinstance(val, BaseException):
-            exc = val
-        else:
-            exc = typ(val)
-        if tb is not None:
-            exc = exc.with_traceback(tb)
+        exc = _thrown_exception(typ, val, tb)
         if not self._done:
             inner_throw = getattr(self._iterator, "athrow", None)
             if inner_throw is not None:
@@ -354,3 +336,16 @@ class LeasedAsyncIterator(AsyncGenerator[T, None]):
                 self._lease.release()
         except BaseException:
             pass
+
+
+def _thrown_exception(typ: Any, val: Any, tb: Any) -> BaseException:
+    """The exception a generator's ``throw(typ, val, tb)`` (either signature) raises."""
+    if isinstance(typ, BaseException):
+        exc = typ
+    elif val is None:
+        exc = typ()
+    elif isinstance(val, BaseException):
+        exc = val
+    else:
+        exc = typ(val)
+    return exc if tb is None else exc.with_traceback(tb)
