@@ -14,7 +14,6 @@ from .report import describe, format_sweep, format_table
 from .sweep import DEFAULT_GAPS, DEFAULT_RATES, DEFAULT_SKEWS, sweep
 
 _DEFAULT_WORKLOAD = Workload()
-_DEFAULT_COST = CostModel()
 
 
 def _list(kind: Any, what: str) -> Any:
@@ -31,7 +30,7 @@ def _list(kind: Any, what: str) -> Any:
 
 
 def _parser() -> argparse.ArgumentParser:
-    w, c = _DEFAULT_WORKLOAD, _DEFAULT_COST
+    w = _DEFAULT_WORKLOAD
     parser = argparse.ArgumentParser(
         prog="python -m bounded_router.simulate",
         description="Simulate routing policies on groups of streaming sibling requests that share a prompt "
@@ -74,12 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     wl.add_argument("--concurrency", type=int, default=w.concurrency, help="groups in flight (closed loop; default 1)")
     wl.add_argument("--rate", type=float, default=None, help="open loop instead: Poisson group arrivals, groups/s")
     wl.add_argument("--seed", type=int, default=w.seed)
-    cm = parser.add_argument_group("worker costs")
-    cm.add_argument("--prefill-ms-per-token", type=float, default=c.prefill_ms_per_token)
-    cm.add_argument("--prefill-overhead-ms", type=float, default=c.prefill_overhead_ms)
-    cm.add_argument("--decode-ms-per-token", type=float, default=c.decode_ms_per_token)
-    cm.add_argument("--block-size", type=int, default=c.block_size, help="prefix-cache block, tokens")
-    cm.add_argument("--cache-tokens", type=int, default=c.cache_tokens, help="prefix-cache capacity per worker, tokens")
+    CostModel.add_arguments(parser.add_argument_group("worker costs"))
     return parser
 
 
@@ -107,13 +101,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rate=args.rate,
             seed=args.seed,
         )
-        cost = CostModel(
-            prefill_ms_per_token=args.prefill_ms_per_token,
-            prefill_overhead_ms=args.prefill_overhead_ms,
-            decode_ms_per_token=args.decode_ms_per_token,
-            block_size=args.block_size,
-            cache_tokens=args.cache_tokens,
-        )
+        cost = CostModel.from_args(args)
         if args.sweep:
             specs = [PolicySpec("bounded_consistent_hashing", g, s) for g in args.sweep_gaps for s in args.sweep_skews]
         else:

@@ -79,6 +79,27 @@ class CostModel:
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
 
+    @staticmethod
+    def add_arguments(parser: Any) -> None:
+        """Add ``--prefill-ms-per-token`` ... ``--cache-tokens`` to an argparse parser or group."""
+        c = CostModel()
+        parser.add_argument("--prefill-ms-per-token", type=float, default=c.prefill_ms_per_token)
+        parser.add_argument("--prefill-overhead-ms", type=float, default=c.prefill_overhead_ms)
+        parser.add_argument("--decode-ms-per-token", type=float, default=c.decode_ms_per_token)
+        parser.add_argument("--block-size", type=int, default=c.block_size, help="prefix-cache block, tokens")
+        parser.add_argument("--cache-tokens", type=int, default=c.cache_tokens, help="prefix-cache capacity per worker, tokens")
+
+    @classmethod
+    def from_args(cls, args: Any) -> CostModel:
+        """The cost model of arguments parsed with :meth:`add_arguments`."""
+        return cls(
+            prefill_ms_per_token=args.prefill_ms_per_token,
+            prefill_overhead_ms=args.prefill_overhead_ms,
+            decode_ms_per_token=args.decode_ms_per_token,
+            block_size=args.block_size,
+            cache_tokens=args.cache_tokens,
+        )
+
 
 @dataclass(frozen=True)
 class Workload:

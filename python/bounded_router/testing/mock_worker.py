@@ -316,7 +316,6 @@ class MockWorker:
 
 
 def _parser() -> argparse.ArgumentParser:
-    c = CostModel()
     parser = argparse.ArgumentParser(
         prog="python -m bounded_router.testing.mock_worker",
         description="A mock LLM worker: streams tokens, keeps a prefix cache, models prefill and decode time.",
@@ -326,22 +325,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=0, help="0: any free port (printed on start)")
     parser.add_argument("--time-scale", type=float, default=1.0, help="multiply every modelled time by this")
     parser.add_argument("--lifetime", type=float, default=None, help="exit after this many seconds")
-    parser.add_argument("--prefill-ms-per-token", type=float, default=c.prefill_ms_per_token)
-    parser.add_argument("--prefill-overhead-ms", type=float, default=c.prefill_overhead_ms)
-    parser.add_argument("--decode-ms-per-token", type=float, default=c.decode_ms_per_token)
-    parser.add_argument("--block-size", type=int, default=c.block_size)
-    parser.add_argument("--cache-tokens", type=int, default=c.cache_tokens)
+    CostModel.add_arguments(parser)
     return parser
 
 
 async def _serve(args: argparse.Namespace) -> None:
-    cost = CostModel(
-        prefill_ms_per_token=args.prefill_ms_per_token,
-        prefill_overhead_ms=args.prefill_overhead_ms,
-        decode_ms_per_token=args.decode_ms_per_token,
-        block_size=args.block_size,
-        cache_tokens=args.cache_tokens,
-    )
+    cost = CostModel.from_args(args)
     worker = MockWorker(args.name, cost, args.time_scale)
     port = await worker.start(args.host, args.port)
     print("mock worker %s listening on http://%s:%d" % (args.name, args.host, port), flush=True)
