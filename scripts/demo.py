@@ -6,7 +6,8 @@ upstream A/B scaled down 50 times) and, for each policy, a FastAPI routing proxy
 them; sends 20 groups of 8 sibling requests that share a prompt prefix (one routing key per
 group) through the proxy, streams every answer back and checks it; then prints where each
 group's siblings landed, the spill, the cached prompt tokens, time to first token and
-throughput. `python -m bounded_router.simulate` predicts the same table for the full 400-group
+throughput, for strict hashing, bounded hashing with gaps 1, 2 and 4, and round robin.
+`python -m bounded_router.simulate` predicts the same table for the full 400-group
 A/B; scripts/e2e.py runs it over HTTP.
 """
 
@@ -15,7 +16,7 @@ import sys
 from bounded_router.testing.e2e import main
 
 if __name__ == "__main__":
-    args = ["--groups", "20", "--gaps", "2", "--round-robin", "--output-tokens", "16", "--time-scale", "0.02"]
+    args = ["--groups", "20", "--gaps", "1,2,4", "--round-robin", "--output-tokens", "16", "--time-scale", "0.02"]
     status = main(args + sys.argv[1:], description=__doc__.split("\n\n")[0])
     print("\nThe same policies on the full 400-group A/B, simulated: .venv/bin/python -m bounded_router.simulate")
     sys.exit(status)
