@@ -25,6 +25,15 @@ func bytesArg(p *C.char, n C.size_t) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(p)), int(n))
 }
 
+// lookupRouterFor looks up the router of a call that writes its answer to out.
+func lookupRouterFor(router C.uint64_t, out *C.uint64_t) (*core.Router, error) {
+	r, err := lookupRouter(uint64(router))
+	if err == nil && out == nil {
+		err = invalidArgument("out must not be NULL")
+	}
+	return r, err
+}
+
 func withRouter(router C.uint64_t, do func(*core.Router) error) C.int32_t {
 	r, err := lookupRouter(uint64(router))
 	if err == nil {

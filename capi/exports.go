@@ -121,12 +121,9 @@ func br_set_healthy(router C.uint64_t, url *C.char, urlLen C.size_t, healthy C.i
 //export br_route_key
 func br_route_key(router C.uint64_t, key *C.char, keyLen C.size_t, out *C.uint64_t) (status C.int32_t) {
 	defer guard(&status)
-	r, err := lookupRouter(uint64(router))
+	r, err := lookupRouterFor(router, out)
 	if err != nil {
 		return fail(err)
-	}
-	if out == nil {
-		return failf("out must not be NULL")
 	}
 	req := core.KeyRequest(bytesArg(key, keyLen))
 	return writeDecision(r.Route(&req), out)
@@ -139,12 +136,9 @@ func br_route_key(router C.uint64_t, key *C.char, keyLen C.size_t, out *C.uint64
 //export br_route
 func br_route(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t, takeLease C.int32_t, out *C.uint64_t) (status C.int32_t) {
 	defer guard(&status)
-	r, err := lookupRouter(uint64(router))
+	r, err := lookupRouterFor(router, out)
 	if err != nil {
 		return fail(err)
-	}
-	if out == nil {
-		return failf("out must not be NULL")
 	}
 	block := bytesArg(headers, headersLen)
 	if err := checkHeaderBlock(block); err != nil {
@@ -178,12 +172,9 @@ func workerIDs(d core.Decision) C.uint64_t {
 //export br_acquire
 func br_acquire(router C.uint64_t, url *C.char, urlLen C.size_t, key *C.char, keyLen C.size_t, out *C.uint64_t) (status C.int32_t) {
 	defer guard(&status)
-	r, err := lookupRouter(uint64(router))
+	r, err := lookupRouterFor(router, out)
 	if err != nil {
 		return fail(err)
-	}
-	if out == nil {
-		return failf("out must not be NULL")
 	}
 	lease, w, err := r.Acquire(string(bytesArg(url, urlLen)), bytesArg(key, keyLen))
 	if err != nil {

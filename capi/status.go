@@ -43,8 +43,11 @@ func fail(err error) C.int32_t {
 	}
 }
 
-func failf(format string, args ...any) C.int32_t {
-	return fail(fmt.Errorf("%w: "+format, append([]any{core.ErrInvalidConfig}, args...)...))
+func failf(format string, args ...any) C.int32_t { return fail(invalidArgument(format, args...)) }
+
+// invalidArgument is an error reported as BR_ERR_INVALID_ARGUMENT.
+func invalidArgument(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{core.ErrInvalidConfig}, args...)...)
 }
 
 func setErrorText(text string) {
