@@ -1,4 +1,5 @@
-"""Helpers for the integration tests: mock worker processes, servers in threads, waiting for a lease.
+"""Helpers for the integration tests: mock worker processes, servers in threads, waiting for a lease,
+and the two framework helpers (ASGI and aiohttp) served in front of a router.
 
 Everything listens on 127.0.0.1 with ephemeral ports; every server is stopped in a ``finally``
 and every mock worker process also exits by itself (``--lifetime``).
@@ -12,12 +13,16 @@ import json
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Sequence, Tuple
 
 import httpx
 import pytest
+from aiohttp import web
+from fastapi import FastAPI, Request
 
 from bounded_router import Router
+from bounded_router.integrations.aiohttp import AiohttpProxy
+from bounded_router.integrations.asgi import ASGIProxy
 from bounded_router.simulate.model import CostModel
 from bounded_router.testing.fleet import ServerProcess, start_mock_worker
 
@@ -51,6 +56,12 @@ def slow_worker() -> Iterator[ServerProcess]:
     """A mock worker at modelled time: 1 ms per prompt token, 20 ms per output token."""
     with start_mock_worker("slow", CostModel(), time_scale=1.0, lifetime=600) as worker:
         yield worker
+
+
+@pytest.fixture
+def client() -> Iterator[httpx.Client]:
+    with httpx.Client(trust_env=False, timeout=60.0) as c:
+        yield c
 
 
 def worker_stats(worker: ServerProcess) -> Dict[str, Any]:
@@ -107,8 +118,6 @@ def serve_asgi(app: Any) -> Iterator[str]:
 @contextlib.contextmanager
 def serve_aiohttp(app: Any, **runner_kwargs: Any) -> Iterator[str]:
     """Serve an aiohttp application in a thread with its own event loop; yields its base URL."""
-    from aiohttp import web
-
     sock = _listening_socket()
     loop = asyncio.new_event_loop()
     started = threading.Event()
@@ -135,3 +144,56 @@ def serve_aiohttp(app: Any, **runner_kwargs: Any) -> Iterator[str]:
         thread.join(WAIT_S)
         loop.close()
         sock.close()
+
+
+def fastapi_app(router: Router, **kwargs: Any) -> Tuple[FastAPI, ASGIProxy]:
+    """A FastAPI app forwarding ``POST /v1/completions`` through an ``ASGIProxy``, and the proxy."""
+    # FastAPI resolves the endpoint's (string) annotations in this module's globals: Request must
+    # be imported at module level for the endpoint to receive the request.
+    proxy = ASGIProxy(router, expose_routing_headers=True, **kwargs)
+    app = FastAPI()
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Any:
+        return await proxy.forward(request)
+
+    return app, proxy
+
+
+def aiohttp_app(router: Router, **kwargs: Any) -> Tuple[web.Application, AiohttpProxy]:
+    """An aiohttp application forwarding every path and method through an ``AiohttpProxy``, and the proxy."""
+    proxy = AiohttpProxy(router, expose_routing_headers=True, **kwargs)
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", proxy.handle)
+    app.on_cleanup.append(proxy.on_cleanup)
+    return app, proxy
+
+
+#: Each framework helper: how to build its app over a router, and how to serve that app.
+FRAMEWORKS: Dict[str, Tuple[Callable[..., Tuple[Any, Any]], Callable[[Any], ContextManager[str]]]] = {
+    "asgi": (fastapi_app, serve_asgi),
+    "aiohttp": (aiohttp_app, serve_aiohttp),
+}
+
+ProxyServer = Callable[..., ContextManager[Tuple[str, Any, Router]]]
+
+
+@pytest.fixture(params=sorted(FRAMEWORKS))
+def serve_proxy(request: Any) -> ProxyServer:
+    """Each test using it runs once per framework helper (ids ``aiohttp`` and ``asgi``).
+
+    ``with serve_proxy(worker_urls, **router_kwargs) as (url, proxy, router)`` builds a router
+    over ``worker_urls``, serves the framework's app over it (routing headers exposed) and yields
+    the server's base URL, the proxy (for its ``endings``) and the router; on exit the server
+    stops, then the router closes.
+    """
+    make_app, serve = FRAMEWORKS[request.param]
+
+    @contextlib.contextmanager
+    def start(worker_urls: Sequence[str], **router_kwargs: Any) -> Iterator[Tuple[str, Any, Router]]:
+        with Router(list(worker_urls), **router_kwargs) as router:
+            app, proxy = make_app(router)
+            with serve(app) as url:
+                yield url, proxy, router
+
+    return start
