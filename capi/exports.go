@@ -193,6 +193,15 @@ func br_release(router C.uint64_t, lease C.uint64_t) (status C.int32_t) {
 	return release(router, lease, false)
 }
 
+// br_release_parts is br_release with the lease passed as its low and high 32 bits, for callers
+// (such as ctypes without argtypes) that pass 32-bit integers most cheaply.
+//
+//export br_release_parts
+func br_release_parts(router C.uint64_t, leaseLow, leaseHigh C.uint32_t) (status C.int32_t) {
+	defer guard(&status)
+	return release(router, C.uint64_t(leaseHigh)<<32|C.uint64_t(leaseLow), false)
+}
+
 // br_release_abandoned releases a lease its holder lost track of (a safety net such as a
 // finalizer) and counts it as leaked. Returns like br_release.
 //

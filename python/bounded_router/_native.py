@@ -109,6 +109,7 @@ _FAST_PATH = {
     "br_route": c_int32,
     "br_route_keys": c_int32,
     "br_release_many": c_int32,
+    "br_release_parts": c_int32,
 }
 
 _FORKED_MESSAGE = (
@@ -160,6 +161,7 @@ class Library:
     fast_route: Callable[..., int]
     fast_route_keys: Callable[..., int]
     fast_release_many: Callable[..., int]
+    fast_release_parts: Callable[..., int]
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -250,19 +252,17 @@ class Library:
 BUFFERS = threading.local()
 
 
-def thread_buffers() -> Tuple[Any, Any, Any]:
-    """This thread's ``(out, out_ref, lease_ref)`` for the fast_* calls, made on first use.
+def thread_buffers() -> Tuple[Any, Any]:
+    """This thread's ``(out, out_ref)`` for the fast route calls, made on first use.
 
-    ``out`` is a ``c_uint64 * 3`` array: ``out[0:2]`` receive a route's answer and ``out[2]``
-    holds the lease to release (passed to ``fast_release_many`` with n = 1, which saves building a
-    ``c_uint64`` per release). ``out_ref`` and ``lease_ref`` are ``byref`` pointers to ``out[0]``
-    and ``out[2]``, made once: ctypes passes such an argument object without allocating.
+    ``out`` is a ``c_uint64 * 2`` array that receives a route's answer; ``out_ref`` is a
+    ``byref`` pointer to it, made once: ctypes passes such an argument object without allocating.
     """
     try:
         return BUFFERS.value  # type: ignore[no-any-return]
     except AttributeError:
-        out = (c_uint64 * 3)()
-        BUFFERS.value = buffers = (out, ctypes.byref(out), ctypes.byref(out, 16))
+        out = (c_uint64 * 2)()
+        BUFFERS.value = buffers = (out, ctypes.byref(out))
         return buffers
 
 

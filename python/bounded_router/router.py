@@ -300,9 +300,9 @@ class Router:
         if self._closed:
             raise self._closed_error()
         try:
-            out, out_ref, _ = _BUFFERS.value
+            out, out_ref = _BUFFERS.value
         except AttributeError:
-            out, out_ref, _ = _native.thread_buffers()
+            out, out_ref = _native.thread_buffers()
         if headers is None:
             key = routing_key
             if type(key) is str:

@@ -43,7 +43,8 @@ int main(void) {
 	CHECK(br_release(router, first[0]) == 0, "second release is a no-op");
 	CHECK(route(router, "session-42", again) == BR_BRANCH_EXPLICIT_ROUTING_KEY_HIT, "again");
 	CHECK(chosen(again) == chosen(first), "affinity: %u then %u", chosen(first), chosen(again));
-	CHECK(br_release(router, again[0]) == 1, "release again");
+	CHECK(br_release_parts(router, (uint32_t)again[0], (uint32_t)(again[0] >> 32)) == 1, "release by halves");
+	CHECK(br_release(router, again[0]) == 0, "released once only");
 
 	// Spill: holding leases of one key piles load on its worker; with gap 2 the fourth
 	// concurrent request (preferred load 3, min 0, mean 0.75) spills elsewhere.

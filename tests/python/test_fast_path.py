@@ -12,22 +12,22 @@ from support import W, key_preferring, urls
 
 def test_release_survives_a_release_nested_in_its_call(make_router):
     # A finalizer run by a garbage collection while the release call is set up may release
-    # another lease through the same thread's buffer first: both must end up released.
+    # another lease first: both must end up released.
     router = make_router(2)
     first, second = router.route("a"), router.route("b")
     lib = router._lib
-    original = lib.fast_release_many
+    original = lib.fast_release_parts
 
     def nested(*args):
-        lib.fast_release_many = original
+        lib.fast_release_parts = original
         assert second.release() is True
         return original(*args)
 
-    lib.fast_release_many = nested
+    lib.fast_release_parts = nested
     try:
         assert first.release() is True
     finally:
-        lib.fast_release_many = original
+        lib.fast_release_parts = original
     assert router.active_leases() == 0
     assert (first.released, second.released) == (True, True)
 
@@ -76,7 +76,7 @@ def test_decision_cache_is_bounded(monkeypatch):
 def test_request_path_keeps_the_gil_and_the_rest_releases_it():
     lib = _native.library()
     keeps_gil = ctypes._FUNCFLAG_PYTHONAPI  # what PyDLL sets on its functions
-    assert lib.fast_route_key._flags_ & keeps_gil and lib.fast_release_many._flags_ & keeps_gil
+    assert lib.fast_route_key._flags_ & keeps_gil and lib.fast_release_parts._flags_ & keeps_gil
     assert not lib.br_add_worker._flags_ & keeps_gil and not lib.br_workers_json._flags_ & keeps_gil
 
 
