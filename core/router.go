@@ -64,10 +64,19 @@ func (d Decision) Spilled() bool { return d.Branch == BranchExplicitRoutingKeySp
 
 // Route chooses a worker for the request and, if one is chosen, counts the request on it under
 // a new lease, in one linearizable step. Release the lease when the request has finished.
-func (r *Router) Route(req *Request) Decision {
+func (r *Router) Route(req *Request) Decision { return r.ReleaseThenRoute(0, req) }
+
+// ReleaseThenRoute releases the lease previous (as Release does; nothing when it is 0 or not
+// active) and routes req, in one step: the route sees the release. A binding whose calls into
+// the library cost more than the work behind them uses it to pass a release on with its next
+// route instead of making a call of its own.
+func (r *Router) ReleaseThenRoute(previous LeaseID, req *Request) Decision {
 	key := explicitKeyOf(req.RoutingKey)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if previous != 0 {
+		r.release(previous, false)
+	}
 	return r.route(req, key)
 }
 

@@ -86,6 +86,24 @@ func BenchmarkRouteRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkReleaseThenRoute is the same life as the Python binding lives it: each step releases
+// the previous request's lease and routes the next request, under one lock.
+func BenchmarkReleaseThenRoute(b *testing.B) {
+	keys := benchKeys(4096)
+	for _, n := range benchWorkerCounts {
+		b.Run(fmt.Sprintf("workers=%d/loads=%s", n, loadsIdle), func(b *testing.B) {
+			r := newBenchRouter(b, n, loadsIdle)
+			var previous LeaseID
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				req := KeyRequest(keys[i&4095])
+				previous = r.ReleaseThenRoute(previous, &req).Lease
+			}
+		})
+	}
+}
+
 // BenchmarkRouteReleaseParallel runs BenchmarkRouteRelease from GOMAXPROCS goroutines at once
 // on one router (they contend for its lock).
 func BenchmarkRouteReleaseParallel(b *testing.B) {

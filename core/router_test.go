@@ -93,6 +93,33 @@ func TestReleaseOfUnknownIDsIsANoOp(t *testing.T) {
 	checkInvariants(t, r)
 }
 
+func TestReleaseThenRouteSeesTheRelease(t *testing.T) {
+	// SPEC §10: w0 at load 3 spills; releasing one of its leases in the same step as the next
+	// route brings it to 2, where the key stays on w0.
+	urls := workerURLs(4)
+	r, ids := routerWithLoads(t, boundedPolicy(1.5, 2), urls, []int{3, 0, 0, 0})
+	req := KeyRequest(keyPreferringURL(t, urls, urls[0]))
+	spilled := r.Route(&req)
+	require.True(t, spilled.Spilled(), "load 3 against 0 spills")
+	require.True(t, r.Release(spilled.Lease, false))
+
+	d := r.ReleaseThenRoute(ids[0], &req)
+	assert.Equal(t, BranchExplicitRoutingKeyHit, d.Branch, "the route saw w0 at load 2")
+	assert.Equal(t, urls[0], d.WorkerURL)
+	assert.Equal(t, []int64{3, 0, 0, 0}, loadsOf(r), "one lease released, one taken")
+	assert.False(t, r.Release(ids[0], false), "the lease was released by the combined step")
+	assert.Equal(t, uint64(0), r.Stats().Leaked, "a release, not an abandoned lease")
+
+	// A lease released already, an unknown id and no lease (0) are skipped: the route happens.
+	for _, previous := range []LeaseID{ids[0], d.Lease + 1<<32, 0} {
+		next := r.ReleaseThenRoute(previous, &req)
+		require.NotZero(t, next.Lease, "%#x", previous)
+		require.True(t, r.Release(next.Lease, false))
+	}
+	assert.Equal(t, []int64{3, 0, 0, 0}, loadsOf(r))
+	checkInvariants(t, r)
+}
+
 func TestAbandonedReleaseCountsAsLeaked(t *testing.T) {
 	r := newTestRouter(t, boundedPolicy(1.5, 2), workerURLs(2))
 	a, b := route(r, "a"), route(r, "b")
@@ -635,6 +662,10 @@ func TestRouteAllocatesNothing(t *testing.T) {
 		r.Release(d.Lease, false)
 	})
 	assert.Zero(t, allocs, "Route+Release with a key")
+	previous := r.Route(&req).Lease
+	allocs = testing.AllocsPerRun(1000, func() { previous = r.ReleaseThenRoute(previous, &req).Lease })
+	assert.Zero(t, allocs, "ReleaseThenRoute")
+	r.Release(previous, false)
 
 	// Also on the spill path, with other leases held.
 	ids := holdLoads(t, r, []int{5, 0, 0, 0, 0, 0, 0, 0})
