@@ -8,7 +8,7 @@ package main
 #include <stdint.h>
 
 // ABI version of this header; br_abi_version() returns the version the library implements.
-#define BR_ABI_VERSION 1
+#define BR_ABI_VERSION 2
 
 // Status codes: 0 or more is success, negative is an error whose text br_last_error() returns.
 #define BR_OK 0
@@ -44,7 +44,7 @@ import (
 
 func main() {}
 
-const abiVersion = 1
+const abiVersion = 2
 
 // br_abi_version returns BR_ABI_VERSION of the library; loaders check it against their header.
 //
@@ -121,12 +121,38 @@ func br_set_healthy(router C.uint64_t, url *C.char, urlLen C.size_t, healthy C.i
 //export br_route_key
 func br_route_key(router C.uint64_t, key *C.char, keyLen C.size_t, out *C.uint64_t) (status C.int32_t) {
 	defer guard(&status)
+	return routeKey(router, key, keyLen, out, 0)
+}
+
+// br_release_then_route_key releases the lease in io[2] (nothing when it is 0 or no longer
+// active) and routes like br_route_key, in one step: the route sees the release. io[2] is set
+// to 0; io[0] and io[1] receive what out[0] and out[1] of br_route_key do. A binding for which
+// a call costs more than the routing behind it passes each release on with its next route.
+//
+//export br_release_then_route_key
+func br_release_then_route_key(router C.uint64_t, key *C.char, keyLen C.size_t, io *C.uint64_t) (status C.int32_t) {
+	defer guard(&status)
+	return routeKey(router, key, keyLen, io, takePrevious(io))
+}
+
+// takePrevious reads io[2], the lease a br_release_then_* call releases first, and clears it.
+func takePrevious(io *C.uint64_t) core.LeaseID {
+	if io == nil {
+		return 0
+	}
+	slots := unsafe.Slice(io, 3)
+	previous := core.LeaseID(slots[2])
+	slots[2] = 0
+	return previous
+}
+
+func routeKey(router C.uint64_t, key *C.char, keyLen C.size_t, out *C.uint64_t, previous core.LeaseID) C.int32_t {
 	r, err := lookupRouterFor(router, out)
 	if err != nil {
 		return fail(err)
 	}
 	req := core.KeyRequest(bytesArg(key, keyLen))
-	return writeDecision(r.Route(&req), out)
+	return writeDecision(r.ReleaseThenRoute(previous, &req), out)
 }
 
 // br_route routes a request from its header block (see headers.go; may be empty) and an
@@ -136,20 +162,35 @@ func br_route_key(router C.uint64_t, key *C.char, keyLen C.size_t, out *C.uint64
 //export br_route
 func br_route(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t, takeLease C.int32_t, out *C.uint64_t) (status C.int32_t) {
 	defer guard(&status)
+	return routeHeaders(router, key, keyLen, headers, headersLen, takeLease != 0, out, 0)
+}
+
+// br_release_then_route releases the lease in io[2] and routes like br_route with take_lease
+// set, in one step, as br_release_then_route_key does for a key. The release happens even when
+// the header block is rejected.
+//
+//export br_release_then_route
+func br_release_then_route(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t, io *C.uint64_t) (status C.int32_t) {
+	defer guard(&status)
+	return routeHeaders(router, key, keyLen, headers, headersLen, true, io, takePrevious(io))
+}
+
+func routeHeaders(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t, takeLease bool, out *C.uint64_t, previous core.LeaseID) C.int32_t {
 	r, err := lookupRouterFor(router, out)
 	if err != nil {
 		return fail(err)
 	}
 	block := bytesArg(headers, headersLen)
 	if err := checkHeaderBlock(block); err != nil {
+		r.Release(previous, false)
 		return fail(err)
 	}
 	req := core.RequestFromHeaders(headerPairs(block))
 	if explicit := bytesArg(key, keyLen); len(explicit) > 0 {
 		req.RoutingKey = explicit
 	}
-	if takeLease != 0 {
-		return writeDecision(r.Route(&req), out)
+	if takeLease {
+		return writeDecision(r.ReleaseThenRoute(previous, &req), out)
 	}
 	return writeDecision(r.Select(&req), out)
 }
@@ -191,15 +232,6 @@ func br_acquire(router C.uint64_t, url *C.char, urlLen C.size_t, key *C.char, ke
 func br_release(router C.uint64_t, lease C.uint64_t) (status C.int32_t) {
 	defer guard(&status)
 	return release(router, lease, false)
-}
-
-// br_release_parts is br_release with the lease passed as its low and high 32 bits, for callers
-// (such as ctypes without argtypes) that pass 32-bit integers most cheaply.
-//
-//export br_release_parts
-func br_release_parts(router C.uint64_t, leaseLow, leaseHigh C.uint32_t) (status C.int32_t) {
-	defer guard(&status)
-	return release(router, C.uint64_t(leaseHigh)<<32|C.uint64_t(leaseLow), false)
 }
 
 // br_release_abandoned releases a lease its holder lost track of (a safety net such as a

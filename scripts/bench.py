@@ -126,18 +126,17 @@ def floor_cases(lib: Any) -> Dict[str, Case]:
 
 
 def bare_case(router: Router) -> Case:
-    """The package's two calls with ready-made arguments and nothing around them: the least that
-    this binding of the C API pays for route+release."""
-    lib, handle = router._lib, router._handle_arg
-    route_key, release = lib.fast_route_key, lib.fast_release_parts
+    """The package's one call per request with ready-made arguments and nothing around it: each
+    call routes a request and releases the previous one (out[2]), as route() does after a
+    release(). The least that this binding of the C API pays for route+release."""
+    route, handle = router._route_key, router._handle_arg
     out, out_ref = _native.thread_buffers()
     size = c_size_t.from_param(9)
 
     def case(n: int) -> None:
         for _ in range(n):
-            route_key(handle, b"session-1", size, out_ref)
-            lease = out[0]
-            release(handle, lease & 0xFFFFFFFF, lease >> 32)
+            route(handle, b"session-1", size, out_ref)
+            out[2] = out[0]
 
     return case
 
@@ -248,18 +247,20 @@ def route_release_operation(router: Router) -> Callable[[], Callable[[int], None
 
 
 def bare_operation(router: Router, loader: str) -> Callable[[], Callable[[int], None]]:
-    """What the package's route+release does at the ctypes level, with the library loaded by
-    `loader`: PyDLL keeps the GIL during each call, CDLL releases and takes it again."""
+    """What the package's route+release does at the ctypes level (one call, which also releases
+    the previous lease), with the library loaded by `loader`: PyDLL keeps the GIL during each
+    call, CDLL releases and takes it again."""
     dll = getattr(ctypes, loader)(router._lib.path)
-    route_key, release, handle = dll.br_route_key, dll.br_release, router._handle_arg
+    route, handle = dll.br_release_then_route_key, router._handle_arg
 
     def make() -> Callable[[int], None]:
-        out = (c_uint64 * 2)()
+        out = (c_uint64 * 3)()
+        out_ref = ctypes.byref(out)
 
         def operation(i: int) -> None:
             key = KEYS[i & 4095].encode()
-            route_key(handle, key, c_size_t(len(key)), out)
-            release(handle, c_uint64(out[0]))
+            route(handle, key, c_size_t(len(key)), out_ref)
+            out[2] = out[0]
 
         return operation
 

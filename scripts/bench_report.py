@@ -108,8 +108,9 @@ def markdown(results: Dict[str, Any], plot_name: str) -> str:
     parts += [
         "\n## Python, one request at 64 workers\n\n",
         "The floor is two ctypes calls of `br_abi_version()`, an export that does nothing: the least "
-        "that two calls into the library cost. *Bare calls* are the package's two calls (`br_route_key`, "
-        "then `br_release_many` with one lease) with ready-made arguments and no Python around them.\n\n",
+        "that two calls into the library cost. The package makes one call per request: `release()` "
+        "only notes the lease, and the next route's call (`br_release_then_route_key`) releases it "
+        "before routing. *Bare calls* is that call with ready-made arguments and no Python around it.\n\n",
         table(
             ["case", "per request", "× floor (PyDLL)"],
             [[name, ns(single[name]), "%.2f" % ratio[name]] for name in single],
@@ -148,10 +149,10 @@ def floor_argument(results: Dict[str, Any]) -> str:
     single, ratio = results["single"], results["ratio"]
     go_cost = _go(results, GO_ROUTE_64, "ns/op")
     text = (
-        "**Why 1.15 × and 1.5 × the floor are out of reach.** Route+release has to make two calls, "
-        "so it costs at least the floor plus what the two calls do beyond `br_abi_version`: pass "
-        "their arguments and route. The bare calls, with nothing of Python around them, already cost "
-        "%.2f × the floor (%s against %s)" % (ratio["bare calls"], ns(single["bare calls"]), ns(single["floor PyDLL"]))
+        "**Why 1.15 × and 1.5 × the floor are out of reach.** Route+release makes one call into the "
+        "library, so it costs at least what that call does beyond a call of `br_abi_version`: pass "
+        "four arguments, route one request and release another. With nothing of Python around it, "
+        "the call alone costs %.2f × the floor of two calls (%s against %s)" % (ratio["bare calls"], ns(single["bare calls"]), ns(single["floor PyDLL"]))
     )
     if go_cost:
         text += (
@@ -159,8 +160,8 @@ def floor_argument(results: Dict[str, Any]) -> str:
             "%.2f × the floor by itself" % (go_cost, go_cost * 1e-9 / single["floor PyDLL"])
         )
     return text + (
-        ". The Python around the calls (the method calls, encoding the key, the Lease object and its "
-        "finalizer) brings route+release to %.2f × the floor." % ratio["route+release"]
+        ". The Python around the call (the method calls, encoding the key, noting the release, the "
+        "Lease object and its finalizer) brings route+release to %.2f × the floor." % ratio["route+release"]
     )
 
 
@@ -189,7 +190,7 @@ def loading_argument(threads: Dict[str, Dict[int, float]]) -> str:
             % (shared, held, ": the difference is the work moving between cores as the GIL passes" if held > shared + 0.02 else "")
         )
     return (
-        "**CDLL or PyDLL.** The bare rows make the same two calls with the library loaded each way. "
+        "**CDLL or PyDLL.** The bare rows make the package's call with the library loaded each way. "
         "PyDLL keeps the GIL during a call; CDLL releases it and takes it back, which costs more than "
         "the ~100 ns the route itself takes in Go, and would pay only if another thread could run "
         "Python in between, which in 100 ns it cannot: everything around the calls is Python, so the "

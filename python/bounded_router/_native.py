@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 #: The ABI version this binding implements (``BR_ABI_VERSION`` of the C header).
-ABI_VERSION = 1
+ABI_VERSION = 2
 #: Environment variable naming another build of the library to load.
 LIBRARY_ENV = "BOUNDED_ROUTER_LIBRARY"
 #: File name of the library inside the package.
@@ -92,6 +92,8 @@ _SIGNATURES = {
     "br_set_healthy": (c_int32, [c_uint64, c_char_p, c_size_t, c_int32]),
     "br_route_key": (c_int32, [c_uint64, c_char_p, c_size_t, _u64p]),
     "br_route": (c_int32, [c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, c_int32, _u64p]),
+    "br_release_then_route_key": (c_int32, [c_uint64, c_char_p, c_size_t, _u64p]),
+    "br_release_then_route": (c_int32, [c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, _u64p]),
     "br_acquire": (c_int32, [c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, _u64p]),
     "br_release": (c_int32, [c_uint64, c_uint64]),
     "br_release_abandoned": (c_int32, [c_uint64, c_uint64]),
@@ -105,11 +107,10 @@ _SIGNATURES = {
 # The request path: name -> restype. Bound as Library.fast_<name without "br_"> (see the module
 # docstring); none of them may block or run long, since they hold the GIL.
 _FAST_PATH = {
-    "br_route_key": c_int32,
-    "br_route": c_int32,
+    "br_release_then_route_key": c_int32,
+    "br_release_then_route": c_int32,
     "br_route_keys": c_int32,
     "br_release_many": c_int32,
-    "br_release_parts": c_int32,
 }
 
 _FORKED_MESSAGE = (
@@ -157,11 +158,12 @@ class Library:
     br_lease_workers_json: Callable[..., int]
     br_workers_json: Callable[..., int]
     br_stats_json: Callable[..., int]
-    fast_route_key: Callable[..., int]
-    fast_route: Callable[..., int]
+    br_release_then_route_key: Callable[..., int]
+    br_release_then_route: Callable[..., int]
+    fast_release_then_route_key: Callable[..., int]
+    fast_release_then_route: Callable[..., int]
     fast_route_keys: Callable[..., int]
     fast_release_many: Callable[..., int]
-    fast_release_parts: Callable[..., int]
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -255,13 +257,15 @@ BUFFERS = threading.local()
 def thread_buffers() -> Tuple[Any, Any]:
     """This thread's ``(out, out_ref)`` for the fast route calls, made on first use.
 
-    ``out`` is a ``c_uint64 * 2`` array that receives a route's answer; ``out_ref`` is a
-    ``byref`` pointer to it, made once: ctypes passes such an argument object without allocating.
+    ``out`` is a ``c_uint64 * 3`` array: a route's answer comes back in ``out[0]`` and
+    ``out[1]``, and ``out[2]`` carries a lease for ``br_release_then_*`` to release first (the
+    call clears it). ``out_ref`` is a ``byref`` pointer to it, made once: ctypes passes such an
+    argument object without allocating.
     """
     try:
         return BUFFERS.value  # type: ignore[no-any-return]
     except AttributeError:
-        out = (c_uint64 * 2)()
+        out = (c_uint64 * 3)()
         BUFFERS.value = buffers = (out, ctypes.byref(out))
         return buffers
 

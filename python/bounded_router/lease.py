@@ -40,6 +40,9 @@ __all__ = ["Lease", "LeasedIterator", "LeasedAsyncIterator"]
 T = TypeVar("T")
 
 _SPILLOVER = "explicit_routing_key_spillover"
+# Releases wait in Router._released for the router's next call; past this many (a burst of
+# releases with no route in between) the releasing thread hands them over itself.
+_HAND_OVER_AT = 64
 
 
 class Lease:
@@ -98,10 +101,14 @@ class Lease:
     def release(self) -> bool:
         """Stop counting the request; return True if this call released it.
 
-        Idempotent and thread-safe: only the first call releases (the native library releases a
-        lease id at most once), later ones return False. Releasing after the router was closed
-        returns False. Releasing after the worker was removed is fine and never touches a new
-        worker with the same URL.
+        Idempotent and thread-safe: only the first call releases, later ones return False.
+        Releasing after the router was closed returns False. Releasing after the worker was
+        removed is fine and never touches a new worker with the same URL.
+
+        The release costs no call into the native library: the router hands it over with its
+        next call (a route takes it along in the same call), before that call decides or
+        reports anything, so every route, selection and statistic made after ``release``
+        returned sees the request gone.
 
         Raises:
             ForkedProcessError: in a process forked after the lease was taken.
@@ -114,13 +121,11 @@ class Lease:
         router = self._router
         if router._closed:
             return False
-        # The id as two 32-bit ints: ctypes passes Python ints without building an argument object.
-        status = router._lib.fast_release_parts(router._handle_arg, lease_id & 0xFFFFFFFF, lease_id >> 32)
-        if status == 1:
-            return True
-        if status == 0 or status == -1:  # already released, or the router was closed meanwhile
-            return False
-        raise router._lib.error(status)
+        released = router._released
+        released.append(lease_id)
+        if len(released) > _HAND_OVER_AT:
+            router._hand_over()
+        return True
 
     def __enter__(self) -> Lease:
         return self

@@ -7,6 +7,8 @@ arguments, maps the library's worker ids to URLs and turns its answers into Pyth
 from __future__ import annotations
 
 import json
+import os
+import weakref
 from array import array
 from ctypes import c_size_t, c_uint64
 from dataclasses import dataclass
@@ -51,6 +53,8 @@ _UINT32 = next(code for code in "IL" if array(code).itemsize == 4)
 # Leases are built without calling Lease.__init__ (the slots are set right after): ~30 ns less
 # on every route.
 _new_lease = object.__new__
+# Every router of this process, for the fork handler at the end of this module.
+_ROUTERS: "weakref.WeakSet[Router]" = weakref.WeakSet()
 
 
 def _out() -> Any:
@@ -187,6 +191,9 @@ class Router:
         # dictionary lookup per route. Ids are never reused, so an entry never goes stale; the
         # cache starts again after a membership change or when it grows past _DECIDED_MAX.
         self._decided: Dict[int, Tuple[str, str]] = {}
+        # Leases released (Lease.release) but not yet in the library: the next call into it
+        # hands them over first, so every later route and statistic sees them (see _hand_over).
+        self._released: List[int] = []
         urls = _url_list(worker_urls, "worker_urls")
         self._policy = _resolve_policy(policy, max_load_skew, min_load_gap)
         if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int):
@@ -199,7 +206,11 @@ class Router:
         self._handle = out.value
         # The handle as the fast_* functions take it: a ready-made uint64 argument.
         self._handle_arg = c_uint64.from_param(self._handle)
+        # The request path's functions, bound once (the fork handler below replaces them).
+        self._route_key = lib.fast_release_then_route_key
+        self._route_headers = lib.fast_release_then_route
         self._closed = False
+        _ROUTERS.add(self)
         self._refresh_urls()
 
     @classmethod
@@ -245,6 +256,7 @@ class Router:
         if self._closed:
             return
         self._closed = True
+        self._released.clear()
         try:
             status = self._lib.br_router_free(self._handle)
         except ForkedProcessError:  # nothing of ours to free in this process
@@ -296,9 +308,8 @@ class Router:
         """
         # Every line here is on the path whose cost scripts/bench.py compares with two bare
         # ctypes calls: hence one function for both kinds of input, the inlined type tests,
-        # the thread-local buffers and _SIZES.
-        if self._closed:
-            raise self._closed_error()
+        # the thread-local buffers, _SIZES and the release handed over with the call. A closed
+        # router is reported by the library (its handle is invalid from then on).
         try:
             out, out_ref = _BUFFERS.value
         except AttributeError:
@@ -312,14 +323,32 @@ class Router:
                     key = key_bytes(key)  # raises the error that names the routing key
             elif type(key) is not bytes:
                 key = key_bytes(key)
-            n = len(key)
-            code = self._lib.fast_route_key(self._handle_arg, key, _SIZES[n] if n < 256 else _size(n), out_ref)
         else:
             key = key_bytes(routing_key)
             block = encode_headers(headers)
-            code = self._lib.fast_route(self._handle_arg, key, _size(len(key)), block, _size(len(block)), 1, out_ref)
+        released = self._released
+        if released:
+            try:
+                (previous,) = released  # usually one lease released since the last route: in out[2]
+            except ValueError:  # more of them: handed over by a call of their own
+                previous = 0
+                self._hand_over()
+            else:
+                out[2] = previous
+        else:
+            previous = 0
+        if headers is None:
+            n = len(key)
+            code = self._route_key(self._handle_arg, key, _SIZES[n] if n < 256 else _size(n), out_ref)
+        else:
+            code = self._route_headers(self._handle_arg, key, _size(len(key)), block, _size(len(block)), out_ref)
         if code < 0:
-            raise self._lib.error(code)
+            raise self._lib.error(code)  # `previous` stays in _released, for the next call
+        if previous:
+            try:
+                released.remove(previous)
+            except ValueError:  # handed over by another thread as well
+                pass
         lease_id = out[0]
         if not lease_id:
             raise NoWorkerAvailableError(_BRANCHES[code])
@@ -356,6 +385,7 @@ class Router:
         """
         if self._closed:
             raise self._closed_error()
+        self._hand_over()
         if isinstance(keys, (str, bytes)):
             raise TypeError("route_many takes an iterable of keys, not a single %s" % type(keys).__name__)
         batch = keys if type(keys) is list else list(keys)
@@ -417,6 +447,26 @@ class Router:
             return 0
         return self._release_ids(lease_ids)
 
+    def _hand_over(self) -> None:
+        """Release in the library the leases released since the last call into it.
+
+        :meth:`Lease.release` only appends its lease to ``_released``; a route hands one such
+        lease over in ``out[2]`` of its own call, and every other call whose answer depends on
+        the loads (routes of several leases, selections, statistics) runs this first, as does
+        a release that finds many leases waiting. So no call made after a release returned
+        sees the lease as held. Two threads may hand the same lease over: the library releases
+        it once and skips it the second time.
+        """
+        released = self._released
+        if released and not self._closed:
+            lease_ids = released[:]  # one step, even with other threads appending
+            self._release_ids(lease_ids)
+            for lease_id in lease_ids:
+                try:
+                    released.remove(lease_id)
+                except ValueError:  # handed over by another thread as well
+                    pass
+
     def _release_ids(self, lease_ids: List[int]) -> int:
         status = self._lib.fast_release_many(self._handle_arg, array("Q", lease_ids).tobytes(), len(lease_ids))
         if status == _native.STATUS_INVALID_HANDLE:  # closed by another thread meanwhile
@@ -433,6 +483,7 @@ class Router:
             raise self._closed_error()
         key = key_bytes(routing_key)
         block = b"" if headers is None else encode_headers(headers)
+        self._hand_over()
         out = _out()
         for _ in range(_SELECT_ATTEMPTS):
             code = self._lib.br_route(self._handle, key, len(key), block, len(block), 0, out)
@@ -534,6 +585,7 @@ class Router:
         """A snapshot of every worker, in membership order."""
         if self._closed:
             raise self._closed_error()
+        self._hand_over()
         states = self._lib.read_json("br_workers_json", self._handle)
         self._urls = {state["id"]: state["url"] for state in states}
         return [WorkerInfo(s["url"], s["healthy"], s["load"], s["active_keys"]) for s in states]
@@ -545,6 +597,7 @@ class Router:
     def _stats(self) -> Dict[str, Any]:
         if self._closed:
             raise self._closed_error()
+        self._hand_over()
         return self._lib.read_json("br_stats_json", self._handle)  # type: ignore[no-any-return]
 
     def branch_counts(self) -> Dict[str, int]:
@@ -599,3 +652,21 @@ class Router:
         self._refresh_urls()
         answer = self._lib.read_json("br_lease_workers_json", self._handle, lease_id)
         return answer["worker_url"], answer["preferred_url"]
+
+
+class _ReleasedInForkedChild(List[int]):
+    """``Router._released`` in a process forked after the router was made: a release raises
+    :class:`ForkedProcessError` there, as every call into the library does."""
+
+    def append(self, lease_id: int) -> None:
+        _native._forked()
+
+
+def _after_fork_in_child() -> None:
+    for router in list(_ROUTERS):
+        router._released = _ReleasedInForkedChild()
+        router._route_key = router._route_headers = _native._forked
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

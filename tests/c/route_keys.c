@@ -43,7 +43,7 @@ int main(void) {
 	CHECK(br_release(router, first[0]) == 0, "second release is a no-op");
 	CHECK(route(router, "session-42", again) == BR_BRANCH_EXPLICIT_ROUTING_KEY_HIT, "again");
 	CHECK(chosen(again) == chosen(first), "affinity: %u then %u", chosen(first), chosen(again));
-	CHECK(br_release_parts(router, (uint32_t)again[0], (uint32_t)(again[0] >> 32)) == 1, "release by halves");
+	CHECK(br_release(router, again[0]) == 1, "release again");
 	CHECK(br_release(router, again[0]) == 0, "released once only");
 
 	// Spill: holding leases of one key piles load on its worker; with gap 2 the fourth
@@ -55,7 +55,28 @@ int main(void) {
 	CHECK(route(router, "burst", held[3]) == BR_BRANCH_EXPLICIT_ROUTING_KEY_SPILLOVER, "fourth spills");
 	CHECK(chosen(held[3]) != preferred(held[3]), "spilled request left its preferred worker");
 	CHECK(preferred(held[3]) == chosen(held[0]), "preferred is where the key lives");
-	for (int i = 0; i < 4; i++) {
+	// Releasing in the same step as the next route: freeing one of the preferred worker's
+	// three leases brings it to load 2, so the key stays home instead of spilling.
+	CHECK(br_release(router, held[3][0]) == 1, "release the spilled request");
+	uint64_t io[3] = {0, 0, held[2][0]};
+	CHECK(br_release_then_route_key(router, "burst", 5, io) == BR_BRANCH_EXPLICIT_ROUTING_KEY_HIT, "release then route");
+	CHECK(io[2] == 0, "the released lease is consumed");
+	CHECK(chosen(io) == chosen(held[0]), "home again");
+	CHECK(br_release(router, held[2][0]) == 0, "held[2] was released by the combined step");
+	held[2][0] = io[0];
+	held[3][0] = 0;
+	// The same with a header block: the release stands even when the block is rejected.
+	uint64_t extra[2];
+	CHECK(route(router, "session-42", extra) >= 0 && extra[0] != 0, "one more lease");
+	io[2] = extra[0];
+	CHECK(br_release_then_route(router, NULL, 0, "\x05\x00\x00\x00ab", 6, io) == BR_ERR_INVALID_ARGUMENT, "truncated block");
+	CHECK(strstr(br_last_error(), "header") != NULL, "error names the header block: %s", br_last_error());
+	CHECK(io[2] == 0 && br_release(router, extra[0]) == 0, "released although the route failed");
+	io[2] = held[2][0];
+	CHECK(br_release_then_route(router, "burst", 5, NULL, 0, io) == BR_BRANCH_EXPLICIT_ROUTING_KEY_HIT, "key, no headers");
+	CHECK(br_release(router, held[2][0]) == 0, "released by br_release_then_route");
+	held[2][0] = io[0];
+	for (int i = 0; i < 3; i++) {
 		CHECK(br_release(router, held[i][0]) == 1, "release burst %d", i);
 	}
 

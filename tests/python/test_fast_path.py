@@ -6,30 +6,133 @@ from __future__ import annotations
 import ctypes
 import threading
 
+import pytest
+
 from bounded_router import Router, _native
-from support import W, key_preferring, urls
+from support import W, hold, key_preferring, urls
 
 
-def test_release_survives_a_release_nested_in_its_call(make_router):
-    # A finalizer run by a garbage collection while the release call is set up may release
-    # another lease first: both must end up released.
+def count_calls(monkeypatch, router):
+    """Record each call of the router's request-path functions, by name, in the list returned."""
+    calls = []
+    targets = [(router, "_route_key"), (router, "_route_headers"), (router._lib, "fast_release_many")]
+    for owner, name in targets:
+        original = getattr(owner, name)
+
+        def counted(*args, _name=name, _original=original):
+            calls.append(_name)
+            return _original(*args)
+
+        monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def test_a_release_is_handed_over_by_the_next_route(make_router, monkeypatch):
+    # SPEC §10: w0 at load 3 spills (gap 3 > 2); with one of its leases released it is at 2
+    # and the key stays. The release makes no call of its own: the next route carries it.
+    router = make_router(4)
+    key = key_preferring(router, W[0])
+    held = hold(router, [3, 0, 0, 0], W[:4])
+    assert router.select(key).branch == "explicit_routing_key_spillover"
+    calls = count_calls(monkeypatch, router)
+    lease_id = held[0]._id
+    assert held[0].release() is True
+    assert calls == [] and router._released == [lease_id]
+    lease = router.route(key)
+    assert calls == ["_route_key"] and router._released == []
+    assert lease.branch == "explicit_routing_key_hit"
+    assert router.loads()[W[0]] == 3
+    assert held[0].release() is False and router._released == []
+
+
+def test_a_release_is_handed_over_by_a_route_with_headers(make_router, monkeypatch):
+    router = make_router(4)
+    key = key_preferring(router, W[0])
+    held = hold(router, [3, 0, 0, 0], W[:4])
+    calls = count_calls(monkeypatch, router)
+    held[1].release()
+    lease = router.route(headers={"X-SMG-Routing-Key": key})
+    assert calls == ["_route_headers"] and router._released == []
+    assert lease.branch == "explicit_routing_key_hit"
+
+
+def test_several_releases_are_handed_over_in_one_call(make_router, monkeypatch):
+    router = make_router(4)
+    key = key_preferring(router, W[0])
+    held = hold(router, [3, 0, 0, 0], W[:4])
+    calls = count_calls(monkeypatch, router)
+    for lease in held:
+        lease.release()
+    assert len(router._released) == 3
+    lease = router.route(key)
+    assert lease.worker_url == W[0]
+    assert calls == ["fast_release_many", "_route_key"] and router._released == []
+    assert router.loads() == {W[0]: 1, W[1]: 0, W[2]: 0, W[3]: 0}
+
+
+@pytest.mark.parametrize(
+    "observe",
+    [
+        lambda router, key: router.loads()[W[0]],
+        lambda router, key: next(w.load for w in router.workers() if w.url == W[0]),
+        lambda router, key: router.active_leases(),
+        lambda router, key: router.select(key).branch,
+        lambda router, key: router.route_many([key])[0].branch,
+        lambda router, key: 'bounded_router_worker_load{worker="%s"} 3' % W[0] in router.metrics_text(),
+    ],
+    ids=["loads", "workers", "active_leases", "select", "route_many", "metrics_text"],
+)
+def test_every_observer_sees_releases_made_before_it(make_router, observe):
+    # w0 at load 3 (a key of w0 spills), then at 2 (it stays).
+    router = make_router(4)
+    key = key_preferring(router, W[0])
+    held = hold(router, [3, 0, 0, 0], W[:4])
+    before = observe(router, key)
+    held[0].release()
+    assert router._released
+    after = observe(router, key)
+    assert router._released == []
+    assert before != after
+
+
+def test_a_failed_route_leaves_the_release_for_the_next_call(make_router, monkeypatch):
+    # A call that fails may not have released the lease it carried: it stays to be handed
+    # over again (the library skips it if it was released after all).
     router = make_router(2)
-    first, second = router.route("a"), router.route("b")
-    lib = router._lib
-    original = lib.fast_release_parts
+    held = router.route("a")
+    held.release()
+    monkeypatch.setattr(router, "_route_key", lambda *args: _native.STATUS_INTERNAL)
+    with pytest.raises(RuntimeError):
+        router.route("b")
+    assert len(router._released) == 1
+    monkeypatch.undo()
+    lease = router.route("b")
+    assert router._released == [] and router.active_leases() == 1
+    lease.release()
 
-    def nested(*args):
-        lib.fast_release_parts = original
-        assert second.release() is True
-        return original(*args)
 
-    lib.fast_release_parts = nested
-    try:
-        assert first.release() is True
-    finally:
-        lib.fast_release_parts = original
+def test_a_burst_of_releases_is_handed_over_by_the_releasing_thread(make_router, monkeypatch):
+    from bounded_router.lease import _HAND_OVER_AT
+
+    router = make_router(2)
+    leases = [router.route("k%d" % i) for i in range(_HAND_OVER_AT + 1)]
+    calls = count_calls(monkeypatch, router)
+    for lease in leases[:-1]:
+        lease.release()
+    assert calls == [] and len(router._released) == _HAND_OVER_AT
+    leases[-1].release()  # one too many waiting: this release hands them all over
+    assert calls == ["fast_release_many"] and router._released == []
+    monkeypatch.undo()
     assert router.active_leases() == 0
-    assert (first.released, second.released) == (True, True)
+
+
+def test_closing_drops_the_releases_not_handed_over(make_router):
+    router = make_router(2)
+    lease = router.route("a")
+    lease.release()
+    router.close()
+    assert router._released == []
+    assert lease.released
 
 
 def test_each_thread_has_its_own_buffers():
@@ -76,7 +179,7 @@ def test_decision_cache_is_bounded(monkeypatch):
 def test_request_path_keeps_the_gil_and_the_rest_releases_it():
     lib = _native.library()
     keeps_gil = ctypes._FUNCFLAG_PYTHONAPI  # what PyDLL sets on its functions
-    assert lib.fast_route_key._flags_ & keeps_gil and lib.fast_release_parts._flags_ & keeps_gil
+    assert all(getattr(lib, "fast_" + name[len("br_") :])._flags_ & keeps_gil for name in _native._FAST_PATH)
     assert not lib.br_add_worker._flags_ & keeps_gil and not lib.br_workers_json._flags_ & keeps_gil
 
 
