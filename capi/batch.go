@@ -21,8 +21,8 @@ import (
 // exactly as n successive br_route_key calls would, but as one step: no other call on the
 // router runs in between. keys holds the keys back to back (keys_len bytes in all) and
 // lengths[i] is the length of key i (0 is no key). out receives 3 values per key: the lease
-// (0 when no worker was chosen), the worker ids as in br_route_key's out[1], and the branch
-// code. Returns BR_OK or a negative status (then nothing was routed).
+// (0 when no worker was chosen), the packed decision (BR_DECISION_*) and the worker ids as in
+// br_route_key's out[1]. Returns BR_OK or a negative status (then nothing was routed).
 //
 //export br_route_keys
 func br_route_keys(router C.uint64_t, keys *C.char, keysLen C.size_t, lengths *C.uint32_t, n C.uint32_t, out *C.uint64_t) (status C.int32_t) {
@@ -48,7 +48,7 @@ func br_route_keys(router C.uint64_t, keys *C.char, keysLen C.size_t, lengths *C
 		rest = rest[sizes[i]:]
 		return key
 	}, func(i int, d core.Decision) {
-		o[3*i], o[3*i+1], o[3*i+2] = C.uint64_t(d.Lease), workerIDs(d), C.uint64_t(d.Branch)
+		o[3*i], o[3*i+1], o[3*i+2] = C.uint64_t(d.Lease), C.uint64_t(packDecision(d)), workerIDs(d)
 	})
 	return statusOK
 }

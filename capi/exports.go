@@ -31,6 +31,17 @@ package main
 #define BR_BRANCH_RANDOM 9
 #define BR_BRANCH_ROUND_ROBIN 10
 
+// Packed decisions, returned by br_release_then_route_key and br_release_then_route (and in
+// br_route_keys' answers): bits 0-3 the branch code, bits 4-31 the chosen worker's id, bits
+// 32-59 the preferred worker's id. Both ids are 0 when no worker was chosen, so a decision
+// below 16 carries no lease. Ids of 2^28 or more (a router 2^28 workers have joined) do not
+// fit: the decision then has BR_DECISION_IDS_DONT_FIT set and no ids, and the ids are read
+// from the call's other output, packed as br_route_key's out[1].
+#define BR_DECISION_BRANCH(d) ((int32_t)((d) & 0xF))
+#define BR_DECISION_WORKER_ID(d) ((uint32_t)(((d) >> 4) & 0xFFFFFFF))
+#define BR_DECISION_PREFERRED_ID(d) ((uint32_t)(((d) >> 32) & 0xFFFFFFF))
+#define BR_DECISION_IDS_DONT_FIT ((int64_t)1 << 60)
+
 // The text of the calling thread's last error, NUL-terminated; valid until its next failing call.
 const char *br_last_error(void);
 */
@@ -111,100 +122,6 @@ func br_set_workers(router C.uint64_t, urlsJSON *C.char, urlsLen C.size_t) (stat
 func br_set_healthy(router C.uint64_t, url *C.char, urlLen C.size_t, healthy C.int32_t) (status C.int32_t) {
 	defer guard(&status)
 	return withRouter(router, func(r *core.Router) error { return r.SetHealthy(string(bytesArg(url, urlLen)), healthy != 0) })
-}
-
-// br_route_key routes a request whose only input is an explicit routing key (an empty key is
-// no key) and takes a lease on the chosen worker. It returns the branch code, or a negative
-// status. out[0] receives the lease (0 when no worker was chosen) and out[1] the chosen
-// worker's id in its low 32 bits and the preferred worker's id in its high 32 bits.
-//
-//export br_route_key
-func br_route_key(router C.uint64_t, key *C.char, keyLen C.size_t, out *C.uint64_t) (status C.int32_t) {
-	defer guard(&status)
-	return routeKey(router, key, keyLen, out, 0)
-}
-
-// br_release_then_route_key releases the lease in io[2] (nothing when it is 0 or no longer
-// active) and routes like br_route_key, in one step: the route sees the release. io[2] is set
-// to 0; io[0] and io[1] receive what out[0] and out[1] of br_route_key do. A binding for which
-// a call costs more than the routing behind it passes each release on with its next route.
-//
-//export br_release_then_route_key
-func br_release_then_route_key(router C.uint64_t, key *C.char, keyLen C.size_t, io *C.uint64_t) (status C.int32_t) {
-	defer guard(&status)
-	return routeKey(router, key, keyLen, io, takePrevious(io))
-}
-
-// takePrevious reads io[2], the lease a br_release_then_* call releases first, and clears it.
-func takePrevious(io *C.uint64_t) core.LeaseID {
-	if io == nil {
-		return 0
-	}
-	slots := unsafe.Slice(io, 3)
-	previous := core.LeaseID(slots[2])
-	slots[2] = 0
-	return previous
-}
-
-func routeKey(router C.uint64_t, key *C.char, keyLen C.size_t, out *C.uint64_t, previous core.LeaseID) C.int32_t {
-	r, err := lookupRouterFor(router, out)
-	if err != nil {
-		return fail(err)
-	}
-	req := core.KeyRequest(bytesArg(key, keyLen))
-	return writeDecision(r.ReleaseThenRoute(previous, &req), out)
-}
-
-// br_route routes a request from its header block (see headers.go; may be empty) and an
-// explicit routing key that, when non-empty, overrides X-SMG-Routing-Key. With take_lease
-// non-zero it counts the request like br_route_key; with 0 it only selects (out[0] is 0).
-//
-//export br_route
-func br_route(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t, takeLease C.int32_t, out *C.uint64_t) (status C.int32_t) {
-	defer guard(&status)
-	return routeHeaders(router, key, keyLen, headers, headersLen, takeLease != 0, out, 0)
-}
-
-// br_release_then_route releases the lease in io[2] and routes like br_route with take_lease
-// set, in one step, as br_release_then_route_key does for a key. The release happens even when
-// the header block is rejected.
-//
-//export br_release_then_route
-func br_release_then_route(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t, io *C.uint64_t) (status C.int32_t) {
-	defer guard(&status)
-	return routeHeaders(router, key, keyLen, headers, headersLen, true, io, takePrevious(io))
-}
-
-func routeHeaders(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t, takeLease bool, out *C.uint64_t, previous core.LeaseID) C.int32_t {
-	r, err := lookupRouterFor(router, out)
-	if err != nil {
-		return fail(err)
-	}
-	block := bytesArg(headers, headersLen)
-	if err := checkHeaderBlock(block); err != nil {
-		r.Release(previous, false)
-		return fail(err)
-	}
-	req := core.RequestFromHeaders(headerPairs(block))
-	if explicit := bytesArg(key, keyLen); len(explicit) > 0 {
-		req.RoutingKey = explicit
-	}
-	if takeLease {
-		return writeDecision(r.ReleaseThenRoute(previous, &req), out)
-	}
-	return writeDecision(r.Select(&req), out)
-}
-
-func writeDecision(d core.Decision, out *C.uint64_t) C.int32_t {
-	o := unsafe.Slice(out, 2)
-	o[0] = C.uint64_t(d.Lease)
-	o[1] = workerIDs(d)
-	return C.int32_t(d.Branch)
-}
-
-// workerIDs packs the chosen worker's id (low 32 bits) and the preferred one's (high 32 bits).
-func workerIDs(d core.Decision) C.uint64_t {
-	return C.uint64_t(d.WorkerID) | C.uint64_t(d.PreferredID)<<32
 }
 
 // br_acquire counts a request on the named member (chosen outside the router) under a new

@@ -74,6 +74,12 @@ BRANCHES = (
     "random",
     "round_robin",
 )
+#: Packed decisions (BR_DECISION_* in the C header), answered by br_release_then_route_key,
+#: br_release_then_route and br_route_keys: the branch code in the low 4 bits, the chosen and
+#: the preferred worker's ids above it, both 0 (so the decision is below 16) when no worker was
+#: chosen. With DECISION_IDS_DONT_FIT set the ids did not fit and come separately.
+DECISION_BRANCH = 0xF
+DECISION_IDS_DONT_FIT = 1 << 60
 #: For each branch code, whether that branch chose a worker.
 BRANCH_CHOSE_WORKER = tuple(name not in ("no_healthy_workers", "target_worker_miss") for name in BRANCHES)
 
@@ -92,8 +98,8 @@ _SIGNATURES = {
     "br_set_healthy": (c_int32, [c_uint64, c_char_p, c_size_t, c_int32]),
     "br_route_key": (c_int32, [c_uint64, c_char_p, c_size_t, _u64p]),
     "br_route": (c_int32, [c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, c_int32, _u64p]),
-    "br_release_then_route_key": (c_int32, [c_uint64, c_char_p, c_size_t, _u64p]),
-    "br_release_then_route": (c_int32, [c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, _u64p]),
+    "br_release_then_route_key": (c_int64, [c_uint64, c_char_p, c_size_t, _u64p]),
+    "br_release_then_route": (c_int64, [c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, _u64p]),
     "br_acquire": (c_int32, [c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, _u64p]),
     "br_release": (c_int32, [c_uint64, c_uint64]),
     "br_release_abandoned": (c_int32, [c_uint64, c_uint64]),
@@ -107,8 +113,8 @@ _SIGNATURES = {
 # The request path: name -> restype. Bound as Library.fast_<name without "br_"> (see the module
 # docstring); none of them may block or run long, since they hold the GIL.
 _FAST_PATH = {
-    "br_release_then_route_key": c_int32,
-    "br_release_then_route": c_int32,
+    "br_release_then_route_key": c_int64,
+    "br_release_then_route": c_int64,
     "br_route_keys": c_int32,
     "br_release_many": c_int32,
 }

@@ -38,6 +38,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Lease", "LeasedIterator", "LeasedAsyncIterator"]
 
 T = TypeVar("T")
+#: What a lease knows of its routing decision: (worker_url, preferred_url, branch).
+LeaseDecision = Tuple[str, str, Optional[str]]
 
 _SPILLOVER = "explicit_routing_key_spillover"
 # Releases wait in Router._released for the router's next call; past this many (a burst of
@@ -58,40 +60,38 @@ class Lease:
             for a lease from ``acquire``, which made no routing decision.
     """
 
-    # _urls is the (worker_url, preferred_url) pair, shared by every lease of the same decision
-    # (Router caches it per pair of worker ids), so a route sets four slots instead of five.
-    __slots__ = ("_router", "_id", "_urls", "_branch")
+    # _decision is the (worker_url, preferred_url, branch) of the routing decision, shared by
+    # every lease of the same decision (Router caches it), so a route sets three slots.
+    __slots__ = ("_router", "_id", "_decision")
 
     _router: Router
     _id: int
-    _urls: Tuple[str, str]
-    _branch: Optional[str]
+    _decision: LeaseDecision
 
-    def __init__(self, router: Router, lease_id: int, urls: Tuple[str, str], branch: Optional[str]) -> None:
+    def __init__(self, router: Router, lease_id: int, decision: LeaseDecision) -> None:
         self._router = router
         self._id = lease_id
-        self._urls = urls
-        self._branch = branch
+        self._decision = decision
 
     @property
     def worker_url(self) -> str:
         """The worker the request was counted on."""
-        return self._urls[0]
+        return self._decision[0]
 
     @property
     def preferred_url(self) -> str:
         """The worker the routing key prefers (``worker_url`` unless the request spilled)."""
-        return self._urls[1]
+        return self._decision[1]
 
     @property
     def branch(self) -> Optional[str]:
         """The branch that chose the worker, or None for a lease from ``acquire``."""
-        return self._branch
+        return self._decision[2]
 
     @property
     def spilled(self) -> bool:
         """Whether the request left its preferred worker (branch ``explicit_routing_key_spillover``)."""
-        return self._branch == _SPILLOVER
+        return self._decision[2] == _SPILLOVER
 
     @property
     def released(self) -> bool:
@@ -169,12 +169,7 @@ class Lease:
 
     def __repr__(self) -> str:
         state = "released" if self.released else "active"
-        return "<Lease %s worker_url=%r preferred_url=%r branch=%r>" % (
-            state,
-            self._urls[0],
-            self._urls[1],
-            self._branch,
-        )
+        return "<Lease %s worker_url=%r preferred_url=%r branch=%r>" % ((state,) + self._decision)
 
 
 class _HeldLease(Lease):

@@ -19,7 +19,7 @@ from . import _native
 from ._headers import HeadersLike, encode_headers, key_bytes
 from .args import DEFAULT_VIRTUAL_NODES, RouterArgs
 from .errors import ForkedProcessError, NoWorkerAvailableError, RouterClosedError
-from .lease import Lease, _HeldLease
+from .lease import Lease, LeaseDecision, _HeldLease
 from .policy import (
     CONFIG_TYPES,
     DEFAULT_MAX_LOAD_SKEW,
@@ -187,10 +187,11 @@ class Router:
         self._handle = 0
         # Worker id -> URL, replaced (never mutated) after every membership change.
         self._urls: Dict[int, str] = {}
-        # Packed worker ids of a decision (out[1] of a route) -> (worker_url, preferred_url): one
-        # dictionary lookup per route. Ids are never reused, so an entry never goes stale; the
-        # cache starts again after a membership change or when it grows past _DECIDED_MAX.
-        self._decided: Dict[int, Tuple[str, str]] = {}
+        # Packed decision of a route (branch and worker ids, see _native.DECISION_BRANCH) ->
+        # (worker_url, preferred_url, branch): one dictionary lookup per route. Worker ids are
+        # never reused, so an entry never goes stale; the cache starts again after a membership
+        # change or when it grows past _DECIDED_MAX.
+        self._decided: Dict[int, LeaseDecision] = {}
         # Leases released (Lease.release) but not yet in the library: the next call into it
         # hands them over first, so every later route and statistic sees them (see _hand_over).
         self._released: List[int] = []
@@ -339,28 +340,25 @@ class Router:
             previous = 0
         if headers is None:
             n = len(key)
-            code = self._route_key(self._handle_arg, key, _SIZES[n] if n < 256 else _size(n), out_ref)
+            decision = self._route_key(self._handle_arg, key, _SIZES[n] if n < 256 else _size(n), out_ref)
         else:
-            code = self._route_headers(self._handle_arg, key, _size(len(key)), block, _size(len(block)), out_ref)
-        if code < 0:
-            raise self._lib.error(code)  # `previous` stays in _released, for the next call
+            decision = self._route_headers(self._handle_arg, key, _size(len(key)), block, _size(len(block)), out_ref)
+        lease_id = out[0]
+        if not lease_id:
+            # `previous` stays in _released: handed over again, it is skipped if it was released.
+            raise self._unrouted(decision)
         if previous:
             try:
                 released.remove(previous)
             except ValueError:  # handed over by another thread as well
                 pass
-        lease_id = out[0]
-        if not lease_id:
-            raise NoWorkerAvailableError(_BRANCHES[code])
-        ids = out[1]
-        urls = self._decided.get(ids)
+        urls = self._decided.get(decision)
         if urls is None:
-            urls = self._decision_urls(ids, lease_id)
+            urls = self._decision_urls(decision, out[1], lease_id)
         lease: Lease = _new_lease(_HeldLease)
         lease._router = self
         lease._id = lease_id
-        lease._urls = urls
-        lease._branch = _BRANCHES[code]
+        lease._decision = urls
         return lease
 
     def route_many(self, keys: Iterable[Union[str, bytes, None]]) -> List[Lease]:
@@ -406,20 +404,19 @@ class Router:
         lease_ids = values[0::3]
         if not all(lease_ids):
             self._release_ids([lease_id for lease_id in lease_ids if lease_id])
-            raise NoWorkerAvailableError(_BRANCHES[values[3 * lease_ids.index(0) + 2]])
+            raise NoWorkerAvailableError(_BRANCHES[values[3 * lease_ids.index(0) + 1]])
         decided = self._decided
         leases: List[Lease] = []
         append = leases.append
         answers = iter(values)
-        for lease_id, ids, code in zip(answers, answers, answers):
-            urls = decided.get(ids)
+        for lease_id, decision, ids in zip(answers, answers, answers):
+            urls = decided.get(decision)
             if urls is None:
-                urls = self._decision_urls(ids, lease_id)
+                urls = self._decision_urls(decision, ids, lease_id)
             lease: Lease = _new_lease(_HeldLease)  # as in route(), inline: this loop is the batch's cost
             lease._router = self
             lease._id = lease_id
-            lease._urls = urls
-            lease._branch = _BRANCHES[code]
+            lease._decision = urls
             append(lease)
         return leases
 
@@ -520,7 +517,7 @@ class Router:
         status = self._lib.br_acquire(self._handle, url, len(url), key, len(key), out)
         if status < 0:
             raise self._lib.error(status)
-        return _HeldLease(self, out[0], (worker_url, worker_url), None)
+        return _HeldLease(self, out[0], (worker_url, worker_url, None))
 
     # -- membership and health ---------------------------------------------------------------
 
@@ -630,16 +627,27 @@ class Router:
         self._urls = {state["id"]: state["url"] for state in states}
         self._decided = {}
 
-    def _decision_urls(self, ids: int, lease_id: int) -> Tuple[str, str]:
-        """The URLs of a decision's worker ids (out[1] of a route), cached for the next route."""
+    def _unrouted(self, decision: int) -> Exception:
+        """The error of a route that took no lease: its status, or no worker chosen (the
+        decision is then a branch code alone)."""
+        if decision < 0:
+            return self._lib.error(decision)
+        return NoWorkerAvailableError(_BRANCHES[decision])
+
+    def _decision_urls(self, decision: int, ids: int, lease_id: int) -> LeaseDecision:
+        """The (worker_url, preferred_url, branch) of a route's packed decision, cached for the
+        next route with the same decision. ``ids`` are the worker ids as the library packs them
+        apart from the decision (for decisions whose ids do not fit in them, never cached)."""
+        branch = _BRANCHES[decision & _native.DECISION_BRANCH]
         worker, preferred = self._urls_of(ids)
         if worker is None or preferred is None:
-            return self._lease_urls(lease_id)
-        urls = (worker, preferred)
-        decided = self._decided
-        if len(decided) >= _DECIDED_MAX:
-            decided.clear()
-        decided[ids] = urls
+            return self._lease_urls(lease_id) + (branch,)
+        urls = (worker, preferred, branch)
+        if not decision & _native.DECISION_IDS_DONT_FIT:
+            decided = self._decided
+            if len(decided) >= _DECIDED_MAX:
+                decided.clear()
+            decided[decision] = urls
         return urls
 
     def _urls_of(self, ids: int) -> Tuple[Optional[str], Optional[str]]:

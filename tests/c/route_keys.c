@@ -59,9 +59,12 @@ int main(void) {
 	// three leases brings it to load 2, so the key stays home instead of spilling.
 	CHECK(br_release(router, held[3][0]) == 1, "release the spilled request");
 	uint64_t io[3] = {0, 0, held[2][0]};
-	CHECK(br_release_then_route_key(router, "burst", 5, io) == BR_BRANCH_EXPLICIT_ROUTING_KEY_HIT, "release then route");
+	int64_t decision = br_release_then_route_key(router, "burst", 5, io);
+	CHECK(BR_DECISION_BRANCH(decision) == BR_BRANCH_EXPLICIT_ROUTING_KEY_HIT, "release then route: %lld", (long long)decision);
 	CHECK(io[2] == 0, "the released lease is consumed");
 	CHECK(chosen(io) == chosen(held[0]), "home again");
+	CHECK(BR_DECISION_WORKER_ID(decision) == chosen(io) && BR_DECISION_PREFERRED_ID(decision) == preferred(io), "packed ids");
+	CHECK(!(decision & BR_DECISION_IDS_DONT_FIT), "four workers' ids fit");
 	CHECK(br_release(router, held[2][0]) == 0, "held[2] was released by the combined step");
 	held[2][0] = io[0];
 	held[3][0] = 0;
@@ -73,7 +76,8 @@ int main(void) {
 	CHECK(strstr(br_last_error(), "header") != NULL, "error names the header block: %s", br_last_error());
 	CHECK(io[2] == 0 && br_release(router, extra[0]) == 0, "released although the route failed");
 	io[2] = held[2][0];
-	CHECK(br_release_then_route(router, "burst", 5, NULL, 0, io) == BR_BRANCH_EXPLICIT_ROUTING_KEY_HIT, "key, no headers");
+	decision = br_release_then_route(router, "burst", 5, NULL, 0, io);
+	CHECK(BR_DECISION_BRANCH(decision) == BR_BRANCH_EXPLICIT_ROUTING_KEY_HIT, "key, no headers");
 	CHECK(br_release(router, held[2][0]) == 0, "released by br_release_then_route");
 	held[2][0] = io[0];
 	for (int i = 0; i < 3; i++) {

@@ -101,7 +101,13 @@ def test_a_failed_route_leaves_the_release_for_the_next_call(make_router, monkey
     router = make_router(2)
     held = router.route("a")
     held.release()
-    monkeypatch.setattr(router, "_route_key", lambda *args: _native.STATUS_INTERNAL)
+    out = _native.thread_buffers()[0]
+
+    def failing(*args):
+        out[0] = 0  # as the library does first, so that no failed call leaves a lease there
+        return _native.STATUS_INTERNAL
+
+    monkeypatch.setattr(router, "_route_key", failing)
     with pytest.raises(RuntimeError):
         router.route("b")
     assert len(router._released) == 1
@@ -155,13 +161,27 @@ def test_decision_cache_follows_membership(make_router):
     router = make_router(3)
     key = key_preferring(router, W[1])
     router.route(key).release()
-    assert (W[1], W[1]) in router._decided.values()
+    assert (W[1], W[1], "explicit_routing_key_hit") in router._decided.values()
     router.remove_worker(W[1])
     assert router._decided == {}  # started again with the membership
     lease = router.route(key)
     assert lease.worker_url != W[1] and lease.preferred_url == lease.worker_url
     router.add_worker(W[1])
     assert router.route(key).worker_url == W[1]  # a new worker id, looked up afresh
+    lease.release()
+
+
+def test_decisions_whose_worker_ids_do_not_fit_are_read_apart_and_not_cached(make_router):
+    # After 2^28 joins the library cannot pack the ids into the decision: it flags it and the
+    # binding reads the ids from out[1]. Such a decision must never enter the cache, since all
+    # of them look alike (the branch and the flag).
+    router = make_router(3)
+    lease = router.route(key_preferring(router, W[2]))
+    ids = _native.thread_buffers()[0][1]  # the route's worker ids, as the library wrote them
+    flagged = _native.DECISION_IDS_DONT_FIT | 3  # explicit_routing_key_hit, ids apart
+    router._decided.clear()
+    assert router._decision_urls(flagged, ids, lease._id) == (W[2], W[2], "explicit_routing_key_hit")
+    assert router._decided == {}
     lease.release()
 
 

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/bounded-router/bounded-router/core"
+)
+
+func TestPackDecision(t *testing.T) {
+	hit := core.Decision{Branch: core.BranchExplicitRoutingKeyHit, WorkerID: 7, PreferredID: 7}
+	assert.Equal(t, uint64(core.BranchExplicitRoutingKeyHit)|7<<4|7<<32, packDecision(hit))
+
+	spill := core.Decision{Branch: core.BranchExplicitRoutingKeySpillover, WorkerID: packedIDLimit - 1, PreferredID: 1}
+	packed := packDecision(spill)
+	assert.Equal(t, uint64(core.BranchExplicitRoutingKeySpillover), packed&0xF)
+	assert.Equal(t, uint64(packedIDLimit-1), packed>>4&(packedIDLimit-1), "the largest id that fits")
+	assert.Equal(t, uint64(1), packed>>32&(packedIDLimit-1))
+	assert.Zero(t, packed&packedIDsDontFit)
+
+	none := core.Decision{Branch: core.BranchNoHealthyWorkers}
+	assert.Less(t, packDecision(none), uint64(16), "no worker: below 16")
+
+	for _, d := range []core.Decision{
+		{Branch: core.BranchExplicitRoutingKeyHit, WorkerID: packedIDLimit, PreferredID: packedIDLimit},
+		{Branch: core.BranchExplicitRoutingKeySpillover, WorkerID: 3, PreferredID: 1 << 31},
+	} {
+		assert.Equal(t, uint64(d.Branch)|packedIDsDontFit, packDecision(d), "ids that do not fit: the flag, no ids")
+		assert.Less(t, packDecision(d), uint64(1)<<63, "still non-negative as an int64")
+	}
+}
