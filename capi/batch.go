@@ -20,9 +20,11 @@ import (
 // br_route_keys routes n requests whose only input is an explicit routing key, in order and
 // exactly as n successive br_route_key calls would, but as one step: no other call on the
 // router runs in between. keys holds the keys back to back (keys_len bytes in all) and
-// lengths[i] is the length of key i (0 is no key). out receives 3 values per key: the lease
-// (0 when no worker was chosen), the packed decision (BR_DECISION_*) and the worker ids as in
-// br_route_key's out[1]. Returns BR_OK or a negative status (then nothing was routed).
+// lengths[i] is the length of key i (0 is no key). out receives 3n values in three runs of n:
+// the leases (0 when no worker was chosen), then the packed decisions (BR_DECISION_*), then
+// the worker ids as in br_route_key's out[1]; a binding reads the first two runs whole and the
+// ids only for a decision it has not seen. Returns BR_OK or a negative status (then nothing
+// was routed).
 //
 //export br_route_keys
 func br_route_keys(router C.uint64_t, keys *C.char, keysLen C.size_t, lengths *C.uint32_t, n C.uint32_t, out *C.uint64_t) (status C.int32_t) {
@@ -42,13 +44,14 @@ func br_route_keys(router C.uint64_t, keys *C.char, keysLen C.size_t, lengths *C
 		return fail(err)
 	}
 	o := unsafe.Slice(out, 3*int(n))
+	leases, decisions, ids := o[:n], o[n:2*n], o[2*n:]
 	rest := block
 	r.RouteKeys(int(n), func(i int) []byte { // called for i = 0, 1, ... in order
 		key := rest[:sizes[i]]
 		rest = rest[sizes[i]:]
 		return key
 	}, func(i int, d core.Decision) {
-		o[3*i], o[3*i+1], o[3*i+2] = C.uint64_t(d.Lease), C.uint64_t(packDecision(d)), workerIDs(d)
+		leases[i], decisions[i], ids[i] = C.uint64_t(d.Lease), C.uint64_t(packDecision(d)), workerIDs(d)
 	})
 	return statusOK
 }

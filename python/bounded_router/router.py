@@ -400,19 +400,17 @@ class Router:
         status = self._lib.fast_route_keys(self._handle_arg, block, _size(len(block)), lengths, n, out)
         if status < 0:
             raise self._lib.error(status)
-        values = out[:]
-        lease_ids = values[0::3]
+        lease_ids, decisions = out[:n], out[n : 2 * n]  # the worker ids (out[2n:]) only on a miss
         if not all(lease_ids):
             self._release_ids([lease_id for lease_id in lease_ids if lease_id])
-            raise NoWorkerAvailableError(_BRANCHES[values[3 * lease_ids.index(0) + 1]])
+            raise NoWorkerAvailableError(_BRANCHES[decisions[lease_ids.index(0)]])
         decided = self._decided
         leases: List[Lease] = []
         append = leases.append
-        answers = iter(values)
-        for lease_id, decision, ids in zip(answers, answers, answers):
+        for lease_id, decision, ids_at in zip(lease_ids, decisions, range(2 * n, 3 * n)):
             urls = decided.get(decision)
             if urls is None:
-                urls = self._decision_urls(decision, ids, lease_id)
+                urls = self._decision_urls(decision, out[ids_at], lease_id)
             lease: Lease = _new_lease(_HeldLease)  # as in route(), inline: this loop is the batch's cost
             lease._router = self
             lease._id = lease_id
