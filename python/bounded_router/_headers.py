@@ -9,7 +9,7 @@ ignored is decided by the native library, which receives those headers in their 
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterable, List, Mapping, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 __all__ = ["HeadersLike", "ROUTING_HEADERS", "encode_headers", "key_bytes"]
 
@@ -23,9 +23,13 @@ ROUTING_HEADERS = frozenset(
     (b"x-smg-target-worker", b"x-smg-routing-key", b"authorization", b"x-forwarded-for", b"cookie")
 )
 _NAME_LENGTHS = frozenset(len(name) for name in ROUTING_HEADERS)
-# Names of these types have as many characters as encoded bytes whenever they could match.
-_TEXT_TYPES = (str, bytes)
 _length = struct.Struct("<I").pack
+# Header name as given (str or bytes) -> its encoded part of a header block (length and name),
+# or None for a header that carries no routing input. Requests repeat the same few names, so
+# most headers cost one lookup here; the cache starts again past _NAMES_MAX names (clients can
+# send names of their choosing).
+_names: Dict[Any, Optional[bytes]] = {}
+_NAMES_MAX = 4096
 
 
 def _header_bytes(text: Any, what: str) -> bytes:
@@ -43,6 +47,34 @@ def _header_bytes(text: Any, what: str) -> bytes:
     raise TypeError("header %s must be str or bytes, got %s" % (what, type(text).__name__))
 
 
+def _name_part(name: Any) -> Optional[bytes]:
+    """The block part of a header name (see _names), classified on first sight."""
+    raw_name = _header_bytes(name, "name")
+    part = None
+    if len(raw_name) in _NAME_LENGTHS and raw_name.lower() in ROUTING_HEADERS:
+        part = _length(len(raw_name)) + raw_name
+    if type(name) in (str, bytes):  # hashable and immutable: safe to remember
+        if len(_names) >= _NAMES_MAX:
+            _names.clear()
+        _names[name] = part
+    return part
+
+
+def _items(headers: HeadersLike) -> Iterable[Any]:
+    if isinstance(headers, (str, bytes, bytearray, memoryview)):
+        raise TypeError("headers must be a mapping or an iterable of (name, value) pairs, got %s" % type(headers).__name__)
+    if type(headers).__module__.startswith("starlette.") and isinstance(getattr(headers, "raw", None), list):
+        # Starlette's Headers keep the raw (bytes, bytes) pairs; .items() would decode them all.
+        return headers.raw  # type: ignore[union-attr, no-any-return]
+    items = headers.items() if hasattr(headers, "items") else headers
+    try:
+        return iter(items)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            "headers must be a mapping or an iterable of (name, value) pairs, got %s" % type(headers).__name__
+        ) from None
+
+
 def encode_headers(headers: HeadersLike) -> bytes:
     """Encode the routing headers among ``headers`` as a header block (empty if there are none).
 
@@ -53,32 +85,21 @@ def encode_headers(headers: HeadersLike) -> bytes:
         TypeError: ``headers`` is not a mapping or an iterable of pairs, or a name or value is
             neither str nor bytes.
     """
-    if isinstance(headers, (str, bytes, bytearray, memoryview)):
-        raise TypeError("headers must be a mapping or an iterable of (name, value) pairs, got %s" % type(headers).__name__)
-    if type(headers).__module__.startswith("starlette.") and isinstance(getattr(headers, "raw", None), list):
-        # Starlette's Headers keep the raw (bytes, bytes) pairs; .items() would decode them all.
-        items: Any = headers.raw  # type: ignore[union-attr]
-    else:
-        items = headers.items() if hasattr(headers, "items") else headers
     parts: List[bytes] = []
-    try:
-        iterator = iter(items)
-    except TypeError:
-        raise TypeError(
-            "headers must be a mapping or an iterable of (name, value) pairs, got %s" % type(headers).__name__
-        ) from None
-    for item in iterator:
+    names = _names
+    for item in _items(headers):
         try:
             name, value = item
         except (TypeError, ValueError):
             raise TypeError("each header must be a (name, value) pair, got %r" % (item,)) from None
-        if type(name) in _TEXT_TYPES and len(name) not in _NAME_LENGTHS:
-            continue  # cannot be a routing header: skip it before encoding it (most headers)
-        raw_name = _header_bytes(name, "name")
-        if len(raw_name) not in _NAME_LENGTHS or raw_name.lower() not in ROUTING_HEADERS:
+        try:
+            part = names[name]
+        except (KeyError, TypeError):  # a name not seen yet, or one that cannot be a dict key
+            part = _name_part(name)
+        if part is None:
             continue
-        raw_value = _header_bytes(value, "value")
-        parts += (_length(len(raw_name)), raw_name, _length(len(raw_value)), raw_value)
+        raw_value = value if type(value) is bytes else _header_bytes(value, "value")
+        parts += (part, _length(len(raw_value)), raw_value)
     return b"".join(parts)
 
 

@@ -266,3 +266,31 @@ def check_against_model(router, headers, unhealthy):
         expected.preferred_url,
         expected.branch,
     )
+
+
+# -- the cache of header names (bounded_router._headers._names) ---------------------------------
+
+
+def test_names_of_every_kind_route_alike_with_and_without_the_cache(router, keys):
+    from bounded_router import _headers
+
+    names = [ROUTING_KEY, ROUTING_KEY.lower(), ROUTING_KEY.encode(), bytearray(ROUTING_KEY.encode()), memoryview(b"x-smg-routing-key")]
+    for _ in range(2):  # the second time from the cache (bytearray and memoryview are never cached)
+        for name in names:
+            decision = router.select(headers=[(name, keys[1])])
+            assert (decision.worker_url, decision.branch) == (W[1], "explicit_routing_key_hit"), name
+    assert all(type(name) in (str, bytes) for name in _headers._names)
+    for _ in range(2):  # a name of a wrong type is never remembered as harmless
+        with pytest.raises(TypeError):
+            router.select(headers=[(1, "v")])
+
+
+def test_the_name_cache_is_bounded(router, keys, monkeypatch):
+    from bounded_router import _headers
+
+    monkeypatch.setattr(_headers, "_NAMES_MAX", 8)
+    monkeypatch.setattr(_headers, "_names", {})
+    for i in range(50):  # clients choose header names: they must not grow the cache without end
+        decision = router.select(headers=[("X-Client-%d" % i, "v"), (ROUTING_KEY, keys[0])])
+        assert decision.worker_url == W[0]
+        assert len(_headers._names) <= 8
