@@ -80,3 +80,63 @@ def test_concurrent_routes_of_one_key_place_like_sequential_ones():
         counts = router.branch_counts()
         assert counts["explicit_routing_key_hit"] == 6 * (TRIALS + 1)
         assert counts["explicit_routing_key_spillover"] == 2 * (TRIALS + 1)
+
+
+def test_a_release_is_seen_by_every_call_begun_after_it_returned_in_any_thread():
+    # release() makes no native call: the router hands it over with its next call (see
+    # Router._hand_over). A route or a statistic begun in another thread after release()
+    # returned must still see the request gone, while other threads route and release keys of
+    # other workers on the same router. SPEC §10: with w0 at load 3 and an idle worker a key of
+    # w0 spills (gap 3 > 2); at load 2 it stays, whatever the other loads (gap 2 is not > 2).
+    trials = 300
+    with Router(W[:4], max_load_skew=1.5, min_load_gap=2) as router:
+        key = key_preferring(router, W[0])
+        noise_keys = [key_preferring(router, url, prefix="noise-%d-" % i) for i, url in enumerate(W[1:4])]
+        held = [router.acquire(W[0]) for _ in range(3)]
+        assert router.select(key).branch == "explicit_routing_key_spillover"
+        stop = threading.Event()
+        errors = []
+
+        def noise(noise_key):
+            try:
+                while not stop.is_set():
+                    router.route(noise_key).release()
+            except BaseException as e:
+                errors.append(e)
+
+        released, checked = threading.Event(), threading.Event()
+        outcomes = []
+
+        def observer():
+            for trial in range(trials):
+                released.wait(timeout=60)
+                released.clear()
+                if trial % 2:
+                    outcomes.append(("loads", router.loads()[W[0]]))
+                lease = router.route(key)
+                outcomes.append(("route", lease.branch))
+                lease.release()
+                checked.set()
+
+        threads = [threading.Thread(target=noise, args=(k,), daemon=True) for k in noise_keys]
+        threads.append(threading.Thread(target=observer, daemon=True))
+        for thread in threads:
+            thread.start()
+        try:
+            for _ in range(trials):
+                lease = held.pop()
+                assert lease.release()
+                released.set()  # the observer begins after release() returned
+                assert checked.wait(timeout=60)
+                checked.clear()
+                held.append(router.acquire(W[0]))  # back to load 3
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=60)
+        assert not errors, errors
+        assert len(outcomes) == trials + trials // 2
+        assert [o for o in outcomes if o != ("route", "explicit_routing_key_hit") and o != ("loads", 2)] == []
+        for lease in held:
+            lease.release()
+        assert router.active_leases() == 0 and set(router.loads().values()) == {0}
