@@ -27,12 +27,18 @@ def count_calls(monkeypatch, router):
     return calls
 
 
-def test_a_release_is_handed_over_by_the_next_route(make_router, monkeypatch):
-    # SPEC §10: w0 at load 3 spills (gap 3 > 2); with one of its leases released it is at 2
-    # and the key stays. The release makes no call of its own: the next route carries it.
+@pytest.fixture
+def w0_at_3(make_router):
+    """(router, key, held): w0 holds the 3 leases `held` and the others none, so `key`, a key of
+    w0, spills (SPEC §10: gap 3 > 2); with one of them released it stays (gap 2 is not > 2)."""
     router = make_router(4)
     key = key_preferring(router, W[0])
-    held = hold(router, [3, 0, 0, 0], W[:4])
+    return router, key, hold(router, [3, 0, 0, 0], W[:4])
+
+
+def test_a_release_is_handed_over_by_the_next_route(w0_at_3, monkeypatch):
+    # The release makes no call of its own: the next route carries it.
+    router, key, held = w0_at_3
     assert router.select(key).branch == "explicit_routing_key_spillover"
     calls = count_calls(monkeypatch, router)
     lease_id = held[0]._id
@@ -45,10 +51,8 @@ def test_a_release_is_handed_over_by_the_next_route(make_router, monkeypatch):
     assert held[0].release() is False and router._released == []
 
 
-def test_a_release_is_handed_over_by_a_route_with_headers(make_router, monkeypatch):
-    router = make_router(4)
-    key = key_preferring(router, W[0])
-    held = hold(router, [3, 0, 0, 0], W[:4])
+def test_a_release_is_handed_over_by_a_route_with_headers(w0_at_3, monkeypatch):
+    router, key, held = w0_at_3
     calls = count_calls(monkeypatch, router)
     held[1].release()
     lease = router.route(headers={"X-SMG-Routing-Key": key})
@@ -56,10 +60,8 @@ def test_a_release_is_handed_over_by_a_route_with_headers(make_router, monkeypat
     assert lease.branch == "explicit_routing_key_hit"
 
 
-def test_several_releases_are_handed_over_in_one_call(make_router, monkeypatch):
-    router = make_router(4)
-    key = key_preferring(router, W[0])
-    held = hold(router, [3, 0, 0, 0], W[:4])
+def test_several_releases_are_handed_over_in_one_call(w0_at_3, monkeypatch):
+    router, key, held = w0_at_3
     calls = count_calls(monkeypatch, router)
     for lease in held:
         lease.release()
@@ -82,11 +84,8 @@ def test_several_releases_are_handed_over_in_one_call(make_router, monkeypatch):
     ],
     ids=["loads", "workers", "active_leases", "select", "route_many", "metrics_text"],
 )
-def test_every_observer_sees_releases_made_before_it(make_router, observe):
-    # w0 at load 3 (a key of w0 spills), then at 2 (it stays).
-    router = make_router(4)
-    key = key_preferring(router, W[0])
-    held = hold(router, [3, 0, 0, 0], W[:4])
+def test_every_observer_sees_releases_made_before_it(w0_at_3, observe):
+    router, key, held = w0_at_3
     before = observe(router, key)
     held[0].release()
     assert router._released
