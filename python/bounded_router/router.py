@@ -306,6 +306,7 @@ class Router:
         Raises:
             NoWorkerAvailableError: no worker can be chosen (``.branch`` says why).
             TypeError: ``routing_key`` or a header is of the wrong type.
+            RouterClosedError: the router was closed.
         """
         # Every line here is on the path whose cost scripts/bench.py compares with two bare
         # ctypes calls: hence one function for both kinds of input, the inlined type tests,
