@@ -68,7 +68,7 @@ def _items(headers: HeadersLike) -> Iterable[Any]:
         return headers.raw  # type: ignore[union-attr, no-any-return]
     items = headers.items() if hasattr(headers, "items") else headers
     try:
-        return iter(items)  # type: ignore[arg-type]
+        return iter(items)
     except TypeError:
         raise TypeError(
             "headers must be a mapping or an iterable of (name, value) pairs, got %s" % type(headers).__name__
