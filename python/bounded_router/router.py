@@ -408,10 +408,10 @@ class Router:
         decided = self._decided
         leases: List[Lease] = []
         append = leases.append
-        for lease_id, decision, ids_at in zip(lease_ids, decisions, range(2 * n, 3 * n)):
+        for lease_id, decision in zip(lease_ids, decisions):
             urls = decided.get(decision)
-            if urls is None:
-                urls = self._decision_urls(decision, out[ids_at], lease_id)
+            if urls is None:  # rare: the position of a (unique) lease id is worth a search then
+                urls = self._decision_urls(decision, out[2 * n + lease_ids.index(lease_id)], lease_id)
             lease: Lease = _new_lease(_HeldLease)  # as in route(), inline: this loop is the batch's cost
             lease._router = self
             lease._id = lease_id
