@@ -126,8 +126,7 @@ func writePackedDecision(d core.Decision, failed C.int32_t, io *C.uint64_t) C.in
 	if failed < 0 {
 		return C.int64_t(failed)
 	}
-	o := unsafe.Slice(io, 2)
-	o[0], o[1] = C.uint64_t(d.Lease), workerIDs(d)
+	writeDecision(d, io)
 	return C.int64_t(packDecision(d))
 }
 
