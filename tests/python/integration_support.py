@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import socket
 import threading
 import time
@@ -41,7 +42,34 @@ def wait_for(condition: Callable[[], bool], what: str) -> None:
 
 
 def wait_released(router: Router) -> None:
+    """Wait until no lease is held, and check that none was released by the safety net."""
     wait_for(lambda: router.active_leases() == 0, "every lease to be released (loads %s)" % router.loads())
+    assert router.leaked_leases() == 0, "a lease was released by the safety net, not by the proxy"
+
+
+class _Endings(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.seen: List[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg.startswith("response from"):
+            self.seen.append(str(record.args[-1]))  # type: ignore[index]
+
+
+@pytest.fixture
+def endings() -> Iterator[List[str]]:
+    """How each forwarded response ended ("finished", "failed", "disconnected"), in order, as the
+    proxies log it (logger ``bounded_router.integrations``, DEBUG) just before they release."""
+    logger = logging.getLogger("bounded_router.integrations")
+    handler, level = _Endings(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler.seen
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 @pytest.fixture(scope="session")
@@ -184,7 +212,7 @@ def serve_proxy(request: Any) -> ProxyServer:
 
     ``with serve_proxy(worker_urls, **router_kwargs) as (url, proxy, router)`` builds a router
     over ``worker_urls``, serves the framework's app over it (routing headers exposed) and yields
-    the server's base URL, the proxy (for its ``endings``) and the router; on exit the server
+    the server's base URL, the proxy and the router; on exit the server
     stops, then the router closes.
     """
     make_app, serve = FRAMEWORKS[request.param]

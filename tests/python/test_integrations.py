@@ -10,14 +10,15 @@ test_integrations_asgi.py and test_integrations_aiohttp.py."""
 from __future__ import annotations
 
 import socket
-from typing import Any
+from typing import Any, List
 
 import httpx
 import pytest
-from integration_support import (  # noqa: F401 - client, fast_worker, serve_proxy, slow_worker are fixtures
+from integration_support import (  # noqa: F401 - client, endings, fast_worker, serve_proxy, slow_worker are fixtures
     ProxyServer,
     client,
     completion,
+    endings,
     events,
     fast_worker,
     serve_proxy,
@@ -31,7 +32,7 @@ from integration_support import (  # noqa: F401 - client, fast_worker, serve_pro
 from bounded_router.testing.mock_worker import expected_text
 
 
-def test_finished_stream_holds_the_lease_until_the_body_ends(slow_worker: Any, serve_proxy: ProxyServer, client: httpx.Client) -> None:
+def test_finished_stream_holds_the_lease_until_the_body_ends(slow_worker: Any, serve_proxy: ProxyServer, client: httpx.Client, endings: List[str]) -> None:
     # 20 tokens at 20 ms each: the stream is still running when the first token arrives.
     with serve_proxy([slow_worker.url], policy="consistent_hashing") as (url, proxy, router):
         with client.stream("POST", url + "/v1/completions", json=completion("a b c", 20), headers={"X-SMG-Routing-Key": "g1"}) as r:
@@ -48,12 +49,12 @@ def test_finished_stream_holds_the_lease_until_the_body_ends(slow_worker: Any, s
         assert streamed_text([first] + rest) == expected_text("a b c", 20)
         assert events(rest)[-1] == "[DONE]"
         wait_released(router)
-        assert proxy.endings == ["finished"]
+        assert endings == ["finished"]
         assert router.loads() == {slow_worker.url: 0}
         assert router.leaked_leases() == 0
 
 
-def test_worker_failing_mid_stream_cuts_the_response_and_releases(fast_worker: Any, serve_proxy: ProxyServer, client: httpx.Client) -> None:
+def test_worker_failing_mid_stream_cuts_the_response_and_releases(fast_worker: Any, serve_proxy: ProxyServer, client: httpx.Client, endings: List[str]) -> None:
     before = worker_stats(fast_worker)["failed"]
     with serve_proxy([fast_worker.url]) as (url, proxy, router):
         received = []
@@ -64,12 +65,12 @@ def test_worker_failing_mid_stream_cuts_the_response_and_releases(fast_worker: A
                     received.append(line)
         assert len([e for e in events(received) if isinstance(e, dict)]) <= 3
         wait_released(router)
-        assert proxy.endings == ["failed"]
+        assert endings == ["failed"]
         assert router.leaked_leases() == 0
     assert worker_stats(fast_worker)["failed"] == before + 1
 
 
-def test_client_disconnecting_mid_stream_releases_and_stops_the_worker(fast_worker: Any, serve_proxy: ProxyServer, client: httpx.Client) -> None:
+def test_client_disconnecting_mid_stream_releases_and_stops_the_worker(fast_worker: Any, serve_proxy: ProxyServer, client: httpx.Client, endings: List[str]) -> None:
     before = worker_stats(fast_worker)["cancelled"]
     with serve_proxy([fast_worker.url]) as (url, proxy, router):
         # 100,000 tokens would stream for 20 s; the client leaves after three.
@@ -79,7 +80,7 @@ def test_client_disconnecting_mid_stream_releases_and_stops_the_worker(fast_work
                 next(data)
             assert router.active_leases() == 1
         wait_released(router)
-        assert proxy.endings == ["disconnected"]
+        assert endings == ["disconnected"]
         assert router.leaked_leases() == 0
     wait_for(lambda: worker_stats(fast_worker)["cancelled"] == before + 1, "the worker to see the proxy hang up")
 
@@ -117,13 +118,14 @@ def test_no_worker_is_a_503_naming_the_branch(fast_worker: Any, serve_proxy: Pro
         assert router.active_leases() == 0
 
 
-def test_unreachable_worker_is_a_502_naming_it_and_releases(serve_proxy: ProxyServer, client: httpx.Client) -> None:
+def test_unreachable_worker_is_a_502_naming_it_when_exposed_and_releases(serve_proxy: ProxyServer, client: httpx.Client) -> None:
     with socket.socket() as s:  # a loopback port nobody listens on
         s.bind(("127.0.0.1", 0))
         dead = "http://127.0.0.1:%d" % s.getsockname()[1]
-    with serve_proxy([dead]) as (url, _, router):
+    with serve_proxy([dead]) as (url, _, router):  # routing headers exposed
         r = client.post(url + "/v1/completions", json=completion())
         assert r.status_code == 502
         assert r.json()["worker"] == dead
-        assert dead in r.json()["error"]
+        assert r.json()["error"] == "worker did not answer"
+        assert "Connect" in r.json()["detail"]
         assert router.active_leases() == 0

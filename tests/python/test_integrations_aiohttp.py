@@ -5,18 +5,17 @@ test_integrations.py."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, List
 
 import httpx
 from integration_support import aiohttp_app, completion, serve_aiohttp, wait_released
-from integration_support import client, fast_worker, slow_worker  # noqa: F401 - fixtures
+from integration_support import client, endings, fast_worker, slow_worker  # noqa: F401 - fixtures
 
 from bounded_router import Router
 
 
 def test_client_disconnecting_before_the_first_token_releases_with_handler_cancellation(
-    slow_worker: Any, client: httpx.Client
-) -> None:
+    slow_worker: Any, client: httpx.Client, endings: List[str]) -> None:
     prompt = " ".join("v%d" % i for i in range(2048))  # 2 s of prefill on the slow worker
     with Router([slow_worker.url]) as router:
         app, proxy = aiohttp_app(router)
@@ -25,7 +24,7 @@ def test_client_disconnecting_before_the_first_token_releases_with_handler_cance
                 assert r.status_code == 200
                 assert router.active_leases() == 1
             wait_released(router)
-            assert proxy.endings == ["disconnected"]
+            assert endings == ["disconnected"]
 
 
 def test_forwards_any_path_and_method_with_its_query(fast_worker: Any, slow_worker: Any, client: httpx.Client) -> None:

@@ -5,18 +5,21 @@ ends, routing from headers, 502 and 503) for it as well."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, List
 
 import httpx
-from integration_support import client, fast_worker, slow_worker  # noqa: F401 - fixtures
+from integration_support import client, endings, fast_worker, slow_worker  # noqa: F401 - fixtures
 from integration_support import completion, fastapi_app, serve_asgi, streamed_text, wait_released
+
+from echo_worker import EchoWorker
+from fastapi import FastAPI
 
 from bounded_router import Router
 from bounded_router.integrations.asgi import ASGIProxy
 from bounded_router.testing.mock_worker import expected_text
 
 
-def test_client_disconnecting_before_the_first_token_releases(slow_worker: Any, client: httpx.Client) -> None:
+def test_client_disconnecting_before_the_first_token_releases(slow_worker: Any, client: httpx.Client, endings: List[str]) -> None:
     # A 2,048-token prompt takes 2 s to prefill on the slow worker; the client leaves as soon as
     # the headers arrive, while the proxy is still waiting for the first token.
     prompt = " ".join("w%d" % i for i in range(2048))
@@ -27,7 +30,7 @@ def test_client_disconnecting_before_the_first_token_releases(slow_worker: Any, 
                 assert r.status_code == 200
                 assert router.active_leases() == 1
             wait_released(router)
-            assert proxy.endings == ["disconnected"]
+            assert endings == ["disconnected"]
 
 
 def test_asgi_app_forwards_everything_and_serves_metrics(fast_worker: Any, client: httpx.Client) -> None:
@@ -47,3 +50,21 @@ def test_asgi_app_forwards_everything_and_serves_metrics(fast_worker: Any, clien
             assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
             assert 'bounded_router_requests_total{branch="explicit_routing_key_hit"} 1' in r.text
             assert 'bounded_router_worker_load{worker="%s"} 0' % fast_worker.url in r.text
+
+
+def test_mounted_under_a_prefix_it_forwards_and_serves_metrics_relative_to_it(client: httpx.Client) -> None:
+    worker = EchoWorker().start()
+    try:
+        with Router([worker.url]) as router:
+            app = FastAPI()
+            app.mount("/raw", ASGIProxy(router, metrics_path="/metrics"))
+            with serve_asgi(app) as url:
+                r = client.get(url + "/raw/v1/models?x=%2F")
+                assert r.json()["target"] == "/v1/models?x=%2F"
+                r = client.get(url + "/raw/metrics")
+                assert "bounded_router_active_leases" in r.text
+                assert client.get(url + "/metrics").status_code == 404  # only below the mount
+                wait_released(router)
+        assert worker.paths() == [b"/v1/models?x=%2F"]
+    finally:
+        worker.stop()

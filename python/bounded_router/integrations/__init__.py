@@ -5,12 +5,15 @@
   and ``await proxy.forward(request)`` for your own routes.
 * :mod:`bounded_router.integrations.aiohttp` -- aiohttp (``pip install 'bounded-router[aiohttp]'``):
   :class:`~bounded_router.integrations.aiohttp.AiohttpProxy`, a request handler.
+* :mod:`bounded_router.integrations.options` -- :class:`ProxyOptions`, the limits and timeouts
+  both take as keyword arguments.
 
-Both route each request from its headers (SPEC section 5), forward it to the chosen worker,
-stream the worker's answer back, and hold the request's lease until the body is finished, fails,
-or the client disconnects. Importing this package imports no framework; each module imports its
-own when it is imported.
+Both check each request (path, header and body size), route it from its headers, forward it to
+the chosen worker, stream the worker's answer back, and hold the request's lease until the body
+is finished, fails, or the client disconnects; docs/contract.md ("HTTP proxies") states the
+rules. Importing this package imports no framework; each module imports its own when it is
+imported.
 
-``python -m bounded_router.integrations.serve`` runs a ready-made proxy (FastAPI + uvicorn) with
-a ``/metrics`` endpoint, configured with the router's command-line flags.
+``python -m bounded_router.integrations.serve`` runs a ready-made proxy (FastAPI + uvicorn),
+configured with the router's command-line flags, with metrics on a port of their own.
 """

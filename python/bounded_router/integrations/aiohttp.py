@@ -10,59 +10,113 @@ Install with ``pip install 'bounded-router[aiohttp]'``. :meth:`AiohttpProxy.hand
     proxy = AiohttpProxy(router)
 
     app = web.Application()
-    app.router.add_post("/v1/completions", proxy.handle)   # or add_route("*", "/{tail:.*}", proxy.handle)
-    app.on_cleanup.append(proxy.on_cleanup)            # closes the proxy's client session
+    app.router.add_route("*", "/v1/{tail:.*}", proxy.handle)   # the whole path is sent on
+    app.on_cleanup.append(proxy.on_cleanup)                  # closes the proxy's client session
 
-Per request the handler routes from the incoming headers (SPEC section 5), sends the request to
-the chosen worker, and streams the worker's status, headers and body back as they arrive. The
-lease is held until the body has been sent completely, the worker's stream fails, or the client
-disconnects, and released exactly once in the handler's ``finally``. A client that disconnects
-is noticed at the next write to it (aiohttp reports it then) or at once when the server cancels
-handlers on disconnect (``web.run_app(..., handler_cancellation=True)``).
+Per request the handler checks the request (path, header size, body size; see
+:class:`~bounded_router.integrations.options.ProxyOptions`), reads the whole body, then routes
+from the incoming headers (docs/contract.md, "Precedence") and sends the request to the chosen
+worker: the raw path and query byte for byte, the client's headers minus hop-by-hop ones, nothing
+added but ``Host`` and ``Content-Length``. The client session keeps no cookies. The worker's
+status, headers and body are streamed back as they arrive. The lease is held until the body has
+been sent completely, the worker's stream fails or goes idle, or the client disconnects, and
+released exactly once in the handler's ``finally``. A client that disconnects is noticed at once
+when the server cancels handlers on disconnect (``handler_cancellation=True``), and otherwise
+within :data:`DISCONNECT_CHECK_S` by a check of the connections in flight.
 
-Errors: no worker can be chosen -> 503 with the branch; the worker cannot be reached or fails
-before its response starts -> 502 naming the worker; the worker fails mid-stream -> the client's
-response is cut off and :class:`WorkerStreamError` reaches aiohttp's error log.
+Errors: a refused request -> 400, 408, 413 or 431 with no lease taken; no worker can be chosen
+-> 503 with the branch; the worker cannot be reached or fails before its response starts -> 502,
+or 504 past ``first_byte_timeout`` (the worker and the cause are named to the client only with
+``expose_routing_headers``); the worker fails mid-stream -> the client's response is cut off and
+:class:`WorkerStreamError` reaches aiohttp's error log.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Optional, cast
+import contextlib
+import sys
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..errors import NoWorkerAvailableError
-from ._common import (
-    BRANCH_HEADER,
-    WORKER_HEADER,
+from ..lease import Lease
+from ._forwarding import (
+    REQUEST_RESET,
+    Refused,
     WorkerStreamError,
+    body_timed_out,
+    check_declared_body,
+    check_header_size,
+    check_path,
+    count_body,
     forward_headers,
+    log,
     no_worker_body,
-    worker_failed_body,
+    routing_headers,
+    worker_failed,
     worker_target,
 )
+from .options import ProxyOptions
+
+try:
+    import aiohttp
+    from aiohttp import web
+    from yarl import URL
+except ImportError as e:  # pragma: no cover - depends on what is installed
+    raise ImportError(
+        "bounded_router.integrations.aiohttp needs aiohttp, which is not installed (%s): "
+        "pip install 'bounded-router[aiohttp]'" % e
+    ) from None
+
+if sys.version_info >= (3, 11):
+    timeout = asyncio.timeout
+else:  # pragma: no cover - aiohttp depends on async-timeout before Python 3.11
+    from async_timeout import timeout
 
 if TYPE_CHECKING:  # pragma: no cover
-    from aiohttp import ClientSession, web
-
     from ..router import Router
 
-__all__ = ["AiohttpProxy", "WorkerStreamError"]
+__all__ = ["AiohttpProxy", "ProxyOptions", "WorkerStreamError"]
+
+#: How often the proxy looks for clients that have gone, when aiohttp does not cancel their
+#: handlers itself.
+DISCONNECT_CHECK_S = 0.2
+# aiohttp adds these to a request unless told not to; the proxy adds nothing of its own.
+_NO_AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 
 
-def _require() -> Any:
-    try:
-        import aiohttp
-        from aiohttp import web  # noqa: F401
-    except ImportError as e:
-        raise ImportError(
-            "bounded_router.integrations.aiohttp needs aiohttp, which is not installed (%s): "
-            "pip install 'bounded-router[aiohttp]'" % e
-        ) from None
-    return aiohttp
+class _DisconnectWatch:
+    """Cancels the handlers of requests whose client connection has closed.
 
+    One task checks every request in flight each :data:`DISCONNECT_CHECK_S`, and runs only
+    while there is one.
+    """
 
-# Fail at import, with the install command, when the framework is missing.
-_require()
+    def __init__(self) -> None:
+        self._watched: Dict["asyncio.Task[Any]", web.Request] = {}
+        self._checker: Optional["asyncio.Task[None]"] = None
+
+    @contextlib.contextmanager
+    def watching(self, request: web.Request) -> Iterator[None]:
+        task = asyncio.current_task()
+        assert task is not None
+        self._watched[task] = request
+        if self._checker is None:
+            self._checker = asyncio.ensure_future(self._check())
+        try:
+            yield
+        finally:
+            del self._watched[task]
+
+    async def _check(self) -> None:
+        try:
+            while self._watched:
+                await asyncio.sleep(DISCONNECT_CHECK_S)
+                for task, request in list(self._watched.items()):
+                    if request.transport is None or request.transport.is_closing():
+                        task.cancel()
+        finally:
+            self._checker = None
 
 
 class AiohttpProxy:
@@ -71,32 +125,31 @@ class AiohttpProxy:
     Args:
         router: the router choosing the worker of each request.
         session: the ``aiohttp.ClientSession`` to reach workers with; by default the proxy
-            creates one on first use (no automatic decompression, so bodies pass through as
-            sent) and closes it in :meth:`close` / :meth:`on_cleanup`.
-        expose_routing_headers: add ``X-Bounded-Router-Worker`` and ``X-Bounded-Router-Branch``
-            to every response (off by default: they reveal worker addresses to clients).
+            creates one on first use (no cookie jar, no automatic decompression, so bodies pass
+            through as sent) and closes it in :meth:`close` / :meth:`on_cleanup`. A session
+            given here must not keep cookies (``cookie_jar=aiohttp.DummyCookieJar()``).
+        **options: the limits and timeouts of :class:`ProxyOptions` (``max_body_size``,
+            ``first_byte_timeout``, ``expose_routing_headers``, ...).
     """
 
-    FINISHED = "finished"
-    FAILED = "failed"
-    DISCONNECTED = "disconnected"
-
-    def __init__(self, router: Router, session: Optional[ClientSession] = None, *, expose_routing_headers: bool = False) -> None:
-        _require()
+    def __init__(self, router: Router, session: Optional[aiohttp.ClientSession] = None, **options: Any) -> None:
         self.router = router
+        self.options = ProxyOptions(**options)
         self._session = session
         self._own_session = session is None
-        self.expose_routing_headers = expose_routing_headers
-        #: How the most recent responses ended (for tests and logs): a bounded record.
-        self.endings: "list[str]" = []
+        self._disconnects = _DisconnectWatch()
 
     @property
-    def session(self) -> ClientSession:
+    def expose_routing_headers(self) -> bool:
+        return self.options.expose_routing_headers
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            aiohttp = _require()
             self._session = aiohttp.ClientSession(
                 auto_decompress=False,
-                timeout=aiohttp.ClientTimeout(total=None, connect=10.0, sock_read=600.0),
+                cookie_jar=aiohttp.DummyCookieJar(),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.options.connect_timeout),
                 connector=aiohttp.TCPConnector(limit=0),
                 trust_env=False,
             )
@@ -112,60 +165,95 @@ class AiohttpProxy:
         """For ``app.on_cleanup``."""
         await self.close()
 
-    def _ended(self, how: str) -> None:
-        self.endings.append(how)
-        del self.endings[:-1000]
-
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        """The request handler: route, forward, stream back, release."""
-        aiohttp = _require()
-        aioweb = aiohttp.web
+        """The request handler: check, route, forward, stream back, release."""
+        raw_path, _, raw_query = request.raw_path.partition("?")
+        try:
+            check_path(raw_path.encode("latin-1"))
+            check_header_size(request.raw_headers, self.options)
+            body = await self._read_body(request)
+        except Refused as e:
+            return _json(e.status, e.body())
+        except ConnectionError:
+            return web.Response(status=499)  # the client left during its upload; nobody reads this
         try:
             lease = self.router.route(headers=request.headers)
         except NoWorkerAvailableError as e:
-            return cast("web.StreamResponse", aioweb.Response(body=no_worker_body(e), status=503, content_type="application/json"))
-        ending = self.FAILED
-        upstream = None
+            return _json(503, no_worker_body(e))
+        ending = "failed"
+        upstream: Optional[aiohttp.ClientResponse] = None
         try:
-            try:
-                body = await request.read()
-                url = worker_target(lease.worker_url, request.path, request.query_string)
-                upstream = await self.session.request(
-                    request.method,
-                    url,
-                    headers=forward_headers(request.headers.items()),
-                    data=body,
-                    allow_redirects=False,
-                )
-            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-                failed = aioweb.Response(
-                    body=worker_failed_body(lease.worker_url, e, lease.branch), status=502, content_type="application/json"
-                )
-                return cast("web.StreamResponse", failed)
-            response = aioweb.StreamResponse(status=upstream.status, reason=upstream.reason)
-            for name, value in forward_headers(upstream.headers.items()):
-                response.headers.add(name, value)
-            if self.expose_routing_headers:
-                response.headers[WORKER_HEADER] = lease.worker_url
-                response.headers[BRANCH_HEADER] = lease.branch or ""
-            try:
+            with self._disconnects.watching(request):
+                upstream = await self._exchange(request, lease, raw_path.encode("latin-1"), raw_query.encode("latin-1"), body)
+                response = self._response_for(upstream, lease)
                 await response.prepare(request)
-                while True:
-                    try:
-                        chunk = await upstream.content.readany()
-                    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-                        raise WorkerStreamError(lease.worker_url, e) from e
-                    if not chunk:
-                        break
-                    await response.write(chunk)
+                await self._copy_body(upstream, response, lease)
                 await response.write_eof()
-            except (ConnectionError, asyncio.CancelledError):
-                ending = self.DISCONNECTED
-                raise
-            ending = self.FINISHED
-            return cast("web.StreamResponse", response)
+                ending = "finished"
+                return response
+        except Refused as e:
+            return _json(e.status, e.body(), e.headers)
+        except (ConnectionError, asyncio.CancelledError):
+            ending = "disconnected"
+            raise
         finally:
-            self._ended(ending)  # first, so whoever sees the lease released sees how it ended
+            log.debug("response from %s ended: %s", lease.worker_url, ending)
             lease.release()
             if upstream is not None:
                 upstream.close()  # drops the connection if the body was not read to the end
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        check_declared_body(request.content_length, self.options)
+        chunks: List[bytes] = []
+        size = 0
+        try:
+            async with timeout(self.options.body_timeout):
+                while chunk := await request.content.readany():
+                    size += len(chunk)
+                    count_body(size, self.options)
+                    chunks.append(chunk)
+        except asyncio.TimeoutError:
+            raise body_timed_out(self.options) from None
+        return b"".join(chunks)
+
+    async def _exchange(
+        self, request: web.Request, lease: Lease, raw_path: bytes, raw_query: bytes, body: bytes
+    ) -> aiohttp.ClientResponse:
+        """The worker's response, its headers received."""
+        headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in forward_headers(request.raw_headers, REQUEST_RESET)]
+        if body or "Content-Length" in request.headers:
+            headers.append(("Content-Length", str(len(body))))
+        url = URL(worker_target(lease.worker_url, raw_path, raw_query), encoded=True)
+        try:
+            async with timeout(self.options.first_byte_timeout):
+                return await self.session.request(
+                    request.method, url, headers=headers, data=body or None, allow_redirects=False, skip_auto_headers=_NO_AUTO_HEADERS
+                )
+        except aiohttp.ClientError as e:  # first: a connect timeout is one too, and a 502
+            raise worker_failed(502, lease.worker_url, e, lease.branch, self.options) from e
+        except asyncio.TimeoutError as e:
+            raise worker_failed(504, lease.worker_url, e, lease.branch, self.options) from e
+
+    def _response_for(self, upstream: aiohttp.ClientResponse, lease: Lease) -> web.StreamResponse:
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        for name, value in forward_headers(upstream.raw_headers):
+            response.headers.add(name.decode("latin-1"), value.decode("latin-1"))
+        if self.options.expose_routing_headers:
+            for name, value in routing_headers(lease.worker_url, lease.branch):
+                response.headers[name] = value
+        return response
+
+    async def _copy_body(self, upstream: aiohttp.ClientResponse, response: web.StreamResponse, lease: Lease) -> None:
+        while True:
+            try:
+                async with timeout(self.options.idle_timeout):
+                    chunk = await upstream.content.readany()
+            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+                raise WorkerStreamError(lease.worker_url, e) from e
+            if not chunk:
+                return
+            await response.write(chunk)
+
+
+def _json(status: int, body: bytes, headers: Sequence[Tuple[str, str]] = ()) -> web.Response:
+    return web.Response(body=body, status=status, content_type="application/json", headers=dict(headers))

@@ -12,147 +12,157 @@ it::
 
     app = FastAPI()
 
-    @app.post("/v1/completions")                  # 1. inside your own routes
-    async def completions(request: Request):
+    @app.api_route("/v1/{path:path}", methods=["GET", "POST"])   # 1. inside your own routes
+    async def v1(request: Request):
         return await proxy.forward(request)
 
-    app.mount("/raw", proxy)                      # 2. or as an ASGI app that forwards everything
+    app.mount("/raw", proxy)      # 2. or as an ASGI app: /raw/v1/models is sent on as /v1/models
 
-Per request the helper routes from the incoming headers (``X-SMG-Target-Worker``,
-``X-SMG-Routing-Key``, ``Authorization``, ``X-Forwarded-For``, ``Cookie``; SPEC section 5), sends
-the request to the chosen worker with httpx, and streams the worker's status, headers and body
-back as they arrive. The lease is held until the body has been sent completely, the worker's
-stream fails, or the client disconnects -- whichever comes first -- and then released exactly
-once. The release is done in the ``finally`` of the response's own ``__call__``, not in a
-background task (Starlette does not run background tasks when a response is cancelled), and a
-disconnect is noticed while waiting for the worker too, not only at the next write.
+Per request the helper checks the request (path, header size, body size; see
+:class:`~bounded_router.integrations.options.ProxyOptions`), reads the whole body, then routes
+from the incoming headers (docs/contract.md, "Precedence") and sends the request to the chosen
+worker: the raw path and query byte for byte (relative to the mount path), the client's headers
+minus hop-by-hop ones, nothing added but ``Host`` and ``Content-Length``. No state is kept
+between clients (no cookie jar). The worker's status, headers and body are streamed back as they
+arrive. The lease is held until the body has been sent completely, the worker's stream fails or
+goes idle, or the client disconnects -- in any phase, including while the worker has not answered
+yet -- and then released exactly once, and the request to the worker is cancelled.
 
-Errors: no worker can be chosen -> 503 with the branch (``no_healthy_workers``,
-``target_worker_miss``); the worker cannot be reached or fails before its response starts ->
-502 naming the worker; the worker fails mid-stream -> the client's response is cut off (the
-status was already sent) and :class:`WorkerStreamError` reaches the server's error log.
+Errors: a refused request -> 400, 408, 413 or 431 with no lease taken; no worker can be chosen
+-> 503 with the branch; the worker cannot be reached or fails before its response starts -> 502,
+or 504 past ``first_byte_timeout`` (the worker and the cause are named to the client only with
+``expose_routing_headers``, and always in the ``bounded_router.integrations`` log); the worker
+fails mid-stream -> the client's response is cut off and :class:`WorkerStreamError` reaches the
+server's error log.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from urllib.parse import quote
 
 from ..errors import NoWorkerAvailableError
 from ..lease import Lease
 from ..metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from ._common import (
-    BRANCH_HEADER,
-    WORKER_HEADER,
+from ._forwarding import (
+    HOP_BY_HOP,
+    REQUEST_RESET,
+    Refused,
     WorkerStreamError,
+    below_mount,
+    body_timed_out,
+    check_declared_body,
+    check_header_size,
+    check_path,
+    count_body,
     forward_headers,
+    log,
     no_worker_body,
-    worker_failed_body,
+    routing_headers,
+    worker_failed,
     worker_target,
 )
+from .options import ProxyOptions
+
+try:
+    import anyio
+    import httpx
+    from starlette.requests import ClientDisconnect, Request
+    from starlette.responses import Response
+except ImportError as e:  # pragma: no cover - depends on what is installed
+    raise ImportError(
+        "bounded_router.integrations.asgi needs Starlette (or FastAPI) and httpx, which are not "
+        "installed (%s): pip install 'bounded-router[fastapi]'" % e
+    ) from None
 
 if TYPE_CHECKING:  # pragma: no cover
-    import httpx
-    from starlette.requests import Request
-    from starlette.responses import Response
-
     from ..router import Router
 
-__all__ = ["ASGIProxy", "WorkerStreamError"]
+__all__ = ["ASGIProxy", "ProxyOptions", "WorkerStreamError"]
 
 Scope = Dict[str, Any]
 Message = Dict[str, Any]
 Receive = Callable[[], Any]
 Send = Callable[[Message], Any]
 
-
-def _require() -> Tuple[Any, Any, Any]:
-    try:
-        import anyio
-        import httpx
-        import starlette.responses
-    except ImportError as e:
-        raise ImportError(
-            "bounded_router.integrations.asgi needs Starlette (or FastAPI) and httpx, which are not "
-            "installed (%s): pip install 'bounded-router[fastapi]'" % e
-        ) from None
-    return anyio, httpx, starlette.responses
+# The ASGI server adds its own Date and Server headers; the worker's would be sent twice.
+_RESPONSE_DROPPED = HOP_BY_HOP | {"date", "server"}
+# Characters kept as they are when a path given to forward() is percent-encoded.
+_PATH_SAFE = "/%:@!$&'()*+,;=~"
 
 
+class _ClientWatch:
+    """Waits for the client to disconnect, then cancels ``scope`` and remembers it left."""
 
-# Fail at import, with the install command, when the framework is missing.
-_require()
+    def __init__(self, receive: Receive, scope: anyio.CancelScope) -> None:
+        self.receive = receive
+        self.scope = scope
+        self.left = False
 
-#: Default upstream timeouts: a worker may take long to produce a first token, so only
-#: connecting and waiting for a pooled connection are bounded tightly.
-DEFAULT_TIMEOUT: Dict[str, Optional[float]] = {"connect": 10.0, "read": 600.0, "write": 60.0, "pool": 60.0}
+    async def run(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        self.left = True
+        self.scope.cancel()
 
 
-class _Stream:
+async def _next_chunk(chunks: Any, idle_timeout: float) -> Optional[bytes]:
+    """The worker's next body chunk, None at the end; TimeoutError after ``idle_timeout``."""
+    with anyio.fail_after(idle_timeout):
+        try:
+            return await chunks.__anext__()  # type: ignore[no-any-return]
+        except StopAsyncIteration:
+            return None
+
+
+class _LeasedResponse(Response):
     """A worker's response being sent on to the client; releases the lease when it ends."""
 
-    # The endings, recorded for tests and logs.
-    FINISHED = "finished"
-    FAILED = "failed"
-    DISCONNECTED = "disconnected"
-
-    def __init__(
-        self,
-        upstream: httpx.Response,
-        lease: Lease,
-        headers: List[Tuple[bytes, bytes]],
-        on_end: Optional[Callable[[str], None]] = None,
-    ) -> None:
-        self.on_end = on_end
+    def __init__(self, upstream: httpx.Response, lease: Lease, headers: List[Tuple[bytes, bytes]], idle_timeout: float) -> None:
+        # Not Response.__init__: status and headers come from the worker, as they are.
         self.upstream = upstream
         self.lease = lease
         self.status_code = upstream.status_code
         self.raw_headers = headers
-        self.ending: Optional[str] = None
+        self.background = None
+        self.body = b""
+        self.idle_timeout = idle_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        anyio, httpx, _ = _require()
+        ending = "failed"
         failure: Optional[WorkerStreamError] = None
         try:
             async with anyio.create_task_group() as group:
-
-                async def watch_disconnect() -> None:
-                    while True:
-                        message = await receive()
-                        if message["type"] == "http.disconnect":
-                            self.ending = self.ending or self.DISCONNECTED
-                            group.cancel_scope.cancel()
-                            return
-
-                group.start_soon(watch_disconnect)
+                watch = _ClientWatch(receive, group.cancel_scope)
+                group.start_soon(watch.run)
                 try:
                     await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-                    try:
-                        async for chunk in self.upstream.aiter_raw():
-                            if chunk:
-                                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    except httpx.HTTPError as e:
-                        # Raised after the task group, so that it is not wrapped in an exception group.
-                        self.ending = self.FAILED
-                        failure = WorkerStreamError(self.lease.worker_url, e)
-                        failure.__cause__ = e
-                    else:
-                        await send({"type": "http.response.body", "body": b"", "more_body": False})
-                        self.ending = self.ending or self.FINISHED
+                    chunks = self.upstream.stream.__aiter__()  # type: ignore[attr-defined]
+                    while (chunk := await _next_chunk(chunks, self.idle_timeout)) is not None:
+                        if chunk:
+                            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    ending = "finished"
+                except (httpx.HTTPError, TimeoutError) as e:
+                    # Raised after the task group, so that it is not wrapped in an exception group.
+                    failure = WorkerStreamError(self.lease.worker_url, e)
+                    failure.__cause__ = e
                 except OSError:  # ASGI 2.4 servers raise it from send() once the client is gone
-                    self.ending = self.ending or self.DISCONNECTED
+                    ending = "disconnected"
                 group.cancel_scope.cancel()
+            if watch.left and ending == "failed" and failure is None:
+                ending = "disconnected"
             if failure is not None:
                 raise failure
-        except BaseException:
-            if self.ending is None:
-                self.ending = self.FAILED
-            raise
         finally:
-            if self.on_end is not None:  # first, so whoever sees the lease released sees how it ended
-                self.on_end(self.ending or self.FAILED)
+            log.debug("response from %s ended: %s", self.lease.worker_url, ending)
             self.lease.release()
             with anyio.CancelScope(shield=True):
                 await self.upstream.aclose()
+
+
+def _json(status: int, body: bytes, headers: Sequence[Tuple[str, str]] = ()) -> Response:
+    return Response(body, status_code=status, media_type="application/json", headers=dict(headers))
 
 
 class ASGIProxy:
@@ -160,13 +170,14 @@ class ASGIProxy:
 
     Args:
         router: the router choosing the worker of each request.
-        client: the ``httpx.AsyncClient`` to reach workers with; by default the proxy creates
-            one on first use (timeouts :data:`DEFAULT_TIMEOUT`) and closes it in :meth:`aclose`
-            or at ASGI lifespan shutdown.
-        expose_routing_headers: add ``X-Bounded-Router-Worker`` and ``X-Bounded-Router-Branch``
-            to every response (off by default: they reveal worker addresses to clients).
-        metrics_path: when the proxy is used as an ASGI app, answer ``GET`` on this path with
-            :meth:`Router.metrics_text` instead of forwarding (e.g. ``"/metrics"``).
+        transport: the httpx transport to reach workers with (its connection pool); by default
+            the proxy creates one on first use and closes it in :meth:`aclose` or at ASGI
+            lifespan shutdown. A transport keeps no cookies, unlike an ``httpx.AsyncClient``.
+        metrics_path: when the proxy is used as an ASGI app, answer ``GET`` on this path
+            (relative to where it is mounted) with :meth:`Router.metrics_text` instead of
+            forwarding (e.g. ``"/metrics"``). Off by default: metrics name every worker.
+        **options: the limits and timeouts of :class:`ProxyOptions` (``max_body_size``,
+            ``first_byte_timeout``, ``expose_routing_headers``, ...).
 
     The proxy is an ASGI application (``app.mount("/", proxy)`` or served directly) and
     :meth:`forward` is the same thing for use inside a Starlette or FastAPI route.
@@ -175,102 +186,149 @@ class ASGIProxy:
     def __init__(
         self,
         router: Router,
-        client: Optional[httpx.AsyncClient] = None,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
         *,
-        expose_routing_headers: bool = False,
         metrics_path: Optional[str] = None,
+        **options: Any,
     ) -> None:
-        _require()
         self.router = router
-        self._client = client
-        self._own_client = client is None
-        self.expose_routing_headers = expose_routing_headers
+        self.options = ProxyOptions(**options)
         self.metrics_path = metrics_path
-        #: How the most recent streamed responses ended ("finished", "failed", "disconnected"),
-        #: the last 1,000 of them, for tests and logs.
-        self.endings: List[str] = []
-
-    def _ended(self, how: str) -> None:
-        self.endings.append(how)
-        del self.endings[:-1000]
+        self._transport = transport
+        self._own_transport = transport is None
+        o = self.options
+        self._timeouts = {"connect": o.connect_timeout, "read": None, "write": o.idle_timeout, "pool": o.connect_timeout}
 
     @property
-    def client(self) -> httpx.AsyncClient:
-        """The httpx client used to reach the workers."""
-        if self._client is None:
-            _, httpx, _ = _require()
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(**DEFAULT_TIMEOUT),
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-                follow_redirects=False,
-                trust_env=False,
-            )
-        return self._client
+    def expose_routing_headers(self) -> bool:
+        return self.options.expose_routing_headers
+
+    @property
+    def transport(self) -> httpx.AsyncBaseTransport:
+        """The httpx transport used to reach the workers."""
+        if self._transport is None:
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
+            self._transport = httpx.AsyncHTTPTransport(limits=limits, retries=0)
+        return self._transport
 
     async def aclose(self) -> None:
-        """Close the httpx client if the proxy created it."""
-        if self._own_client and self._client is not None:
-            client, self._client = self._client, None
-            await client.aclose()
+        """Close the transport if the proxy created it."""
+        if self._own_transport and self._transport is not None:
+            transport, self._transport = self._transport, None
+            await transport.aclose()
 
     async def forward(self, request: Request, path: Optional[str] = None) -> Response:
-        """Route ``request``, send it to the chosen worker and return the streaming response.
+        """Check and route ``request``, send it to the chosen worker, return the streaming response.
 
         Args:
             request: the incoming Starlette/FastAPI request (its body is read here).
-            path: the path to request on the worker (default: the request's own path); the
-                query string is kept.
+            path: the path to request on the worker, as it goes on the wire (percent-escapes
+                kept); by default the request's raw path relative to where the app is mounted.
+                The query string is kept either way.
 
         Returns:
             A response for the framework to send: the worker's status, headers and body,
-            holding the lease until the body ends, fails or the client disconnects; or a 503
-            (no worker) or 502 (worker unreachable) JSON error.
+            holding the lease until the body ends, fails or the client disconnects; or a JSON
+            error (400, 408, 413, 431, 502, 503, 504).
         """
-        _, httpx, responses = _require()
+        scope = request.scope
         try:
-            lease = self.router.route(headers=request.headers.raw)
+            raw_path = check_path(self._raw_path(scope, path))
+            check_header_size(scope["headers"], self.options)
+            body = await self._read_body(request)
+        except Refused as e:
+            return _json(e.status, e.body())
+        except ClientDisconnect:
+            return Response(status_code=499)  # nobody is left to read it
+        try:
+            lease = self.router.route(headers=scope["headers"])
         except NoWorkerAvailableError as e:
-            return cast("Response", responses.Response(no_worker_body(e), status_code=503, media_type="application/json"))
-        upstream = None
+            return _json(503, no_worker_body(e))
         try:
-            body = await request.body()
-            url = worker_target(lease.worker_url, request.url.path if path is None else path, request.url.query)
-            outgoing = self.client.build_request(
-                request.method, url, headers=forward_headers(request.headers.raw), content=body
-            )
-            upstream = await self.client.send(outgoing, stream=True)
-        except httpx.HTTPError as e:
+            upstream = await self._exchange(request, lease, raw_path, body)
+        except Refused as e:
             lease.release()
-            failed = responses.Response(
-                worker_failed_body(lease.worker_url, e, lease.branch), status_code=502, media_type="application/json"
-            )
-            return cast("Response", failed)
+            return _json(e.status, e.body(), e.headers)
         except BaseException:
             lease.release()
-            if upstream is not None:
-                await upstream.aclose()
             raise
-        headers = [(k.lower(), v) for k, v in forward_headers(upstream.headers.raw)]
-        if self.expose_routing_headers:
-            headers.append((WORKER_HEADER.encode(), lease.worker_url.encode("latin-1", "replace")))
-            headers.append((BRANCH_HEADER.encode(), (lease.branch or "").encode()))
-        return cast("Response", _LeasedResponse(_Stream(upstream, lease, headers, self._ended)))
+        if upstream is None:
+            lease.release()
+            return Response(status_code=499)
+        headers = [(n.lower(), v) for n, v in forward_headers(upstream.headers.raw, _RESPONSE_DROPPED)]
+        if self.options.expose_routing_headers:
+            headers += [(n.encode(), v.encode("latin-1", "replace")) for n, v in routing_headers(lease.worker_url, lease.branch)]
+        return _LeasedResponse(upstream, lease, headers, self.options.idle_timeout)
+
+    @staticmethod
+    def _raw_path(scope: Scope, path: Optional[str]) -> bytes:
+        if path is not None:
+            return quote(path, safe=_PATH_SAFE).encode("ascii")
+        raw = scope.get("raw_path") or quote(scope["path"]).encode("ascii")
+        return below_mount(raw, scope.get("root_path", ""))
+
+    async def _read_body(self, request: Request) -> bytes:
+        length = request.headers.get("content-length")
+        check_declared_body(int(length) if length and length.isdigit() else None, self.options)
+        chunks: List[bytes] = []
+        size = 0
+        try:
+            with anyio.fail_after(self.options.body_timeout):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    count_body(size, self.options)
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise body_timed_out(self.options) from None
+        return b"".join(chunks)
+
+    async def _exchange(self, request: Request, lease: Lease, raw_path: bytes, body: bytes) -> Optional[httpx.Response]:
+        """The worker's response (headers received), or None if the client left first."""
+        headers = forward_headers(request.scope["headers"], REQUEST_RESET)
+        if body or "content-length" in request.headers:
+            headers.append((b"content-length", str(len(body)).encode()))
+        outgoing = httpx.Request(
+            request.method,
+            worker_target(lease.worker_url, raw_path, request.scope["query_string"]),
+            headers=headers,
+            content=body,
+            extensions={"timeout": self._timeouts},
+        )
+        response: Optional[httpx.Response] = None
+        failure: Optional[Refused] = None
+        async with anyio.create_task_group() as group:
+            group.start_soon(_ClientWatch(request.receive, group.cancel_scope).run)
+            try:
+                with anyio.fail_after(self.options.first_byte_timeout):
+                    response = await self.transport.handle_async_request(outgoing)
+            except TimeoutError as e:
+                failure = worker_failed(504, lease.worker_url, e, lease.branch, self.options)
+            except httpx.HTTPError as e:
+                failure = worker_failed(502, lease.worker_url, e, lease.branch, self.options)
+            group.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return response
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
-        _, _, responses = _require()
         if scope["type"] != "http":
             raise ValueError("ASGIProxy forwards HTTP requests only, not %r" % scope["type"])
-        from starlette.requests import Request
-
-        request = Request(scope, receive, cast(Any, send))
-        if self.metrics_path is not None and scope["path"] == self.metrics_path and scope["method"] in ("GET", "HEAD"):
-            response: Any = responses.Response(self.router.metrics_text(), media_type=METRICS_CONTENT_TYPE)
+        if self._is_metrics(scope):
+            response: Response = Response(self.router.metrics_text(), media_type=METRICS_CONTENT_TYPE)
         else:
-            response = await self.forward(request)
+            response = await self.forward(Request(scope, receive, send))
         await response(scope, receive, send)
+
+    def _is_metrics(self, scope: Scope) -> bool:
+        if self.metrics_path is None or scope["method"] not in ("GET", "HEAD"):
+            return False
+        path, root = scope["path"], scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root) :] or "/"
+        return bool(path == self.metrics_path)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -281,37 +339,3 @@ class ASGIProxy:
                 await self.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-
-
-def _leased_response_class() -> Any:
-    _, _, responses = _require()
-
-    class LeasedResponse(responses.Response):  # type: ignore[misc, name-defined]
-        """A Starlette response streaming a worker's answer; see :class:`ASGIProxy`."""
-
-        def __init__(self, stream: _Stream) -> None:
-            # Not Response.__init__: status and headers come from the worker, as they are.
-            self.stream = stream
-            self.status_code = stream.status_code
-            self.background = None
-            self.body = b""
-            self.raw_headers = stream.raw_headers
-
-        @property
-        def lease(self) -> Lease:
-            return self.stream.lease
-
-        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-            await self.stream(scope, receive, send)
-
-    return LeasedResponse
-
-
-_LEASED_RESPONSE: Any = None
-
-
-def _LeasedResponse(stream: _Stream) -> Any:
-    global _LEASED_RESPONSE
-    if _LEASED_RESPONSE is None:
-        _LEASED_RESPONSE = _leased_response_class()
-    return _LEASED_RESPONSE(stream)

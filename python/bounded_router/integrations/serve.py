@@ -1,77 +1,103 @@
 """``python -m bounded_router.integrations.serve``: a ready-made routing proxy (FastAPI + uvicorn).
 
-Forwards every request to the worker the router chooses (see :class:`ASGIProxy`) and answers
-``GET /metrics`` with the router's Prometheus metrics. Configured with the router's flags::
+Forwards every request to the worker the router chooses (see :class:`ASGIProxy`), configured with
+the router's flags and the proxy's limits::
 
     python -m bounded_router.integrations.serve --port 8080 \\
         --worker-urls http://10.0.0.1:8000 http://10.0.0.2:8000 \\
-        --policy bounded_consistent_hashing --max-load-skew 1.5 --min-load-gap 2
+        --policy bounded_consistent_hashing --max-load-skew 1.5 --min-load-gap 2 \\
+        --metrics-port 9090
 
-It prints ``proxy listening on http://HOST:PORT`` once it accepts requests (``--port 0`` picks a
-free port). Needs ``pip install 'bounded-router[fastapi]'``.
+The router's Prometheus metrics name every worker, so they are served only on their own port
+(``--metrics-port``), never on the proxy's. It prints ``metrics listening on http://HOST:PORT``
+(with ``--metrics-port``) and then ``proxy listening on http://HOST:PORT`` once it accepts
+requests (port 0 picks a free port), and runs until SIGINT/SIGTERM or ``--lifetime`` seconds.
+Needs ``pip install 'bounded-router[fastapi]'``.
 """
 
-# No "from __future__ import annotations": FastAPI reads the route signatures below, whose
-# types are imported inside create_app.
 import argparse
 import asyncio
-import contextlib
-import os
+import dataclasses
+import math
 import socket
 import sys
-import time
-from typing import Any, AsyncIterator, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from ..args import RouterArgs
 from ..router import Router
 from .asgi import ASGIProxy
+from .options import ProxyOptions
 
-__all__ = ["create_app", "main"]
+__all__ = ["create_app", "create_metrics_app", "main"]
+
+_LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
-def create_app(router: Router, *, expose_routing_headers: bool = False, metrics_path: str = "/metrics") -> Any:
-    """A FastAPI app: ``GET metrics_path`` -> the router's metrics; anything else -> a worker."""
-    try:
-        from fastapi import FastAPI, Request
-        from fastapi.responses import PlainTextResponse
-    except ImportError as e:
-        raise ImportError("the routing proxy needs FastAPI (%s): pip install 'bounded-router[fastapi]'" % e) from None
+def create_app(router: Router, options: ProxyOptions = ProxyOptions()) -> ASGIProxy:
+    """The proxy app: every request, whatever its path and method, goes to a worker."""
+    return ASGIProxy(router, **dataclasses.asdict(options))
+
+
+def create_metrics_app(router: Router) -> Any:
+    """An app answering ``GET /metrics`` with the router's Prometheus metrics."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
     from ..metrics import CONTENT_TYPE
 
-    proxy = ASGIProxy(router, expose_routing_headers=expose_routing_headers)
+    async def metrics(request: Request) -> Response:
+        return Response(router.metrics_text(), media_type=CONTENT_TYPE)
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Any) -> AsyncIterator[None]:
-        yield
-        await proxy.aclose()
+    return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])
 
-    app = FastAPI(title="bounded-router proxy", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
-    app.state.proxy = proxy
 
-    @app.get(metrics_path, include_in_schema=False)
-    async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(router.metrics_text(), media_type=CONTENT_TYPE)
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a port number" % text) from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError("a port is between 0 and 65535, not %d" % port)
+    return port
 
-    @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"])
-    async def forward(request: Request, path: str) -> Any:
-        return await proxy.forward(request)
 
-    return app
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a number of seconds" % text) from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError("must be a positive number of seconds, not %s" % text)
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bounded_router.integrations.serve",
-        description="A routing proxy: forwards each request to the worker the router chooses and streams "
-        "the answer back; GET /metrics gives the router's Prometheus metrics.",
+        description="A routing proxy: forwards each request to the worker the router chooses and streams the answer back.",
     )
     RouterArgs.add_cli_args(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=8080, help="port to listen on; 0 picks a free one (default: %(default)s)")
-    parser.add_argument("--expose-routing-headers", action="store_true", help="add X-Bounded-Router-Worker/-Branch to responses")
-    parser.add_argument("--lifetime", type=float, default=None, help="exit after this many seconds (for tests and demos)")
-    parser.add_argument("--log-level", default="warning", help="uvicorn log level (default: %(default)s)")
+    parser.add_argument("--port", type=_port, default=8080, help="port to listen on; 0 picks a free one (default: %(default)s)")
+    parser.add_argument("--metrics-port", type=_port, default=None, help="serve GET /metrics on this port (same host); off by default")
+    ProxyOptions.add_cli_args(parser)
+    parser.add_argument("--lifetime", type=_seconds, default=None, help="exit after this many seconds (default: run until stopped)")
+    parser.add_argument("--log-level", choices=_LOG_LEVELS, default="warning", help="uvicorn log level (default: %(default)s)")
     return parser
+
+
+def _listen(parser: argparse.ArgumentParser, host: str, port: int, what: str) -> socket.socket:
+    """A bound TCP socket (IPPROTO_TCP, so asyncio turns Nagle's algorithm off on it)."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as e:
+        parser.error("cannot listen for the %s on %s port %d: %s" % (what, host, port, e.strerror or e))
+    return sock
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -84,41 +110,42 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.worker_urls:
         parser.error("--worker-urls: give at least one worker URL")
     try:
+        options = ProxyOptions.from_cli_args(args)
         router = Router.from_args(RouterArgs.from_cli_args(args))
     except (ValueError, TypeError) as e:
         parser.error(str(e))
-    app = create_app(router, expose_routing_headers=args.expose_routing_headers)
-    # proto=IPPROTO_TCP: asyncio turns Nagle's algorithm off only on sockets that say they are TCP;
-    # without it a streamed token can wait 40 ms for the client's delayed ACK.
-    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level=args.log_level, lifespan="on", timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
-
-    async def run() -> None:
-        serving = asyncio.ensure_future(server.serve(sockets=[sock]))
-        while not server.started and not serving.done():
-            await asyncio.sleep(0.01)
-        if server.started:
-            print("proxy listening on http://%s:%d" % (args.host, port), flush=True)
-        parent = os.getppid()
-        started = time.monotonic()
-        while not serving.done():
-            await asyncio.sleep(0.2)
-            expired = args.lifetime is not None and time.monotonic() - started > args.lifetime
-            if expired or os.getppid() != parent:
-                server.should_exit = True
-        await serving
-
+    apps: List[Tuple[str, Any, socket.socket]] = []
+    if args.metrics_port is not None:
+        apps.append(("metrics", create_metrics_app(router), _listen(parser, args.host, args.metrics_port, "metrics")))
+    apps.append(("proxy", create_app(router, options), _listen(parser, args.host, args.port, "proxy")))
     try:
-        asyncio.run(run())
+        asyncio.run(_serve(uvicorn, apps, args.log_level, args.lifetime))
     except KeyboardInterrupt:
         pass
     finally:
         router.close()
     return 0
+
+
+async def _serve(uvicorn: Any, apps: List[Tuple[str, Any, socket.socket]], log_level: str, lifetime: Optional[float]) -> None:
+    """Serve each (name, app, socket) with uvicorn and say where, until one stops or ``lifetime`` ends."""
+    running = []
+    for name, app, sock in apps:
+        config = uvicorn.Config(app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5, server_header=False)
+        server = uvicorn.Server(config)
+        task = asyncio.ensure_future(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.01)
+        if task.done():
+            await task  # it did not start: raise what it raised
+            return
+        host, port = sock.getsockname()[:2]
+        print("%s listening on http://%s:%d" % (name, "[%s]" % host if ":" in host else host, port), flush=True)
+        running.append((server, task))
+    await asyncio.wait([task for _, task in running], timeout=lifetime, return_when=asyncio.FIRST_COMPLETED)
+    for server, _ in running:
+        server.should_exit = True
+    await asyncio.gather(*(task for _, task in running))
 
 
 if __name__ == "__main__":

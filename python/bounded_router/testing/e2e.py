@@ -215,7 +215,7 @@ def _settle(proxy: ServerProcess, expected_requests: int, deadline_s: float = 30
     """
     end = time.monotonic() + deadline_s
     while True:
-        metrics = parse_metrics(_get_json(proxy.url + "/metrics"))
+        metrics = parse_metrics(_get_json(proxy.metrics_url + "/metrics"))
         if metrics.get(("bounded_router_active_leases", ()), 1) == 0 or time.monotonic() > end:
             return metrics
         time.sleep(0.05)

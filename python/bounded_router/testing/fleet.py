@@ -22,7 +22,10 @@ __all__ = ["ServerProcess", "start_mock_worker", "start_proxy"]
 
 
 class ServerProcess:
-    """A server started with ``python -m MODULE ARGS`` that prints ``... listening on URL``."""
+    """A server started with ``python -m MODULE ARGS`` that prints ``... listening on URL``.
+
+    A ``metrics listening on URL`` line printed before it is kept in :attr:`lines`.
+    """
 
     def __init__(self, name: str, module: str, args: Sequence[str], startup_timeout: float = 60.0) -> None:
         self.name = name
@@ -37,6 +40,8 @@ class ServerProcess:
             env=env,
         )
         self.url = ""
+        #: The lines the process printed before it said it was listening, that one included.
+        self.lines: List[str] = []
         try:
             self.url = self._wait_ready(startup_timeout)
         except BaseException:
@@ -50,13 +55,20 @@ class ServerProcess:
             ready, _, _ = select.select([self.process.stdout], [], [], 0.1)
             if ready:
                 line = self.process.stdout.readline()
-                if " listening on " in line:
+                self.lines.append(line)
+                if " listening on " in line and not line.startswith("metrics "):
                     return line.rsplit(" listening on ", 1)[1].strip()
                 if not line and self.process.poll() is not None:
                     break
             elif self.process.poll() is not None:
                 break
         raise RuntimeError("%s did not start (exit status %s): %s" % (self.name, self.process.poll(), self.log() or "no output"))
+
+    @property
+    def metrics_url(self) -> str:
+        """The URL of the ``metrics listening on URL`` line, or "" if the process printed none."""
+        found = [line.rsplit(" ", 1)[1].strip() for line in self.lines if line.startswith("metrics listening on ")]
+        return found[0] if found else ""
 
     def log(self) -> str:
         """What the process wrote to stderr so far."""
@@ -108,8 +120,9 @@ def start_proxy(
     max_load_skew: Optional[float] = None,
     lifetime: float = 900.0,
 ) -> ServerProcess:
-    """A routing proxy process (``python -m bounded_router.integrations.serve``) on 127.0.0.1."""
-    args = ["--port", "0", "--lifetime", repr(lifetime), "--policy", policy, "--worker-urls"] + list(worker_urls)
+    """A routing proxy process (``python -m bounded_router.integrations.serve``) on 127.0.0.1,
+    with its metrics on a port of their own (:attr:`ServerProcess.metrics_url`)."""
+    args = ["--port", "0", "--metrics-port", "0", "--lifetime", repr(lifetime), "--policy", policy, "--worker-urls"] + list(worker_urls)
     if min_load_gap is not None:
         args += ["--min-load-gap", str(min_load_gap)]
     if max_load_skew is not None:

@@ -1,0 +1,171 @@
+"""What every HTTP proxy of the package does the same way (standard library only): which headers
+and paths it forwards, the requests it refuses, and the error bodies it answers with.
+
+The rules are those of docs/contract.md, section "HTTP proxies".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar
+from urllib.parse import unquote_to_bytes
+
+from ..errors import NoWorkerAvailableError
+from .options import ProxyOptions
+
+S = TypeVar("S", str, bytes)
+
+#: Where the proxies log: worker failures at WARNING (naming the worker, for operators), and
+#: how each forwarded request ended at DEBUG.
+log = logging.getLogger("bounded_router.integrations")
+
+#: Hop-by-hop headers (RFC 9110 section 7.6.1), never forwarded in either direction.
+HOP_BY_HOP = frozenset(
+    ("connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te", "trailer",
+     "trailers", "transfer-encoding", "upgrade")
+)  # fmt: skip
+#: Request headers the proxy sets itself: the worker's host, and the length of the body it sends.
+REQUEST_RESET = HOP_BY_HOP | {"host", "content-length"}
+
+WORKER_HEADER = "x-bounded-router-worker"
+BRANCH_HEADER = "x-bounded-router-branch"
+
+# A path with only valid percent-escapes.
+_ESCAPED = re.compile(rb"(?:[^%]|%[0-9A-Fa-f]{2})*")
+_SEPARATORS = re.compile(rb"[/\\]")
+
+
+class Refused(Exception):
+    """A request the proxy answers itself, before any lease is taken."""
+
+    def __init__(self, status: int, message: str, headers: Sequence[Tuple[str, str]] = (), **fields: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.headers = list(headers)
+        self.fields = fields
+
+    def body(self) -> bytes:
+        return json_error(str(self), **self.fields)
+
+
+def _lower(name: Any) -> str:
+    return (name.decode("latin-1") if isinstance(name, bytes) else str(name)).lower()
+
+
+def forward_headers(headers: Iterable[Tuple[S, S]], dropped: Iterable[str] = HOP_BY_HOP) -> List[Tuple[S, S]]:
+    """``headers`` without those in ``dropped`` and those named in a ``Connection`` header."""
+    pairs = list(headers)
+    named: Set[str] = set(dropped)
+    for name, value in pairs:
+        if _lower(name) == "connection":
+            text = value.decode("latin-1") if isinstance(value, bytes) else value
+            named.update(token.strip().lower() for token in text.split(","))
+    return [(n, v) for n, v in pairs if _lower(n) not in named]
+
+
+def check_header_size(headers: Iterable[Tuple[S, S]], options: ProxyOptions) -> None:
+    """Refuse (431) a request whose header lines add up to more than ``max_header_bytes``."""
+    size = sum(len(n) + len(v) + 4 for n, v in headers)
+    if size > options.max_header_bytes:
+        raise Refused(431, "request headers are larger than max_header_bytes (%d bytes)" % options.max_header_bytes)
+
+
+def check_declared_body(content_length: Optional[int], options: ProxyOptions) -> None:
+    """Refuse (413) at once a request that declares a body over ``max_body_size``."""
+    if content_length is not None and content_length > options.max_body_size:
+        raise _too_large(options)
+
+
+def count_body(size: int, options: ProxyOptions) -> None:
+    """Refuse (413) a body that has grown past ``max_body_size`` while it was read."""
+    if size > options.max_body_size:
+        raise _too_large(options)
+
+
+def _too_large(options: ProxyOptions) -> Refused:
+    return Refused(413, "request body is larger than max_body_size (%d bytes)" % options.max_body_size)
+
+
+def body_timed_out(options: ProxyOptions) -> Refused:
+    return Refused(408, "request body did not arrive within body_timeout (%g s)" % options.body_timeout)
+
+
+def check_path(raw_path: bytes) -> bytes:
+    """``raw_path`` (without the query), refused (400) unless it stays below where it points.
+
+    Refused: a path not starting with ``/``, an invalid percent-escape, a NUL byte, or a ``.``
+    or ``..`` segment once decoded (``%2F`` and ``\\`` count as separators), since a worker that
+    decodes and normalises the path would resolve it outside the prefix it was sent under.
+    """
+    if not raw_path.startswith(b"/"):
+        raise Refused(400, "request path must start with '/'")
+    if b"%" in raw_path:
+        if not _ESCAPED.fullmatch(raw_path):
+            raise Refused(400, "request path has an invalid percent-escape")
+        decoded = unquote_to_bytes(raw_path)
+    else:
+        decoded = raw_path
+    if b"\x00" in decoded:
+        raise Refused(400, "request path contains a NUL byte")
+    if b"." in decoded and any(s in (b".", b"..") for s in _SEPARATORS.split(decoded)):
+        raise Refused(400, "request path has a '.' or '..' segment")
+    return raw_path
+
+
+def below_mount(raw_path: bytes, mount_path: str) -> bytes:
+    """``raw_path`` relative to the (decoded) path an app is mounted at, e.g. ``/raw``."""
+    mount = mount_path.rstrip("/")
+    if not mount:
+        return raw_path
+    depth = mount.count("/")
+    parts = raw_path.split(b"/", depth + 1)
+    if unquote_to_bytes(b"/".join(parts[: depth + 1])) != mount.encode():
+        raise Refused(400, "request path is not below the path the proxy is mounted at")
+    return b"/" + parts[depth + 1] if len(parts) > depth + 1 else b"/"
+
+
+def worker_target(worker_url: str, raw_path: bytes, raw_query: bytes) -> str:
+    """The URL of ``raw_path?raw_query`` on ``worker_url``, every byte as the client sent it."""
+    target = worker_url.rstrip("/") + raw_path.decode("latin-1")
+    return target + "?" + raw_query.decode("latin-1") if raw_query else target
+
+
+def json_error(message: str, **fields: Any) -> bytes:
+    return json.dumps(dict(error=message, **fields)).encode()
+
+
+def no_worker_body(error: NoWorkerAvailableError) -> bytes:
+    return json_error(str(error), branch=error.branch)
+
+
+def worker_failed(status: int, worker_url: str, error: BaseException, branch: Optional[str], options: ProxyOptions) -> Refused:
+    """The 502 or 504 for a worker that failed before its response started, logged for operators.
+
+    The client learns the worker's address and what went wrong only with
+    ``expose_routing_headers``.
+    """
+    detail = "%s: %s" % (type(error).__name__, str(error) or "-")
+    log.warning("worker %s failed before answering (%s): %s", worker_url, branch, detail)
+    message = "worker did not answer" if status == 502 else "worker sent no response within first_byte_timeout (%g s)" % options.first_byte_timeout
+    if options.expose_routing_headers:
+        return Refused(status, message, routing_headers(worker_url, branch), worker=worker_url, branch=branch, detail=detail)
+    return Refused(status, message)
+
+
+def routing_headers(worker_url: str, branch: Optional[str]) -> List[Tuple[str, str]]:
+    """The headers that name a request's worker and branch (with ``expose_routing_headers``)."""
+    return [(WORKER_HEADER, worker_url), (BRANCH_HEADER, branch or "")]
+
+
+class WorkerStreamError(Exception):
+    """A worker's response stream broke after its first bytes were sent on to the client.
+
+    The client's response is cut off (it cannot be turned into an error status any more); the
+    lease has been released.
+    """
+
+    def __init__(self, worker_url: str, cause: BaseException) -> None:
+        super().__init__("worker %s failed mid-stream: %s: %s" % (worker_url, type(cause).__name__, cause))
+        self.worker_url = worker_url

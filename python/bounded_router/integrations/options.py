@@ -1,0 +1,78 @@
+"""The limits and timeouts of the HTTP proxies, with their defaults (docs/contract.md, "HTTP proxies")."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, fields
+
+__all__ = ["ProxyOptions"]
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ProxyOptions:
+    """What a proxy accepts from clients and how long it waits, validated on construction.
+
+    Attributes:
+        max_body_size: the largest request body accepted, in bytes; a larger one is answered
+            with 413 before any lease is taken.
+        max_header_bytes: the largest total size of a request's header lines; above it, 431.
+        body_timeout: seconds allowed for a request body to arrive completely; then 408.
+        connect_timeout: seconds allowed to connect to a worker; then 502.
+        first_byte_timeout: seconds allowed for a worker to start its response (a
+            non-streaming generation answers only when it is done); then 504.
+        idle_timeout: seconds a worker's response stream may send nothing before it is cut.
+        expose_routing_headers: name the chosen worker and branch to clients, in
+            ``X-Bounded-Router-Worker``/``-Branch`` response headers and in error bodies.
+    """
+
+    max_body_size: int = 4 * MIB
+    max_header_bytes: int = 64 * 1024
+    body_timeout: float = 60.0
+    connect_timeout: float = 10.0
+    first_byte_timeout: float = 600.0
+    idle_timeout: float = 300.0
+    expose_routing_headers: bool = False
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if field.type == "bool":
+                if not isinstance(value, bool):
+                    raise TypeError("%s must be True or False, not %r" % (field.name, value))
+            elif field.type == "int":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise ValueError("%s must be a positive integer (bytes), not %r" % (field.name, value))
+            elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError("%s must be a positive number of seconds, not %r" % (field.name, value))
+
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        """Add ``--max-body-size``, ``--first-byte-timeout``, ... (one flag per option) to ``parser``."""
+        defaults = ProxyOptions()
+        for field in fields(ProxyOptions):
+            flag = "--" + field.name.replace("_", "-")
+            default = getattr(defaults, field.name)
+            if field.type == "bool":
+                parser.add_argument(flag, action="store_true", help=_HELP[field.name])
+            else:
+                kind = int if field.type == "int" else float
+                parser.add_argument(flag, type=kind, default=default, help=_HELP[field.name] + " (default: %(default)s)")
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> "ProxyOptions":
+        """The options the flags of :meth:`add_cli_args` give; ValueError names a bad one."""
+        return cls(**{field.name: getattr(args, field.name) for field in fields(cls)})
+
+
+_HELP = {
+    "max_body_size": "largest request body accepted, in bytes; larger is a 413",
+    "max_header_bytes": "largest total size of a request's headers, in bytes; larger is a 431",
+    "body_timeout": "seconds for a request body to arrive; then 408",
+    "connect_timeout": "seconds to connect to a worker; then 502",
+    "first_byte_timeout": "seconds for a worker to start its response; then 504",
+    "idle_timeout": "seconds a worker's response may stream nothing before it is cut",
+    "expose_routing_headers": "name the chosen worker and branch in response headers and error bodies",
+}

@@ -1,0 +1,98 @@
+"""``python -m bounded_router.integrations.serve`` as a user runs it: its command line, its metrics
+port, and its lifetime. The HTTP cases it shares with the proxies are in test_http_adversarial.py.
+Every process is started on 127.0.0.1 and stopped by its PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Iterator, List
+
+import httpx
+import pytest
+from echo_worker import WAIT_S, EchoWorker
+
+from bounded_router.testing.fleet import ServerProcess
+
+SERVE = [sys.executable, "-m", "bounded_router.integrations.serve"]
+
+
+@pytest.fixture
+def worker() -> Iterator[EchoWorker]:
+    started = EchoWorker().start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--port", "99999"], "--port"),
+        (["--port", "-1"], "--port"),
+        (["--metrics-port", "http"], "--metrics-port"),
+        (["--host", "no-such-host.invalid"], "no-such-host.invalid"),
+        (["--log-level", "nonsense"], "--log-level"),
+        (["--lifetime", "-5"], "--lifetime"),
+        (["--lifetime", "nan"], "--lifetime"),
+        (["--max-body-size", "0"], "max_body_size"),
+        (["--first-byte-timeout", "-1"], "first_byte_timeout"),
+        (["--max-load-skew", "0.5"], "max_load_skew"),
+    ],
+)
+def test_a_bad_flag_is_a_usage_error_naming_it(flags: List[str], named: str) -> None:
+    done = subprocess.run(
+        SERVE + ["--worker-urls", "http://127.0.0.1:9", "--port", "0"] + flags,
+        capture_output=True, text=True, timeout=WAIT_S, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "usage:" in done.stderr and named in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_metrics_are_only_on_their_own_port(worker: EchoWorker) -> None:
+    args = ["--port", "0", "--metrics-port", "0", "--worker-urls", worker.url]
+    with ServerProcess("serve", "bounded_router.integrations.serve", args) as serve:
+        on_proxy = httpx.get(serve.url + "/metrics", trust_env=False)
+        assert on_proxy.json()["target"] == "/metrics", "the proxy port forwards /metrics like any path"
+        metrics = httpx.get(serve.metrics_url + "/metrics", trust_env=False).text
+        assert 'bounded_router_worker_load{worker="%s"} 0' % worker.url in metrics
+        assert 'bounded_router_requests_total{branch="random_fallback"} 1' in metrics
+    assert worker.paths() == [b"/metrics"]
+
+
+def test_without_a_metrics_port_there_are_no_metrics(worker: EchoWorker) -> None:
+    with ServerProcess("serve", "bounded_router.integrations.serve", ["--port", "0", "--worker-urls", worker.url]) as serve:
+        assert serve.metrics_url == ""
+        assert httpx.get(serve.url + "/metrics", trust_env=False).json()["target"] == "/metrics"
+
+
+def test_it_keeps_serving_after_the_process_that_started_it_exits(worker: EchoWorker) -> None:
+    # A shell starts serve in the background, prints its PID and exits at once.
+    script = '%s --port 0 --worker-urls %s > "$1" 2>&1 & echo $!' % (" ".join(SERVE), worker.url)
+    out = os.path.join(os.environ.get("TMPDIR", "/tmp"), "serve-orphan-%d.log" % os.getpid())
+    pid = int(subprocess.run(["sh", "-c", script, "sh", out], capture_output=True, text=True, timeout=WAIT_S, check=True).stdout)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        url = ""
+        while not url and time.monotonic() < deadline:
+            with open(out) as log:
+                url = next((line.rsplit(" ", 1)[1].strip() for line in log if line.startswith("proxy listening on")), "")
+            time.sleep(0.05)
+        assert url, "serve did not start"
+        time.sleep(0.5)  # a parent-exit check would have fired by now: it polled every 0.2 s
+        assert httpx.get(url + "/v1/models", trust_env=False).json()["target"] == "/v1/models"
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        os.remove(out)
