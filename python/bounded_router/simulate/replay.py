@@ -1,0 +1,250 @@
+"""Trace replay: the requests of a trace on simulated batching workers, routed by each row's policy.
+
+Arrivals keep the trace's timing, stretched or compressed by one factor so that the offered
+prefill work per worker is ``load`` times a worker's prefill capacity: the trace's prompt tokens,
+prefilled in full chunks with no cache (:meth:`StepCosts.prefill_ms_at_capacity`), divided by
+``workers`` times the arrival span. Caches cut the work actually done, decode adds to it, so the
+achieved utilisation (the fraction of worker time spent in steps) is reported beside it.
+
+Each request is routed when it arrives and released when its last token is out, so the leases
+in the router are the requests in flight. Time is simulated; the run is repeatable for a seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from .batching import BatchingWorker, Job, StepCosts
+from .engine import _percentile
+from .model import _check_number
+from .replay_policies import ReplayPolicy, make_routing
+from .trace import Trace
+
+__all__ = ["ReplayConfig", "ReplayResult", "replay", "arrival_scale"]
+
+#: Per-worker cache capacity when neither --cache-blocks nor --cache-fraction is given: this
+#: fraction of the trace's distinct blocks.
+DEFAULT_CACHE_FRACTION = 0.02
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """The fleet and the load of a replay.
+
+    Attributes:
+        workers: number of workers.
+        load: offered prefill work per worker as a fraction of its capacity (None: the trace's own timing).
+        cache_blocks: block-cache capacity of each worker; None: ``cache_fraction`` of the trace's distinct blocks.
+        cache_fraction: see ``cache_blocks``.
+        costs: what a step costs.
+        seed: seeds the ``random`` row.
+    """
+
+    workers: int = 8
+    load: Optional[float] = 0.7
+    cache_blocks: Optional[int] = None
+    cache_fraction: float = DEFAULT_CACHE_FRACTION
+    costs: StepCosts = StepCosts()
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        _check_number("workers", self.workers, 1, integer=True)
+        if self.load is not None:
+            _check_number("load", self.load, 0.0, strict=True)
+        if self.cache_blocks is not None:
+            _check_number("cache_blocks", self.cache_blocks, 0, integer=True)
+        _check_number("cache_fraction", self.cache_fraction, 0.0)
+        _check_number("seed", self.seed, 0, integer=True)
+
+    def cache_capacity(self, trace: Trace) -> int:
+        """Blocks each worker's cache holds for ``trace``."""
+        if self.cache_blocks is not None:
+            return self.cache_blocks
+        return int(round(self.cache_fraction * trace.unique_blocks))
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "workers": self.workers,
+            "load": self.load,
+            "cache_blocks": self.cache_blocks,
+            "cache_fraction": self.cache_fraction,
+            "costs": self.costs.to_dict(),
+            "seed": self.seed,
+        }
+
+
+def arrival_scale(trace: Trace, config: ReplayConfig) -> float:
+    """The factor applied to the trace's timestamps so that the offered prefill load is ``config.load``."""
+    if config.load is None:
+        return 1.0
+    if trace.span_ms <= 0:
+        raise ValueError("the trace's requests all arrive at the same time: --load needs a span of arrivals")
+    offered_ms = config.costs.prefill_ms_at_capacity(trace.prompt_tokens)
+    return offered_ms / (config.workers * config.load * trace.span_ms)
+
+
+@dataclass
+class ReplayResult:
+    """What one row of a replay measured."""
+
+    policy: ReplayPolicy
+    config: ReplayConfig
+    trace_requests: int
+    cache_blocks: int
+    requests: int
+    spilled: int
+    prompt_tokens: int
+    cached_tokens: int
+    ttft_ms: List[float] = field(repr=False)
+    duration_ms: float
+    busy_ms: List[float]
+    prefill_busy_ms: List[float]
+    arrival_span_ms: float
+    branches: Dict[str, int]
+    leaked_leases: int
+
+    @property
+    def spill_fraction(self) -> float:
+        return self.spilled / self.requests if self.requests else 0.0
+
+    @property
+    def cached_token_fraction(self) -> float:
+        """Prompt tokens served from a cache over all prompt tokens."""
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def mean_ttft_ms(self) -> float:
+        return sum(self.ttft_ms) / len(self.ttft_ms) if self.ttft_ms else math.nan
+
+    @property
+    def p99_ttft_ms(self) -> float:
+        return _percentile(sorted(self.ttft_ms), 99)
+
+    def _fraction(self, ms: float) -> float:
+        return ms / self.duration_ms if self.duration_ms > 0 else 0.0
+
+    @property
+    def utilisation(self) -> float:
+        """Achieved prefill utilisation: mean fraction of worker time in steps that prefill (from 0 to the last token).
+
+        The counterpart of the offered ``load``: a worker with a waiting prompt prefills in every
+        step, so this reaches 1 on a worker that never catches up.
+        """
+        return self._fraction(sum(self.prefill_busy_ms) / len(self.prefill_busy_ms))
+
+    @property
+    def max_utilisation(self) -> float:
+        """The achieved prefill utilisation of the busiest worker."""
+        return self._fraction(max(self.prefill_busy_ms))
+
+    @property
+    def busy_fraction(self) -> float:
+        """Mean fraction of worker time in any step (decode included): what a GPU busy meter shows."""
+        return self._fraction(sum(self.busy_ms) / len(self.busy_ms))
+
+    def row(self) -> Dict[str, Any]:
+        """The JSON row of this result (``--json``)."""
+        return {
+            "policy": self.policy.policy,
+            "label": self.policy.label,
+            "min_load_gap": self.policy.min_load_gap,
+            "max_load_skew": self.policy.max_load_skew,
+            "margin": self.policy.margin,
+            "requests": self.requests,
+            "mean_ttft_ms": self.mean_ttft_ms,
+            "p99_ttft_ms": self.p99_ttft_ms,
+            "cached_token_fraction": self.cached_token_fraction,
+            "spill_fraction": self.spill_fraction,
+            "utilisation": self.utilisation,
+            "max_utilisation": self.max_utilisation,
+            "busy_fraction": self.busy_fraction,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "duration_s": self.duration_ms / 1000.0,
+            "arrival_span_s": self.arrival_span_ms / 1000.0,
+            "cache_blocks_per_worker": self.cache_blocks,
+            "branches": {k: v for k, v in self.branches.items() if v},
+            "leaked_leases": self.leaked_leases,
+            "config": self.config.to_dict(),
+        }
+
+
+_ARRIVE = 0
+_STEP_END = 1
+
+
+def replay(policy: ReplayPolicy, trace: Trace, config: ReplayConfig = ReplayConfig()) -> ReplayResult:
+    """Replay ``trace`` over ``config.workers`` simulated workers routed by ``policy``."""
+    urls = ["http://replay-worker-%d" % i for i in range(config.workers)]
+    index = {url: i for i, url in enumerate(urls)}
+    capacity = config.cache_capacity(trace)
+    workers = [BatchingWorker(config.costs, capacity, trace.block_size) for _ in urls]
+    scale = arrival_scale(trace, config)
+    start = trace.requests[0].timestamp_ms
+    mean_prompt = trace.prompt_tokens / len(trace.requests)
+    events: List[Tuple[float, int, int, int, int]] = []  # (time, order, kind, subject, version)
+    for i, request in enumerate(trace.requests):
+        events.append(((request.timestamp_ms - start) * scale, i, _ARRIVE, i, 0))
+    heapq.heapify(events)
+    order = len(events)
+    ttfts: List[float] = []
+    spilled = cached = prompt = 0
+    last = 0.0
+
+    routing = make_routing(policy, urls, workers, config.seed, mean_prompt)
+    with routing.router as router:
+
+        def schedule(w: int, end: Optional[float]) -> None:
+            nonlocal order
+            if end is not None:
+                order += 1
+                heapq.heappush(events, (end, order, _STEP_END, w, workers[w].version))
+
+        while events:
+            now, _, kind, subject, version = heapq.heappop(events)
+            if kind == _ARRIVE:
+                request = trace.requests[subject]
+                lease, spill = routing.route(trace.keys[subject], request.blocks, request.input_tokens)
+                spilled += spill
+                w = index[lease.worker_url]
+                worker = workers[w]
+                job = Job(subject, now, request.input_tokens, request.output_tokens, request.blocks, lease)
+                schedule(w, worker.add(job, now))
+                schedule(w, worker.start(now))
+                continue
+            worker = workers[subject]
+            if version != worker.version:
+                continue  # a decode segment cut short by an arrival: its new end is queued
+            first, finished = worker.complete(now)
+            for job in first:
+                ttfts.append(now - job.arrival)
+                cached += job.cached
+                prompt += job.input_tokens
+            for job in finished:
+                job.payload.release()
+                routing.finished(subject, job.input_tokens)
+                last = now
+            schedule(subject, worker.start(now))
+
+        if len(ttfts) != len(trace.requests):  # pragma: no cover - an engine bug
+            raise RuntimeError("replay ended with %d of %d requests served" % (len(ttfts), len(trace.requests)))
+        return ReplayResult(
+            policy=policy,
+            config=config,
+            trace_requests=len(trace.requests),
+            cache_blocks=capacity,
+            requests=len(ttfts),
+            spilled=spilled,
+            prompt_tokens=prompt,
+            cached_tokens=cached,
+            ttft_ms=ttfts,
+            duration_ms=last,
+            busy_ms=[w.busy_ms for w in workers],
+            prefill_busy_ms=[w.prefill_busy_ms for w in workers],
+            arrival_span_ms=trace.span_ms * scale,
+            branches=router.branch_counts(),
+            leaked_leases=router.leaked_leases(),
+        )
