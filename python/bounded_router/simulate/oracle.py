@@ -14,7 +14,7 @@ from typing import Sequence
 __all__ = ["DEFAULT_MARGIN", "oracle_choice"]
 
 #: Requests in flight a worker may carry above the least loaded one and still be chosen for its cache.
-DEFAULT_MARGIN = 2
+DEFAULT_MARGIN = 8
 
 
 def oracle_choice(cached_blocks: Sequence[int], loads: Sequence[int], margin: int = DEFAULT_MARGIN) -> int:
