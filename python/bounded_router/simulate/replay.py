@@ -105,6 +105,8 @@ class ReplayResult:
     arrival_span_ms: float
     branches: Dict[str, int]
     leaked_leases: int
+    final_loads: Dict[str, int]
+    placements: List[int] = field(repr=False)
 
     @property
     def spill_fraction(self) -> float:
@@ -191,6 +193,7 @@ def replay(policy: ReplayPolicy, trace: Trace, config: ReplayConfig = ReplayConf
     heapq.heapify(events)
     order = len(events)
     ttfts: List[float] = []
+    placements = [-1] * len(trace.requests)
     spilled = cached = prompt = 0
     last = 0.0
 
@@ -210,6 +213,7 @@ def replay(policy: ReplayPolicy, trace: Trace, config: ReplayConfig = ReplayConf
                 lease, spill = routing.route(trace.keys[subject], request.blocks, request.input_tokens)
                 spilled += spill
                 w = index[lease.worker_url]
+                placements[subject] = w
                 worker = workers[w]
                 job = Job(subject, now, request.input_tokens, request.output_tokens, request.blocks, lease)
                 schedule(w, worker.add(job, now))
@@ -247,4 +251,6 @@ def replay(policy: ReplayPolicy, trace: Trace, config: ReplayConfig = ReplayConf
             arrival_span_ms=trace.span_ms * scale,
             branches=router.branch_counts(),
             leaked_leases=router.leaked_leases(),
+            final_loads=router.loads(),
+            placements=placements,
         )

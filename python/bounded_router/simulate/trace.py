@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
-__all__ = ["TraceError", "TraceRequest", "Trace", "parse_trace", "load_trace", "shared_leading_blocks", "routing_keys"]
+__all__ = ["TraceError", "TraceRequest", "Trace", "parse_trace", "load_trace", "build_trace", "shared_leading_blocks", "routing_keys"]
 
 
 class TraceError(ValueError):
@@ -159,6 +159,11 @@ def load_trace(path: str, block_size: int = 512, key_field: Optional[str] = None
     """Read a Mooncake-format trace file (the first ``limit`` requests) and derive the routing keys."""
     with open(path, encoding="utf-8") as f:
         requests = parse_trace(f, block_size, name=path, limit=limit)
+    return build_trace(requests, block_size, key_field)
+
+
+def build_trace(requests: Sequence[TraceRequest], block_size: int, key_field: Optional[str] = None) -> Trace:
+    """A :class:`Trace` of parsed requests, with the routing keys :func:`routing_keys` derives."""
     if key_field is None:
         source = "first non-shared block (after %d shared)" % shared_leading_blocks(requests)
     else:
