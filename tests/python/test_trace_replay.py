@@ -15,6 +15,7 @@ from bounded_router.simulate import (
     PrefixCache,
     ReplayConfig,
     ReplayPolicy,
+    ReplayResult,
     StepCosts,
     TraceError,
     load_trace,
@@ -33,7 +34,7 @@ FIXTURE = str(pathlib.Path(__file__).resolve().parent.parent / "testdata" / "con
 SIMPLE = StepCosts(step_ms=1, prefill_ms_per_token=1, decode_ms_per_request=0.5, context_ms_per_token=0, chunk_tokens=4)
 
 
-def _line(timestamp: float, input_length: int, output_length: int, hash_ids: Sequence[int], **extra: object) -> str:
+def _line(timestamp: float, input_length: int, output_length: object, hash_ids: Sequence[object], **extra: object) -> str:
     record = {"timestamp": timestamp, "input_length": input_length, "output_length": output_length, "hash_ids": list(hash_ids)}
     record.update(extra)
     return json.dumps(record)
@@ -43,7 +44,7 @@ def _trace(lines: List[str], block_size: int = 2, key_field: Optional[str] = Non
     return build_trace(parse_trace(lines, block_size), block_size, key_field)
 
 
-def _replay(lines: List[str], workers: int = 1, policy: str = "consistent_hashing", costs: StepCosts = SIMPLE, **kw: object):
+def _replay(lines: List[str], workers: int = 1, policy: str = "consistent_hashing", costs: StepCosts = SIMPLE, **kw: object) -> ReplayResult:
     config = ReplayConfig(workers=workers, load=None, cache_blocks=kw.pop("cache_blocks", 16), costs=costs)  # type: ignore[arg-type]
     spec = ReplayPolicy(policy, **kw)  # type: ignore[arg-type]
     return replay(spec, _trace(lines), config)
@@ -58,7 +59,7 @@ def test_the_fixture_parses_with_its_conversations() -> None:
     assert shared_leading_blocks(trace.requests) == 1  # block 0: the system prompt every request shares
     assert trace.key_source == "first non-shared block (after 1 shared)"
     assert len(set(trace.keys)) == 7 + 12  # seven conversations of several turns, twelve single turns
-    assert all(key == "block-%d" % r.blocks[1] for key, r in zip(trace.keys, trace.requests))
+    assert all(key == "block-%s" % r.blocks[1] for key, r in zip(trace.keys, trace.requests))
     assert load_trace(FIXTURE, limit=5).requests == trace.requests[:5]
 
 

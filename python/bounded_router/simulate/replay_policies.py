@@ -96,6 +96,12 @@ class Routing:
     def finished(self, worker: int, input_tokens: int) -> None:
         """A request of ``input_tokens`` prompt tokens left ``worker``."""
 
+    def ring_worker(self, key: str) -> str:
+        """The worker the key's ring position names (the router of the oracle and the prototype is strict hashing)."""
+        url = self.router.select(key).worker_url
+        assert url is not None  # every simulated worker is healthy
+        return url
+
 
 class _RandomRouting(Routing):
     def __init__(self, router: Router, urls: List[str], seed: int) -> None:
@@ -118,7 +124,7 @@ class _OracleRouting(Routing):
         chosen = oracle_choice(cached, self.loads, self.margin)
         self.loads[chosen] += 1
         url = self.urls[chosen]
-        return self.router.acquire(url, key), url != self.router.select(key).worker_url
+        return self.router.acquire(url, key), url != self.ring_worker(key)
 
     def finished(self, worker: int, input_tokens: int) -> None:
         self.loads[worker] -= 1
@@ -131,7 +137,7 @@ class _PrototypeRouting(Routing):
         self.index = {url: i for i, url in enumerate(urls)}
 
     def route(self, key: str, blocks: Sequence[Hashable], input_tokens: int) -> Tuple[Lease, bool]:
-        preferred = self.index[self.router.select(key).worker_url]
+        preferred = self.index[self.ring_worker(key)]
         chosen = self.rule.choose(key, preferred, input_tokens)
         return self.router.acquire(self.urls[chosen], key), chosen != preferred
 
