@@ -114,7 +114,6 @@ class BatchingWorker:
         self.steps = 0  # steps completed
         self.busy_ms = 0.0  # time in steps
         self.prefill_busy_ms = 0.0  # time in steps that prefill
-        self.prefilled_tokens = 0
         self.version = 0
         # The step or decode segment in progress: start, time per step, steps, tokens prefilled.
         self._start = math.nan
@@ -122,14 +121,6 @@ class BatchingWorker:
         self._count = 0
         self._prefill = 0
         self.in_step = False
-
-    @property
-    def batch(self) -> int:
-        return len(self._running)
-
-    def outstanding(self) -> int:
-        """Jobs on this worker: waiting or running."""
-        return len(self.queue) + len(self._running)
 
     def cached_blocks(self, blocks: Sequence[Hashable]) -> int:
         """How many leading blocks of a prompt this worker's cache holds (nothing is touched)."""
@@ -140,6 +131,8 @@ class BatchingWorker:
         self.queue.append(job)
         if not self.in_step or self._prefill or self._count <= 1:
             return None
+        # Steps started before now run to their end; an arrival exactly at a step boundary joins
+        # the step that starts there (the tolerance absorbs float rounding of the boundary).
         done = math.ceil((now - self._start) / self._step - 1e-9)
         self._count = min(self._count, max(done, 0))
         self.version += 1
@@ -179,7 +172,6 @@ class BatchingWorker:
         self.busy_ms += self._count * self._step
         if self._prefill:
             self.prefill_busy_ms += self._step
-        self.prefilled_tokens += self._prefill
         finished: List[Job] = []
         running = self._running
         while running and running[0][0] <= self.steps:
@@ -187,7 +179,7 @@ class BatchingWorker:
             self.context -= job.input_tokens
             job.finished = now
             finished.append(job)
-        first = self._take_prefill(now)
+        first = self._take_prefill()
         for job in first:
             self.cache.insert(job.blocks)
             job.first_token = now
@@ -199,7 +191,7 @@ class BatchingWorker:
                 self.context += job.input_tokens
         return first, finished
 
-    def _take_prefill(self, now: float) -> List[Job]:
+    def _take_prefill(self) -> List[Job]:
         budget = self._prefill
         first: List[Job] = []
         while budget:

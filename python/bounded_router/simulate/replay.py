@@ -28,6 +28,8 @@ __all__ = ["ReplayConfig", "ReplayResult", "replay", "arrival_scale"]
 #: Per-worker cache capacity when neither --cache-blocks nor --cache-fraction is given: this
 #: fraction of the trace's distinct blocks.
 DEFAULT_CACHE_FRACTION = 0.02
+#: The offered prefill load of a replay unless told: the heavy load of docs/trace-replay.md.
+DEFAULT_LOAD = 0.8
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class ReplayConfig:
     """
 
     workers: int = 8
-    load: Optional[float] = 0.7
+    load: Optional[float] = DEFAULT_LOAD
     cache_blocks: Optional[int] = None
     cache_fraction: float = DEFAULT_CACHE_FRACTION
     costs: StepCosts = StepCosts()

@@ -9,7 +9,7 @@ from typing import List, Optional, Sequence
 
 from .batching import StepCosts
 from .oracle import DEFAULT_MARGIN
-from .replay import DEFAULT_CACHE_FRACTION, ReplayConfig, ReplayResult, arrival_scale, replay
+from .replay import DEFAULT_CACHE_FRACTION, DEFAULT_LOAD, ReplayConfig, ReplayResult, arrival_scale, replay
 from .replay_policies import ReplayPolicy
 from .trace import TraceError, load_trace
 
@@ -28,6 +28,7 @@ def _int_list(text: str) -> List[int]:
 
 def _parser() -> argparse.ArgumentParser:
     c = StepCosts()
+    r = ReplayConfig()
     parser = argparse.ArgumentParser(
         prog="python -m bounded_router.simulate --trace FILE.jsonl",
         description="Replay a request trace (Mooncake format: timestamp, input_length, output_length, hash_ids) "
@@ -49,13 +50,13 @@ def _parser() -> argparse.ArgumentParser:
         help="route by this field of each line (default: the first block after the blocks every request shares)",
     )
     fl = parser.add_argument_group("fleet and load")
-    fl.add_argument("--workers", type=int, default=8, help="default 8")
+    fl.add_argument("--workers", type=int, default=r.workers, help="default %d" % r.workers)
     fl.add_argument(
         "--load",
         type=float,
-        default=0.8,
+        default=DEFAULT_LOAD,
         help="offered prefill work per worker as a fraction of its capacity; arrivals keep the trace's "
-        "timing, scaled to it (default 0.8)",
+        "timing, scaled to it (default %g)" % DEFAULT_LOAD,
     )
     fl.add_argument("--as-recorded", action="store_true", help="keep the trace's timestamps unscaled (ignores --load)")
     cache = fl.add_mutually_exclusive_group()
@@ -67,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="F",
         help="or: each worker caches this fraction of the trace's distinct blocks (default %g)" % DEFAULT_CACHE_FRACTION,
     )
-    fl.add_argument("--seed", type=int, default=1, help="seeds the random row")
+    fl.add_argument("--seed", type=int, default=r.seed, help="seeds the random row")
     pol = parser.add_argument_group("rows")
     pol.add_argument("--gaps", type=_int_list, default=[2], help="min_load_gap of the bounded rows (default 2)")
     pol.add_argument("--skew", type=float, default=1.5, help="max_load_skew of the bounded rows (default 1.5)")
