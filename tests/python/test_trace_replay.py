@@ -210,7 +210,9 @@ def test_every_row_serves_every_request_and_releases_every_lease() -> None:
     # The seven conversations' later turns find their prefix where strict hashing sent the first.
     assert results["consistent_hashing"].cached_token_fraction > results["random"].cached_token_fraction
     assert results["consistent_hashing"].spill_fraction == 0
-    assert results["bounded_consistent_hashing"].branches
+    bounded = results["bounded_consistent_hashing"]
+    assert bounded.branches["explicit_routing_key_spillover"] == bounded.spilled == len(bounded.spill_excess) > 0
+    assert min(bounded.spill_excess) >= 0 and 0 <= bounded.spills_to_least_loaded <= 1
 
 
 # -- the oracle and the prototype ------------------------------------------------------------------
@@ -275,6 +277,10 @@ def test_cli_trace_json_and_plot(tmp_path: pathlib.Path, capsys: pytest.CaptureF
         assert row["requests"] == 35 and row["cache_blocks_per_worker"] == 40
         for key in ("mean_ttft_ms", "p99_ttft_ms", "cached_token_fraction", "spill_fraction", "utilisation"):
             assert isinstance(row[key], float)
+    assert main(["--trace", FIXTURE, "--as-recorded", "--json"]) == 0
+    recorded = json.loads(capsys.readouterr().out)
+    assert recorded[0]["config"]["load"] is None
+    assert recorded[0]["arrival_span_s"] == 792.0  # the fixture's own timestamps: 0 to 792,000 ms
     assert main(["--trace", FIXTURE, "--limit", "10", "--plot", str(tmp_path / "r.png")]) == 0
     assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

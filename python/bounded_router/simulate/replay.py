@@ -98,6 +98,7 @@ class ReplayResult:
     cache_blocks: int
     requests: int
     spilled: int
+    spill_excess: List[int] = field(repr=False)
     prompt_tokens: int
     cached_tokens: int
     ttft_ms: List[float] = field(repr=False)
@@ -113,6 +114,16 @@ class ReplayResult:
     @property
     def spill_fraction(self) -> float:
         return self.spilled / self.requests if self.requests else 0.0
+
+    @property
+    def spills_to_least_loaded(self) -> float:
+        """Fraction of spills that went to a worker with the fewest requests in flight."""
+        return sum(1 for e in self.spill_excess if e == 0) / len(self.spill_excess) if self.spill_excess else math.nan
+
+    @property
+    def mean_spill_excess(self) -> float:
+        """Requests in flight on a spill's target above the least loaded worker, on average."""
+        return sum(self.spill_excess) / len(self.spill_excess) if self.spill_excess else math.nan
 
     @property
     def cached_token_fraction(self) -> float:
@@ -162,6 +173,8 @@ class ReplayResult:
             "p99_ttft_ms": self.p99_ttft_ms,
             "cached_token_fraction": self.cached_token_fraction,
             "spill_fraction": self.spill_fraction,
+            "spills_to_least_loaded": self.spills_to_least_loaded,
+            "mean_spill_excess": self.mean_spill_excess,
             "utilisation": self.utilisation,
             "max_utilisation": self.max_utilisation,
             "busy_fraction": self.busy_fraction,
@@ -180,79 +193,98 @@ _ARRIVE = 0
 _STEP_END = 1
 
 
-def replay(policy: ReplayPolicy, trace: Trace, config: ReplayConfig = ReplayConfig()) -> ReplayResult:
-    """Replay ``trace`` over ``config.workers`` simulated workers routed by ``policy``."""
-    urls = ["http://replay-worker-%d" % i for i in range(config.workers)]
-    index = {url: i for i, url in enumerate(urls)}
-    capacity = config.cache_capacity(trace)
-    workers = [BatchingWorker(config.costs, capacity, trace.block_size) for _ in urls]
-    scale = arrival_scale(trace, config)
-    start = trace.requests[0].timestamp_ms
-    mean_prompt = trace.prompt_tokens / len(trace.requests)
-    events: List[Tuple[float, int, int, int, int]] = []  # (time, order, kind, subject, version)
-    for i, request in enumerate(trace.requests):
-        events.append(((request.timestamp_ms - start) * scale, i, _ARRIVE, i, 0))
-    heapq.heapify(events)
-    order = len(events)
-    ttfts: List[float] = []
-    placements = [-1] * len(trace.requests)
-    spilled = cached = prompt = 0
-    last = 0.0
+class _Run:
+    """The state of one replay: the event queue, the workers, the routing and the tallies."""
 
-    routing = make_routing(policy, urls, workers, config.seed, mean_prompt)
-    with routing.router as router:
+    def __init__(self, policy: ReplayPolicy, trace: Trace, config: ReplayConfig) -> None:
+        self.trace = trace
+        urls = ["http://replay-worker-%d" % i for i in range(config.workers)]
+        self.index = {url: i for i, url in enumerate(urls)}
+        self.capacity = config.cache_capacity(trace)
+        self.workers = [BatchingWorker(config.costs, self.capacity, trace.block_size) for _ in urls]
+        self.scale = arrival_scale(trace, config)
+        start = trace.requests[0].timestamp_ms
+        # (time, order, kind, subject, version): the order keeps ties first come, first served.
+        self.events = [((r.timestamp_ms - start) * self.scale, i, _ARRIVE, i, 0) for i, r in enumerate(trace.requests)]
+        heapq.heapify(self.events)
+        self.order = len(self.events)
+        mean_prompt = trace.prompt_tokens / len(trace.requests)
+        self.routing = make_routing(policy, urls, self.workers, config.seed, mean_prompt)
+        self.ttfts: List[float] = []
+        self.placements = [-1] * len(trace.requests)
+        self.cached = self.prompt = 0
+        # Requests in flight per worker, to see where spills land (issue 10: the first worker
+        # clockwise is often not one with room).
+        self.in_flight = [0] * config.workers
+        self.spill_excess: List[int] = []
+        self.last = 0.0
 
-        def schedule(w: int, end: Optional[float]) -> None:
-            nonlocal order
-            if end is not None:
-                order += 1
-                heapq.heappush(events, (end, order, _STEP_END, w, workers[w].version))
+    def schedule(self, w: int, end: Optional[float]) -> None:
+        if end is not None:
+            self.order += 1
+            heapq.heappush(self.events, (end, self.order, _STEP_END, w, self.workers[w].version))
 
+    def arrive(self, i: int, now: float) -> None:
+        request = self.trace.requests[i]
+        lease, spilled = self.routing.route(self.trace.keys[i], request.blocks, request.input_tokens)
+        w = self.index[lease.worker_url]
+        if spilled:
+            self.spill_excess.append(self.in_flight[w] - min(self.in_flight))
+        self.in_flight[w] += 1
+        self.placements[i] = w
+        worker = self.workers[w]
+        job = Job(i, now, request.input_tokens, request.output_tokens, request.blocks, lease)
+        self.schedule(w, worker.add(job, now))
+        self.schedule(w, worker.start(now))
+
+    def step_end(self, w: int, now: float) -> None:
+        worker = self.workers[w]
+        first, finished = worker.complete(now)
+        for job in first:
+            self.ttfts.append(now - job.arrival)
+            self.cached += job.cached
+            self.prompt += job.input_tokens
+        for job in finished:
+            job.payload.release()
+            self.routing.finished(w, job.input_tokens)
+            self.in_flight[w] -= 1
+            self.last = now
+        self.schedule(w, worker.start(now))
+
+    def run(self) -> None:
+        events = self.events
         while events:
             now, _, kind, subject, version = heapq.heappop(events)
             if kind == _ARRIVE:
-                request = trace.requests[subject]
-                lease, spill = routing.route(trace.keys[subject], request.blocks, request.input_tokens)
-                spilled += spill
-                w = index[lease.worker_url]
-                placements[subject] = w
-                worker = workers[w]
-                job = Job(subject, now, request.input_tokens, request.output_tokens, request.blocks, lease)
-                schedule(w, worker.add(job, now))
-                schedule(w, worker.start(now))
-                continue
-            worker = workers[subject]
-            if version != worker.version:
-                continue  # a decode segment cut short by an arrival: its new end is queued
-            first, finished = worker.complete(now)
-            for job in first:
-                ttfts.append(now - job.arrival)
-                cached += job.cached
-                prompt += job.input_tokens
-            for job in finished:
-                job.payload.release()
-                routing.finished(subject, job.input_tokens)
-                last = now
-            schedule(subject, worker.start(now))
+                self.arrive(subject, now)
+            elif version == self.workers[subject].version:  # else: a decode segment cut short, its new end is queued
+                self.step_end(subject, now)
+        if len(self.ttfts) != len(self.trace.requests):  # pragma: no cover - an engine bug
+            raise RuntimeError("replay ended with %d of %d requests served" % (len(self.ttfts), len(self.trace.requests)))
 
-        if len(ttfts) != len(trace.requests):  # pragma: no cover - an engine bug
-            raise RuntimeError("replay ended with %d of %d requests served" % (len(ttfts), len(trace.requests)))
+
+def replay(policy: ReplayPolicy, trace: Trace, config: ReplayConfig = ReplayConfig()) -> ReplayResult:
+    """Replay ``trace`` over ``config.workers`` simulated workers routed by ``policy``."""
+    state = _Run(policy, trace, config)
+    with state.routing.router as router:
+        state.run()
         return ReplayResult(
             policy=policy,
             config=config,
             trace_requests=len(trace.requests),
-            cache_blocks=capacity,
-            requests=len(ttfts),
-            spilled=spilled,
-            prompt_tokens=prompt,
-            cached_tokens=cached,
-            ttft_ms=ttfts,
-            duration_ms=last,
-            busy_ms=[w.busy_ms for w in workers],
-            prefill_busy_ms=[w.prefill_busy_ms for w in workers],
-            arrival_span_ms=trace.span_ms * scale,
+            cache_blocks=state.capacity,
+            requests=len(state.ttfts),
+            spilled=len(state.spill_excess),
+            spill_excess=state.spill_excess,
+            prompt_tokens=state.prompt,
+            cached_tokens=state.cached,
+            ttft_ms=state.ttfts,
+            duration_ms=state.last,
+            busy_ms=[w.busy_ms for w in state.workers],
+            prefill_busy_ms=[w.prefill_busy_ms for w in state.workers],
+            arrival_span_ms=trace.span_ms * state.scale,
             branches=router.branch_counts(),
             leaked_leases=router.leaked_leases(),
             final_loads=router.loads(),
-            placements=placements,
+            placements=state.placements,
         )
