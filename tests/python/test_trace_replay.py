@@ -44,9 +44,16 @@ def _trace(lines: List[str], block_size: int = 2, key_field: Optional[str] = Non
     return build_trace(parse_trace(lines, block_size), block_size, key_field)
 
 
-def _replay(lines: List[str], workers: int = 1, policy: str = "consistent_hashing", costs: StepCosts = SIMPLE, **kw: object) -> ReplayResult:
-    config = ReplayConfig(workers=workers, load=None, cache_blocks=kw.pop("cache_blocks", 16), costs=costs)  # type: ignore[arg-type]
-    spec = ReplayPolicy(policy, **kw)  # type: ignore[arg-type]
+def _replay(
+    lines: List[str],
+    workers: int = 1,
+    policy: str = "consistent_hashing",
+    margin: Optional[int] = None,
+    costs: StepCosts = SIMPLE,
+) -> ReplayResult:
+    """Replay ``lines`` (blocks of 2 tokens) as recorded, with 16 cached blocks per worker."""
+    config = ReplayConfig(workers=workers, load=None, cache_blocks=16, costs=costs)
+    spec = ReplayPolicy(policy, margin=margin)
     return replay(spec, _trace(lines), config)
 
 

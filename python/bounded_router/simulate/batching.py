@@ -81,9 +81,22 @@ class StepCosts:
 class Job:
     """A request on a worker: its prompt, its progress and the times the engine reports."""
 
-    __slots__ = ("ident", "arrival", "input_tokens", "output_tokens", "blocks", "cached", "remaining", "first_token", "finished", "payload")
+    __slots__ = (
+        "ident",
+        "arrival",
+        "input_tokens",
+        "output_tokens",
+        "blocks",
+        "cached",
+        "remaining",
+        "first_token",
+        "finished",
+        "payload",
+    )
 
-    def __init__(self, ident: int, arrival: float, input_tokens: int, output_tokens: int, blocks: Sequence[Hashable], payload: Any = None) -> None:
+    def __init__(
+        self, ident: int, arrival: float, input_tokens: int, output_tokens: int, blocks: Sequence[Hashable], payload: Any = None
+    ) -> None:
         self.ident = ident
         self.arrival = arrival
         self.input_tokens = input_tokens

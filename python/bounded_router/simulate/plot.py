@@ -165,10 +165,9 @@ def plot_replay(results: Sequence["ReplayResult"], path: str) -> None:
     config = results[0].config
     load = "as recorded" if config.load is None else "offered prefill load %g" % config.load
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
-    fig.suptitle(
-        "Trace replay: %d requests, %d workers, %s, cache %d blocks/worker" % (results[0].requests, config.workers, load, results[0].cache_blocks),
-        fontsize=10,
-    )
+    first = results[0]
+    title = "Trace replay: %d requests, %d workers, %s, cache %d blocks/worker"
+    fig.suptitle(title % (first.requests, config.workers, load, first.cache_blocks), fontsize=10)
     width = 0.4
     ax = axes[0]
     ax.bar([i - width / 2 for i in x], [r.mean_ttft_ms / 1000 for r in results], width, label="mean")

@@ -67,7 +67,11 @@ class ReplayPolicy:
         if self.policy == "oracle":
             return "oracle margin=%d" % (self.margin or 0)
         if self.min_load_gap is not None and self.max_load_skew is not None:
-            return "%s gap=%d skew=%g" % ("prototype" if self.policy == "prototype" else "bounded", self.min_load_gap, self.max_load_skew)
+            return "%s gap=%d skew=%g" % (
+                "prototype" if self.policy == "prototype" else "bounded",
+                self.min_load_gap,
+                self.max_load_skew,
+            )
         return self.policy
 
 
@@ -145,7 +149,9 @@ class _PrototypeRouting(Routing):
         self.rule.finished(worker, input_tokens)
 
 
-def make_routing(policy: ReplayPolicy, urls: List[str], workers: "Sequence[BatchingWorker]", seed: int, mean_prompt: float) -> Routing:
+def make_routing(
+    policy: ReplayPolicy, urls: List[str], workers: "Sequence[BatchingWorker]", seed: int, mean_prompt: float
+) -> Routing:
     """The routing of a row over ``urls`` (the caller closes ``routing.router``)."""
     spec = policy.library_spec()
     if spec is not None and spec.policy != "random":

@@ -19,7 +19,16 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, Hashable, Iterable, List, Optional, Sequence, Tuple
 
-__all__ = ["TraceError", "TraceRequest", "Trace", "parse_trace", "load_trace", "build_trace", "shared_leading_blocks", "routing_keys"]
+__all__ = [
+    "TraceError",
+    "TraceRequest",
+    "Trace",
+    "parse_trace",
+    "load_trace",
+    "build_trace",
+    "shared_leading_blocks",
+    "routing_keys",
+]
 
 
 class TraceError(ValueError):
@@ -82,7 +91,10 @@ def _request(record: Any, line: int, where: str, block_size: int, previous_ms: f
     if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) or not math.isfinite(timestamp) or timestamp < 0:
         raise TraceError("%s: field 'timestamp' must be a number of milliseconds >= 0, got %r" % (where, timestamp))
     if timestamp < previous_ms:
-        raise TraceError("%s: field 'timestamp' goes back in time (%r after %r): the trace must be in arrival order" % (where, timestamp, previous_ms))
+        raise TraceError(
+            "%s: field 'timestamp' goes back in time (%r after %r): the trace must be in arrival order"
+            % (where, timestamp, previous_ms)
+        )
     input_tokens = _count(record, "input_length", where, 1)
     output_tokens = _count(record, "output_length", where, 1)
     blocks = _field(record, "hash_ids", where)
@@ -97,7 +109,9 @@ def _request(record: Any, line: int, where: str, block_size: int, previous_ms: f
     return TraceRequest(line, float(timestamp), input_tokens, output_tokens, tuple(blocks), record)
 
 
-def parse_trace(lines: Iterable[str], block_size: int = 512, name: str = "trace", limit: Optional[int] = None) -> List[TraceRequest]:
+def parse_trace(
+    lines: Iterable[str], block_size: int = 512, name: str = "trace", limit: Optional[int] = None
+) -> List[TraceRequest]:
     """The requests of trace ``lines`` (blank lines are skipped), at most ``limit`` of them."""
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError("block_size must be an integer >= 1, got %r" % (block_size,))
