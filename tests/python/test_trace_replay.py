@@ -164,13 +164,14 @@ def test_a_long_prompt_is_prefilled_in_chunks_that_a_chunk_may_share() -> None:
     assert result.duration_ms == 17.0
 
 
-def test_an_arrival_cuts_a_decode_segment_at_the_step_in_progress() -> None:
-    # A: prefill 2 tokens (3 ms), then decodes its 4 remaining tokens in steps of 1.5 ms from 3 ms.
-    # B arrives at 5.5, during the second of those steps (4.5 to 6): its prefill starts at 6,
-    # with A's decode: 1 + 2 + 0.5 = 3.5 ms, first token at 9.5 (TTFT 4). A then needs one more
-    # step (9.5 to 11).
-    result = _replay([_line(0, 2, 5, [1]), _line(5.5, 2, 1, [2])])
-    assert result.ttft_ms == [3.0, 4.0]
+@pytest.mark.parametrize("arrival, ttft", [(5.5, 4.0), (6.0, 3.5), (3.0, 3.5)])
+def test_an_arrival_cuts_a_decode_segment_at_the_step_in_progress(arrival: float, ttft: float) -> None:
+    # A: prefill 2 tokens (3 ms), then decodes its 4 remaining tokens in steps of 1.5 ms from 3 ms
+    # (boundaries at 4.5, 6, 7.5). B arrives during the step from 4.5 to 6 (5.5), exactly at a
+    # boundary (6), or as A's prefill ends (3): its prefill starts at the next boundary, with A's
+    # decode: 1 + 2 + 0.5 = 3.5 ms. A's remaining steps end at 11 in every case.
+    result = _replay([_line(0, 2, 5, [1]), _line(arrival, 2, 1, [2])])
+    assert result.ttft_ms == [3.0, ttft]
     assert result.duration_ms == 11.0
 
 
