@@ -213,8 +213,8 @@ class _Run:
         self.ttfts: List[float] = []
         self.placements = [-1] * len(trace.requests)
         self.cached = self.prompt = 0
-        # Requests in flight per worker, to see where spills land (issue 10: the first worker
-        # clockwise is often not one with room).
+        # Requests in flight per worker, to see where spills land: the first worker clockwise
+        # under the load bound need not be one with room.
         self.in_flight = [0] * config.workers
         self.spill_excess: List[int] = []
         self.last = 0.0
