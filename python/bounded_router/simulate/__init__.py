@@ -15,6 +15,18 @@ From Python::
                  Workload(groups=100, shared_prefix_tokens=4000), CostModel())
     print(result.placement, result.spill_fraction, result.mean_ttft_ms)
 
+``python -m bounded_router.simulate --trace FILE.jsonl`` replays a request trace in the
+Mooncake format over workers with chunked prefill and continuous batching
+(:mod:`bounded_router.simulate.batching`), routed by every policy of the library and by a
+cache-aware oracle (:mod:`bounded_router.simulate.replay`)::
+
+    from bounded_router.simulate import DEFAULT_REPLAY_POLICIES, ReplayConfig, load_trace, replay
+
+    trace = load_trace("conversation_trace.jsonl")
+    for policy in DEFAULT_REPLAY_POLICIES:
+        result = replay(policy, trace, ReplayConfig(workers=8, load=0.8))
+        print(policy.label, result.mean_ttft_ms, result.cached_token_fraction)
+
 Standard library only; ``--plot`` needs matplotlib (``pip install 'bounded-router[plot]'``).
 """
 
@@ -22,9 +34,13 @@ from __future__ import annotations
 
 from typing import List, Sequence
 
+from .batching import StepCosts
 from .engine import DEFAULT_POLICIES, PolicySpec, Result, placement_label, run
 from .model import CostModel, PrefixCache, Workload
+from .replay import ReplayConfig, ReplayResult, replay
+from .replay_policies import DEFAULT_REPLAY_POLICIES, ReplayPolicy
 from .sweep import SweepCell, sweep
+from .trace import Trace, TraceError, load_trace
 
 __all__ = [
     "CostModel",
@@ -38,6 +54,15 @@ __all__ = [
     "sweep",
     "SweepCell",
     "placement_label",
+    "StepCosts",
+    "Trace",
+    "TraceError",
+    "load_trace",
+    "ReplayConfig",
+    "ReplayPolicy",
+    "ReplayResult",
+    "DEFAULT_REPLAY_POLICIES",
+    "replay",
 ]
 
 

@@ -10,6 +10,8 @@ from typing import Any, List, Optional, Sequence
 
 from .engine import PolicySpec, Result, run
 from .model import CostModel, Workload
+from .replay_cli import main as replay_main
+from .replay_cli import wants_replay
 from .report import describe, format_sweep, format_table
 from .sweep import DEFAULT_GAPS, DEFAULT_RATES, DEFAULT_SKEWS, sweep
 
@@ -37,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
         "prefix (by default the upstream two-worker A/B) and print what each policy does: placement of "
         "each group's siblings, spill, prefix-cache reuse, time to first token, throughput. Every routing "
         "decision is made by the real router; workers, caches and costs are modelled.",
+    )
+    parser.add_argument(
+        "--trace",
+        metavar="FILE.jsonl",
+        help="replay a request trace (Mooncake format) instead; its options: --trace FILE.jsonl --help",
     )
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print a JSON array of rows instead of the table")
@@ -86,6 +93,8 @@ def _json_value(value: Any) -> Any:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    if wants_replay(sys.argv[1:] if argv is None else argv):
+        return replay_main(argv)
     parser = _parser()
     args = parser.parse_args(argv)
     try:

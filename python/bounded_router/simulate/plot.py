@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence
+from typing import TYPE_CHECKING, Any, List, Sequence
 
 from .engine import Result
 from .report import placement_columns
 from .sweep import SweepCell
 
-__all__ = ["plot_results", "plot_sweep"]
+if TYPE_CHECKING:
+    from .replay import ReplayResult
+
+__all__ = ["plot_results", "plot_sweep", "plot_replay"]
 
 
 def _pyplot() -> Any:
@@ -140,5 +143,54 @@ def plot_sweep(cells: Sequence[SweepCell], path: str) -> None:
                 ax.set_title("cached prompt tokens (strict %.1f%%)" % (100 * strict.cached_token_fraction), fontsize=9)
     fig.colorbar(ttft_image, ax=list(axes[0]), label="mean TTFT vs strict (%)", shrink=0.9)
     fig.colorbar(cache_image, ax=list(axes[1]), label="cached prompt tokens (%)", shrink=0.9)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _replay_label(result: "ReplayResult") -> str:
+    p = result.policy
+    if p.policy == "oracle":
+        return "oracle\nmargin %d" % (p.margin or 0)
+    if p.min_load_gap is not None:
+        name = "bounded" if p.policy == "bounded_consistent_hashing" else p.policy
+        return "%s\ngap %d\nskew %g" % (name, p.min_load_gap, p.max_load_skew or 0)
+    return p.policy.replace("_", "\n", 1)
+
+
+def plot_replay(results: Sequence["ReplayResult"], path: str) -> None:
+    """Time to first token, cache hits, spill and utilisation of each row of a trace replay, as a PNG."""
+    plt = _pyplot()
+    x = list(range(len(results)))
+    labels = [_replay_label(r) for r in results]
+    config = results[0].config
+    load = "as recorded" if config.load is None else "offered prefill load %g" % config.load
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
+    first = results[0]
+    title = "Trace replay: %d requests, %d workers, %s, cache %d blocks/worker"
+    fig.suptitle(title % (first.requests, config.workers, load, first.cache_blocks), fontsize=10)
+    width = 0.4
+    ax = axes[0]
+    ax.bar([i - width / 2 for i in x], [r.mean_ttft_ms / 1000 for r in results], width, label="mean")
+    ax.bar([i + width / 2 for i in x], [r.p99_ttft_ms / 1000 for r in results], width, label="p99")
+    ax.set_yscale("log")
+    ax.set_ylabel("s")
+    ax.set_title("Time to first token")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    ax.bar([i - width / 2 for i in x], [100 * r.cached_token_fraction for r in results], width, label="prompt tokens from cache")
+    ax.bar([i + width / 2 for i in x], [100 * r.spill_fraction for r in results], width, label="requests off the key's worker")
+    ax.set_ylabel("%")
+    ax.set_title("Cache hits and spill")
+    ax.legend(fontsize=8)
+    ax = axes[2]
+    ax.bar([i - width / 2 for i in x], [r.utilisation for r in results], width, label="mean")
+    ax.bar([i + width / 2 for i in x], [r.max_utilisation for r in results], width, label="busiest worker")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("Achieved prefill utilisation")
+    ax.legend(fontsize=8)
+    for ax in axes:
+        ax.set_xticks(x)
+        ax.set_xticklabels(labels, fontsize=7)
+    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

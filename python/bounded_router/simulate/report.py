@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from .engine import Result
 from .sweep import SweepCell
 
-__all__ = ["placement_columns", "format_table", "format_sweep", "describe"]
+if TYPE_CHECKING:
+    from .replay import ReplayResult
+    from .trace import Trace
+
+__all__ = ["placement_columns", "format_table", "format_sweep", "describe", "describe_replay", "format_replay_table"]
 
 
 def placement_columns(results: Sequence[Result]) -> List[str]:
@@ -92,12 +96,7 @@ def format_table(results: Sequence[Result]) -> str:
                 "-" if r is base else _relative(r.throughput_rps, base.throughput_rps if base else None),
             ]
         )
-    widths = [max(len(row[i]) for row in rows + [header]) for i in range(len(header))]
-    lines = []
-    for row in [header] + rows:
-        cells = [row[0].ljust(widths[0])] + [cell.rjust(widths[i]) for i, cell in enumerate(row) if i > 0]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
+    return _align(header, rows)
 
 
 def format_sweep(cells: Sequence[SweepCell]) -> str:
@@ -134,3 +133,69 @@ def format_sweep(cells: Sequence[SweepCell]) -> str:
             lines.append(row)
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+def describe_replay(path: str, trace: "Trace", result: "ReplayResult") -> str:
+    """The scenario lines printed above a replay table."""
+    config = result.config
+    costs = config.costs
+    load = "as recorded" if config.load is None else "offered prefill load %g" % config.load
+    return (
+        "%s: %d requests, %d distinct blocks of %d tokens, routing key: %s\n"
+        "%d workers, %s (arrivals over %.0f s), cache %d blocks/worker, seed %d\n"
+        "step %g ms + prefill %g ms/token (chunks of %d) + decode %g ms/request + %g ms/context token"
+        % (
+            path,
+            len(trace.requests),
+            trace.unique_blocks,
+            trace.block_size,
+            trace.key_source,
+            config.workers,
+            load,
+            result.arrival_span_ms / 1000.0,
+            result.cache_blocks,
+            config.seed,
+            costs.step_ms,
+            costs.prefill_ms_per_token,
+            costs.chunk_tokens,
+            costs.decode_ms_per_request,
+            costs.context_ms_per_token,
+        )
+    )
+
+
+def format_replay_table(results: Sequence["ReplayResult"]) -> str:
+    """One row per policy; relative figures are against the first bounded_consistent_hashing row."""
+    if not results:
+        return ""
+    base = next((r for r in results if r.policy.policy == "bounded_consistent_hashing"), None)
+    header = ["policy", "gap", "skew", "mean TTFT", "vs bounded", "p99 TTFT", "vs bounded", "cached", "spill", "util", "max util"]
+    rows: List[List[str]] = []
+    for r in results:
+        p = r.policy
+        spills = p.policy in ("bounded_consistent_hashing", "prototype", "oracle")
+        rows.append(
+            [
+                p.policy if p.policy != "oracle" else "oracle (margin %d)" % (p.margin or 0),
+                "-" if p.min_load_gap is None else str(p.min_load_gap),
+                "-" if p.max_load_skew is None else "%g" % p.max_load_skew,
+                "%.0f ms" % r.mean_ttft_ms,
+                "-" if r is base else _relative(r.mean_ttft_ms, base.mean_ttft_ms if base else None),
+                "%.0f ms" % r.p99_ttft_ms,
+                "-" if r is base else _relative(r.p99_ttft_ms, base.p99_ttft_ms if base else None),
+                "%.1f%%" % (100 * r.cached_token_fraction),
+                "%.1f%%" % (100 * r.spill_fraction) if spills else "-",
+                "%.2f" % r.utilisation,
+                "%.2f" % r.max_utilisation,
+            ]
+        )
+    return _align(header, rows)
+
+
+def _align(header: List[str], rows: List[List[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows + [header]) for i in range(len(header))]
+    lines = []
+    for row in [header] + rows:
+        cells = [row[0].ljust(widths[0])] + [cell.rjust(widths[i]) for i, cell in enumerate(row) if i > 0]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)

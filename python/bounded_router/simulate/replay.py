@@ -1,0 +1,290 @@
+"""Trace replay: the requests of a trace on simulated batching workers, routed by each row's policy.
+
+Arrivals keep the trace's timing, stretched or compressed by one factor so that the offered
+prefill work per worker is ``load`` times a worker's prefill capacity: the trace's prompt tokens,
+prefilled in full chunks with no cache (:meth:`StepCosts.prefill_ms_at_capacity`), divided by
+``workers`` times the arrival span. Caches cut the work actually done, decode adds to it, so the
+achieved utilisation (the fraction of worker time spent in steps) is reported beside it.
+
+Each request is routed when it arrives and released when its last token is out, so the leases
+in the router are the requests in flight. Time is simulated; the run is repeatable for a seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from .batching import BatchingWorker, Job, StepCosts
+from .engine import _percentile
+from .model import _check_number
+from .replay_policies import ReplayPolicy, make_routing
+from .trace import Trace
+
+__all__ = ["ReplayConfig", "ReplayResult", "replay", "arrival_scale"]
+
+#: Per-worker cache capacity when neither --cache-blocks nor --cache-fraction is given: this
+#: fraction of the trace's distinct blocks.
+DEFAULT_CACHE_FRACTION = 0.02
+#: The offered prefill load of a replay unless told: the heavy load of docs/trace-replay.md.
+DEFAULT_LOAD = 0.8
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """The fleet and the load of a replay.
+
+    Attributes:
+        workers: number of workers.
+        load: offered prefill work per worker as a fraction of its capacity (None: the trace's own timing).
+        cache_blocks: block-cache capacity of each worker; None: ``cache_fraction`` of the trace's distinct blocks.
+        cache_fraction: see ``cache_blocks``.
+        costs: what a step costs.
+        seed: seeds the ``random`` row.
+    """
+
+    workers: int = 8
+    load: Optional[float] = DEFAULT_LOAD
+    cache_blocks: Optional[int] = None
+    cache_fraction: float = DEFAULT_CACHE_FRACTION
+    costs: StepCosts = StepCosts()
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        _check_number("workers", self.workers, 1, integer=True)
+        if self.load is not None:
+            _check_number("load", self.load, 0.0, strict=True)
+        if self.cache_blocks is not None:
+            _check_number("cache_blocks", self.cache_blocks, 0, integer=True)
+        _check_number("cache_fraction", self.cache_fraction, 0.0)
+        _check_number("seed", self.seed, 0, integer=True)
+
+    def cache_capacity(self, trace: Trace) -> int:
+        """Blocks each worker's cache holds for ``trace``."""
+        if self.cache_blocks is not None:
+            return self.cache_blocks
+        return int(round(self.cache_fraction * trace.unique_blocks))
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "workers": self.workers,
+            "load": self.load,
+            "cache_blocks": self.cache_blocks,
+            "cache_fraction": self.cache_fraction,
+            "costs": self.costs.to_dict(),
+            "seed": self.seed,
+        }
+
+
+def arrival_scale(trace: Trace, config: ReplayConfig) -> float:
+    """The factor applied to the trace's timestamps so that the offered prefill load is ``config.load``."""
+    if config.load is None:
+        return 1.0
+    if trace.span_ms <= 0:
+        raise ValueError("the trace's requests all arrive at the same time: --load needs a span of arrivals")
+    offered_ms = config.costs.prefill_ms_at_capacity(trace.prompt_tokens)
+    return offered_ms / (config.workers * config.load * trace.span_ms)
+
+
+@dataclass
+class ReplayResult:
+    """What one row of a replay measured."""
+
+    policy: ReplayPolicy
+    config: ReplayConfig
+    trace_requests: int
+    cache_blocks: int
+    requests: int
+    spilled: int
+    spill_excess: List[int] = field(repr=False)
+    prompt_tokens: int
+    cached_tokens: int
+    ttft_ms: List[float] = field(repr=False)
+    duration_ms: float
+    busy_ms: List[float]
+    prefill_busy_ms: List[float]
+    arrival_span_ms: float
+    branches: Dict[str, int]
+    leaked_leases: int
+    final_loads: Dict[str, int]
+    placements: List[int] = field(repr=False)
+
+    @property
+    def spill_fraction(self) -> float:
+        return self.spilled / self.requests if self.requests else 0.0
+
+    @property
+    def spills_to_least_loaded(self) -> float:
+        """Fraction of spills that went to a worker with the fewest requests in flight."""
+        return sum(1 for e in self.spill_excess if e == 0) / len(self.spill_excess) if self.spill_excess else math.nan
+
+    @property
+    def mean_spill_excess(self) -> float:
+        """Requests in flight on a spill's target above the least loaded worker, on average."""
+        return sum(self.spill_excess) / len(self.spill_excess) if self.spill_excess else math.nan
+
+    @property
+    def cached_token_fraction(self) -> float:
+        """Prompt tokens served from a cache over all prompt tokens."""
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def mean_ttft_ms(self) -> float:
+        return sum(self.ttft_ms) / len(self.ttft_ms) if self.ttft_ms else math.nan
+
+    @property
+    def p99_ttft_ms(self) -> float:
+        return _percentile(sorted(self.ttft_ms), 99)
+
+    def _fraction(self, ms: float) -> float:
+        return ms / self.duration_ms if self.duration_ms > 0 else 0.0
+
+    @property
+    def utilisation(self) -> float:
+        """Achieved prefill utilisation: mean fraction of worker time in steps that prefill (from 0 to the last token).
+
+        The counterpart of the offered ``load``: a worker with a waiting prompt prefills in every
+        step, so this reaches 1 on a worker that never catches up.
+        """
+        return self._fraction(sum(self.prefill_busy_ms) / len(self.prefill_busy_ms))
+
+    @property
+    def max_utilisation(self) -> float:
+        """The achieved prefill utilisation of the busiest worker."""
+        return self._fraction(max(self.prefill_busy_ms))
+
+    @property
+    def busy_fraction(self) -> float:
+        """Mean fraction of worker time in any step (decode included): what a GPU busy meter shows."""
+        return self._fraction(sum(self.busy_ms) / len(self.busy_ms))
+
+    def row(self) -> Dict[str, Any]:
+        """The JSON row of this result (``--json``)."""
+        return {
+            "policy": self.policy.policy,
+            "label": self.policy.label,
+            "min_load_gap": self.policy.min_load_gap,
+            "max_load_skew": self.policy.max_load_skew,
+            "margin": self.policy.margin,
+            "requests": self.requests,
+            "mean_ttft_ms": self.mean_ttft_ms,
+            "p99_ttft_ms": self.p99_ttft_ms,
+            "cached_token_fraction": self.cached_token_fraction,
+            "spill_fraction": self.spill_fraction,
+            "spills_to_least_loaded": self.spills_to_least_loaded,
+            "mean_spill_excess": self.mean_spill_excess,
+            "utilisation": self.utilisation,
+            "max_utilisation": self.max_utilisation,
+            "busy_fraction": self.busy_fraction,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "duration_s": self.duration_ms / 1000.0,
+            "arrival_span_s": self.arrival_span_ms / 1000.0,
+            "cache_blocks_per_worker": self.cache_blocks,
+            "branches": {k: v for k, v in self.branches.items() if v},
+            "leaked_leases": self.leaked_leases,
+            "config": self.config.to_dict(),
+        }
+
+
+_ARRIVE = 0
+_STEP_END = 1
+
+
+class _Run:
+    """The state of one replay: the event queue, the workers, the routing and the tallies."""
+
+    def __init__(self, policy: ReplayPolicy, trace: Trace, config: ReplayConfig) -> None:
+        self.trace = trace
+        urls = ["http://replay-worker-%d" % i for i in range(config.workers)]
+        self.index = {url: i for i, url in enumerate(urls)}
+        self.capacity = config.cache_capacity(trace)
+        self.workers = [BatchingWorker(config.costs, self.capacity, trace.block_size) for _ in urls]
+        self.scale = arrival_scale(trace, config)
+        start = trace.requests[0].timestamp_ms
+        # (time, order, kind, subject, version): the order keeps ties first come, first served.
+        self.events = [((r.timestamp_ms - start) * self.scale, i, _ARRIVE, i, 0) for i, r in enumerate(trace.requests)]
+        heapq.heapify(self.events)
+        self.order = len(self.events)
+        mean_prompt = trace.prompt_tokens / len(trace.requests)
+        self.routing = make_routing(policy, urls, self.workers, config.seed, mean_prompt)
+        self.ttfts: List[float] = []
+        self.placements = [-1] * len(trace.requests)
+        self.cached = self.prompt = 0
+        # Requests in flight per worker, to see where spills land: the first worker clockwise
+        # under the load bound need not be one with room.
+        self.in_flight = [0] * config.workers
+        self.spill_excess: List[int] = []
+        self.last = 0.0
+
+    def schedule(self, w: int, end: Optional[float]) -> None:
+        if end is not None:
+            self.order += 1
+            heapq.heappush(self.events, (end, self.order, _STEP_END, w, self.workers[w].version))
+
+    def arrive(self, i: int, now: float) -> None:
+        request = self.trace.requests[i]
+        lease, spilled = self.routing.route(self.trace.keys[i], request.blocks, request.input_tokens)
+        w = self.index[lease.worker_url]
+        if spilled:
+            self.spill_excess.append(self.in_flight[w] - min(self.in_flight))
+        self.in_flight[w] += 1
+        self.placements[i] = w
+        worker = self.workers[w]
+        job = Job(i, now, request.input_tokens, request.output_tokens, request.blocks, lease)
+        self.schedule(w, worker.add(job, now))
+        self.schedule(w, worker.start(now))
+
+    def step_end(self, w: int, now: float) -> None:
+        worker = self.workers[w]
+        first, finished = worker.complete(now)
+        for job in first:
+            self.ttfts.append(now - job.arrival)
+            self.cached += job.cached
+            self.prompt += job.input_tokens
+        for job in finished:
+            job.payload.release()
+            self.routing.finished(w, job.input_tokens)
+            self.in_flight[w] -= 1
+            self.last = now
+        self.schedule(w, worker.start(now))
+
+    def run(self) -> None:
+        events = self.events
+        while events:
+            now, _, kind, subject, version = heapq.heappop(events)
+            if kind == _ARRIVE:
+                self.arrive(subject, now)
+            elif version == self.workers[subject].version:  # else: a decode segment cut short, its new end is queued
+                self.step_end(subject, now)
+        if len(self.ttfts) != len(self.trace.requests):  # pragma: no cover - an engine bug
+            raise RuntimeError("replay ended with %d of %d requests served" % (len(self.ttfts), len(self.trace.requests)))
+
+
+def replay(policy: ReplayPolicy, trace: Trace, config: ReplayConfig = ReplayConfig()) -> ReplayResult:
+    """Replay ``trace`` over ``config.workers`` simulated workers routed by ``policy``."""
+    state = _Run(policy, trace, config)
+    with state.routing.router as router:
+        state.run()
+        return ReplayResult(
+            policy=policy,
+            config=config,
+            trace_requests=len(trace.requests),
+            cache_blocks=state.capacity,
+            requests=len(state.ttfts),
+            spilled=len(state.spill_excess),
+            spill_excess=state.spill_excess,
+            prompt_tokens=state.prompt,
+            cached_tokens=state.cached,
+            ttft_ms=state.ttfts,
+            duration_ms=state.last,
+            busy_ms=[w.busy_ms for w in state.workers],
+            prefill_busy_ms=[w.prefill_busy_ms for w in state.workers],
+            arrival_span_ms=trace.span_ms * state.scale,
+            branches=router.branch_counts(),
+            leaked_leases=router.leaked_leases(),
+            final_loads=router.loads(),
+            placements=state.placements,
+        )

@@ -1,0 +1,322 @@
+"""The trace replay: the trace parser, the routing key, the batching worker, the oracle, the command line."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import random
+import re
+from typing import List, Optional, Sequence
+
+import pytest
+
+from bounded_router.simulate import (
+    DEFAULT_REPLAY_POLICIES,
+    PrefixCache,
+    ReplayConfig,
+    ReplayPolicy,
+    ReplayResult,
+    StepCosts,
+    TraceError,
+    load_trace,
+    replay,
+)
+from bounded_router.simulate.__main__ import main
+from bounded_router.simulate.oracle import oracle_choice
+from bounded_router.simulate.prototype import PrototypeRouting
+from bounded_router.simulate.replay import arrival_scale
+from bounded_router.simulate.trace import Trace, build_trace, parse_trace, routing_keys, shared_leading_blocks
+
+FIXTURE = str(pathlib.Path(__file__).resolve().parent.parent / "testdata" / "conversation_trace_sample.jsonl")
+
+# A worker whose steps are easy to add up: 1 ms per step, 1 ms per prefilled token, 0.5 ms per
+# request in the batch, chunks of 4 tokens.
+SIMPLE = StepCosts(step_ms=1, prefill_ms_per_token=1, decode_ms_per_request=0.5, context_ms_per_token=0, chunk_tokens=4)
+
+
+def _line(timestamp: float, input_length: int, output_length: object, hash_ids: Sequence[object], **extra: object) -> str:
+    record = {"timestamp": timestamp, "input_length": input_length, "output_length": output_length, "hash_ids": list(hash_ids)}
+    record.update(extra)
+    return json.dumps(record)
+
+
+def _trace(lines: List[str], block_size: int = 2, key_field: Optional[str] = None) -> Trace:
+    return build_trace(parse_trace(lines, block_size), block_size, key_field)
+
+
+def _replay(
+    lines: List[str],
+    workers: int = 1,
+    policy: str = "consistent_hashing",
+    margin: Optional[int] = None,
+    costs: StepCosts = SIMPLE,
+) -> ReplayResult:
+    """Replay ``lines`` (blocks of 2 tokens) as recorded, with 16 cached blocks per worker."""
+    config = ReplayConfig(workers=workers, load=None, cache_blocks=16, costs=costs)
+    spec = ReplayPolicy(policy, margin=margin)
+    return replay(spec, _trace(lines), config)
+
+
+# -- the trace ---------------------------------------------------------------------------------
+
+
+def test_the_fixture_parses_with_its_conversations() -> None:
+    trace = load_trace(FIXTURE)
+    assert len(trace.requests) == 35 and trace.block_size == 512
+    assert shared_leading_blocks(trace.requests) == 1  # block 0: the system prompt every request shares
+    assert trace.key_source == "first non-shared block (after 1 shared)"
+    assert len(set(trace.keys)) == 7 + 12  # seven conversations of several turns, twelve single turns
+    assert all(key == "block-%s" % r.blocks[1] for key, r in zip(trace.keys, trace.requests))
+    assert load_trace(FIXTURE, limit=5).requests == trace.requests[:5]
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("{not json", "t line 2: not JSON"),
+        ("[1, 2]", "t line 2: expected a JSON object, got list"),
+        ('{"input_length": 4, "output_length": 1, "hash_ids": [1, 2]}', "t line 2: field 'timestamp' is missing"),
+        (_line(-1, 4, 1, [1, 2]), "t line 2: field 'timestamp' must be a number of milliseconds >= 0, got -1"),
+        (_line(5, 4, 1, [1, 2]).replace("5", '"5"', 1), "t line 2: field 'timestamp' must be a number"),
+        (_line(5, 0, 1, []), "t line 2: field 'input_length' must be an integer >= 1, got 0"),
+        (_line(5, 4, 1.5, [1, 2]), "t line 2: field 'output_length' must be an integer >= 1, got 1.5"),
+        (_line(5, 4, 1, [1, "x"]), "t line 2: field 'hash_ids' must be a list of integers"),
+        (_line(5, 5, 1, [1, 2]), "t line 2: field 'hash_ids' has 2 blocks but input_length 5 needs 3 of 2 tokens"),
+        (_line(0.5, 4, 1, [1, 2]), "t line 2: field 'timestamp' goes back in time (0.5 after 1.0)"),
+    ],
+)
+def test_a_bad_line_is_named_with_its_field(line: str, message: str) -> None:
+    first = _line(1, 4, 1, [1, 2])
+    with pytest.raises(TraceError, match=re.escape(message)):
+        parse_trace([first, line], block_size=2, name="t")
+
+
+def test_blank_lines_are_skipped_and_an_empty_trace_is_refused() -> None:
+    assert len(parse_trace(["", _line(0, 4, 1, [1, 2]), "  "], block_size=2)) == 1
+    with pytest.raises(TraceError, match="no requests"):
+        parse_trace(["", "\n"], block_size=2)
+    with pytest.raises(ValueError, match="block_size must be an integer >= 1"):
+        parse_trace([], block_size=0)
+
+
+def test_routing_key_is_the_first_block_after_the_shared_ones() -> None:
+    lines = [_line(0, 8, 1, [7, 8, 1, 2]), _line(0, 6, 1, [7, 8, 3]), _line(1, 8, 1, [7, 8, 1, 5]), _line(2, 4, 1, [7, 8])]
+    requests = parse_trace(lines, block_size=2)
+    assert shared_leading_blocks(requests) == 2
+    # The last request has no block of its own after the shared two: it uses its last block.
+    assert routing_keys(requests) == ["block-1", "block-3", "block-1", "block-8"]
+    assert shared_leading_blocks(parse_trace([_line(0, 2, 1, [1]), _line(0, 2, 1, [2])], block_size=2)) == 0
+
+
+def test_routing_key_from_a_named_field() -> None:
+    lines = [_line(0, 2, 1, [1], session="a"), _line(1, 2, 1, [2], session=42)]
+    assert _trace(lines, key_field="session").keys == ("a", "42")
+    with pytest.raises(TraceError, match="line 2: routing key field 'user' is missing"):
+        _trace([_line(0, 2, 1, [1], user="u"), _line(1, 2, 1, [2])], key_field="user")
+
+
+# -- the block cache ---------------------------------------------------------------------------
+
+
+def test_lru_cache_never_exceeds_its_capacity_and_evicts_the_least_recently_used() -> None:
+    cache = PrefixCache(capacity_tokens=3 * 512, block_size=512)
+    cache.insert([1, 2])
+    cache.insert([9])
+    assert len(cache) == 3
+    cache.insert([1, 2])  # touches 1 and 2: block 9 is now the least recently used
+    cache.insert([5])
+    assert cache.lookup([9]) == 0 and cache.lookup([1, 2]) == 1024 and cache.lookup([5]) == 512
+    cache.insert([6, 7])  # 2 and 1 are now the least recently used
+    assert cache.lookup([1]) == 0 and cache.lookup([5]) == 512 and cache.lookup([6, 7]) == 1024
+    # A prompt's blocks are touched last-first: its first block is the last of them to go, so a
+    # prompt longer than the cache keeps its beginning.
+    cache.insert([11, 12, 13, 14])
+    assert len(cache) == 3 and cache.lookup([11, 12, 13, 14]) == 3 * 512
+    rng = random.Random(3)
+    for _ in range(500):
+        cache.insert([rng.randrange(40) for _ in range(rng.randrange(1, 6))])
+        assert len(cache) <= 3
+
+
+# -- the batching worker, by hand ----------------------------------------------------------------
+
+
+def test_two_requests_with_a_shared_prefix_by_hand() -> None:
+    # A: 4 tokens prefilled in one step (1 + 4 = 5 ms), first token at 5.
+    # B (same blocks) starts after A's blocks are cached: 3 tokens cached (the last token is
+    # always computed), 1 prefilled while A decodes: 1 + 1 + 0.5 = 2.5 ms, first token at 7.5.
+    # Then both decode (1 + 2 x 0.5 = 2 ms): A's third and last token at 9.5; B alone (1.5 ms) at 11.
+    result = _replay([_line(0, 4, 3, [1, 2]), _line(0, 4, 3, [1, 2])])
+    assert result.ttft_ms == [5.0, 7.5]
+    assert result.mean_ttft_ms == 6.25 and result.p99_ttft_ms == 7.5
+    assert (result.cached_tokens, result.prompt_tokens) == (3, 8)
+    assert result.duration_ms == 11.0
+    assert result.busy_fraction == 1.0
+    assert result.utilisation == pytest.approx(7.5 / 11)  # the two steps that prefill
+    assert result.leaked_leases == 0 and result.final_loads == {"http://replay-worker-0": 0}
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_that_a_chunk_may_share() -> None:
+    # A (10 tokens) takes chunks of 4, 4 and 2; C (3 tokens) gets the last 2 tokens of the third
+    # chunk and 1 more in a fourth: steps of 5, 5, 5 (2 + 2 tokens) and 2 ms.
+    result = _replay([_line(0, 10, 1, [1, 2, 3, 4, 5]), _line(0, 3, 1, [8, 9])])
+    assert result.ttft_ms == [15.0, 17.0]
+    assert result.duration_ms == 17.0
+
+
+@pytest.mark.parametrize("arrival, ttft", [(5.5, 4.0), (6.0, 3.5), (3.0, 3.5)])
+def test_an_arrival_cuts_a_decode_segment_at_the_step_in_progress(arrival: float, ttft: float) -> None:
+    # A: prefill 2 tokens (3 ms), then decodes its 4 remaining tokens in steps of 1.5 ms from 3 ms
+    # (boundaries at 4.5, 6, 7.5). B arrives during the step from 4.5 to 6 (5.5), exactly at a
+    # boundary (6), or as A's prefill ends (3): its prefill starts at the next boundary, with A's
+    # decode: 1 + 2 + 0.5 = 3.5 ms. A's remaining steps end at 11 in every case.
+    result = _replay([_line(0, 2, 5, [1]), _line(arrival, 2, 1, [2])])
+    assert result.ttft_ms == [3.0, ttft]
+    assert result.duration_ms == 11.0
+
+
+def test_context_and_batch_slow_every_step() -> None:
+    costs = StepCosts(step_ms=1, prefill_ms_per_token=0, decode_ms_per_request=1, context_ms_per_token=0.25, chunk_tokens=100)
+    # A: prefill (1 ms). Then A decodes: 1 + 1 + 0.25 x 4 = 3 ms per step, twice.
+    result = _replay([_line(0, 4, 3, [1, 2])], costs=costs)
+    assert result.ttft_ms == [1.0] and result.duration_ms == 7.0
+
+
+# -- load, determinism ---------------------------------------------------------------------------
+
+
+def test_arrivals_are_scaled_to_the_offered_load() -> None:
+    trace = _trace([_line(0, 4, 1, [1, 2]), _line(100, 4, 1, [3, 4])])
+    # 8 prompt tokens at (1 ms / 4 tokens + 1 ms per token) = 10 ms of prefill; 2 workers at load
+    # 0.5 take it in 10 ms: the 100 ms of the trace become 10.
+    config = ReplayConfig(workers=2, load=0.5, costs=SIMPLE)
+    assert arrival_scale(trace, config) == pytest.approx(0.1)
+    assert replay(ReplayPolicy("round_robin"), trace, config).arrival_span_ms == pytest.approx(10.0)
+    with pytest.raises(ValueError, match="all arrive at the same time"):
+        arrival_scale(_trace([_line(0, 4, 1, [1, 2])]), config)
+
+
+def test_replay_is_repeatable_for_a_seed() -> None:
+    trace = load_trace(FIXTURE)
+    config = ReplayConfig(workers=4, load=0.8, cache_blocks=64, seed=3)
+    for policy in DEFAULT_REPLAY_POLICIES:
+        a, b = replay(policy, trace, config), replay(policy, trace, config)
+        assert a.row() == b.row() and a.ttft_ms == b.ttft_ms and a.placements == b.placements
+    other = ReplayConfig(workers=4, load=0.8, cache_blocks=64, seed=4)
+    assert replay(ReplayPolicy("random"), trace, config).placements != replay(ReplayPolicy("random"), trace, other).placements
+
+
+def test_every_row_serves_every_request_and_releases_every_lease() -> None:
+    trace = load_trace(FIXTURE)
+    config = ReplayConfig(workers=3, load=0.9, cache_fraction=0.1)
+    results = {p.policy: replay(p, trace, config) for p in DEFAULT_REPLAY_POLICIES + (ReplayPolicy("prototype", 2, 1.5),)}
+    for result in results.values():
+        assert result.requests == len(result.ttft_ms) == 35
+        assert -1 not in result.placements
+        assert result.leaked_leases == 0 and set(result.final_loads.values()) == {0}
+        assert 0 < result.utilisation <= result.max_utilisation <= 1
+    # The seven conversations' later turns find their prefix where strict hashing sent the first.
+    assert results["consistent_hashing"].cached_token_fraction > results["random"].cached_token_fraction
+    assert results["consistent_hashing"].spill_fraction == 0
+    bounded = results["bounded_consistent_hashing"]
+    assert bounded.branches["explicit_routing_key_spillover"] == bounded.spilled == len(bounded.spill_excess) > 0
+    assert min(bounded.spill_excess) >= 0 and 0 <= bounded.spills_to_least_loaded <= 1
+
+
+# -- the oracle and the prototype ------------------------------------------------------------------
+
+
+def test_oracle_choice_longest_prefix_within_the_margin() -> None:
+    assert oracle_choice([0, 3, 5], [0, 1, 2], margin=2) == 2  # all within 0 + 2: the longest prefix
+    assert oracle_choice([0, 3, 5], [0, 1, 3], margin=2) == 1  # worker 2 is past the margin
+    assert oracle_choice([4, 4, 1], [2, 1, 1], margin=2) == 1  # a tie on prefix: the least loaded
+    assert oracle_choice([0, 0, 0], [1, 1, 1], margin=0) == 0  # a tie on both: the lowest index
+    with pytest.raises(ValueError, match="one cached-prefix length per worker"):
+        oracle_choice([1], [0, 0])
+
+
+def test_oracle_sends_a_request_where_its_prefix_is_cached() -> None:
+    # A goes to worker 0 (nothing cached, equal loads); B, arriving while A runs, to the less
+    # loaded worker 1; C, with B's prefix and another key, arrives when both are idle and goes
+    # to worker 1, which holds 2 of its blocks, although the tie on load would pick worker 0.
+    lines = [_line(0, 4, 50, [1, 2]), _line(1, 4, 1, [9, 10]), _line(1000, 6, 1, [9, 10, 11])]
+    result = _replay(lines, workers=2, policy="oracle", margin=1)
+    assert result.placements == [0, 1, 1]
+    assert result.cached_tokens == 4  # C reuses B's two blocks
+
+
+def test_prototype_remembers_a_key_and_spills_to_the_least_loaded() -> None:
+    rule = PrototypeRouting(3, gap_tokens=100, max_load_skew=1.5)
+    assert rule.choose("k", preferred=0, weight=1000) == 0
+    # Worker 0 carries 1000 tokens: more than 100 above the least and 1.5 x the mean (500).
+    assert rule.choose("k", preferred=0, weight=10) == 1  # the least loaded; ties counted up from 0
+    assert rule.choose("j", preferred=2, weight=5) == 2
+    # k is remembered on worker 1 (10 tokens), which passes the test: it stays there.
+    assert rule.choose("k", preferred=0, weight=10) == 1
+    assert rule.loads == [1000, 20, 5]
+    rule.finished(0, 1000)
+    assert rule.loads == [0, 20, 5]
+    small = PrototypeRouting(2, gap_tokens=0, max_load_skew=1.0, key_memory=1)
+    small.choose("a", 0, 1)
+    small.choose("b", 1, 1)
+    assert list(small.last) == ["b"]  # the memory holds one key
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def test_cli_trace_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--trace", FIXTURE, "--workers", "4", "--load", "0.8", "--prototype"]) == 0
+    out = capsys.readouterr().out
+    assert "35 requests" in out and "4 workers, offered prefill load 0.8" in out
+    header = next(line for line in out.splitlines() if line.startswith("policy"))
+    for column in ("mean TTFT", "p99 TTFT", "cached", "spill", "util"):
+        assert column in header
+    names = [line.split()[0] for line in out.splitlines()[5:]]
+    assert names == ["random", "round_robin", "consistent_hashing", "bounded_consistent_hashing", "prototype", "oracle"]
+
+
+def test_cli_trace_json_and_plot(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--trace", FIXTURE, "--workers", "3", "--cache-blocks", "40", "--oracle-margin", "1,4", "--json"]
+    assert main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["label"] for r in rows][-2:] == ["oracle margin=1", "oracle margin=4"]
+    for row in rows:
+        assert row["requests"] == 35 and row["cache_blocks_per_worker"] == 40
+        for key in ("mean_ttft_ms", "p99_ttft_ms", "cached_token_fraction", "spill_fraction", "utilisation"):
+            assert isinstance(row[key], float)
+    assert main(["--trace", FIXTURE, "--as-recorded", "--json"]) == 0
+    recorded = json.loads(capsys.readouterr().out)
+    assert recorded[0]["config"]["load"] is None
+    assert recorded[0]["arrival_span_s"] == 792.0  # the fixture's own timestamps: 0 to 792,000 ms
+    assert main(["--trace", FIXTURE, "--limit", "10", "--plot", str(tmp_path / "r.png")]) == 0
+    assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--load", "0"], "load must be > 0"),
+        (["--skew", "0.5"], "max_load_skew must be a finite number >= 1.0"),
+        (["--block-size", "16"], "field 'hash_ids' has 14 blocks but input_length 6758 needs 423"),
+        (["--routing-key-field", "session"], "line 1: routing key field 'session' is missing"),
+        (["--limit", "0"], "--limit must be >= 1"),
+        (["--chunk-tokens", "0"], "chunk_tokens must be >= 1"),
+    ],
+)
+def test_cli_trace_errors_name_the_setting(extra: List[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["--trace", FIXTURE] + extra)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_trace_bad_file(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(_line(0, 600, 1, [1, 2]) + "\n" + '{"timestamp": 1, "input_length": 600, "hash_ids": [1, 2]}\n')
+    with pytest.raises(SystemExit):
+        main(["--trace", str(bad)])
+    assert "bad.jsonl line 2: field 'output_length' is missing" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--trace", str(tmp_path / "absent.jsonl")])
+    assert "cannot read the trace" in capsys.readouterr().err
