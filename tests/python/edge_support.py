@@ -30,7 +30,7 @@ from bounded_router.testing.fleet import ServerProcess
 
 KINDS = ("asgi", "aiohttp", "serve")
 #: The limits every edge is started with in these tests, small enough to hit quickly.
-TEST_LIMITS: Dict[str, Any] = {"max_body_size": 65536, "body_timeout": 2.0}
+TEST_LIMITS: Dict[str, Any] = {"max_body_size": 65536}
 
 
 @dataclass

@@ -167,13 +167,14 @@ def test_a_body_still_arriving_holds_no_lease(edge: Edge, workers: List[EchoWork
     edge.wait_released()
 
 
-def test_a_body_that_never_finishes_times_out_with_408(edge: Edge, workers: List[EchoWorker]) -> None:
-    with contextlib.closing(connect(edge.url)) as sock:
-        sock.sendall(b"POST /v1/slow HTTP/1.1\r\nHost: e\r\nContent-Length: 100\r\n\r\npartial")
-        response = _read(sock)
-    assert response.status == 408
-    assert "body_timeout" in json.loads(response.body)["error"]
-    assert received_count(workers) == 0 and edge.routed() == 0
+def test_a_body_that_never_finishes_times_out_with_408(kind: str, workers: List[EchoWorker]) -> None:
+    with start_edge(kind, [w.url for w in workers], body_timeout=1.0) as edge:
+        with contextlib.closing(connect(edge.url)) as sock:
+            sock.sendall(b"POST /v1/slow HTTP/1.1\r\nHost: e\r\nContent-Length: 100\r\n\r\npartial")
+            response = _read(sock)
+        assert response.status == 408
+        assert "body_timeout" in json.loads(response.body)["error"]
+        assert received_count(workers) == 0 and edge.routed() == 0
 
 
 def test_a_client_leaving_during_its_upload_takes_no_lease(edge: Edge, workers: List[EchoWorker]) -> None:

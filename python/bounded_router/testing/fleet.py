@@ -36,7 +36,8 @@ class ServerProcess:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=self._log,
-            text=True,
+            # Unbuffered: readline() then takes no more than one line, so select() sees the next.
+            bufsize=0,
             env=env,
         )
         self.url = ""
@@ -54,7 +55,7 @@ class ServerProcess:
         while time.monotonic() < deadline:
             ready, _, _ = select.select([self.process.stdout], [], [], 0.1)
             if ready:
-                line = self.process.stdout.readline()
+                line = self.process.stdout.readline().decode("utf-8", "replace")
                 self.lines.append(line)
                 if " listening on " in line and not line.startswith("metrics "):
                     return line.rsplit(" listening on ", 1)[1].strip()
