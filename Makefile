@@ -11,8 +11,8 @@ ARCH    := $(shell uname -m)
 # The manylinux2014 (glibc 2.17) wheel of one architecture, x86_64 or aarch64.
 manylinux_wheel = dist/bounded_router-$(VERSION)-py3-none-manylinux_2_17_$(1).manylinux2014_$(1).whl
 
-.PHONY: lib wheel wheels wheel-x86_64 wheel-aarch64 sdist venv install test test-go test-c \
-	test-python test-fuzz demo bench clean
+.PHONY: lib wheel wheels wheel-x86_64 wheel-aarch64 sdist check-aarch64 venv install test test-go \
+	test-c test-python test-fuzz demo bench clean
 
 lib: $(LIB)
 
@@ -38,6 +38,11 @@ wheel: wheel-$(ARCH)
 sdist: $(VENV)/.ready
 	rm -f dist/bounded_router-*.tar.gz
 	$(VPY) -m build --sdist --no-isolation --outdir dist .
+
+# The aarch64 wheel executed here under qemu user-mode emulation: the C API program and the
+# Python contract tests on Debian's aarch64 CPython (about 5 minutes; not part of make test).
+check-aarch64: $(VENV)/.ready
+	bash scripts/check_aarch64.sh
 
 $(VENV)/.ready: requirements-dev.txt requirements-wheels.txt
 	$(PYTHON) -m venv $(VENV)
