@@ -12,7 +12,7 @@ Environment variables:
 
 ``BOUNDED_ROUTER_MANYLINUX=x86_64`` or ``aarch64``
     Build the manylinux2014 (glibc 2.17) wheel for that architecture, on any Linux host: cgo's C
-    compiler is Zig's (``python -m ziglang cc -target <arch>-linux-gnu.2.17``, from the ``ziglang``
+    compiler is Zig's (``zig cc -target <arch>-linux-gnu.2.17``, the ``zig`` of the ``ziglang``
     package in requirements-wheels.txt), which links against glibc 2.17's symbol versions, and the
     wheel is tagged ``manylinux_2_17_<arch>.manylinux2014_<arch>`` (``make wheels``). Unset, the
     library is built with the host's compiler and glibc and tagged for the host (a build from the
