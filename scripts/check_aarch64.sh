@@ -24,7 +24,7 @@ if ! command -v qemu-aarch64 >/dev/null; then
 fi
 
 make wheel-aarch64
-VERSION=$($VPY -c 'import re; print(re.search(r"^__version__ = \"(.*)\"$", open("python/bounded_router/__init__.py").read(), re.M).group(1))')
+VERSION=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' python/bounded_router/__init__.py)
 WHEEL=$REPO/dist/bounded_router-$VERSION-py3-none-manylinux_2_17_aarch64.manylinux2014_aarch64.whl
 
 # Debian's arm64 packages through a private apt configuration: arm64 indices of this release's
@@ -33,7 +33,7 @@ if [ ! -x "$ROOT/usr/bin/python3" ]; then
   . /etc/os-release
   APT_DIR=$WORK/apt
   rm -rf "$APT_DIR" "$ROOT"
-  mkdir -p "$APT_DIR/lists/partial" "$APT_DIR/cache/archives/partial" "$APT_DIR/parts" "$APT_DIR/debs" "$ROOT"
+  mkdir -p "$APT_DIR"/{lists/partial,cache/archives/partial,parts,debs} "$ROOT"
   keyring=/usr/share/keyrings/debian-archive-keyring.gpg
   cat >"$APT_DIR/sources.list" <<EOF
 deb [arch=arm64 signed-by=$keyring] http://deb.debian.org/debian $VERSION_CODENAME main
@@ -44,9 +44,10 @@ EOF
        -o Dir::State::Lists="$APT_DIR/lists" -o Dir::Cache="$APT_DIR/cache")
   apt-get "${apt[@]}" update -qq
   # The release's default python3, e.g. python3.11.
-  py=$(apt-cache "${apt[@]}" show python3-minimal | grep -m1 -oE 'python3\.[0-9]+-minimal' | sed 's/-minimal$//')
+  py=$(apt-cache "${apt[@]}" show python3-minimal | grep -m1 -oE 'python3\.[0-9]+-minimal')
+  py=${py%-minimal}
   (cd "$APT_DIR/debs" && apt-get "${apt[@]}" download libc6 libgcc-s1 zlib1g libexpat1 libffi8 \
-    "$py-minimal" "lib$py-minimal" "lib$py-stdlib" 2>&1 | grep -v '^W: Download is performed unsandboxed')
+    "$py-minimal" "lib$py-minimal" "lib$py-stdlib" 2>&1 | { grep -v '^W: Download is performed unsandboxed' || true; })
   for deb in "$APT_DIR"/debs/*.deb; do dpkg-deb -x "$deb" "$ROOT"; done
   # The interpreter as an executable of this machine, which the tests' subprocesses can start
   # (sys.executable): nothing here registers qemu to run foreign executables (binfmt_misc).
@@ -56,7 +57,7 @@ EOF
 fi
 run() { qemu-aarch64 -L "$ROOT" "$@"; }
 PY=("$ROOT/usr/bin/python3")
-"${PY[@]}" -c 'import platform, sys; print("aarch64 Python", sys.version.split()[0], "on", platform.machine())'
+"${PY[@]}" -c 'import platform, sys; print("Python", sys.version.split()[0], "on", platform.machine())'
 
 echo "== the C API program on the aarch64 library"
 ZIG=$($VPY -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
@@ -72,7 +73,10 @@ run "$WORK/c/route_keys"
 echo "== the Python contract tests on the aarch64 wheel"
 PYVER=$("${PY[@]}" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 SITE=$("${PY[@]}" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-case "$SITE" in "$ROOT"/*) ;; *) echo "error: aarch64 site-packages $SITE is outside $ROOT" >&2; exit 1 ;; esac
+case "$SITE" in
+  "$ROOT"/*) ;;
+  *) echo "error: the aarch64 Python's site-packages $SITE is outside $ROOT" >&2; exit 1 ;;
+esac
 rm -rf "$SITE" && mkdir -p "$SITE"
 # The same lower bounds as requirements-dev.txt; aarch64 wheels for the emulated CPython.
 mapfile -t deps < <(grep -E '^(pytest|hypothesis|xxhash)\b' requirements-dev.txt)

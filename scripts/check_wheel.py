@@ -1,6 +1,6 @@
 """Check a manylinux2014 wheel before it goes on the package index; exit 1 naming what is wrong.
 
-    python scripts/check_wheel.py dist/bounded_router-*-manylinux_2_17_<arch>.manylinux2014_<arch>.whl
+    python scripts/check_wheel.py dist/bounded_router-*-manylinux_2_17_*.whl
 
 For the architecture in the wheel's name (x86_64 or aarch64), the checks are:
 - ``auditwheel show`` finds the wheel consistent with ``manylinux_2_17_<arch>`` and no other tag
@@ -34,8 +34,8 @@ MACHINES = {"x86_64": "EM_X86_64", "aarch64": "EM_AARCH64"}
 def check(path: str) -> list[str]:
     """Check one wheel; return the problems found (empty when it is fit to publish)."""
     name = os.path.basename(path)
-    match = re.fullmatch(r"bounded_router-[^-]+-py3-none-manylinux_2_17_(\w+?)\.manylinux2014_\1\.whl",
-                         name)
+    pattern = r"bounded_router-[^-]+-py3-none-manylinux_2_17_(\w+?)\.manylinux2014_\1\.whl"
+    match = re.fullmatch(pattern, name)
     if not match or match.group(1) not in MACHINES:
         return ["%s: not named bounded_router-<version>-py3-none-manylinux_2_17_<arch>."
                 "manylinux2014_<arch>.whl with <arch> one of %s" % (name, ", ".join(MACHINES))]
@@ -58,7 +58,8 @@ def check(path: str) -> list[str]:
         tags = set(re.findall(r"^Tag: (\S+)$", wheel.read(wheel_file).decode(), re.MULTILINE))
         expected = {"py3-none-manylinux_2_17_" + arch, "py3-none-manylinux2014_" + arch}
         if tags != expected:
-            problems.append("%s: WHEEL tags %s, expected %s" % (name, sorted(tags), sorted(expected)))
+            problems.append("%s: WHEEL tags %s, expected %s"
+                            % (name, sorted(tags), sorted(expected)))
         try:
             library = wheel.read(LIBRARY)
             header = wheel.read(HEADER).decode()
@@ -73,7 +74,8 @@ def check(path: str) -> list[str]:
     unstripped = sorted(s.name for s in elf.iter_sections()
                         if s.name == ".symtab" or s.name.startswith(".debug_"))
     if unstripped:
-        problems.append("%s: %s is not stripped: it has %s" % (name, LIBRARY, ", ".join(unstripped)))
+        problems.append("%s: %s is not stripped: it has %s"
+                        % (name, LIBRARY, ", ".join(unstripped)))
     declared = set(re.findall(r"^extern \S+ (br_\w+)\(", header, re.MULTILINE))
     dynsym = elf.get_section_by_name(".dynsym")
     exported = {s.name for s in dynsym.iter_symbols() if s["st_shndx"] != "SHN_UNDEF"}
