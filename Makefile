@@ -6,20 +6,45 @@ VENV    := .venv
 VPY     := $(VENV)/bin/python
 LIB     := build/libbounded_router.so
 GO_SRC  := $(shell find core capi -name '*.go' -o -name '*.c') go.mod go.sum
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' python/bounded_router/__init__.py)
+ARCH    := $(shell uname -m)
+# The manylinux2014 (glibc 2.17) wheel of one architecture, x86_64 or aarch64.
+manylinux_wheel = dist/bounded_router-$(VERSION)-py3-none-manylinux_2_17_$(1).manylinux2014_$(1).whl
 
-.PHONY: lib wheel venv install test test-go test-c test-python test-fuzz demo bench clean
+.PHONY: lib wheel wheels wheel-x86_64 wheel-aarch64 sdist check-aarch64 venv install test test-go \
+	test-c test-python test-fuzz demo bench clean
 
 lib: $(LIB)
 
 $(LIB): $(GO_SRC)
 	$(GO) build -buildmode=c-shared -trimpath -o $(LIB) ./capi
 
-# The wheel: setup.py builds the Go library and puts it inside the package.
-wheel: $(VENV)/.ready
-	rm -rf dist
-	$(VPY) -m pip wheel --no-deps --no-build-isolation -w dist .
+# What goes on the package index, in dist/: the manylinux2014 wheels for x86_64 and aarch64 and
+# the sdist, each checked (scripts/check_wheel.py runs auditwheel show), then twine's checks.
+wheels: wheel-x86_64 wheel-aarch64 sdist
+	$(VPY) -m twine check --strict $(call manylinux_wheel,x86_64) $(call manylinux_wheel,aarch64) \
+		dist/bounded_router-$(VERSION).tar.gz
 
-$(VENV)/.ready: requirements-dev.txt
+# One manylinux2014 wheel, cross-built on any Linux host: setup.py builds the Go library with
+# Zig's C compiler for <arch>-linux-gnu.2.17 as cgo's CC and puts it inside the package.
+wheel-x86_64 wheel-aarch64: wheel-%: $(VENV)/.ready
+	rm -f dist/bounded_router-*_$*.whl
+	BOUNDED_ROUTER_MANYLINUX=$* $(VPY) -m build --wheel --no-isolation --outdir dist .
+	$(VPY) scripts/check_wheel.py $(call manylinux_wheel,$*)
+
+# The wheel for this machine's architecture.
+wheel: wheel-$(ARCH)
+
+sdist: $(VENV)/.ready
+	rm -f dist/bounded_router-*.tar.gz
+	$(VPY) -m build --sdist --no-isolation --outdir dist .
+
+# The aarch64 wheel executed here under qemu user-mode emulation: the C API program and the
+# Python contract tests on Debian's aarch64 CPython (about 5 minutes; not part of make test).
+check-aarch64: $(VENV)/.ready
+	bash scripts/check_aarch64.sh
+
+$(VENV)/.ready: requirements-dev.txt requirements-wheels.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
 	$(VPY) -m pip install --quiet -r requirements-dev.txt
@@ -27,9 +52,10 @@ $(VENV)/.ready: requirements-dev.txt
 
 venv: $(VENV)/.ready
 
-# Install the freshly built wheel into .venv, so tests and the demo use what users get.
+# Install this machine's freshly built manylinux wheel into .venv, so tests and the demo use
+# what users get.
 install: wheel
-	$(VPY) -m pip install --quiet --force-reinstall --no-deps dist/bounded_router-*.whl
+	$(VPY) -m pip install --quiet --force-reinstall --no-deps $(call manylinux_wheel,$(ARCH))
 
 test: test-go test-c test-python test-fuzz
 
