@@ -1,0 +1,55 @@
+package gateway
+
+import "testing"
+
+func TestCheckPath(t *testing.T) {
+	good := []string{"/", "/v1/completions", "/v1/a%2Fb", "/a/...", "/a/.b", "/a/b.", "/%2e%2e%2e", "/a//b", "//x", "/a%20b", "/%C3%A9"}
+	bad := map[string]error{
+		"":                      errNotOriginForm,
+		"*":                     errNotOriginForm,
+		"http://x/":             errNotOriginForm,
+		"/a/%zz":                errBadEscape,
+		"/a%0":                  errBadEscape,
+		"/a%":                   errBadEscape,
+		"/a%00b":                errNUL,
+		"/a/./b":                errDotSegment,
+		"/..":                   errDotSegment,
+		"/a/..":                 errDotSegment,
+		"/v1/..%2Fadmin":        errDotSegment,
+		"/v1/%2E%2E%2Fadmin":    errDotSegment,
+		"/v1/x/..%2F..%2Fadmin": errDotSegment,
+		"/v1/%2e%2e/admin":      errDotSegment,
+		"/v1/%2e":               errDotSegment,
+		"/v1/.%2e/x":            errDotSegment,
+	}
+	for _, p := range good {
+		if err := checkPath(p); err != nil {
+			t.Errorf("checkPath(%q) = %v, want nil", p, err)
+		}
+	}
+	for p, want := range bad {
+		if err := checkPath(p); err != want {
+			t.Errorf("checkPath(%q) = %v, want %v", p, err, want)
+		}
+	}
+}
+
+func TestCheckPathAllocatesNothing(t *testing.T) {
+	if n := testing.AllocsPerRun(100, func() { checkPath("/v1/a%2Fb/c%2e") }); n != 0 {
+		t.Fatalf("checkPath allocates %v times", n)
+	}
+}
+
+func TestSplitTarget(t *testing.T) {
+	for _, c := range []struct {
+		target, path, query string
+		has                 bool
+	}{
+		{"/a", "/a", "", false}, {"/a?", "/a", "", true}, {"/a?x=%3F&y", "/a", "x=%3F&y", true}, {"/a?b?c", "/a", "b?c", true},
+	} {
+		p, q, h := splitTarget(c.target)
+		if p != c.path || q != c.query || h != c.has {
+			t.Errorf("splitTarget(%q) = %q, %q, %v", c.target, p, q, h)
+		}
+	}
+}
