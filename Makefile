@@ -5,7 +5,7 @@ PYTHON  ?= python3
 VENV    := .venv
 VPY     := $(VENV)/bin/python
 LIB     := build/libbounded_router.so
-GO_SRC  := $(shell find core capi -name '*.go' -o -name '*.c') go.mod go.sum
+GO_SRC  := $(shell find core capi gateway -name '*.go' -o -name '*.c') go.mod go.sum
 
 .PHONY: lib wheel venv install test test-go test-c test-python test-fuzz demo bench clean
 
