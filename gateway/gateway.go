@@ -12,9 +12,10 @@
 //
 // The proxy forwards the client's own headers minus the hop-by-hop ones (and those named in
 // Connection) and adds nothing: no X-Forwarded-For, no cookies (there is no cookie jar), no
-// Expect. The raw path and query are forwarded byte for byte. Answers are flushed per write,
-// so server-sent events arrive per event. The proxy port never answers /metrics; the router's
-// Prometheus metrics are served on a separate listener when Options.MetricsPort is set.
+// Expect. The raw path and query are forwarded byte for byte. Streamed answers (server-sent
+// events, chunked bodies) are flushed per write, so each event arrives as the worker sends it.
+// The proxy port never answers /metrics; the router's Prometheus metrics are served on a
+// separate listener when Options.MetricsPort is set.
 package gateway
 
 import (
@@ -82,9 +83,12 @@ func New(router *core.Router, opts Options) (*Gateway, error) {
 	}
 	errorLog := log.New(os.Stderr, "bounded-router gateway: ", log.LstdFlags)
 	g.proxy = &httputil.ReverseProxy{
-		Rewrite:        g.rewrite,
-		Transport:      g.transport,
-		FlushInterval:  -1,
+		Rewrite:   g.rewrite,
+		Transport: g.transport,
+		// 0: the ReverseProxy flushes after every write for text/event-stream and for bodies
+		// of unknown length (chunked), so streams arrive per event; a body of known length is
+		// written through the server's buffer (one write instead of two or more on the socket).
+		FlushInterval:  0,
 		ModifyResponse: g.modifyResponse,
 		ErrorHandler:   g.proxyError,
 		ErrorLog:       errorLog,

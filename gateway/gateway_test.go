@@ -651,3 +651,26 @@ func TestParseOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestEventStreamWithKnownLengthFlushedPerEvent(t *testing.T) {
+	release := make(chan struct{})
+	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+		w.Header().Set("Content-Length", "18")
+		io.WriteString(w, "data: a\n\n")
+		w.(http.Flusher).Flush()
+		<-release
+		io.WriteString(w, "data: b\n\n")
+	})
+	g := start(t, newRouter(t, w.URL), Options{})
+	res, err := client().Get("http://" + g.Addr() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	first := make([]byte, 9)
+	if _, err := io.ReadFull(res.Body, first); err != nil || string(first) != "data: a\n\n" {
+		t.Fatalf("first event %q %v", first, err)
+	}
+	close(release)
+}

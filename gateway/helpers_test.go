@@ -106,3 +106,7 @@ func routed(r *core.Router) (n uint64) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func newRouterB(urls ...string) (*core.Router, error) {
+	return core.NewRouter(core.DefaultConfig(urls...))
+}
