@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -673,4 +675,56 @@ func TestEventStreamWithKnownLengthFlushedPerEvent(t *testing.T) {
 		t.Fatalf("first event %q %v", first, err)
 	}
 	close(release)
+}
+
+func TestAccessLog(t *testing.T) {
+	w := worker(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") })
+	r := newRouter(t, w.URL)
+	g, err := New(r, Options{AccessLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	g.accessLog = slog.New(slog.NewJSONHandler(&out, nil))
+	s := httptest.NewServer(g)
+	defer s.Close()
+	c := client()
+	for _, target := range []string{"/v1/x?secret=1", "/a/../b"} {
+		req, _ := http.NewRequest("GET", s.URL+"/", nil)
+		req.URL.Opaque = target
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+	}
+	eventually(t, "two log lines", func() bool { return strings.Count(out.String(), "\n") == 2 })
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var first, second map[string]any
+	json.Unmarshal([]byte(lines[0]), &first)
+	json.Unmarshal([]byte(lines[1]), &second)
+	if first["path"] != "/v1/x" || first["status"] != 200.0 || first["worker"] != w.URL || first["branch"] != "random_fallback" || first["bytes"] != 5.0 {
+		t.Errorf("proxied request logged as %s", lines[0])
+	}
+	if second["status"] != 400.0 || second["worker"] != nil {
+		t.Errorf("refused request logged as %s", lines[1])
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
