@@ -24,7 +24,9 @@ keys). Measured, with the targets in a new random order in every round:
 * CPU per request: the target's processes' utime + stime (``/proc/PID/stat``) over the
   concurrency-16 runs, divided by their requests.
 
-It prints a Markdown table (the figures in BENCHMARKS.md come from it).
+It prints a Markdown table and, with ``--write BENCHMARKS.md``, puts it in that file between the
+markers ``<!-- bench_gateway -->`` and ``<!-- /bench_gateway -->`` (``make bench`` keeps that
+section when it rewrites the rest).
 """
 
 from __future__ import annotations
@@ -138,6 +140,23 @@ def quantile(values: List[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+BEGIN, END = "<!-- bench_gateway -->", "<!-- /bench_gateway -->"
+
+
+def write_section(path: str, text: str) -> None:
+    """Put ``text`` between the markers in ``path``, replacing what was there or appending."""
+    with open(path) as f:
+        current = f.read()
+    section = "%s\n%s\n%s" % (BEGIN, text.strip(), END)
+    if BEGIN in current and END in current:
+        head, rest = current.split(BEGIN, 1)
+        current = head + section + rest.split(END, 1)[1]
+    else:
+        current = current.rstrip("\n") + "\n\n" + section + "\n"
+    with open(path, "w") as f:
+        f.write(current)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smg", default=shutil.which("smg"), help="the smg executable (pip install smg==1.13.0); default: smg on PATH")
@@ -147,6 +166,7 @@ def main() -> int:
     parser.add_argument("--throughput-rounds", type=int, default=3, help="rounds of the throughput measurement (default: %(default)s)")
     parser.add_argument("--requests", type=int, default=20000, help="requests per throughput run; a tenth for the Python proxy (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--write", metavar="BENCHMARKS.md", help="also put the table in this file (see above)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     scratch = tempfile.mkdtemp(prefix="bench-gateway-")
@@ -220,10 +240,20 @@ def main() -> int:
         value = quantile(latency[(name, stream)], q) - quantile(latency[("direct", stream)], q)
         return "%+.2f ms" % value
 
-    print("\nbench_gateway.py: %d workers, %d rounds x %d sequential requests per target and mode, %d throughput rounds; SMG: %s\n"
-          % (args.workers, args.rounds, args.per_round, args.throughput_rounds, smg_note))  # fmt: skip
-    print("| target | added median | added p99 | added median, streaming | added p99, streaming | req/s at c=16 | req/s at c=64 | CPU per request |")
-    print("|---|---|---|---|---|---|---|---|")
+    lines = [
+        "## The gateway against SMG and the Python proxy (issue 14)",
+        "",
+        "`%s` on %s (%d workers from `scripts/bench_gateway_tool.go` on loopback; %d rounds x %d "
+        "sequential requests per target and mode, %d throughput rounds of %d requests, targets "
+        "interleaved in a new order every round; SMG: %s). Added latency: the quantile through the "
+        "target minus the same quantile calling the workers directly. CPU per request: the target's "
+        "processes' utime + stime over the concurrency-16 runs."
+        % (" ".join(["python", "scripts/bench_gateway.py"] + sys.argv[1:]), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           args.workers, args.rounds, args.per_round, args.throughput_rounds, args.requests, smg_note),
+        "",
+        "| target | added median | added p99 | added median, streaming | added p99, streaming | req/s at c=16 | req/s at c=64 | CPU per request |",
+        "|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
     for name in names:
         if name == "direct":
             row = ["direct (baseline: %.2f / %.2f ms, streaming %.2f / %.2f ms)" % (
@@ -234,7 +264,12 @@ def main() -> int:
             row = [name, added(name, False, 0.5), added(name, False, 0.99), added(name, True, 0.5), added(name, True, 0.99)]
         row += ["%.0f" % statistics.median(throughput[(name, c)]) for c in (16, 64)]
         row.append("%.3f ms" % statistics.median(cpu[name]) if cpu[name] else "-")
-        print("| " + " | ".join(row) + " |")
+        lines.append("| " + " | ".join(row) + " |")
+    text = "\n".join(lines)
+    print(text)
+    if args.write:
+        write_section(args.write, text)
+        print("wrote the section in %s" % args.write)
     return 0
 
 
