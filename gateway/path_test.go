@@ -1,6 +1,10 @@
 package gateway
 
-import "testing"
+import (
+	"net/url"
+	"strings"
+	"testing"
+)
 
 func TestCheckPath(t *testing.T) {
 	good := []string{"/", "/v1/completions", "/v1/a%2Fb", "/a/...", "/a/.b", "/a/b.", "/%2e%2e%2e", "/a//b", "//x", "/a%20b", "/%C3%A9"}
@@ -52,4 +56,36 @@ func TestSplitTarget(t *testing.T) {
 			t.Errorf("splitTarget(%q) = %q, %q, %v", c.target, p, q, h)
 		}
 	}
+}
+
+// FuzzCheckPath compares checkPath with the rule written the plain way: decode, then look.
+func FuzzCheckPath(f *testing.F) {
+	for _, seed := range []string{"/", "/v1/..%2Fadmin", "/a%00", "/%2e%2E/x", "/a/%zz", "x", "/a/.../b", "/%"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		got := checkPath(raw)
+		want := func() error {
+			if !strings.HasPrefix(raw, "/") {
+				return errNotOriginForm
+			}
+			decoded, err := url.PathUnescape(raw)
+			if err != nil {
+				return errBadEscape
+			}
+			if strings.IndexByte(decoded, 0) >= 0 {
+				return errNUL
+			}
+			for _, segment := range strings.Split(decoded, "/") {
+				if segment == "." || segment == ".." {
+					return errDotSegment
+				}
+			}
+			return nil
+		}()
+		// The scan stops at the first fault it meets; the plain rule looks in a fixed order.
+		if (got == nil) != (want == nil) {
+			t.Fatalf("checkPath(%q) = %v, the plain rule says %v", raw, got, want)
+		}
+	})
 }
