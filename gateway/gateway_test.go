@@ -728,3 +728,53 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+func TestAmbiguousFramingNeverReachesAWorker(t *testing.T) {
+	seen := make(chan string, 8)
+	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		seen <- r.RequestURI + " " + string(b)
+	})
+	r := newRouter(t, w.URL)
+	g := start(t, r, Options{})
+	for _, framing := range []string{
+		"Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+		"Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+		"Content-Length: -1\r\n\r\n",
+		"Content-Length: 5 5\r\n\r\nhello",
+	} {
+		res, _ := raw(t, g.Addr(), "POST /v1/x HTTP/1.1\r\nHost: x\r\n"+framing)
+		if res.StatusCode < 400 {
+			t.Errorf("%q: status %d", framing, res.StatusCode)
+		}
+	}
+	// Content-Length and Transfer-Encoding together: the chunked framing wins and the worker
+	// gets the body with a length of the gateway's own; the bytes after it are not a request
+	// to the worker.
+	conn, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(conn, "POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n"+
+		"3\r\nabc\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if got := <-seen; got != "/v1/x abc" {
+		t.Fatalf("the worker got %q", got)
+	}
+	select {
+	case got := <-seen:
+		if got != "/smuggled " { // only as the client's own next request, never inside the first
+			t.Fatalf("the worker got %q", got)
+		}
+	case <-time.After(300 * time.Millisecond):
+	}
+	if routed(r) > 2 {
+		t.Fatalf("%d routed", routed(r))
+	}
+}
