@@ -778,3 +778,34 @@ func TestAmbiguousFramingNeverReachesAWorker(t *testing.T) {
 		t.Fatalf("%d routed", routed(r))
 	}
 }
+
+func TestChunkedBodyCutByTheClientIsNotForwarded(t *testing.T) {
+	w := worker(t, func(w http.ResponseWriter, r *http.Request) { t.Error("a cut body reached the worker") })
+	r := newRouter(t, w.URL)
+	g := start(t, r, Options{})
+	conn, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(conn, "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"+"3\r\nabc\r\n"+strings.Repeat("1000\r\n"+strings.Repeat("z", 4096)+"\r\n", 3)+"10\r\nshort")
+	time.Sleep(100 * time.Millisecond)
+	conn.Close()
+	time.Sleep(100 * time.Millisecond)
+	if routed(r) != 0 {
+		t.Fatal("a request whose body was cut was routed")
+	}
+	// And a whole chunked body of several pieces arrives intact.
+	body := strings.Repeat("0123456789", 50000)
+	got := make(chan string, 1)
+	w2 := worker(t, func(w http.ResponseWriter, r *http.Request) { b, _ := io.ReadAll(r.Body); got <- string(b) })
+	g2 := start(t, newRouter(t, w2.URL), Options{})
+	req, _ := http.NewRequest("POST", "http://"+g2.Addr()+"/", io.NopCloser(strings.NewReader(body))) // no length: chunked
+	res, err := client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if b := <-got; b != body {
+		t.Fatalf("a %d-byte chunked body arrived as %d bytes", len(body), len(b))
+	}
+}

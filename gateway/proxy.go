@@ -193,7 +193,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, ex *exchange)
 		ex.body = make([]byte, r.ContentLength)
 		_, err = io.ReadFull(r.Body, ex.body)
 	} else {
-		ex.body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, g.opts.MaxBodySize))
+		ex.body, err = readUnknownLength(http.MaxBytesReader(w, r.Body, g.opts.MaxBodySize))
 	}
 	var tooLarge *http.MaxBytesError
 	switch {
@@ -206,6 +206,51 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, ex *exchange)
 	default:
 		return http.StatusBadRequest, "the request body could not be read"
 	}
+}
+
+// readUnknownLength reads a body sent without Content-Length (chunked) in pieces that double
+// from 4 KiB to 256 KiB, joined once at the end: unlike io.ReadAll, which copies the whole body
+// each time its buffer doubles, it leaves no chain of copies behind, which is what bounds the
+// memory of several large uploads refused at the limit.
+func readUnknownLength(r io.Reader) ([]byte, error) {
+	var pieces [][]byte
+	total, size := 0, 4<<10
+	for {
+		piece := make([]byte, size)
+		n, err := fill(r, piece)
+		total += n
+		if n > 0 {
+			pieces = append(pieces, piece[:n])
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err // io.ErrUnexpectedEOF too: the client left in the middle of the body
+		}
+		size = min(2*size, 256<<10)
+	}
+	if len(pieces) == 1 {
+		return pieces[0], nil
+	}
+	body := make([]byte, 0, total)
+	for _, p := range pieces {
+		body = append(body, p...)
+	}
+	return body, nil
+}
+
+// fill reads into p until it is full (nil error) or r ends (io.EOF) or fails.
+func fill(r io.Reader, p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := r.Read(p[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // rewrite turns the client's request into the worker's: the worker's scheme and host, the raw
