@@ -809,3 +809,38 @@ func TestChunkedBodyCutByTheClientIsNotForwarded(t *testing.T) {
 		t.Fatalf("a %d-byte chunked body arrived as %d bytes", len(body), len(b))
 	}
 }
+
+func TestManyHeadersCostLinearTime(t *testing.T) {
+	seen := make(chan int, 1)
+	w := worker(t, func(w http.ResponseWriter, r *http.Request) { seen <- len(r.Header) })
+	g := start(t, newRouter(t, w.URL), Options{})
+	var b strings.Builder
+	for i := 0; i < 5000; i++ {
+		fmt.Fprintf(&b, "X-H%d: v\r\n", i)
+	}
+	begin := time.Now()
+	res, _ := raw(t, g.Addr(), "GET / HTTP/1.1\r\nHost: x\r\n"+b.String()+"Connection: close\r\n\r\n")
+	if res.StatusCode != 200 || <-seen < 5000 {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+	if d := time.Since(begin); d > 2*time.Second {
+		t.Fatalf("5000 headers took %v", d)
+	}
+}
+
+func TestSlowHeadersAreCut(t *testing.T) {
+	r := newRouter(t, worker(t, func(w http.ResponseWriter, r *http.Request) {}).URL)
+	g := start(t, r, Options{ReadHeaderTimeout: 0.2})
+	conn, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	begin := time.Now()
+	io.ReadAll(conn) // ends when the gateway closes the connection
+	if d := time.Since(begin); d > 3*time.Second || routed(r) != 0 {
+		t.Fatalf("closed after %v, %d routed", d, routed(r))
+	}
+}
