@@ -162,7 +162,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // finish ends a proxied request, also when the ReverseProxy aborts it with a panic: it
-// releases the lease (the only place a routed request's lease is released) and logs.
+// releases the lease (the one place a proxied request's lease is released) and logs.
 func (g *Gateway) finish(r *http.Request, ex *exchange) {
 	p := recover()
 	ex.timer.Stop()

@@ -11,8 +11,9 @@
 Every request is routed through ``router`` itself, as ``router.route(headers=...)`` would
 route it, and counted on its loads until its answer has been streamed (or the client or the
 worker gave up). The proxy runs on the library's own threads: it does not take Python's GIL.
-The gateway keeps the router alive while it runs; stop it with :meth:`Gateway.stop` (a gateway
-that is never stopped serves until the process exits).
+The gateway keeps the router alive while it runs, even through ``router.close()`` (which
+only ends the Python handle): stop it with :meth:`Gateway.stop` first. A gateway that is never
+stopped serves until the process exits.
 
 Options (keyword arguments of :meth:`Router.serve`, all optional):
 
