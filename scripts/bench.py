@@ -498,8 +498,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args.quick:
         args.rounds, args.seconds, args.first_runs, args.join_rounds = 3, 0.01, 2, 3
     results = run(args)
+    # The section scripts/bench_gateway.py writes between its markers is kept.
+    kept = ""
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            old = f.read()
+        if "<!-- bench_gateway -->" in old:
+            kept = "\n<!-- bench_gateway -->" + old.split("<!-- bench_gateway -->", 1)[1]
     with open(args.out, "w") as f:
-        f.write(bench_report.markdown(results, os.path.basename(args.plot)))
+        f.write(bench_report.markdown(results, os.path.basename(args.plot)) + kept)
     bench_report.plot(results, args.plot)
     print("wrote %s and %s" % (args.out, args.plot))
     print(bench_report.targets_text(results))

@@ -13,7 +13,7 @@ from array import array
 from ctypes import c_size_t, c_uint64
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Type, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple, Type, Union
 
 from . import _native
 from ._headers import HeadersLike, encode_headers, key_bytes
@@ -30,6 +30,9 @@ from .policy import (
     default_config,
     policy_from_str,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .gateway import Gateway
 
 __all__ = ["Router", "Decision", "WorkerInfo"]
 
@@ -608,6 +611,12 @@ class Router:
     def active_leases(self) -> int:
         """How many leases are held, including those on workers removed since."""
         return int(self._stats()["active_leases"])
+
+    def serve(self, host: str = "127.0.0.1", port: int = 0, **options: Any) -> "Gateway":
+        """Serve this router's workers through the native HTTP gateway (see :mod:`bounded_router.gateway`)."""
+        from .gateway import Gateway
+
+        return Gateway(self, host=host, port=port, **options)
 
     def metrics_text(self, labels: Optional[Dict[str, str]] = None) -> str:
         """The router's statistics in the Prometheus text format, for a ``/metrics`` endpoint.

@@ -1,0 +1,112 @@
+package main
+
+/*
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/bounded-router/bounded-router/gateway"
+)
+
+// The native gateway (package gateway): an HTTP proxy served by the library's own threads,
+// routing every request through a router of this process, so Python code and the proxied
+// requests share loads, membership and statistics.
+
+var errInvalidGateway = errors.New("invalid gateway handle: the gateway was stopped or never started")
+
+// gateways maps the opaque integers C holds to running gateways; handles are never reused.
+var gateways = struct {
+	sync.Mutex
+	next    uint64
+	running map[uint64]*gateway.Gateway
+}{running: map[uint64]*gateway.Gateway{}}
+
+// br_gateway_start starts a gateway in front of a router's workers with options as a JSON
+// object (see gateway.Options; empty for the defaults) and stores its handle in *out_gateway.
+// br_gateway_address_json tells where it listens.
+//
+//export br_gateway_start
+func br_gateway_start(router C.uint64_t, optionsJSON *C.char, optionsLen C.size_t, outGateway *C.uint64_t) (status C.int32_t) {
+	defer guard(&status)
+	if outGateway == nil {
+		return failf("out_gateway must not be NULL")
+	}
+	r, err := lookupRouter(uint64(router))
+	if err != nil {
+		return fail(err)
+	}
+	opts, err := gateway.ParseOptions(bytesArg(optionsJSON, optionsLen))
+	if err != nil {
+		return failf("%v", err)
+	}
+	g, err := gateway.Start(r, opts)
+	if err != nil {
+		return failf("%v", err)
+	}
+	gateways.Lock()
+	defer gateways.Unlock()
+	gateways.next++
+	gateways.running[gateways.next] = g
+	*outGateway = C.uint64_t(gateways.next)
+	return statusOK
+}
+
+// br_gateway_address_json writes {"address": "host:port", "metrics_address": "host:port" or
+// null, "in_flight": n} of a running gateway, answering like every *_json export.
+//
+//export br_gateway_address_json
+func br_gateway_address_json(handle C.uint64_t, buf *C.char, capacity C.size_t) (status C.int64_t) {
+	defer guard(&status)
+	gateways.Lock()
+	g, ok := gateways.running[uint64(handle)]
+	gateways.Unlock()
+	if !ok {
+		return C.int64_t(fail(errInvalidGateway))
+	}
+	var metrics *string
+	if a := g.MetricsAddr(); a != "" {
+		metrics = &a
+	}
+	text, _ := json.Marshal(map[string]any{"address": g.Addr(), "metrics_address": metrics, "in_flight": g.InFlight()})
+	if buf != nil && len(text) <= int(capacity) {
+		C.memcpy(unsafe.Pointer(buf), unsafe.Pointer(&text[0]), C.size_t(len(text)))
+	}
+	return C.int64_t(len(text))
+}
+
+// br_gateway_stop stops accepting connections, lets in-flight requests finish for up to
+// timeout_ms milliseconds (the gateway's shutdown_timeout when 0 or less), cuts the rest and
+// returns once every request has released its lease: 0, or 1 when requests had to be cut.
+// The handle becomes invalid.
+//
+//export br_gateway_stop
+func br_gateway_stop(handle C.uint64_t, timeoutMs C.int64_t) (status C.int32_t) {
+	defer guard(&status)
+	gateways.Lock()
+	g, ok := gateways.running[uint64(handle)]
+	delete(gateways.running, uint64(handle))
+	gateways.Unlock()
+	if !ok {
+		return fail(errInvalidGateway)
+	}
+	err := g.Shutdown(time.Duration(timeoutMs) * time.Millisecond)
+	switch {
+	case err == nil:
+		return statusOK
+	case errors.Is(err, context.DeadlineExceeded):
+		return 1
+	default:
+		setErrorText(err.Error())
+		return statusInternal
+	}
+}

@@ -1,0 +1,112 @@
+package gateway
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bounded-router/bounded-router/core"
+)
+
+// worker starts a loopback worker that the test stops at its end.
+func worker(t *testing.T, h http.HandlerFunc) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(h)
+	t.Cleanup(s.Close)
+	return s
+}
+
+func newRouter(t *testing.T, urls ...string) *core.Router {
+	t.Helper()
+	r, err := core.NewRouter(core.DefaultConfig(urls...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// start serves a gateway on a free loopback port until the test ends.
+func start(t *testing.T, r *core.Router, opts Options) *Gateway {
+	t.Helper()
+	g, err := Start(r, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Shutdown(2 * time.Second) })
+	return g
+}
+
+// client is a keep-alive client with no cookie jar and a bounded wait.
+func client() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableCompression: true}}
+}
+
+func get(t *testing.T, g *Gateway, target string, header http.Header) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+g.Addr()+target, nil)
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	res, err := client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return res, string(body)
+}
+
+// raw sends raw bytes on a new connection and reads one response.
+func raw(t *testing.T, addr, request string) (*http.Response, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, request); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("%q: %v", request, err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	return res, string(body)
+}
+
+// eventually polls cond for up to 5 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 5 s: %s", what)
+		}
+	}
+}
+
+func leases(r *core.Router) int { return r.Stats().ActiveLeases }
+
+func waitLeases(t *testing.T, r *core.Router, n int) {
+	t.Helper()
+	eventually(t, "active leases == "+itoa(int64(n)), func() bool { return leases(r) == n })
+}
+
+func routed(r *core.Router) (n uint64) {
+	for _, c := range r.Stats().Branches {
+		n += c
+	}
+	return n
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func newRouterB(urls ...string) (*core.Router, error) {
+	return core.NewRouter(core.DefaultConfig(urls...))
+}

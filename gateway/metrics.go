@@ -1,0 +1,86 @@
+package gateway
+
+import (
+	"bytes"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/bounded-router/bounded-router/core"
+)
+
+// metricsContentType is the Prometheus text format the exposition is written in.
+const metricsContentType = "text/plain; version=0.0.4; charset=utf-8"
+
+// The metric families, with the names, types and help texts of the Python package's
+// bounded_router.metrics, so dashboards read the gateway and the Python proxies alike.
+var metricFamilies = [...]struct{ name, kind, help string }{
+	{"bounded_router_requests_total", "counter", "Requests routed, by the branch that chose the worker (or found none)."},
+	{"bounded_router_worker_load", "gauge", "Leases held on the worker: requests in flight from this process."},
+	{"bounded_router_worker_active_keys", "gauge", "Distinct explicit routing keys among the leases held on the worker."},
+	{"bounded_router_worker_healthy", "gauge", "1 if the worker is available for routing, 0 if it is marked unhealthy."},
+	{"bounded_router_active_leases", "gauge", "Leases held, including those on workers removed since they were taken."},
+	{"bounded_router_leaked_leases_total", "counter", "Leases garbage-collected without release (released by the safety net): each one is a bug."},
+}
+
+// renderMetrics writes the router's statistics as bounded_router.metrics.render does.
+func renderMetrics(r *core.Router) []byte {
+	stats, workers := r.Stats(), r.Workers()
+	var b bytes.Buffer
+	for i, f := range metricFamilies {
+		b.WriteString("# HELP " + f.name + " " + f.help + "\n# TYPE " + f.name + " " + f.kind + "\n")
+		switch i {
+		case 0:
+			for branch, n := range stats.Branches {
+				sample(&b, f.name, "branch", core.Branch(branch).String(), int64(n))
+			}
+		case 1, 2, 3:
+			for _, w := range workers {
+				value := w.Load
+				if i == 2 {
+					value = int64(w.ActiveKeys)
+				} else if i == 3 {
+					value = 0
+					if w.Healthy {
+						value = 1
+					}
+				}
+				sample(&b, f.name, "worker", w.URL, value)
+			}
+		case 4:
+			sample(&b, f.name, "", "", int64(stats.ActiveLeases))
+		case 5:
+			sample(&b, f.name, "", "", int64(stats.Leaked))
+		}
+	}
+	return b.Bytes()
+}
+
+var labelEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)
+
+func sample(b *bytes.Buffer, name, label, value string, n int64) {
+	b.WriteString(name)
+	if label != "" {
+		b.WriteString("{" + label + `="` + labelEscaper.Replace(value) + `"}`)
+	}
+	b.WriteByte(' ')
+	b.WriteString(strconv.FormatInt(n, 10))
+	b.WriteByte('\n')
+}
+
+// metricsHandler answers GET /metrics on the metrics listener and 404 elsewhere.
+func metricsHandler(r *core.Router) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path != "/metrics" {
+			http.NotFound(w, req)
+			return
+		}
+		if req.Method != http.MethodGet && req.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", metricsContentType)
+		w.Write(renderMetrics(r))
+	})
+}

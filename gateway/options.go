@@ -1,0 +1,165 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// ErrInvalidOptions is wrapped by every error of ParseOptions and Options.Validate.
+var ErrInvalidOptions = errors.New("invalid gateway options")
+
+// Options configure a Gateway. The zero value of a field means its default (see Defaults);
+// ParseOptions reads them from JSON with the field names in the tags.
+type Options struct {
+	// Host and Port are the proxy's listening address; port 0 picks a free port.
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	// MetricsPort, when set, serves the router's Prometheus metrics on GET /metrics of a second
+	// listener on Host (0 picks a free port). The proxy port never answers /metrics itself.
+	MetricsPort *int `json:"metrics_port"`
+	// ExposeRoutingHeaders adds X-Bounded-Router-Worker and X-Bounded-Router-Branch to responses
+	// and lets error bodies name the worker and the error.
+	ExposeRoutingHeaders bool `json:"expose_routing_headers"`
+	// MaxBodySize is the largest request body accepted, in bytes (above: 413).
+	MaxBodySize int64 `json:"max_body_size"`
+	// Timeouts, in seconds: dialling a worker; waiting for a worker's response headers after
+	// the request was sent (504 past it); a streamed answer with no byte from the worker for
+	// this long is cut; reading a request body (408 past it); reading request headers; an idle
+	// keep-alive client connection; draining in-flight requests on shutdown.
+	ConnectTimeout    float64 `json:"connect_timeout"`
+	FirstByteTimeout  float64 `json:"first_byte_timeout"`
+	IdleStreamTimeout float64 `json:"idle_stream_timeout"`
+	BodyReadTimeout   float64 `json:"body_read_timeout"`
+	ReadHeaderTimeout float64 `json:"read_header_timeout"`
+	KeepAliveTimeout  float64 `json:"keep_alive_timeout"`
+	ShutdownTimeout   float64 `json:"shutdown_timeout"`
+	// MaxHeaderBytes bounds a request's header block (above: 431).
+	MaxHeaderBytes int `json:"max_header_bytes"`
+	// MaxIdleConnsPerHost bounds the pool of idle keep-alive connections to each worker;
+	// MaxConnsPerHost, when positive, bounds all connections to a worker (requests wait).
+	MaxIdleConnsPerHost int `json:"max_idle_conns_per_host"`
+	MaxConnsPerHost     int `json:"max_conns_per_host"`
+	// AccessLog writes one JSON line per request to stderr (log/slog).
+	AccessLog bool `json:"access_log"`
+}
+
+// Defaults are the options a zero field stands for.
+var Defaults = Options{
+	Host:                "127.0.0.1",
+	MaxBodySize:         4 << 20,
+	ConnectTimeout:      10,
+	FirstByteTimeout:    600,
+	IdleStreamTimeout:   300,
+	BodyReadTimeout:     60,
+	ReadHeaderTimeout:   10,
+	KeepAliveTimeout:    120,
+	ShutdownTimeout:     10,
+	MaxHeaderBytes:      64 << 10,
+	MaxIdleConnsPerHost: 256,
+}
+
+// ParseOptions reads options from a JSON object; absent fields take their defaults. An empty
+// text is the default options.
+func ParseOptions(text []byte) (Options, error) {
+	var o Options
+	if len(bytes.TrimSpace(text)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(text))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&o); err != nil {
+			return Options{}, fmt.Errorf("%w: %s", ErrInvalidOptions, strings.TrimPrefix(err.Error(), "json: "))
+		}
+		if dec.More() {
+			return Options{}, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalidOptions)
+		}
+	}
+	if err := o.Validate(); err != nil {
+		return Options{}, err
+	}
+	return o.withDefaults(), nil
+}
+
+// Validate checks every field against its rule; zero fields are valid (they mean the default).
+func (o Options) Validate() error {
+	ports := []struct {
+		name  string
+		value int
+	}{{"port", o.Port}}
+	if o.MetricsPort != nil {
+		ports = append(ports, struct {
+			name  string
+			value int
+		}{"metrics_port", *o.MetricsPort})
+	}
+	for _, p := range ports {
+		if p.value < 0 || p.value > 65535 {
+			return invalid(p.name, "must be a port number from 0 to 65535, got %d", p.value)
+		}
+	}
+	for _, f := range []struct {
+		name  string
+		value float64
+	}{
+		{"connect_timeout", o.ConnectTimeout}, {"first_byte_timeout", o.FirstByteTimeout},
+		{"idle_stream_timeout", o.IdleStreamTimeout}, {"body_read_timeout", o.BodyReadTimeout},
+		{"read_header_timeout", o.ReadHeaderTimeout}, {"keep_alive_timeout", o.KeepAliveTimeout},
+		{"shutdown_timeout", o.ShutdownTimeout},
+	} {
+		if f.value < 0 || math.IsNaN(f.value) || f.value > 1e9 {
+			return invalid(f.name, "must be a number of seconds above 0 (0 or absent: the default), got %v", f.value)
+		}
+	}
+	for _, f := range []struct {
+		name  string
+		value int64
+	}{
+		{"max_body_size", o.MaxBodySize}, {"max_header_bytes", int64(o.MaxHeaderBytes)},
+		{"max_idle_conns_per_host", int64(o.MaxIdleConnsPerHost)}, {"max_conns_per_host", int64(o.MaxConnsPerHost)},
+	} {
+		if f.value < 0 {
+			return invalid(f.name, "must not be negative (0 or absent: the default), got %d", f.value)
+		}
+	}
+	return nil
+}
+
+func invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s "+format, append([]any{ErrInvalidOptions, field}, args...)...)
+}
+
+func (o Options) withDefaults() Options {
+	d := Defaults
+	if o.Host == "" {
+		o.Host = d.Host
+	}
+	setInt64(&o.MaxBodySize, d.MaxBodySize)
+	for _, f := range []struct{ v, d *float64 }{
+		{&o.ConnectTimeout, &d.ConnectTimeout}, {&o.FirstByteTimeout, &d.FirstByteTimeout},
+		{&o.IdleStreamTimeout, &d.IdleStreamTimeout}, {&o.BodyReadTimeout, &d.BodyReadTimeout},
+		{&o.ReadHeaderTimeout, &d.ReadHeaderTimeout}, {&o.KeepAliveTimeout, &d.KeepAliveTimeout},
+		{&o.ShutdownTimeout, &d.ShutdownTimeout},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.d
+		}
+	}
+	if o.MaxHeaderBytes == 0 {
+		o.MaxHeaderBytes = d.MaxHeaderBytes
+	}
+	if o.MaxIdleConnsPerHost == 0 {
+		o.MaxIdleConnsPerHost = d.MaxIdleConnsPerHost
+	}
+	return o
+}
+
+func setInt64(v *int64, d int64) {
+	if *v == 0 {
+		*v = d
+	}
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -1,0 +1,385 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/bounded-router/bounded-router/core"
+)
+
+// exchange is one proxied request: the context the request to the worker runs under (the
+// client's, cancellable by the gateway) and what the hooks of the ReverseProxy need.
+type exchange struct {
+	context.Context
+	cancel   context.CancelFunc
+	client   context.Context // the client connection's context: done when the client left
+	decision core.Decision
+	target   *target
+	rawPath  string
+	rawQuery string
+	hasQuery bool
+	body     []byte
+	start    time.Time
+
+	// timer cancels the request when the worker is silent too long: before its response
+	// headers (first-byte timeout), then between two reads of its body (idle-stream timeout).
+	timer     *time.Timer
+	timedOut  atomic.Bool
+	idle      time.Duration
+	upstream  io.ReadCloser // the worker's response body
+	status    int
+	sent      int64
+	aborted   bool
+	errorText string
+}
+
+// exchangeOf finds the exchange of a request to a worker.
+func exchangeOf(ctx context.Context) *exchange {
+	if ex, ok := ctx.(*exchange); ok {
+		return ex
+	}
+	ex, _ := ctx.Value(exchangeKey{}).(*exchange)
+	return ex
+}
+
+type exchangeKey struct{}
+
+func (ex *exchange) Value(key any) any {
+	if key == (exchangeKey{}) {
+		return ex
+	}
+	return ex.Context.Value(key)
+}
+
+func (ex *exchange) expire() {
+	ex.timedOut.Store(true)
+	ex.cancel()
+}
+
+// Read and Close make the exchange the response body the ReverseProxy copies to the client.
+func (ex *exchange) Read(p []byte) (int, error) {
+	n, err := ex.upstream.Read(p)
+	ex.sent += int64(n)
+	if n > 0 {
+		ex.timer.Reset(ex.idle)
+	}
+	return n, err
+}
+
+func (ex *exchange) Close() error { return ex.upstream.Close() }
+
+// target is a worker URL split into what a forwarded request needs.
+type target struct {
+	scheme, host, pathPrefix string
+}
+
+func (g *Gateway) targetOf(workerURL string) (*target, error) {
+	if t, ok := g.targets.Load(workerURL); ok {
+		return t.(*target), nil
+	}
+	u, err := url.Parse(workerURL)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, errors.New("the worker URL is not an http:// or https:// URL with a host")
+	}
+	t := &target{scheme: u.Scheme, host: u.Host, pathPrefix: strings.TrimRight(u.EscapedPath(), "/")}
+	g.targets.Store(workerURL, t)
+	return t, nil
+}
+
+// The headers that carry routing inputs, in their canonical forms (http.Header's keys).
+var routingHeaders = func() (names [5]struct {
+	key  string
+	name []byte
+}) {
+	for i, h := range [...]string{core.HeaderTargetWorker, core.HeaderRoutingKey, core.HeaderAuthorization, core.HeaderForwardedFor, core.HeaderCookie} {
+		names[i].key, names[i].name = http.CanonicalHeaderKey(h), []byte(h)
+	}
+	return names
+}()
+
+// routingRequest reads a request's routing inputs as core.RequestFromHeaders does for
+// Router.route(headers=...) in Python: the first value of each routing header.
+func routingRequest(h http.Header) core.Request {
+	return core.RequestFromHeaders(func(yield func([]byte, []byte) bool) {
+		for _, r := range routingHeaders {
+			if v := h[r.key]; len(v) > 0 && !yield(r.name, []byte(v[0])) {
+				return
+			}
+		}
+	})
+}
+
+// ServeHTTP checks, reads and routes a request, then proxies it to the chosen worker.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.inflight.Add(1)
+	defer g.inflight.Add(-1)
+	ex := &exchange{client: r.Context()}
+	if g.accessLog != nil {
+		ex.start = time.Now()
+	}
+	ex.rawPath, ex.rawQuery, ex.hasQuery = splitTarget(r.RequestURI)
+	if err := checkPath(ex.rawPath); err != nil {
+		g.refuse(w, r, ex, http.StatusBadRequest, err.Error())
+		return
+	}
+	if r.ContentLength > g.opts.MaxBodySize {
+		g.refuse(w, r, ex, http.StatusRequestEntityTooLarge, "the request body is larger than the limit of "+itoa(g.opts.MaxBodySize)+" bytes")
+		return
+	}
+	if status, text := g.readBody(w, r, ex); status != 0 {
+		g.refuse(w, r, ex, status, text)
+		return
+	}
+	req := routingRequest(r.Header)
+	ex.decision = g.router.Route(&req)
+	if ex.decision.Lease == 0 {
+		g.refuse(w, r, ex, http.StatusServiceUnavailable, "no worker available")
+		return
+	}
+	var err error
+	if ex.target, err = g.targetOf(ex.decision.WorkerURL); err != nil {
+		g.router.Release(ex.decision.Lease, false)
+		g.refuse(w, r, ex, http.StatusBadGateway, "worker unreachable")
+		return
+	}
+	ex.Context, ex.cancel = context.WithCancel(r.Context())
+	ex.idle = seconds(g.opts.IdleStreamTimeout)
+	ex.timer = time.AfterFunc(seconds(g.opts.FirstByteTimeout), ex.expire)
+	defer g.finish(r, ex)
+	g.proxy.ServeHTTP(w, r.WithContext(ex))
+}
+
+// finish ends a proxied request, also when the ReverseProxy aborts it with a panic: it
+// releases the lease (the one place a proxied request's lease is released) and logs.
+func (g *Gateway) finish(r *http.Request, ex *exchange) {
+	p := recover()
+	ex.timer.Stop()
+	ex.cancel()
+	g.router.Release(ex.decision.Lease, false)
+	if p != nil {
+		ex.aborted = true
+	}
+	if g.accessLog != nil {
+		g.logRequest(r, ex)
+	}
+	if p != nil {
+		panic(p) // http.ErrAbortHandler: the server closes the client connection
+	}
+}
+
+// readBody reads the whole request body into ex.body; on failure it returns the status to
+// answer and why.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, ex *exchange) (int, string) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return 0, ""
+	}
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(seconds(g.opts.BodyReadTimeout)))
+	defer rc.SetReadDeadline(time.Time{})
+	var err error
+	if r.ContentLength > 0 {
+		ex.body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, ex.body)
+	} else {
+		ex.body, err = readUnknownLength(http.MaxBytesReader(w, r.Body, g.opts.MaxBodySize))
+	}
+	var tooLarge *http.MaxBytesError
+	switch {
+	case err == nil:
+		return 0, ""
+	case errors.As(err, &tooLarge):
+		return http.StatusRequestEntityTooLarge, "the request body is larger than the limit of " + itoa(g.opts.MaxBodySize) + " bytes"
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return http.StatusRequestTimeout, "the request body did not arrive within " + seconds(g.opts.BodyReadTimeout).String()
+	default:
+		return http.StatusBadRequest, "the request body could not be read"
+	}
+}
+
+// readUnknownLength reads a body sent without Content-Length (chunked) in pieces that double
+// from 4 KiB to 256 KiB, joined once at the end: unlike io.ReadAll, which copies the whole body
+// each time its buffer doubles, it leaves no chain of copies behind, which is what bounds the
+// memory of several large uploads refused at the limit.
+func readUnknownLength(r io.Reader) ([]byte, error) {
+	var pieces [][]byte
+	total, size := 0, 4<<10
+	for {
+		piece := make([]byte, size)
+		n, err := fill(r, piece)
+		total += n
+		if n > 0 {
+			pieces = append(pieces, piece[:n])
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err // io.ErrUnexpectedEOF too: the client left in the middle of the body
+		}
+		size = min(2*size, 256<<10)
+	}
+	if len(pieces) == 1 {
+		return pieces[0], nil
+	}
+	body := make([]byte, 0, total)
+	for _, p := range pieces {
+		body = append(body, p...)
+	}
+	return body, nil
+}
+
+// fill reads into p until it is full (nil error) or r ends (io.EOF) or fails.
+func fill(r io.Reader, p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := r.Read(p[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// rewrite turns the client's request into the worker's: the worker's scheme and host, the raw
+// path and query, the buffered body, and the client's headers as the ReverseProxy left them
+// (hop-by-hop ones removed) with the forwarding headers it strips put back as the client sent
+// them: the proxy adds nothing.
+func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
+	ex := exchangeOf(pr.In.Context())
+	out, t := pr.Out, ex.target
+	out.URL.Scheme, out.URL.Host, out.Host = t.scheme, t.host, ""
+	if path := t.pathPrefix + ex.rawPath; !strings.HasPrefix(path, "//") {
+		out.URL.Opaque = path // written on the request line as it is
+	} else {
+		// An opaque "//..." would be read as a scheme-relative URL.
+		out.URL.Opaque, out.URL.RawPath = "", path
+		out.URL.Path, _ = url.PathUnescape(path)
+	}
+	out.URL.RawQuery, out.URL.ForceQuery = ex.rawQuery, ex.hasQuery && ex.rawQuery == ""
+	for _, name := range [...]string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+		if v, ok := pr.In.Header[name]; ok {
+			out.Header[name] = v
+		}
+	}
+	// The gateway has the whole body already; an Expect: 100-continue was for this hop.
+	out.Header.Del("Expect")
+	out.ContentLength = int64(len(ex.body))
+	if len(ex.body) == 0 {
+		out.Body, out.GetBody = nil, nil
+	} else {
+		out.Body = io.NopCloser(bytes.NewReader(ex.body))
+		out.GetBody = ex.getBody // lets the transport retry on a keep-alive connection the worker closed
+	}
+}
+
+func (ex *exchange) getBody() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(ex.body)), nil
+}
+
+// modifyResponse notes the worker's status, adds the routing headers when exposed and puts
+// the exchange between the worker's body and the client, for the idle-stream timeout.
+func (g *Gateway) modifyResponse(res *http.Response) error {
+	ex := exchangeOf(res.Request.Context())
+	ex.status = res.StatusCode
+	if g.opts.ExposeRoutingHeaders {
+		res.Header.Set(HeaderWorker, ex.decision.WorkerURL)
+		res.Header.Set(HeaderBranch, ex.decision.Branch.String())
+	}
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		ex.timer.Stop() // an upgraded connection is the client's and the worker's to close
+		return nil
+	}
+	ex.upstream, res.Body = res.Body, ex
+	ex.timer.Reset(ex.idle)
+	return nil
+}
+
+// proxyError answers a request the worker did not answer: 504 past the first-byte timeout,
+// 502 otherwise; nothing when the client has left.
+func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	ex := exchangeOf(r.Context())
+	ex.errorText = err.Error()
+	switch {
+	case ex.client.Err() != nil:
+		ex.status = 499 // the client closed the connection; nobody to answer
+	case ex.timedOut.Load():
+		g.writeError(w, ex, http.StatusGatewayTimeout, "the worker did not answer within the first-byte timeout")
+	default:
+		g.writeError(w, ex, http.StatusBadGateway, "the worker could not be reached or failed before answering")
+	}
+}
+
+// refuse answers a request that is not proxied.
+func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, ex *exchange, status int, text string) {
+	if status != http.StatusServiceUnavailable && status != http.StatusBadGateway {
+		// The body may be unread: close rather than wait for it (net/http would read up to 256 KiB).
+		w.Header().Set("Connection", "close")
+	}
+	g.writeError(w, ex, status, text)
+	if g.accessLog != nil {
+		g.logRequest(r, ex)
+	}
+}
+
+type errorBody struct {
+	Error  string `json:"error"`
+	Branch string `json:"branch,omitempty"`
+	Worker string `json:"worker,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// writeError writes a JSON error body. It names the branch of a routed request, and the
+// worker and the error only with Options.ExposeRoutingHeaders.
+func (g *Gateway) writeError(w http.ResponseWriter, ex *exchange, status int, text string) {
+	ex.status = status
+	body := errorBody{Error: text}
+	if status == http.StatusServiceUnavailable || ex.decision.Lease != 0 {
+		body.Branch = ex.decision.Branch.String()
+	}
+	if g.opts.ExposeRoutingHeaders && ex.decision.WorkerURL != "" {
+		body.Worker, body.Detail = ex.decision.WorkerURL, ex.errorText
+		w.Header().Set(HeaderWorker, ex.decision.WorkerURL)
+		w.Header().Set(HeaderBranch, ex.decision.Branch.String())
+	}
+	text2, _ := json.Marshal(body)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", itoa(int64(len(text2))))
+	w.WriteHeader(status)
+	w.Write(text2)
+}
+
+func (g *Gateway) logRequest(r *http.Request, ex *exchange) {
+	attrs := []slog.Attr{
+		slog.String("method", r.Method),
+		slog.String("path", ex.rawPath),
+		slog.Int("status", ex.status),
+		slog.Float64("duration_ms", float64(time.Since(ex.start).Microseconds())/1000),
+		slog.Int64("bytes", ex.sent),
+	}
+	if ex.decision.WorkerURL != "" || ex.status == http.StatusServiceUnavailable {
+		attrs = append(attrs, slog.String("branch", ex.decision.Branch.String()), slog.String("worker", ex.decision.WorkerURL))
+	}
+	if ex.aborted {
+		attrs = append(attrs, slog.Bool("aborted", true))
+	}
+	if ex.errorText != "" {
+		attrs = append(attrs, slog.String("error", ex.errorText))
+	}
+	g.accessLog.LogAttrs(context.Background(), slog.LevelInfo, "request", attrs...)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,278 @@
+"""Side-by-side benchmark of the native gateway, SMG's Rust gateway and the Python proxy.
+
+Not part of CI (it takes a few minutes and needs SMG). Run from the repository root with the
+package installed (``make install``) and SMG in a scratch virtual environment::
+
+    python3 -m venv /tmp/smg-venv && /tmp/smg-venv/bin/pip install smg==1.13.0
+    .venv/bin/python scripts/bench_gateway.py --smg /tmp/smg-venv/bin/smg
+
+It builds ``scripts/bench_gateway_tool.go`` (a fast mock worker and a keep-alive load
+generator, in Go so neither is the bottleneck), starts ``--workers`` workers on loopback and,
+in front of the same workers:
+
+* ``gateway``: ``python -m bounded_router serve`` (the native gateway, bounded_consistent_hashing);
+* ``smg``: ``smg launch --policy consistent_hashing`` (skipped with a note when ``--smg`` is absent);
+* ``python-proxy``: ``python -m bounded_router.integrations.serve`` (FastAPI + httpx);
+* ``direct``: the workers themselves, in turn, as the baseline.
+
+Every request is a small ``POST /v1/completions`` (8 tokens) with ``X-SMG-Routing-Key`` (64
+keys). Measured, with the targets in a new random order in every round:
+
+* added latency: median and p99 of sequential requests on one keep-alive connection, minus the
+  same quantile calling the workers directly; non-streaming and streaming (SSE, 8 events);
+* throughput at concurrency 16 and 64 (keep-alive clients, non-streaming);
+* CPU per request: the target's processes' utime + stime (``/proc/PID/stat``) over the
+  concurrency-16 runs, divided by their requests.
+
+It prints a Markdown table and, with ``--write BENCHMARKS.md``, puts it in that file between the
+markers ``<!-- bench_gateway -->`` and ``<!-- /bench_gateway -->`` (``make bench`` keeps that
+section when it rewrites the rest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from typing import Dict, List, Optional, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TICK = os.sysconf("SC_CLK_TCK")
+KEYS = "64"
+
+
+class Process:
+    """A server process; ``url`` is where it listens, ``pid`` its process id."""
+
+    def __init__(self, name: str, argv: List[str], ready_marker: Optional[str] = " listening on ") -> None:
+        self.name = name
+        self.log = tempfile.TemporaryFile(mode="w+")
+        stdout = subprocess.PIPE if ready_marker is not None else self.log
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=self.log, text=True, start_new_session=True)
+        self.url = ""
+        if ready_marker is not None:
+            assert self.proc.stdout is not None
+            line = self.proc.stdout.readline()
+            if ready_marker not in line:
+                self.stop()
+                self.log.seek(0)
+                raise RuntimeError("%s did not start: %r %s" % (name, line, self.log.read()[-2000:]))
+            self.url = line.rsplit(ready_marker, 1)[1].strip()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` and its descendants, in seconds."""
+    children: Dict[int, List[int]] = {}
+    times: Dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        times[int(entry)] = int(fields[11]) + int(fields[12])
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        total += times.get(p, 0)
+        stack.extend(children.get(p, []))
+    return total / TICK
+
+
+def wait_http(url: str, timeout: float = 60) -> None:
+    """Wait until a completion through ``url`` answers 200."""
+    body = b'{"model":"mock-model","prompt":"warm up","max_tokens":1,"stream":false}'
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json", "X-SMG-Routing-Key": "k"})
+            with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError("%s never answered a completion" % url)
+        time.sleep(0.5)
+
+
+def tool(tool_path: str, *args: str) -> str:
+    done = subprocess.run([tool_path] + list(args), capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError("bench tool %s failed: %s" % (args, done.stderr[-2000:]))
+    return done.stdout.strip()
+
+
+def quantile(values: List[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+BEGIN, END = "<!-- bench_gateway -->", "<!-- /bench_gateway -->"
+
+
+def write_section(path: str, text: str) -> None:
+    """Put ``text`` between the markers in ``path``, replacing what was there or appending."""
+    with open(path) as f:
+        current = f.read()
+    section = "%s\n%s\n%s" % (BEGIN, text.strip(), END)
+    if BEGIN in current and END in current:
+        head, rest = current.split(BEGIN, 1)
+        current = head + section + rest.split(END, 1)[1]
+    else:
+        current = current.rstrip("\n") + "\n\n" + section + "\n"
+    with open(path, "w") as f:
+        f.write(current)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smg", default=shutil.which("smg"), help="the smg executable (pip install smg==1.13.0); default: smg on PATH")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=20, help="rounds of the latency measurement (default: %(default)s)")
+    parser.add_argument("--per-round", type=int, default=50, help="sequential requests per target, mode and round (default: %(default)s)")
+    parser.add_argument("--throughput-rounds", type=int, default=3, help="rounds of the throughput measurement (default: %(default)s)")
+    parser.add_argument("--requests", type=int, default=20000, help="requests per throughput run; a tenth for the Python proxy (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--write", metavar="BENCHMARKS.md", help="also put the table in this file (see above)")
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    scratch = tempfile.mkdtemp(prefix="bench-gateway-")
+    tool_path = os.path.join(scratch, "bench_gateway_tool")
+    subprocess.run([os.environ.get("GO", "go"), "build", "-o", tool_path, os.path.join(ROOT, "scripts", "bench_gateway_tool.go")], check=True, cwd=ROOT)
+
+    processes: List[Process] = []
+    try:
+        workers = [Process("worker %d" % i, [tool_path, "worker"]) for i in range(args.workers)]
+        processes += workers
+        urls = [w.url for w in workers]
+        targets: Dict[str, Tuple[str, Optional[int]]] = {"direct": (",".join(urls), None)}
+        gateway = Process("gateway", [sys.executable, "-m", "bounded_router", "serve", "--port", "0", "--worker-urls"] + urls)
+        processes.append(gateway)
+        targets["gateway"] = (gateway.url, gateway.pid)
+        proxy = Process("python-proxy", [sys.executable, "-m", "bounded_router.integrations.serve", "--port", "0", "--worker-urls"] + urls)
+        processes.append(proxy)
+        targets["python-proxy"] = (proxy.url, proxy.pid)
+        smg_note = ""
+        if args.smg:
+            port = free_port()
+            smg = Process(
+                "smg",
+                [args.smg, "launch", "--host", "127.0.0.1", "--port", str(port), "--policy", "consistent_hashing",
+                 "--log-level", "error", "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
+                 "--worker-urls"] + urls,
+                ready_marker=None,
+            )  # fmt: skip
+            processes.append(smg)
+            smg.url = "http://127.0.0.1:%d" % port
+            wait_http(smg.url)
+            smg_note = subprocess.run([args.smg, "--version"], capture_output=True, text=True).stdout.strip()
+            targets["smg"] = (smg.url, smg.pid)
+        else:
+            smg_note = "not measured: no smg executable (pass --smg)"
+        for name, (url, _) in targets.items():
+            wait_http(url.split(",")[0])
+
+        names = list(targets)
+        latency: Dict[Tuple[str, bool], List[float]] = {(n, s): [] for n in names for s in (False, True)}
+        for _ in range(args.rounds):
+            order = names[:]
+            rng.shuffle(order)
+            for name in order:
+                for stream in (False, True):
+                    out = tool(tool_path, "seq", targets[name][0], str(args.per_round), KEYS, "1" if stream else "0")
+                    latency[(name, stream)] += [int(v) / 1e6 for v in out.split()]
+
+        throughput: Dict[Tuple[str, int], List[float]] = {(n, c): [] for n in names for c in (16, 64)}
+        cpu: Dict[str, List[float]] = {n: [] for n in names}
+        for _ in range(args.throughput_rounds):
+            order = names[:]
+            rng.shuffle(order)
+            for name in order:
+                url, pid = targets[name]
+                n = args.requests // 10 if name == "python-proxy" else args.requests
+                for concurrency in (16, 64):
+                    before = cpu_seconds(pid) if pid else 0.0
+                    rate, failed = tool(tool_path, "conc", url, str(n), str(concurrency), KEYS).split()
+                    if int(failed):
+                        print("warning: %s: %s of %d requests failed at concurrency %d" % (name, failed, n, concurrency), file=sys.stderr)
+                    throughput[(name, concurrency)].append(float(rate))
+                    if pid and concurrency == 16:
+                        cpu[name].append((cpu_seconds(pid) - before) / (n + concurrency) * 1000)
+    finally:
+        for p in reversed(processes):
+            p.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    def added(name: str, stream: bool, q: float) -> str:
+        value = quantile(latency[(name, stream)], q) - quantile(latency[("direct", stream)], q)
+        return "%+.2f ms" % value
+
+    lines = [
+        "## The gateway against SMG and the Python proxy (issue 14)",
+        "",
+        "`%s` on %s (%d workers from `scripts/bench_gateway_tool.go` on loopback; %d rounds x %d "
+        "sequential requests per target and mode, %d throughput rounds of %d requests, targets "
+        "interleaved in a new order every round; SMG: %s). Added latency: the quantile through the "
+        "target minus the same quantile calling the workers directly. CPU per request: the target's "
+        "processes' utime + stime over the concurrency-16 runs."
+        % (" ".join(["python", "scripts/bench_gateway.py"] + sys.argv[1:]), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           args.workers, args.rounds, args.per_round, args.throughput_rounds, args.requests, smg_note),
+        "",
+        "| target | added median | added p99 | added median, streaming | added p99, streaming | req/s at c=16 | req/s at c=64 | CPU per request |",
+        "|---|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for name in names:
+        if name == "direct":
+            row = ["direct (baseline: %.2f / %.2f ms, streaming %.2f / %.2f ms)" % (
+                quantile(latency[(name, False)], 0.5), quantile(latency[(name, False)], 0.99),
+                quantile(latency[(name, True)], 0.5), quantile(latency[(name, True)], 0.99))]  # fmt: skip
+            row += ["-"] * 4
+        else:
+            row = [name, added(name, False, 0.5), added(name, False, 0.99), added(name, True, 0.5), added(name, True, 0.99)]
+        row += ["%.0f" % statistics.median(throughput[(name, c)]) for c in (16, 64)]
+        row.append("%.3f ms" % statistics.median(cpu[name]) if cpu[name] else "-")
+        lines.append("| " + " | ".join(row) + " |")
+    text = "\n".join(lines)
+    print(text)
+    if args.write:
+        write_section(args.write, text)
+        print("wrote the section in %s" % args.write)
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    sys.exit(main())

@@ -1,0 +1,259 @@
+"""The native gateway (``Router.serve``, ``python -m bounded_router serve``, ``bounded-router``)
+over real HTTP on 127.0.0.1: mock worker processes behind it, httpx or raw sockets in front.
+
+The gateway runs inside this process on the library's threads, routing through the very router
+the test holds, so the tests read its loads and change its membership while requests stream.
+The Go tests (gateway/*_test.go) cover the HTTP edges case by case; these check what crosses the
+C boundary and the command line. Every process is stopped by its PID at the end of its test.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, List, Tuple
+
+import httpx
+import pytest
+from integration_support import (  # noqa: F401 - client, fast_worker, slow_worker are fixtures
+    client,
+    completion,
+    fast_worker,
+    slow_worker,
+    streamed_text,
+    wait_for,
+    wait_released,
+)
+from support import key_preferring
+
+from bounded_router import Router, RouterClosedError
+from bounded_router.metrics import parse
+from bounded_router.testing.fleet import ServerProcess
+from bounded_router.testing.mock_worker import expected_text
+
+
+def raw_status(address: str, request: bytes) -> int:
+    """Send raw bytes on a new connection and return the status code of the answer."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        answer = sock.recv(4096)
+    return int(answer.split(b" ", 2)[1])
+
+
+def test_serve_routes_through_the_same_router(slow_worker: Any, fast_worker: Any, client: httpx.Client) -> None:
+    with Router([slow_worker.url, fast_worker.url]) as router, router.serve(expose_routing_headers=True) as gateway:
+        key = key_preferring(router, slow_worker.url)
+        with client.stream("POST", gateway.url + "/v1/completions", json=completion("a b c", 20), headers={"X-SMG-Routing-Key": key}) as r:
+            assert r.status_code == 200
+            assert r.headers["x-bounded-router-worker"] == slow_worker.url
+            assert r.headers["x-bounded-router-branch"] == "explicit_routing_key_hit"
+            assert r.headers["x-mock-worker"] == "slow"
+            lines = r.iter_lines()
+            first = next(line for line in lines if line.startswith("data: "))
+            # The proxied request counts on the Python router, and a Python route on the same key adds to it.
+            assert router.loads() == {slow_worker.url: 1, fast_worker.url: 0}
+            with router.route(key) as lease:
+                assert lease.worker_url == slow_worker.url
+                assert router.loads()[slow_worker.url] == 2
+            rest = list(lines)
+        assert streamed_text([first] + rest) == expected_text("a b c", 20)
+        wait_released(router)
+        assert router.branch_counts()["explicit_routing_key_hit"] == 2
+        assert router.leaked_leases() == 0
+
+
+def test_membership_change_while_streaming(slow_worker: Any, fast_worker: Any, client: httpx.Client) -> None:
+    with Router([slow_worker.url, fast_worker.url]) as router, router.serve(expose_routing_headers=True) as gateway:
+        key = key_preferring(router, slow_worker.url)
+        with client.stream("POST", gateway.url + "/v1/completions", json=completion("m n", 15), headers={"X-SMG-Routing-Key": key}) as r:
+            lines = r.iter_lines()
+            first = next(line for line in lines if line.startswith("data: "))
+            router.remove_worker(slow_worker.url)
+            # A new request of the key goes to the remaining worker while the first still streams.
+            again = client.post(gateway.url + "/v1/completions", json=completion("m n", 2, stream=False), headers={"X-SMG-Routing-Key": key})
+            assert again.headers["x-bounded-router-worker"] == fast_worker.url
+            assert router.active_leases() == 1
+            rest = list(lines)
+        assert streamed_text([first] + rest) == expected_text("m n", 15)
+        wait_released(router)
+        assert router.loads() == {fast_worker.url: 0}
+
+
+def test_client_disconnect_releases_at_once(slow_worker: Any) -> None:
+    with Router([slow_worker.url]) as router, router.serve() as gateway:
+        # Waiting for headers: a non-streaming completion of 200 tokens answers after 4 s.
+        host, port = gateway.address.rsplit(":", 1)
+        body = b'{"prompt": "x y", "max_tokens": 200, "stream": false}'
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            wait_for(lambda: router.active_leases() == 1, "the lease to be taken")
+        wait_released(router)
+        # Streaming the answer: the client leaves after the first event.
+        with httpx.Client(trust_env=False, timeout=30) as c:
+            with c.stream("POST", gateway.url + "/v1/completions", json=completion("x y", 200)) as r:
+                lines = r.iter_lines()
+                next(line for line in lines if line.startswith("data: "))
+                assert router.active_leases() == 1
+        wait_released(router)
+        wait_for(lambda: gateway.in_flight() == 0, "the requests to end")
+
+
+def test_stop_cuts_streams_and_releases_everything(slow_worker: Any) -> None:
+    with Router([slow_worker.url]) as router:
+        gateway = router.serve(host="127.0.0.1", port=0)
+        with httpx.Client(trust_env=False, timeout=30) as c:
+            with c.stream("POST", gateway.url + "/v1/completions", json=completion("s", 500)) as r:
+                lines = r.iter_lines()  # kept: closing the iterator would close the connection
+                next(line for line in lines if line.startswith("data: "))
+                assert gateway.stop(timeout=0.2) is False  # cut: 500 tokens take 10 s
+                assert router.active_leases() == 0
+                with pytest.raises(httpx.HTTPError):
+                    list(lines)
+        assert gateway.stop() is True
+        assert not gateway.running
+        with pytest.raises(OSError):
+            socket.create_connection(tuple(gateway.address.rsplit(":", 1)), timeout=2).close()  # type: ignore[arg-type]
+
+
+def test_stop_drains_finishing_streams(slow_worker: Any) -> None:
+    with Router([slow_worker.url]) as router:
+        gateway = router.serve()
+        result: List[str] = []
+
+        def stream() -> None:
+            with httpx.Client(trust_env=False, timeout=30) as c:
+                result.append(streamed_text(c.post(gateway.url + "/v1/completions", json=completion("d", 10)).text.splitlines()))
+
+        thread = threading.Thread(target=stream)
+        thread.start()
+        wait_for(lambda: router.active_leases() == 1, "the stream to start")
+        assert gateway.stop(timeout=10) is True
+        thread.join(30)
+        assert result == [expected_text("d", 10)]
+        assert router.active_leases() == 0
+
+
+def test_metrics_on_their_own_port_with_the_python_names(fast_worker: Any, client: httpx.Client) -> None:
+    with Router([fast_worker.url]) as router, router.serve(metrics_port=0) as gateway:
+        client.post(gateway.url + "/v1/completions", json=completion("q", 2, stream=False))
+        wait_released(router)
+        assert gateway.metrics_url is not None
+        served = parse(client.get(gateway.metrics_url).text)
+        assert served == parse(router.metrics_text())
+        assert served[("bounded_router_requests_total", (("branch", "random_fallback"),))] == 1
+        # /metrics on the proxy port is a request like any other: it goes to the worker.
+        assert "bounded_router_" not in client.get(gateway.url + "/metrics").text
+
+
+def test_edges_through_the_c_boundary(fast_worker: Any, client: httpx.Client) -> None:
+    with Router([fast_worker.url]) as router, router.serve(max_body_size=1000) as gateway:
+        assert client.post(gateway.url + "/v1/completions", content=b"x" * 1001).status_code == 413
+        for target in (b"/v1/..%2Fadmin", b"/v1/%2E%2E%2Fadmin", b"/a%00b", b"http://evil/x"):
+            assert raw_status(gateway.address, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n") == 400, target
+        assert sum(router.branch_counts().values()) == 0, "refused requests must not be routed"
+        router.set_healthy(fast_worker.url, False)
+        r = client.get(gateway.url + "/v1/models")
+        assert r.status_code == 503
+        assert r.json() == {"error": "no worker available", "branch": "no_healthy_workers"}
+
+
+def test_bad_options_name_the_option(fast_worker: Any) -> None:
+    with Router([fast_worker.url]) as router:
+        with pytest.raises(ValueError, match="nope"):
+            router.serve(nope=1)
+        with pytest.raises(ValueError, match="max_body_size"):
+            router.serve(max_body_size=-1)
+        with pytest.raises(ValueError, match="port"):
+            router.serve(port=70000)
+    with pytest.raises(RouterClosedError):
+        router.serve()
+
+
+def _run_cli(*args: str) -> "subprocess.CompletedProcess[str]":
+    return subprocess.run([sys.executable, "-m", "bounded_router"] + list(args), capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--port", "99999"], "--port"),
+        (["--port", "-1"], "--port"),
+        (["--metrics-port", "x"], "--metrics-port"),
+        (["--lifetime", "-5"], "--lifetime"),
+        (["--max-body-size", "0"], "--max-body-size"),
+        (["--first-byte-timeout", "nan"], "--first-byte-timeout"),
+        (["--host", "nonsense.invalid"], "listen"),
+        (["--policy", "nonsense"], "--policy"),
+    ],
+)
+def test_cli_usage_errors(args: List[str], message: str) -> None:
+    done = _run_cli("serve", "--worker-urls", "http://127.0.0.1:9", "--port", "0", *args)
+    assert done.returncode == 2, done
+    assert "usage:" in done.stderr and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_cli_needs_a_command_and_workers() -> None:
+    assert _run_cli().returncode == 2
+    done = _run_cli("serve")
+    assert done.returncode == 2 and "--worker-urls" in done.stderr
+
+
+def test_cli_serves_and_stops_on_sigterm(fast_worker: Any, client: httpx.Client) -> None:
+    gateway = ServerProcess("gateway", "bounded_router", ["serve", "--port", "0", "--lifetime", "120", "--worker-urls", fast_worker.url])
+    try:
+        r = client.post(gateway.url + "/v1/completions", json=completion("c l i", 3))
+        assert r.status_code == 200 and streamed_text(r.text.splitlines()) == expected_text("c l i", 3)
+        gateway.process.terminate()
+        assert gateway.process.wait(30) == 0
+        assert "Traceback" not in gateway.log()
+    finally:
+        gateway.stop()
+
+
+def test_console_script_is_installed() -> None:
+    script = os.path.join(os.path.dirname(sys.executable), "bounded-router")
+    done = subprocess.run([script, "serve", "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "--max-body-size" in done.stdout
+
+
+def _rss_kib(pid: int, field: str = "VmRSS") -> int:
+    with open("/proc/%d/status" % pid) as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError("no %s for %d" % (field, pid))
+
+
+def _upload(address: Tuple[str, int], chunked: bool, size: int) -> None:
+    chunk = b"x" * (1 << 20)
+    with socket.create_connection(address, timeout=30) as sock:
+        head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+        sock.sendall(head + (b"Transfer-Encoding: chunked\r\n\r\n" if chunked else b"Content-Length: %d\r\n\r\n" % size))
+        try:
+            for _ in range(size // len(chunk)):
+                sock.sendall(b"100000\r\n" + chunk + b"\r\n" if chunked else chunk)
+        except OSError:
+            pass  # refused with 413 and closed before the whole body was sent
+
+
+def test_memory_stays_bounded_under_large_uploads(fast_worker: Any) -> None:
+    gateway = ServerProcess("gateway", "bounded_router", ["serve", "--port", "0", "--lifetime", "120", "--worker-urls", fast_worker.url])
+    try:
+        pid = gateway.process.pid
+        host, port = gateway.url[len("http://") :].rsplit(":", 1)
+        idle = _rss_kib(pid)
+        for chunked in (False, True):
+            uploads = [threading.Thread(target=_upload, args=((host, int(port)), chunked, 50 << 20)) for _ in range(4)]
+            for t in uploads:
+                t.start()
+            for t in uploads:
+                t.join(60)
+        peak = _rss_kib(pid, "VmHWM")
+        assert peak - idle < 50 * 1024, "idle %d KiB, peak %d KiB under four 50 MB uploads" % (idle, peak)
+    finally:
+        gateway.stop()
