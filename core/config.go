@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 )
 
-// Defaults of bounded_consistent_hashing (SPEC §6).
+// Defaults of bounded_consistent_hashing (contract: "The bounded rule").
 const (
 	DefaultMaxLoadSkew = 1.5
 	DefaultMinLoadGap  = 2

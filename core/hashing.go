@@ -1,6 +1,6 @@
 package core
 
-// selectByPrecedence applies the input precedence shared by both hashing policies (SPEC §5):
+// selectByPrecedence applies the input precedence shared by both hashing policies (contract: "Inputs and precedence"):
 // target worker, then explicit key (decided by explicit), then implicit key, then a random
 // available worker. The caller has checked that some worker is available, and hashed the
 // explicit key into keyPos.

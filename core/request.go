@@ -2,7 +2,7 @@ package core
 
 import "iter"
 
-// Header names that carry routing inputs (SPEC §5), compared case-insensitively.
+// Header names that carry routing inputs (contract: "Inputs and precedence"), compared case-insensitively.
 const (
 	HeaderTargetWorker  = "X-SMG-Target-Worker"
 	HeaderRoutingKey    = "X-SMG-Routing-Key"

@@ -18,7 +18,7 @@ __all__ = ["HeadersLike", "ROUTING_HEADERS", "encode_headers", "key_bytes"]
 #: (encoded latin-1, as HTTP does) or ``bytes``.
 HeadersLike = Union[Mapping[Any, Any], Iterable[Tuple[Any, Any]]]
 
-#: Lower-case names of the headers that carry routing inputs (SPEC §5).
+#: Lower-case names of the headers that carry routing inputs (contract: "Inputs and precedence").
 ROUTING_HEADERS = frozenset(
     (b"x-smg-target-worker", b"x-smg-routing-key", b"authorization", b"x-forwarded-for", b"cookie")
 )

@@ -27,9 +27,9 @@ __all__ = [
     "DEFAULT_MIN_LOAD_GAP",
 ]
 
-#: Default relative bound of ``bounded_consistent_hashing`` (SPEC §6).
+#: Default relative bound of ``bounded_consistent_hashing`` (contract: "The bounded rule").
 DEFAULT_MAX_LOAD_SKEW = 1.5
-#: Default absolute load gap of ``bounded_consistent_hashing`` (SPEC §6).
+#: Default absolute load gap of ``bounded_consistent_hashing`` (contract: "The bounded rule").
 DEFAULT_MIN_LOAD_GAP = 2
 
 

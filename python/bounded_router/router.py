@@ -297,7 +297,7 @@ class Router:
                 or None means no key. It overrides an ``X-SMG-Routing-Key`` header.
             headers: the request's HTTP headers (any mapping, or an iterable of ``(name,
                 value)`` pairs); ``X-SMG-Target-Worker``, ``X-SMG-Routing-Key``,
-                ``Authorization``, ``X-Forwarded-For`` and ``Cookie`` are used as SPEC §5 says.
+                ``Authorization``, ``X-Forwarded-For`` and ``Cookie`` are used as docs/contract.md, "Inputs and precedence", says.
 
         Returns:
             The :class:`Lease`; release it (or use it as a context manager) when the request

@@ -1,5 +1,5 @@
 """Helpers shared by the Python tests: worker URLs, key search, holding loads. The model of the
-SPEC is tests/reference_model.py (ReferenceRouter)."""
+contract (docs/contract.md) is tests/reference_model.py (ReferenceRouter)."""
 
 from __future__ import annotations
 

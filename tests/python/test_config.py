@@ -1,4 +1,4 @@
-"""Policies, typed configs, RouterArgs and the configuration errors of Router (SPEC §6, §9)."""
+"""Policies, typed configs, RouterArgs and the configuration errors of Router (contract: "The bounded rule", "Validation")."""
 
 from __future__ import annotations
 

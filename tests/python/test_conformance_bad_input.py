@@ -1,5 +1,5 @@
 """The bad-input catalogue: every input a caller can get wrong, one test each. Each must be
-answered with a clear error that names what was wrong (or, where the SPEC says the input is
+answered with a clear error that names what was wrong (or, where docs/contract.md says the input is
 simply absent, by ignoring it), and must leave no lease, load or crash behind."""
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ def count_calls(monkeypatch, router):
 @pytest.fixture
 def w0_at_3(make_router):
     """(router, key, held): w0 holds the 3 leases `held` and the others none, so `key`, a key of
-    w0, spills (SPEC §10: gap 3 > 2); with one of them released it stays (gap 2 is not > 2)."""
+    w0, spills (contract: "Reference vectors", gap 3 > 2); with one of them released it stays (gap 2 is not > 2)."""
     router = make_router(4)
     key = key_preferring(router, W[0])
     return router, key, hold(router, [3, 0, 0, 0], W[:4])

@@ -1,4 +1,4 @@
-"""SPEC §5: routing inputs from HTTP headers, through route(headers=...) and select(headers=...)."""
+"""contract: "Inputs and precedence": routing inputs from HTTP headers, through route(headers=...) and select(headers=...)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §7: leases, their release, the safety net and the streaming wrappers."""
+"""contract: "Leases": leases, their release, the safety net and the streaming wrappers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Router: membership, health, statistics, the other policies, closing, threads (SPEC §3, §6, §9)."""
+"""Router: membership, health, statistics, the other policies, closing, threads (contract: "Workers and membership", "Other policies", "Validation")."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@
 * :mod:`bounded_router.integrations.aiohttp` -- aiohttp (``pip install 'bounded-router[aiohttp]'``):
   :class:`~bounded_router.integrations.aiohttp.AiohttpProxy`, a request handler.
 
-Both route each request from its headers (SPEC section 5), forward it to the chosen worker,
+Both route each request from its headers (contract: "Inputs and precedence"), forward it to the chosen worker,
 stream the worker's answer back, and hold the request's lease until the body is finished, fails,
 or the client disconnects. Importing this package imports no framework; each module imports its
 own when it is imported.

@@ -13,7 +13,7 @@ Install with ``pip install 'bounded-router[aiohttp]'``. :meth:`AiohttpProxy.hand
     app.router.add_post("/v1/completions", proxy.handle)   # or add_route("*", "/{tail:.*}", proxy.handle)
     app.on_cleanup.append(proxy.on_cleanup)            # closes the proxy's client session
 
-Per request the handler routes from the incoming headers (SPEC section 5), sends the request to
+Per request the handler routes from the incoming headers (contract: "Inputs and precedence"), sends the request to
 the chosen worker, and streams the worker's status, headers and body back as they arrive. The
 lease is held until the body has been sent completely, the worker's stream fails, or the client
 disconnects, and released exactly once in the handler's ``finally``. A client that disconnects

@@ -19,7 +19,7 @@ it::
     app.mount("/raw", proxy)                      # 2. or as an ASGI app that forwards everything
 
 Per request the helper routes from the incoming headers (``X-SMG-Target-Worker``,
-``X-SMG-Routing-Key``, ``Authorization``, ``X-Forwarded-For``, ``Cookie``; SPEC section 5), sends
+``X-SMG-Routing-Key``, ``Authorization``, ``X-Forwarded-For``, ``Cookie``; contract: "Inputs and precedence"), sends
 the request to the chosen worker with httpx, and streams the worker's status, headers and body
 back as they arrive. The lease is held until the body has been sent completely, the worker's
 stream fails, or the client disconnects -- whichever comes first -- and then released exactly
