@@ -14,6 +14,11 @@ const (
 // implicitKeyHeaders are consulted in this order; only the first one present counts.
 var implicitKeyHeaders = [...]string{HeaderAuthorization, HeaderForwardedFor, HeaderCookie}
 
+// RoutingHeaders returns the names of the headers that carry routing inputs, in precedence order.
+func RoutingHeaders() []string {
+	return append([]string{HeaderTargetWorker, HeaderRoutingKey}, implicitKeyHeaders[:]...)
+}
+
 // Request holds the routing inputs of one request. The zero value is a request with no inputs.
 type Request struct {
 	// HasTarget is set when a valid X-SMG-Target-Worker header was given; TargetIndex is then
@@ -29,6 +34,16 @@ type Request struct {
 
 // KeyRequest is a request whose only input is an explicit routing key.
 func KeyRequest(key []byte) Request { return Request{RoutingKey: key} }
+
+// RequestFrom is the request of a key passed directly and request headers: a non-empty
+// explicit key overrides X-SMG-Routing-Key (docs/contract.md, "Inputs and precedence").
+func RequestFrom(explicitKey []byte, headers iter.Seq2[[]byte, []byte]) Request {
+	req := RequestFromHeaders(headers)
+	if len(explicitKey) > 0 {
+		req.RoutingKey = explicitKey
+	}
+	return req
+}
 
 // RequestFromHeaders extracts the routing inputs from request headers. The first occurrence
 // of a header name wins; values are used as given (never trimmed) and only when valid.
