@@ -5,9 +5,9 @@ PYTHON  ?= python3
 VENV    := .venv
 VPY     := $(VENV)/bin/python
 LIB     := build/libbounded_router.so
-GO_SRC  := $(shell find core capi -name '*.go' -o -name '*.c') go.mod go.sum
+GO_SRC  := $(shell find core capi -name '*.go' -o -name '*.c' -o -name '*.h') go.mod go.sum
 
-.PHONY: lib wheel venv install test test-go test-c test-python test-fuzz demo bench clean
+.PHONY: lib wheel venv install test test-go test-c test-header test-python test-fuzz demo bench clean
 
 lib: $(LIB)
 
@@ -31,7 +31,7 @@ venv: $(VENV)/.ready
 install: wheel
 	$(VPY) -m pip install --quiet --force-reinstall --no-deps dist/bounded_router-*.whl
 
-test: test-go test-c test-python test-fuzz
+test: test-go test-c test-header test-python test-fuzz
 
 test-go:
 	$(GO) vet ./...
@@ -44,8 +44,12 @@ test-fuzz:
 	GO=$(GO) bash scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
 
 test-c: $(LIB)
-	$(CC) -std=c11 -Wall -Wextra -Werror -Ibuild -o build/route_keys tests/c/route_keys.c -Lbuild -lbounded_router -Wl,-rpath,'$$ORIGIN'
+	$(CC) -std=c11 -Wall -Wextra -Werror -Icapi -o build/route_keys tests/c/route_keys.c -Lbuild -lbounded_router -Wl,-rpath,'$$ORIGIN'
 	./build/route_keys
+
+# The hand-written public header against the exports cgo generates a header for.
+test-header: $(LIB)
+	$(PYTHON) scripts/check_header.py build/libbounded_router.h capi/bounded_router.h capi/*.c
 
 # Run from tests/ so Python imports the installed package, never the source tree.
 test-python: install

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "libbounded_router.h"
+#include "bounded_router.h"
 
 static int failures = 0;
 
@@ -21,7 +21,7 @@ static int failures = 0;
 	} while (0)
 
 static int32_t route(uint64_t router, const char *key, uint64_t out[2]) {
-	return br_route_key(router, (char *)key, strlen(key), out);
+	return br_route_key(router, key, strlen(key), out);
 }
 
 static uint32_t chosen(const uint64_t out[2]) { return (uint32_t)out[1]; }
@@ -34,7 +34,7 @@ int main(void) {
 		"{\"worker_urls\": [\"http://w0:8000\", \"http://w1:8000\", \"http://w2:8000\", \"http://w3:8000\"],"
 		" \"policy\": {\"type\": \"bounded_consistent_hashing\", \"max_load_skew\": 1.5, \"min_load_gap\": 2}}";
 	uint64_t router = 0;
-	CHECK(br_router_new((char *)config, strlen(config), &router) == BR_OK, "router_new");
+	CHECK(br_router_new(config, strlen(config), &router) == BR_OK, "router_new");
 
 	// Affinity: the same key goes to the same worker while the loads stay balanced.
 	uint64_t first[2], again[2];
