@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))  # the reference model
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_report
 
 import bench_report  # noqa: E402
+import bench_tricks  # noqa: E402
 from reference_model import ReferenceRouter  # noqa: E402
 from starlette.datastructures import Headers  # noqa: E402
 from uhashring import HashRing  # noqa: E402
@@ -475,6 +476,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     results["workers"] = alternatives(args)
     print("threads ...", flush=True)
     results["threads"] = thread_scaling(args)
+    print("shortcuts of the request path ...", flush=True)
+    results["tricks"] = bench_tricks.measure(args.rounds, 20000)
     print("first calls and joins ...", flush=True)
     results["first"] = first_calls(args.first_runs)
     results["join"] = joins(1024, args.join_rounds)

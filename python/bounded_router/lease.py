@@ -184,8 +184,8 @@ class _HeldLease(Lease):
     """A lease not released yet: the same object, plus the safety net.
 
     Routers hand out leases of this class, and :meth:`Lease.release` turns them into plain
-    :class:`Lease` objects. CPython calls a finalizer on every object whose class has one, at
-    a cost of some 40 ns per lease, so only the leases that still need it carry it.
+    :class:`Lease` objects: CPython calls the finalizer of every object whose class has one, so
+    only the leases that still need it carry it (what that buys: BENCHMARKS.md).
     """
 
     __slots__ = ()

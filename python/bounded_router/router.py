@@ -36,8 +36,6 @@ _BUFFERS = _native.BUFFERS
 _SIZES = tuple(c_size_t.from_param(n) for n in range(256))
 # The array typecode of a uint32, the type of br_route_keys' key lengths.
 _UINT32 = next(code for code in "IL" if array(code).itemsize == 4)
-# Leases are built without calling Lease.__init__ (the slots are set right after it).
-_new_lease = object.__new__
 
 
 def _size(n: int) -> Any:
@@ -197,7 +195,7 @@ class Router:
         """
         # One native call per request, which also hands over a lease released since the last
         # one (the release path, see _native_router); the lease's URLs come from the decision
-        # cache (NativeRouter.decided). Both are measured in BENCHMARKS.md.
+        # cache (NativeRouter.decided). What each shortcut here buys: BENCHMARKS.md.
         try:
             out, out_ref = _BUFFERS.value
         except AttributeError:
@@ -243,11 +241,7 @@ class Router:
         urls = native.decided.get(decision)
         if urls is None:
             urls = native.decision_urls(decision, out[1], lease_id)
-        lease: Lease = _new_lease(_HeldLease)
-        lease._native = native
-        lease._id = lease_id
-        lease._decision = urls
-        return lease
+        return _HeldLease(native, lease_id, urls)
 
     def route_many(self, keys: Iterable[Union[str, bytes, None]]) -> List[Lease]:
         """Route one request per key, in order, with one call into the library for the batch.
@@ -296,11 +290,7 @@ class Router:
             urls = decided.get(decision)
             if urls is None:
                 urls = native.decision_urls(decision, out[2 * n + i], lease_id)
-            lease: Lease = _new_lease(_HeldLease)  # as in route(), inline: this loop is the batch's cost
-            lease._native = native
-            lease._id = lease_id
-            lease._decision = urls
-            append(lease)
+            append(_HeldLease(native, lease_id, urls))
         return leases
 
     def release_many(self, leases: Iterable[Lease]) -> int:
