@@ -75,7 +75,6 @@ func br_release_many(router C.uint64_t, leases *C.uint64_t, n C.uint32_t) (statu
 	return C.int32_t(r.ReleaseMany(unsafe.Slice((*core.LeaseID)(unsafe.Pointer(leases)), n)))
 }
 
-
 // checkKeyBlock verifies that the key lengths of br_route_keys exactly cover the key block.
 func checkKeyBlock(block []byte, lengths []uint32) error {
 	total := uint64(0)

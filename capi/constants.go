@@ -85,6 +85,6 @@ func constants() map[string]any {
 			"min_load_gap": defaults.Policy.MinLoadGap, "virtual_nodes": defaults.VirtualNodes,
 		},
 		"policies": policies,
-		"headers": core.RoutingHeaders(),
+		"headers":  core.RoutingHeaders(),
 	}
 }

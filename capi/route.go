@@ -17,7 +17,7 @@ import (
 //export br_route_key
 func br_route_key(router C.uint64_t, key *C.char, keyLen C.size_t, out *C.uint64_t) (status C.int32_t) {
 	defer guard(&status)
-	d, o, err := routeKey(router, key, keyLen, out, 0)
+	d, o, err := routeKey(router, key, keyLen, out, "out", 0)
 	if err != nil {
 		return fail(err)
 	}
@@ -28,14 +28,14 @@ func br_route_key(router C.uint64_t, key *C.char, keyLen C.size_t, out *C.uint64
 func br_release_then_route_key(router C.uint64_t, key *C.char, keyLen C.size_t, io *C.uint64_t) (status C.int64_t) {
 	defer guard(&status)
 	previous := takePrevious(io)
-	d, o, err := routeKey(router, key, keyLen, io, previous)
+	d, o, err := routeKey(router, key, keyLen, io, "io", previous)
 	return writePackedDecision(d, o, err)
 }
 
 //export br_route
 func br_route(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t, takeLease C.int32_t, out *C.uint64_t) (status C.int32_t) {
 	defer guard(&status)
-	d, o, err := routeHeaders(router, key, keyLen, headers, headersLen, takeLease != 0, out, 0)
+	d, o, err := routeHeaders(router, key, keyLen, headers, headersLen, takeLease != 0, out, "out", 0)
 	if err != nil {
 		return fail(err)
 	}
@@ -48,7 +48,7 @@ func br_route(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.char, 
 func br_release_then_route(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t, io *C.uint64_t) (status C.int64_t) {
 	defer guard(&status)
 	previous := takePrevious(io)
-	d, o, err := routeHeaders(router, key, keyLen, headers, headersLen, true, io, previous)
+	d, o, err := routeHeaders(router, key, keyLen, headers, headersLen, true, io, "io", previous)
 	return writePackedDecision(d, o, err)
 }
 
@@ -64,13 +64,13 @@ func takePrevious(io *C.uint64_t) core.LeaseID {
 	return previous
 }
 
-// routeKey releases previous and routes a key request.
-func routeKey(router C.uint64_t, key *C.char, keyLen C.size_t, out *C.uint64_t, previous core.LeaseID) (core.Decision, []C.uint64_t, error) {
+// routeKey releases previous and routes a key request; outName is out's name in the header.
+func routeKey(router C.uint64_t, key *C.char, keyLen C.size_t, out *C.uint64_t, outName string, previous core.LeaseID) (core.Decision, []C.uint64_t, error) {
 	r, err := lookupRouter(uint64(router))
 	if err != nil {
 		return core.Decision{}, nil, err
 	}
-	o, err := outArg(out, 2, "out")
+	o, err := outArg(out, 2, outName)
 	var k []byte
 	if err == nil {
 		k, err = bytesArg(key, keyLen, "key")
@@ -85,12 +85,12 @@ func routeKey(router C.uint64_t, key *C.char, keyLen C.size_t, out *C.uint64_t, 
 
 // routeHeaders releases previous and routes (or only selects) a request from an explicit key
 // and a header block.
-func routeHeaders(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t, takeLease bool, out *C.uint64_t, previous core.LeaseID) (core.Decision, []C.uint64_t, error) {
+func routeHeaders(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t, takeLease bool, out *C.uint64_t, outName string, previous core.LeaseID) (core.Decision, []C.uint64_t, error) {
 	r, err := lookupRouter(uint64(router))
 	if err != nil {
 		return core.Decision{}, nil, err
 	}
-	o, err := outArg(out, 2, "out")
+	o, err := outArg(out, 2, outName)
 	var k, block []byte
 	if err == nil {
 		k, err = bytesArg(key, keyLen, "key")
