@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Dict, List
+from typing import Dict
 
 _PROTOTYPE = re.compile(r"(?:^|\n)\s*(?:extern\s+)?([A-Za-z_][\w\s\*]*?\**)\s*\b(br_\w+)\s*\(([^)]*)\)\s*[;{]", re.S)
 _HIDDEN = "visibility(\"hidden\")"
