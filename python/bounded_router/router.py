@@ -36,6 +36,9 @@ _BUFFERS = _native.BUFFERS
 _SIZES = tuple(c_size_t.from_param(n) for n in range(256))
 # The array typecode of a uint32, the type of br_route_keys' key lengths.
 _UINT32 = next(code for code in "IL" if array(code).itemsize == 4)
+# Leases of the request path are made without a call of Lease.__init__: object.__new__, then
+# the three slots are set right away (in route and route_many).
+_new_lease = object.__new__
 
 
 def _size(n: int) -> Any:
@@ -241,7 +244,11 @@ class Router:
         urls = native.decided.get(decision)
         if urls is None:
             urls = native.decision_urls(decision, out[1], lease_id)
-        return _HeldLease(native, lease_id, urls)
+        lease: Lease = _new_lease(_HeldLease)
+        lease._native = native
+        lease._id = lease_id
+        lease._decision = urls
+        return lease
 
     def route_many(self, keys: Iterable[Union[str, bytes, None]]) -> List[Lease]:
         """Route one request per key, in order, with one call into the library for the batch.
@@ -290,7 +297,11 @@ class Router:
             urls = decided.get(decision)
             if urls is None:
                 urls = native.decision_urls(decision, out[2 * n + i], lease_id)
-            append(_HeldLease(native, lease_id, urls))
+            lease: Lease = _new_lease(_HeldLease)
+            lease._native = native
+            lease._id = lease_id
+            lease._decision = urls
+            append(lease)
         return leases
 
     def release_many(self, leases: Iterable[Lease]) -> int:
