@@ -83,11 +83,12 @@ def test_concurrent_routes_of_one_key_place_like_sequential_ones():
 
 
 def test_a_release_is_seen_by_every_call_begun_after_it_returned_in_any_thread():
-    # release() makes no native call: the router hands it over with its next call (see
-    # Router._hand_over). A route or a statistic begun in another thread after release()
+    # release() makes no native call: the router hands it over with its next call (the release
+    # path of _native_router). A route or a statistic begun in another thread after release()
     # returned must still see the request gone, while other threads route and release keys of
-    # other workers on the same router. contract: "Reference vectors": with w0 at load 3 and an idle worker a key of
-    # w0 spills (gap 3 > 2); at load 2 it stays, whatever the other loads (gap 2 is not > 2).
+    # other workers on the same router. docs/contract.md, "Reference vectors": with w0 at load 3
+    # and an idle worker a key of w0 spills (gap 3 > 2); at load 2 it stays, whatever the other
+    # loads (gap 2 is not > 2).
     trials = 300
     with Router(W[:4], max_load_skew=1.5, min_load_gap=2) as router:
         key = key_preferring(router, W[0])
