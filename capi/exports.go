@@ -66,25 +66,13 @@ func br_router_free(router C.uint64_t) (status C.int32_t) {
 //export br_add_worker
 func br_add_worker(router C.uint64_t, url *C.char, urlLen C.size_t) (status C.int32_t) {
 	defer guard(&status)
-	return withRouter(router, func(r *core.Router) error {
-		u, err := stringArg(url, urlLen, "url")
-		if err != nil {
-			return err
-		}
-		return r.AddWorker(u)
-	})
+	return withWorker(router, url, urlLen, (*core.Router).AddWorker)
 }
 
 //export br_remove_worker
 func br_remove_worker(router C.uint64_t, url *C.char, urlLen C.size_t) (status C.int32_t) {
 	defer guard(&status)
-	return withRouter(router, func(r *core.Router) error {
-		u, err := stringArg(url, urlLen, "url")
-		if err != nil {
-			return err
-		}
-		return r.RemoveWorker(u)
-	})
+	return withWorker(router, url, urlLen, (*core.Router).RemoveWorker)
 }
 
 //export br_set_workers
@@ -106,12 +94,17 @@ func br_set_workers(router C.uint64_t, urlsJSON *C.char, urlsLen C.size_t) (stat
 //export br_set_healthy
 func br_set_healthy(router C.uint64_t, url *C.char, urlLen C.size_t, healthy C.int32_t) (status C.int32_t) {
 	defer guard(&status)
+	return withWorker(router, url, urlLen, func(r *core.Router, u string) error { return r.SetHealthy(u, healthy != 0) })
+}
+
+// withWorker runs do on the router of a handle with the URL argument of a membership export.
+func withWorker(router C.uint64_t, url *C.char, urlLen C.size_t, do func(*core.Router, string) error) C.int32_t {
 	return withRouter(router, func(r *core.Router) error {
 		u, err := stringArg(url, urlLen, "url")
 		if err != nil {
 			return err
 		}
-		return r.SetHealthy(u, healthy != 0)
+		return do(r, u)
 	})
 }
 
