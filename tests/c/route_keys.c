@@ -29,6 +29,11 @@ static uint32_t preferred(const uint64_t out[2]) { return (uint32_t)(out[1] >> 3
 
 int main(void) {
 	CHECK(br_abi_version() == BR_ABI_VERSION, "abi version %u", br_abi_version());
+	char constants[2048];
+	int64_t constants_len = br_constants_json(constants, sizeof constants - 1);
+	CHECK(constants_len > 0 && constants_len < (int64_t)sizeof constants, "constants_json: %lld", (long long)constants_len);
+	constants[constants_len > 0 && constants_len < (int64_t)sizeof constants ? constants_len : 0] = '\0';
+	CHECK(strstr(constants, "\"explicit_routing_key_spillover\"") != NULL, "constants name the branches");
 
 	const char *config =
 		"{\"worker_urls\": [\"http://w0:8000\", \"http://w1:8000\", \"http://w2:8000\", \"http://w3:8000\"],"
