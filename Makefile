@@ -5,14 +5,14 @@ PYTHON  ?= python3
 VENV    := .venv
 VPY     := $(VENV)/bin/python
 LIB     := build/libbounded_router.so
-GO_SRC  := $(shell find core capi gateway -name '*.go' -o -name '*.c') go.mod go.sum
+GO_SRC  := $(shell find core capi gateway -name '*.go' -o -name '*.c' -o -name '*.h') go.mod go.sum
 VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' python/bounded_router/__init__.py)
 ARCH    := $(shell uname -m)
 # The manylinux2014 (glibc 2.17) wheel of one architecture, x86_64 or aarch64.
 manylinux_wheel = dist/bounded_router-$(VERSION)-py3-none-manylinux_2_17_$(1).manylinux2014_$(1).whl
 
 .PHONY: lib wheel wheels wheel-x86_64 wheel-aarch64 sdist check-aarch64 venv install test test-go \
-	test-c test-python test-fuzz demo bench clean
+	test-c test-header test-python test-fuzz demo bench clean
 
 lib: $(LIB)
 
@@ -57,7 +57,7 @@ venv: $(VENV)/.ready
 install: wheel
 	$(VPY) -m pip install --quiet --force-reinstall --no-deps $(call manylinux_wheel,$(ARCH))
 
-test: test-go test-c test-python test-fuzz
+test: test-go test-c test-header test-python test-fuzz
 
 test-go:
 	$(GO) vet ./...
@@ -70,8 +70,12 @@ test-fuzz:
 	GO=$(GO) bash scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
 
 test-c: $(LIB)
-	$(CC) -std=c11 -Wall -Wextra -Werror -Ibuild -o build/route_keys tests/c/route_keys.c -Lbuild -lbounded_router -Wl,-rpath,'$$ORIGIN'
+	$(CC) -std=c11 -Wall -Wextra -Werror -Icapi -o build/route_keys tests/c/route_keys.c -Lbuild -lbounded_router -Wl,-rpath,'$$ORIGIN'
 	./build/route_keys
+
+# The hand-written public header against the exports cgo generates a header for.
+test-header: $(LIB)
+	$(PYTHON) scripts/check_header.py build/libbounded_router.h capi/bounded_router.h capi/*.c
 
 # Run from tests/ so Python imports the installed package, never the source tree.
 test-python: install

@@ -7,7 +7,6 @@ package main
 import "C"
 
 import (
-	"errors"
 	"unsafe"
 
 	"github.com/bounded-router/bounded-router/core"
@@ -17,14 +16,8 @@ import (
 // call each, which costs one crossing of the C boundary (and, from Python, one ctypes call)
 // instead of one per request.
 
-// br_route_keys routes n requests whose only input is an explicit routing key, in order and
-// exactly as n successive br_route_key calls would, but as one step: no other call on the
-// router runs in between. keys holds the keys back to back (keys_len bytes in all) and
-// lengths[i] is the length of key i (0 is no key). out receives 3n values in three runs of n:
-// the leases (0 when no worker was chosen), then the packed decisions (BR_DECISION_*), then
-// the worker ids as in br_route_key's out[1]; a binding reads the first two runs whole and the
-// ids only for a decision it has not seen. Returns BR_OK or a negative status (then nothing
-// was routed).
+// br_route_keys: see capi/bounded_router.h. The batch is one step of core.RouteKeys, all or
+// nothing; on an invalid argument nothing is routed.
 //
 //export br_route_keys
 func br_route_keys(router C.uint64_t, keys *C.char, keysLen C.size_t, lengths *C.uint32_t, n C.uint32_t, out *C.uint64_t) (status C.int32_t) {
@@ -36,14 +29,21 @@ func br_route_keys(router C.uint64_t, keys *C.char, keysLen C.size_t, lengths *C
 	if n == 0 {
 		return statusOK
 	}
-	if lengths == nil || out == nil {
-		return failf("lengths and out must not be NULL")
+	block, err := bytesArg(keys, keysLen, "keys")
+	if err != nil {
+		return fail(err)
 	}
-	block, sizes := bytesArg(keys, keysLen), unsafe.Slice((*uint32)(unsafe.Pointer(lengths)), n)
+	if lengths == nil {
+		return fail(invalidArgument("lengths must not be NULL"))
+	}
+	sizes := unsafe.Slice((*uint32)(unsafe.Pointer(lengths)), n)
 	if err := checkKeyBlock(block, sizes); err != nil {
 		return fail(err)
 	}
-	o := unsafe.Slice(out, 3*int(n))
+	o, err := outArg(out, 3*int(n), "out")
+	if err != nil {
+		return fail(err)
+	}
 	leases, decisions, ids := o[:n], o[n:2*n], o[2*n:]
 	rest := block
 	r.RouteKeys(int(n), func(i int) []byte { // called for i = 0, 1, ... in order
@@ -70,12 +70,10 @@ func br_release_many(router C.uint64_t, leases *C.uint64_t, n C.uint32_t) (statu
 		return 0
 	}
 	if leases == nil {
-		return failf("leases must not be NULL")
+		return fail(invalidArgument("leases must not be NULL"))
 	}
 	return C.int32_t(r.ReleaseMany(unsafe.Slice((*core.LeaseID)(unsafe.Pointer(leases)), n)))
 }
-
-var errKeyBlock = errors.New("br_route_keys: the key lengths must add up to keys_len")
 
 // checkKeyBlock verifies that the key lengths of br_route_keys exactly cover the key block.
 func checkKeyBlock(block []byte, lengths []uint32) error {
@@ -84,7 +82,7 @@ func checkKeyBlock(block []byte, lengths []uint32) error {
 		total += uint64(n)
 	}
 	if total != uint64(len(block)) {
-		return errKeyBlock
+		return invalidArgument("the lengths add up to %d bytes but keys_len is %d", total, len(block))
 	}
 	return nil
 }

@@ -8,59 +8,49 @@ import "C"
 
 import (
 	"encoding/json"
-	"errors"
 	"unsafe"
-
-	"github.com/bounded-router/bounded-router/core"
 )
 
-var errUnknownLease = errors.New("unknown lease: it was released already or never issued by this router")
+// Conversions between C arguments and Go values. Each takes the argument's name in the public
+// header, so an error says which argument broke which rule.
 
-// bytesArg views C memory as a byte slice without copying. Callers copy (string(...)) whatever
-// they keep beyond the call.
-func bytesArg(p *C.char, n C.size_t) []byte {
-	if p == nil || n == 0 {
-		return nil
+// bytesArg views the n bytes at p as a byte slice without copying; callers copy (string(...))
+// whatever they keep beyond the call. p may be NULL only when n is 0.
+func bytesArg(p *C.char, n C.size_t, name string) ([]byte, error) {
+	switch {
+	case n == 0:
+		return nil, nil
+	case p == nil:
+		return nil, invalidArgument("%s is NULL but %s_len is %d", name, name, uint64(n))
+	case uint64(n) > maxArgLen:
+		return nil, invalidArgument("%s_len is %d, more than the largest accepted length %d", name, uint64(n), maxArgLen)
 	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(p)), int(n))
+	return unsafe.Slice((*byte)(unsafe.Pointer(p)), int(n)), nil
 }
 
-// lookupRouterFor looks up the router of a call that writes its answer to out.
-func lookupRouterFor(router C.uint64_t, out *C.uint64_t) (*core.Router, error) {
-	r, err := lookupRouter(uint64(router))
-	if err == nil && out == nil {
-		err = invalidArgument("out must not be NULL")
-	}
-	return r, err
+// stringArg is bytesArg copied into a string.
+func stringArg(p *C.char, n C.size_t, name string) (string, error) {
+	b, err := bytesArg(p, n, name)
+	return string(b), err
 }
 
-func withRouter(router C.uint64_t, do func(*core.Router) error) C.int32_t {
-	r, err := lookupRouter(uint64(router))
-	if err == nil {
-		err = do(r)
+// outArg views the n values at out, which must not be NULL.
+func outArg(out *C.uint64_t, n int, name string) ([]C.uint64_t, error) {
+	if out == nil {
+		return nil, invalidArgument("%s must not be NULL", name)
 	}
+	return unsafe.Slice(out, n), nil
+}
+
+// writeJSON encodes value into buf when it fits in capacity bytes and returns the encoded
+// length (the *_json exports' answer).
+func writeJSON(value any, buf *C.char, capacity C.size_t) (C.int64_t, error) {
+	text, err := json.Marshal(value)
 	if err != nil {
-		return fail(err)
+		return 0, err
 	}
-	return statusOK
-}
-
-// writeJSON encodes what produce returns into buf when it fits and returns the encoded length.
-func writeJSON(router C.uint64_t, buf *C.char, capacity C.size_t, produce func(*core.Router) (any, error)) C.int64_t {
-	r, err := lookupRouter(uint64(router))
-	var value any
-	if err == nil {
-		value, err = produce(r)
-	}
-	var text []byte
-	if err == nil {
-		text, err = json.Marshal(value)
-	}
-	if err != nil {
-		return C.int64_t(fail(err))
-	}
-	if buf != nil && len(text) <= int(capacity) && len(text) > 0 {
+	if buf != nil && len(text) <= int(min(capacity, maxArgLen)) && len(text) > 0 {
 		C.memcpy(unsafe.Pointer(buf), unsafe.Pointer(&text[0]), C.size_t(len(text)))
 	}
-	return C.int64_t(len(text))
+	return C.int64_t(len(text)), nil
 }

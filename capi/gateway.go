@@ -3,17 +3,14 @@ package main
 /*
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 */
 import "C"
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/bounded-router/bounded-router/gateway"
 )
@@ -22,7 +19,8 @@ import (
 // routing every request through a router of this process, so Python code and the proxied
 // requests share loads, membership and statistics.
 
-var errInvalidGateway = errors.New("invalid gateway handle: the gateway was stopped or never started")
+// An unknown gateway handle is an invalid argument: BR_ERR_INVALID_HANDLE means a closed router.
+var errInvalidGateway = invalidArgument("invalid gateway handle: the gateway was stopped or never started")
 
 // gateways maps the opaque integers C holds to running gateways; handles are never reused.
 var gateways = struct {
@@ -38,26 +36,31 @@ var gateways = struct {
 //export br_gateway_start
 func br_gateway_start(router C.uint64_t, optionsJSON *C.char, optionsLen C.size_t, outGateway *C.uint64_t) (status C.int32_t) {
 	defer guard(&status)
-	if outGateway == nil {
-		return failf("out_gateway must not be NULL")
+	out, err := outArg(outGateway, 1, "out_gateway")
+	if err != nil {
+		return fail(err)
 	}
 	r, err := lookupRouter(uint64(router))
 	if err != nil {
 		return fail(err)
 	}
-	opts, err := gateway.ParseOptions(bytesArg(optionsJSON, optionsLen))
+	text, err := bytesArg(optionsJSON, optionsLen, "options_json")
 	if err != nil {
-		return failf("%v", err)
+		return fail(err)
+	}
+	opts, err := gateway.ParseOptions(text)
+	if err != nil {
+		return fail(invalidArgument("%v", err))
 	}
 	g, err := gateway.Start(r, opts)
 	if err != nil {
-		return failf("%v", err)
+		return fail(invalidArgument("%v", err))
 	}
 	gateways.Lock()
 	defer gateways.Unlock()
 	gateways.next++
 	gateways.running[gateways.next] = g
-	*outGateway = C.uint64_t(gateways.next)
+	out[0] = C.uint64_t(gateways.next)
 	return statusOK
 }
 
@@ -77,11 +80,11 @@ func br_gateway_address_json(handle C.uint64_t, buf *C.char, capacity C.size_t) 
 	if a := g.MetricsAddr(); a != "" {
 		metrics = &a
 	}
-	text, _ := json.Marshal(map[string]any{"address": g.Addr(), "metrics_address": metrics, "in_flight": g.InFlight()})
-	if buf != nil && len(text) <= int(capacity) {
-		C.memcpy(unsafe.Pointer(buf), unsafe.Pointer(&text[0]), C.size_t(len(text)))
+	n, err := writeJSON(map[string]any{"address": g.Addr(), "metrics_address": metrics, "in_flight": g.InFlight()}, buf, capacity)
+	if err != nil {
+		return C.int64_t(fail(err))
 	}
-	return C.int64_t(len(text))
+	return n
 }
 
 // br_gateway_stop stops accepting connections, lets in-flight requests finish for up to

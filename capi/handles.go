@@ -1,5 +1,8 @@
 package main
 
+// #include <stdint.h>
+import "C"
+
 import (
 	"sync"
 	"sync/atomic"
@@ -55,4 +58,16 @@ func updateHandles(change func(map[uint64]*core.Router)) {
 	}
 	change(next)
 	handles.routers.Store(&next)
+}
+
+// withRouter runs do on the router of a handle and answers with its status.
+func withRouter(router C.uint64_t, do func(*core.Router) error) C.int32_t {
+	r, err := lookupRouter(uint64(router))
+	if err == nil {
+		err = do(r)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return statusOK
 }

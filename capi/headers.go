@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/binary"
-	"errors"
 	"iter"
 )
 
@@ -10,7 +9,7 @@ import (
 // name length, the name, a little-endian uint32 value length, the value. One buffer keeps the
 // call to a single pointer and length whatever the number of headers.
 
-var errTruncatedHeaders = errors.New("header block is truncated: each header is a uint32 name length, the name, a uint32 value length, the value")
+var errTruncatedHeaders = invalidArgument("headers: the block is truncated: each header is a uint32 name length, the name, a uint32 value length, the value")
 
 // checkHeaderBlock verifies that block is a sequence of whole headers.
 func checkHeaderBlock(block []byte) error {

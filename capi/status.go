@@ -16,17 +16,18 @@ import (
 	"github.com/bounded-router/bounded-router/core"
 )
 
-// Status codes returned by every export (mirrored as BR_* in the header).
-const (
-	statusOK              = 0
-	statusInvalidHandle   = -1
-	statusInvalidArgument = -2
-	statusUnknownWorker   = -3
-	statusDuplicateWorker = -4
-	statusInternal        = -5
+var (
+	errInvalidHandle = errors.New("invalid router handle: the router was closed or never created")
+	// errInvalidArgument: a pointer, length or value passed to an export breaks its rule.
+	errInvalidArgument = errors.New("invalid argument")
+	errUnknownLease    = errors.New("unknown lease: it was released already or never issued by this router")
 )
 
-var errInvalidHandle = errors.New("invalid router handle: the router was closed or never created")
+// invalidArgument is an error about the argument a caller passed, reported as
+// BR_ERR_INVALID_ARGUMENT; the text names the argument and its rule.
+func invalidArgument(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errInvalidArgument}, args...)...)
+}
 
 // fail records err as the calling thread's last error and returns its status code.
 func fail(err error) C.int32_t {
@@ -38,16 +39,11 @@ func fail(err error) C.int32_t {
 		return statusUnknownWorker
 	case errors.Is(err, core.ErrDuplicateWorker):
 		return statusDuplicateWorker
-	default:
+	case errors.Is(err, core.ErrInvalidConfig), errors.Is(err, errInvalidArgument), errors.Is(err, errUnknownLease):
 		return statusInvalidArgument
+	default:
+		return statusInternal
 	}
-}
-
-func failf(format string, args ...any) C.int32_t { return fail(invalidArgument(format, args...)) }
-
-// invalidArgument is an error reported as BR_ERR_INVALID_ARGUMENT.
-func invalidArgument(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{core.ErrInvalidConfig}, args...)...)
 }
 
 func setErrorText(text string) {

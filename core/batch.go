@@ -1,18 +1,43 @@
 package core
 
+import (
+	"slices"
+	"sync"
+)
+
 // RouteKeys routes n requests whose only input is an explicit routing key, in order, exactly
 // as n successive Route(KeyRequest(key(i))) calls would, but under one acquisition of the
-// router's lock: the batch is one linearizable step, with no other call in between. Each
-// decision is handed to decided before the next key is routed. Both callbacks run under the
-// lock and must not call the router; key's result is only read during the call.
+// router's lock: the batch is one linearizable step, with no other call in between. The keys
+// are read (key(0), key(1), ...) and hashed before the lock is taken; each decision is handed
+// to decided, under the lock, which must not call the router.
+//
+// A batch is all or nothing: with no available worker no key gets a lease, otherwise every
+// key does (an explicit key always finds a worker, and so does an empty one, at random).
 func (r *Router) RouteKeys(n int, key func(i int) []byte, decided func(i int, d Decision)) {
+	batch := batches.Get().(*[]batchKey)
+	defer batches.Put(batch)
+	keys := slices.Grow((*batch)[:0], n)[:n]
+	*batch = keys
+	for i := range keys {
+		k := key(i)
+		keys[i] = batchKey{req: KeyRequest(k), key: explicitKeyOf(k)}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i := 0; i < n; i++ {
-		req := KeyRequest(key(i))
-		decided(i, r.route(&req, explicitKeyOf(req.RoutingKey)))
+	for i := range keys {
+		decided(i, r.route(&keys[i].req, keys[i].key))
 	}
+	clear(keys) // the pool must not keep the callers' keys alive
 }
+
+// batchKey is one key of a batch, read and hashed before the lock is taken.
+type batchKey struct {
+	req Request
+	key explicitKey
+}
+
+// batches recycles the key buffers of RouteKeys, so a batch allocates nothing.
+var batches = sync.Pool{New: func() any { return new([]batchKey) }}
 
 // ReleaseMany releases every lease in ids as successive Release(id, false) calls would, in one
 // step, and returns how many of them it released (unknown or already released ones are skipped).

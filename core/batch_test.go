@@ -3,6 +3,7 @@ package core
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -100,4 +101,47 @@ func TestBatchesAllocateNothing(t *testing.T) {
 		r.ReleaseMany(ids)
 	})
 	assert.Zero(t, allocs)
+}
+
+// The keys are read and hashed before the router's lock is taken (only the decisions need
+// it): a key callback that reads the router's state must not wait for the batch.
+func TestRouteKeysReadsTheKeysBeforeLocking(t *testing.T) {
+	urls := workerURLs(2)
+	r := newTestRouter(t, boundedPolicy(1.5, 2), urls)
+	done := make(chan []Decision, 1)
+	go func() {
+		out := make([]Decision, 3)
+		r.RouteKeys(3, func(i int) []byte {
+			r.Workers() // takes the router's lock
+			return []byte("k" + strconv.Itoa(i))
+		}, func(i int, d Decision) { out[i] = d })
+		done <- out
+	}()
+	select {
+	case out := <-done:
+		for _, d := range out {
+			assert.NotZero(t, d.Lease)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("RouteKeys called the key callback while holding the router's lock")
+	}
+}
+
+// A batch is all or nothing: every key gets a lease when a worker is available, none when no
+// worker is (the bindings rely on it).
+func TestRouteKeysIsAllOrNothing(t *testing.T) {
+	urls := workerURLs(2)
+	r := newTestRouter(t, boundedPolicy(1.5, 2), urls)
+	keys := [][]byte{[]byte("a"), nil, []byte("a")}
+	for _, d := range routeKeys(r, keys) {
+		assert.NotZero(t, d.Lease)
+	}
+	for _, url := range urls {
+		require.NoError(t, r.SetHealthy(url, false))
+	}
+	for _, d := range routeKeys(r, keys) {
+		assert.Zero(t, d.Lease)
+		assert.Equal(t, BranchNoHealthyWorkers, d.Branch)
+	}
+	assert.Equal(t, 3, r.Stats().ActiveLeases)
 }

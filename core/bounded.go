@@ -1,7 +1,7 @@
 package core
 
-// selectBounded is bounded consistent hashing with an absolute load gap (SPEC §6). Only an
-// explicit routing key may spill; every other input is routed as by strict hashing.
+// selectBounded is bounded consistent hashing with an absolute load gap (docs/contract.md, "The
+// bounded rule"). Only an explicit routing key may spill; every other input is routed as by strict hashing.
 func selectBounded(v *view, req *Request, keyPos uint64, p *Policy) (int, Branch) {
 	return selectByPrecedence(v, req, keyPos, func(position uint64) (int, Branch) {
 		return selectBoundedExplicit(v, position, p.MaxLoadSkew, p.MinLoadGap)

@@ -503,7 +503,7 @@ func TestSelectBoundedExplicitOnHandBuiltView(t *testing.T) {
 	assert.Equal(t, 0, idx)
 }
 
-// referenceBounded is SPEC §6 written out independently over the model ring.
+// referenceBounded is docs/contract.md, "The bounded rule", written out independently over the model ring.
 func referenceBounded(ref *refRing, key []byte, urls []string, loads []int, healthy []bool, skew float64, gap int64) (string, Branch) {
 	load := map[string]int{}
 	up := map[string]bool{}

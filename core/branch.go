@@ -1,7 +1,7 @@
 package core
 
 // Branch names the rule that produced a routing decision. The string forms are the contract
-// (SPEC §6) and appear in statistics, metrics and the Python API.
+// (contract: "The bounded rule") and appear in statistics, metrics and the Python API.
 type Branch uint8
 
 const (

@@ -6,18 +6,35 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
-// Defaults of bounded_consistent_hashing (SPEC §6).
+// Defaults of bounded_consistent_hashing (docs/contract.md, "The bounded rule").
 const (
 	DefaultMaxLoadSkew = 1.5
 	DefaultMinLoadGap  = 2
-	// MaxVirtualNodes bounds virtual_nodes so a typo cannot allocate a ring of gigabytes.
+)
+
+// Limits (docs/contract.md, "Validation"): a typo or a huge membership must be refused, not
+// exhaust memory building the ring (about 14 bytes per entry, twice that while it is built).
+const (
 	MaxVirtualNodes = 65536
+	MaxRingEntries  = 1 << 22
+	MaxMinLoadGap   = math.MaxInt64
 )
 
 var virtualNodesRule = fmt.Sprintf("from 1 to %d", MaxVirtualNodes)
+
+// checkRingSize refuses a membership of workers whose ring would exceed MaxRingEntries.
+func checkRingSize(workers, virtualNodes int) error {
+	if workers > MaxRingEntries/virtualNodes {
+		return invalid("%d workers x %d virtual_nodes is more than %d ring entries: use fewer virtual_nodes or fewer workers",
+			workers, virtualNodes, MaxRingEntries)
+	}
+	return nil
+}
 
 // Config describes a router: its workers, its policy and the ring's virtual nodes per worker.
 type Config struct {
@@ -41,6 +58,9 @@ func (c *Config) Validate() error {
 		return invalid("virtual_nodes must be an integer %s, got %d", virtualNodesRule, c.VirtualNodes)
 	}
 	if err := c.Policy.Validate(); err != nil {
+		return err
+	}
+	if err := checkRingSize(len(c.WorkerURLs), c.VirtualNodes); err != nil {
 		return err
 	}
 	return validateWorkerURLs(c.WorkerURLs)
@@ -163,7 +183,11 @@ func ParsePolicy(data []byte) (Policy, error) {
 // ParseWorkerURLs reads a JSON array of worker URLs, as strictly as ParseConfig reads its list.
 func ParseWorkerURLs(data []byte) ([]string, error) {
 	var urls []string
-	if err := decodeStrict(data, &urls); err != nil {
+	err := decodeStrict(data, &urls)
+	if err == nil && urls == nil { // null, which json.Unmarshal takes for an empty list
+		err = fmt.Errorf("got null")
+	}
+	if err != nil {
 		return nil, invalid("worker URLs must be a JSON array of strings: %v", err)
 	}
 	return urls, nil
@@ -193,10 +217,18 @@ func intSetting(name, rule string, raw json.RawMessage, fallback int) (int, erro
 
 func isNull(raw json.RawMessage) bool { return string(raw) == "null" }
 
+// decodeStrict decodes exactly the documented form: encoding/json alone would replace invalid
+// UTF-8 and lone surrogate escapes with U+FFFD (silently changing a URL) and match field
+// names without regard to case.
 func decodeStrict(data []byte, into any) error {
-	// encoding/json replaces invalid UTF-8 with U+FFFD, which would silently change a URL.
 	if !utf8.Valid(data) {
 		return fmt.Errorf("the JSON text is not valid UTF-8")
+	}
+	if err := checkSurrogates(data); err != nil {
+		return err
+	}
+	if err := checkFieldNames(data); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -226,4 +258,85 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		urls = []string{}
 	}
 	return json.Marshal(map[string]any{"worker_urls": urls, "policy": c.Policy, "virtual_nodes": c.VirtualNodes})
+}
+
+// fieldNames are the object keys of every JSON form the core reads, spelled exactly.
+var fieldNames = map[string]bool{"worker_urls": true, "policy": true, "virtual_nodes": true, "type": true, "max_load_skew": true, "min_load_gap": true}
+
+// checkFieldNames refuses object keys that differ from a field name only in case, which
+// encoding/json would take for that field (keys it does not know at all it reports itself).
+func checkFieldNames(data []byte) error {
+	type frame struct{ object, wantKey bool }
+	var stack []frame
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for {
+		token, err := dec.Token()
+		if err != nil {
+			return nil // malformed JSON is reported by the decoder proper
+		}
+		top := len(stack) - 1
+		if top >= 0 && stack[top].wantKey {
+			if key, ok := token.(string); ok {
+				if !fieldNames[key] && fieldNames[strings.ToLower(key)] {
+					return fmt.Errorf("unknown field %q (field names are case-sensitive: %q)", key, strings.ToLower(key))
+				}
+				stack[top].wantKey = false
+				continue
+			}
+		}
+		switch token {
+		case json.Delim('{'):
+			stack = append(stack, frame{object: true, wantKey: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:top]
+		}
+		// A value ended: the enclosing object expects its next key.
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].wantKey = true
+		}
+	}
+}
+
+// checkSurrogates refuses \u escapes of UTF-16 surrogates that do not form a pair.
+func checkSurrogates(data []byte) error {
+	inString := false
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '"':
+			inString = !inString
+		case c == '\\' && inString && i+1 < len(data):
+			if data[i+1] != 'u' {
+				i++ // a one-character escape, such as \\ or \"
+				continue
+			}
+			r, ok := hex4(data[i+2:])
+			switch {
+			case !ok:
+				return nil // malformed JSON is reported by the decoder proper
+			case 0xD800 <= r && r < 0xDC00:
+				if low, ok := hex4(data[min(i+8, len(data)):]); ok && data[i+6] == '\\' && data[i+7] == 'u' && 0xDC00 <= low && low < 0xE000 {
+					i += 11
+					continue
+				}
+				return fmt.Errorf("\\u%04X is a lone UTF-16 surrogate, not a character", r)
+			case 0xDC00 <= r && r < 0xE000:
+				return fmt.Errorf("\\u%04X is a lone UTF-16 surrogate, not a character", r)
+			}
+			i += 5
+		}
+	}
+	return nil
+}
+
+// hex4 decodes the 4 hex digits at the start of b.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(b[:4]), 16, 32)
+	return rune(n), err == nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -288,4 +289,38 @@ func TestParseWorkerURLs(t *testing.T) {
 		assert.ErrorIs(t, err, ErrInvalidConfig, bad)
 		assert.ErrorContains(t, err, "worker URLs", bad)
 	}
+}
+
+func TestRingSizeIsBounded(t *testing.T) {
+	many := make([]string, MaxRingEntries/MaxVirtualNodes+1)
+	for i := range many {
+		many[i] = "http://w" + strconv.Itoa(i)
+	}
+	_, err := NewRouter(Config{WorkerURLs: many, Policy: boundedPolicy(1.5, 2), VirtualNodes: MaxVirtualNodes})
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "virtual_nodes")
+	assert.Contains(t, err.Error(), strconv.Itoa(MaxRingEntries))
+
+	r, err := NewRouter(Config{WorkerURLs: many[:len(many)-1], Policy: boundedPolicy(1.5, 2), VirtualNodes: MaxVirtualNodes})
+	require.NoError(t, err)
+	require.ErrorIs(t, r.AddWorker(many[len(many)-1]), ErrInvalidConfig)
+	require.ErrorIs(t, r.SetWorkers(many), ErrInvalidConfig)
+	assert.Len(t, r.Workers(), len(many)-1)
+}
+
+func TestJSONIsReadExactly(t *testing.T) {
+	for _, bad := range []string{
+		`{"WORKER_URLS": []}`,
+		`{"worker_urls": [], "policy": {"type": "bounded_consistent_hashing", "Max_Load_Skew": 2}}`,
+		`{"worker_urls": ["http://\ud800"]}`,
+		`{"worker_urls": ["http://\udc00\ud800"]}`,
+	} {
+		_, err := ParseConfig([]byte(bad))
+		assert.ErrorIs(t, err, ErrInvalidConfig, bad)
+	}
+	_, err := ParseWorkerURLs([]byte("null"))
+	assert.ErrorIs(t, err, ErrInvalidConfig)
+	cfg, err := ParseConfig([]byte(`{"worker_urls": ["http://\ud83d\ude00", "a\\ud800", "\"\\"]}`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"http://\U0001F600", `a\ud800`, `"\`}, cfg.WorkerURLs)
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// workerURLs returns http://w0:8000 … http://w<n-1>:8000, the URLs of SPEC §10.
+// workerURLs returns http://w0:8000 … http://w<n-1>:8000, the URLs of docs/contract.md, "Reference vectors".
 func workerURLs(n int) []string {
 	urls := make([]string, n)
 	for i := range urls {
@@ -47,7 +47,7 @@ func newTestRouter(t testing.TB, policy Policy, urls []string) *Router {
 	return r
 }
 
-// refRing is an independent model of the ring of SPEC §4, computed from xxhash directly and
+// refRing is an independent model of the ring of docs/contract.md ("The hash ring"), computed from xxhash directly and
 // never from ring.go, so the tests can check the router against it.
 type refRing struct {
 	positions []uint64

@@ -2,7 +2,7 @@ package core
 
 import "iter"
 
-// Header names that carry routing inputs (SPEC §5), compared case-insensitively.
+// Header names that carry routing inputs (contract: "Inputs and precedence"), compared case-insensitively.
 const (
 	HeaderTargetWorker  = "X-SMG-Target-Worker"
 	HeaderRoutingKey    = "X-SMG-Routing-Key"
@@ -13,6 +13,11 @@ const (
 
 // implicitKeyHeaders are consulted in this order; only the first one present counts.
 var implicitKeyHeaders = [...]string{HeaderAuthorization, HeaderForwardedFor, HeaderCookie}
+
+// RoutingHeaders returns the names of the headers that carry routing inputs, in precedence order.
+func RoutingHeaders() []string {
+	return append([]string{HeaderTargetWorker, HeaderRoutingKey}, implicitKeyHeaders[:]...)
+}
 
 // Request holds the routing inputs of one request. The zero value is a request with no inputs.
 type Request struct {
@@ -29,6 +34,16 @@ type Request struct {
 
 // KeyRequest is a request whose only input is an explicit routing key.
 func KeyRequest(key []byte) Request { return Request{RoutingKey: key} }
+
+// RequestFrom is the request of a key passed directly and request headers: a non-empty
+// explicit key overrides X-SMG-Routing-Key (docs/contract.md, "Inputs and precedence").
+func RequestFrom(explicitKey []byte, headers iter.Seq2[[]byte, []byte]) Request {
+	req := RequestFromHeaders(headers)
+	if len(explicitKey) > 0 {
+		req.RoutingKey = explicitKey
+	}
+	return req
+}
 
 // RequestFromHeaders extracts the routing inputs from request headers. The first occurrence
 // of a header name wins; values are used as given (never trimmed) and only when valid.

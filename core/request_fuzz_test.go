@@ -93,7 +93,7 @@ var fuzzRouterOnce = sync.OnceValue(func() *Router {
 	return r
 })
 
-// FuzzRequestFromHeaders checks header parsing and key extraction (SPEC §5) against a direct
+// FuzzRequestFromHeaders checks header parsing and key extraction (contract: "Inputs and precedence") against a direct
 // reading of the rules, and that a request built from any headers routes to a branch that
 // matches its inputs.
 func FuzzRequestFromHeaders(f *testing.F) {

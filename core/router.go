@@ -214,13 +214,35 @@ type Stats struct {
 func (r *Router) Stats() Stats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.stats()
+}
+
+func (r *Router) stats() Stats {
 	return Stats{Branches: r.branches, Leaked: r.leaked, ActiveLeases: r.leases.active}
+}
+
+// Snapshot is the router's counters and its members, read in one step: its active leases are
+// the sum of the members' loads plus the leases on removed workers.
+type Snapshot struct {
+	Stats
+	Workers []WorkerState
+}
+
+// Snapshot returns the counters and the members in one step.
+func (r *Router) Snapshot() Snapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return Snapshot{Stats: r.stats(), Workers: r.workers()}
 }
 
 // Workers returns a snapshot of every member in membership order.
 func (r *Router) Workers() []WorkerState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.workers()
+}
+
+func (r *Router) workers() []WorkerState {
 	states := make([]WorkerState, len(r.members.workers))
 	for i, w := range r.members.workers {
 		states[i] = w.state()
@@ -253,6 +275,9 @@ func (r *Router) AddWorker(url string) error {
 	if _, exists := r.members.lookup(url); exists {
 		return fmt.Errorf("%w: worker %q is already a member", ErrDuplicateWorker, url)
 	}
+	if err := checkRingSize(len(r.members.workers)+1, r.virtualNodes); err != nil {
+		return err
+	}
 	r.install(r.members.withWorker(r.newWorker(url), r.virtualNodes))
 	return nil
 }
@@ -273,6 +298,9 @@ func (r *Router) RemoveWorker(url string) error {
 // health and load; the others are removed as by RemoveWorker.
 func (r *Router) SetWorkers(urls []string) error {
 	if err := validateWorkerURLs(urls); err != nil {
+		return err
+	}
+	if err := checkRingSize(len(urls), r.virtualNodes); err != nil {
 		return err
 	}
 	r.membershipMu.Lock()

@@ -94,7 +94,7 @@ func TestReleaseOfUnknownIDsIsANoOp(t *testing.T) {
 }
 
 func TestReleaseThenRouteSeesTheRelease(t *testing.T) {
-	// SPEC §10: w0 at load 3 spills; releasing one of its leases in the same step as the next
+	// contract: "Reference vectors": w0 at load 3 spills; releasing one of its leases in the same step as the next
 	// route brings it to 2, where the key stays on w0.
 	urls := workerURLs(4)
 	r, ids := routerWithLoads(t, boundedPolicy(1.5, 2), urls, []int{3, 0, 0, 0})

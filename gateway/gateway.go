@@ -3,7 +3,7 @@
 // the chosen worker, streaming the answer back.
 //
 // Per request: the request-target must pass the path rule (see checkPath; else 400); the
-// body is read whole, up to Options.MaxBodySize (413 above) within Options.BodyReadTimeout
+// body is read whole, up to Options.MaxBodySize (413 above) within Options.BodyTimeout
 // (408 past it); only then is the request routed from its headers, as core.RequestFromHeaders
 // reads them, and a lease taken. A client that trickles its body therefore holds no load on
 // any worker. The lease is released exactly once, when the answer has been streamed to the

@@ -470,7 +470,7 @@ func TestSlowBodyHoldsNoLease(t *testing.T) {
 func TestTimeouts(t *testing.T) {
 	t.Run("body read", func(t *testing.T) {
 		r := newRouter(t, worker(t, func(w http.ResponseWriter, r *http.Request) {}).URL)
-		g := start(t, r, Options{BodyReadTimeout: 0.2})
+		g := start(t, r, Options{BodyTimeout: 0.2})
 		res, _ := raw(t, g.Addr(), "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n01")
 		if res.StatusCode != 408 || routed(r) != 0 {
 			t.Fatalf("status %d, %d routed", res.StatusCode, routed(r))
@@ -490,7 +490,7 @@ func TestTimeouts(t *testing.T) {
 	t.Run("idle stream", func(t *testing.T) {
 		url, cancelled := blockingWorker(t, true)
 		r := newRouter(t, url)
-		g := start(t, r, Options{IdleStreamTimeout: 0.2})
+		g := start(t, r, Options{IdleTimeout: 0.2})
 		res, err := client().Get("http://" + g.Addr() + "/")
 		if err != nil {
 			t.Fatal(err)
@@ -639,13 +639,13 @@ func TestParseOptions(t *testing.T) {
 		t.Fatalf("%+v %v", o, err)
 	}
 	for text, field := range map[string]string{
-		`{"port": 70000}`:             "port",
-		`{"metrics_port": -1}`:        "metrics_port",
-		`{"max_body_size": -1}`:       "max_body_size",
-		`{"idle_stream_timeout": -2}`: "idle_stream_timeout",
-		`{"nope": 1}`:                 "nope",
-		`{"port": "80"}`:              "port",
-		`[1]`:                         "",
+		`{"port": 70000}`:       "port",
+		`{"metrics_port": -1}`:  "metrics_port",
+		`{"max_body_size": -1}`: "max_body_size",
+		`{"idle_timeout": -2}`:  "idle_timeout",
+		`{"nope": 1}`:           "nope",
+		`{"port": "80"}`:        "port",
+		`[1]`:                   "",
 	} {
 		_, err := ParseOptions([]byte(text))
 		if err == nil || !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), field) {

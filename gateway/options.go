@@ -33,8 +33,8 @@ type Options struct {
 	// keep-alive client connection; draining in-flight requests on shutdown.
 	ConnectTimeout    float64 `json:"connect_timeout"`
 	FirstByteTimeout  float64 `json:"first_byte_timeout"`
-	IdleStreamTimeout float64 `json:"idle_stream_timeout"`
-	BodyReadTimeout   float64 `json:"body_read_timeout"`
+	IdleTimeout       float64 `json:"idle_timeout"`
+	BodyTimeout       float64 `json:"body_timeout"`
 	ReadHeaderTimeout float64 `json:"read_header_timeout"`
 	KeepAliveTimeout  float64 `json:"keep_alive_timeout"`
 	ShutdownTimeout   float64 `json:"shutdown_timeout"`
@@ -54,8 +54,8 @@ var Defaults = Options{
 	MaxBodySize:         4 << 20,
 	ConnectTimeout:      10,
 	FirstByteTimeout:    600,
-	IdleStreamTimeout:   300,
-	BodyReadTimeout:     60,
+	IdleTimeout:         300,
+	BodyTimeout:         60,
 	ReadHeaderTimeout:   10,
 	KeepAliveTimeout:    120,
 	ShutdownTimeout:     10,
@@ -105,7 +105,7 @@ func (o Options) Validate() error {
 		value float64
 	}{
 		{"connect_timeout", o.ConnectTimeout}, {"first_byte_timeout", o.FirstByteTimeout},
-		{"idle_stream_timeout", o.IdleStreamTimeout}, {"body_read_timeout", o.BodyReadTimeout},
+		{"idle_timeout", o.IdleTimeout}, {"body_timeout", o.BodyTimeout},
 		{"read_header_timeout", o.ReadHeaderTimeout}, {"keep_alive_timeout", o.KeepAliveTimeout},
 		{"shutdown_timeout", o.ShutdownTimeout},
 	} {
@@ -139,7 +139,7 @@ func (o Options) withDefaults() Options {
 	setInt64(&o.MaxBodySize, d.MaxBodySize)
 	for _, f := range []struct{ v, d *float64 }{
 		{&o.ConnectTimeout, &d.ConnectTimeout}, {&o.FirstByteTimeout, &d.FirstByteTimeout},
-		{&o.IdleStreamTimeout, &d.IdleStreamTimeout}, {&o.BodyReadTimeout, &d.BodyReadTimeout},
+		{&o.IdleTimeout, &d.IdleTimeout}, {&o.BodyTimeout, &d.BodyTimeout},
 		{&o.ReadHeaderTimeout, &d.ReadHeaderTimeout}, {&o.KeepAliveTimeout, &d.KeepAliveTimeout},
 		{&o.ShutdownTimeout, &d.ShutdownTimeout},
 	} {

@@ -135,7 +135,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.ContentLength > g.opts.MaxBodySize {
-		g.refuse(w, r, ex, http.StatusRequestEntityTooLarge, "the request body is larger than the limit of "+itoa(g.opts.MaxBodySize)+" bytes")
+		g.refuse(w, r, ex, http.StatusRequestEntityTooLarge, g.tooLarge())
 		return
 	}
 	if status, text := g.readBody(w, r, ex); status != 0 {
@@ -155,7 +155,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ex.Context, ex.cancel = context.WithCancel(r.Context())
-	ex.idle = seconds(g.opts.IdleStreamTimeout)
+	ex.idle = seconds(g.opts.IdleTimeout)
 	ex.timer = time.AfterFunc(seconds(g.opts.FirstByteTimeout), ex.expire)
 	defer g.finish(r, ex)
 	g.proxy.ServeHTTP(w, r.WithContext(ex))
@@ -186,7 +186,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, ex *exchange)
 		return 0, ""
 	}
 	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Now().Add(seconds(g.opts.BodyReadTimeout)))
+	rc.SetReadDeadline(time.Now().Add(seconds(g.opts.BodyTimeout)))
 	defer rc.SetReadDeadline(time.Time{})
 	var err error
 	if r.ContentLength > 0 {
@@ -200,9 +200,9 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, ex *exchange)
 	case err == nil:
 		return 0, ""
 	case errors.As(err, &tooLarge):
-		return http.StatusRequestEntityTooLarge, "the request body is larger than the limit of " + itoa(g.opts.MaxBodySize) + " bytes"
+		return http.StatusRequestEntityTooLarge, g.tooLarge()
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return http.StatusRequestTimeout, "the request body did not arrive within " + seconds(g.opts.BodyReadTimeout).String()
+		return http.StatusRequestTimeout, "request body did not arrive within body_timeout (" + seconds(g.opts.BodyTimeout).String() + ")"
 	default:
 		return http.StatusBadRequest, "the request body could not be read"
 	}
@@ -274,8 +274,10 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 			out.Header[name] = v
 		}
 	}
-	// The gateway has the whole body already; an Expect: 100-continue was for this hop.
+	// The gateway has the whole body already; an Expect: 100-continue was for this hop. TE is
+	// hop-by-hop (ReverseProxy keeps "TE: trailers" for gRPC, which workers do not speak).
 	out.Header.Del("Expect")
+	out.Header.Del("Te")
 	out.ContentLength = int64(len(ex.body))
 	if len(ex.body) == 0 {
 		out.Body, out.GetBody = nil, nil
@@ -316,10 +318,15 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	case ex.client.Err() != nil:
 		ex.status = 499 // the client closed the connection; nobody to answer
 	case ex.timedOut.Load():
-		g.writeError(w, ex, http.StatusGatewayTimeout, "the worker did not answer within the first-byte timeout")
+		g.writeError(w, ex, http.StatusGatewayTimeout, "worker sent no response within first_byte_timeout ("+seconds(g.opts.FirstByteTimeout).String()+")")
 	default:
-		g.writeError(w, ex, http.StatusBadGateway, "the worker could not be reached or failed before answering")
+		g.writeError(w, ex, http.StatusBadGateway, "worker did not answer")
 	}
+}
+
+// tooLarge is the text of a 413, naming the option the body broke.
+func (g *Gateway) tooLarge() string {
+	return "request body is larger than max_body_size (" + itoa(g.opts.MaxBodySize) + " bytes)"
 }
 
 // refuse answers a request that is not proxied.

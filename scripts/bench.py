@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))  # the reference model
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_report
 
 import bench_report  # noqa: E402
+import bench_tricks  # noqa: E402
 from reference_model import ReferenceRouter  # noqa: E402
 from starlette.datastructures import Headers  # noqa: E402
 from uhashring import HashRing  # noqa: E402
@@ -129,7 +130,7 @@ def bare_case(router: Router) -> Case:
     """The package's one call per request with ready-made arguments and nothing around it: each
     call routes a request and releases the previous one (out[2]), as route() does after a
     release(). The least that this binding of the C API pays for route+release."""
-    route, handle = router._route_key, router._handle_arg
+    route, handle = router._native.route_key, router._native.handle_arg
     out, out_ref = _native.thread_buffers()
     size = c_size_t.from_param(9)
 
@@ -250,8 +251,8 @@ def bare_operation(router: Router, loader: str) -> Callable[[], Callable[[int], 
     """What the package's route+release does at the ctypes level (one call, which also releases
     the previous lease), with the library loaded by `loader`: PyDLL keeps the GIL during each
     call, CDLL releases and takes it again."""
-    dll = getattr(ctypes, loader)(router._lib.path)
-    route, handle = dll.br_release_then_route_key, router._handle_arg
+    dll = getattr(ctypes, loader)(router._native.lib.path)
+    route, handle = dll.br_release_then_route_key, router._native.handle_arg
 
     def make() -> Callable[[int], None]:
         out = (c_uint64 * 3)()
@@ -414,7 +415,7 @@ def machine() -> Dict[str, str]:
 def single_costs(args: argparse.Namespace) -> Dict[str, Any]:
     """One request at 64 workers, every way of making it, against the floor."""
     router = Router(worker_urls(64))
-    cases = floor_cases(router._lib)
+    cases = floor_cases(router._native.lib)
     cases["bare calls"] = bare_case(router)
     cases["route+release"] = route_release_case(router)
     cases["with"] = with_case(router)
@@ -475,6 +476,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     results["workers"] = alternatives(args)
     print("threads ...", flush=True)
     results["threads"] = thread_scaling(args)
+    print("shortcuts of the request path ...", flush=True)
+    results["tricks"] = bench_tricks.measure(args.rounds, 20000)
     print("first calls and joins ...", flush=True)
     results["first"] = first_calls(args.first_runs)
     results["join"] = joins(1024, args.join_rounds)

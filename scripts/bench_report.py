@@ -116,6 +116,11 @@ def markdown(results: Dict[str, Any], plot_name: str) -> str:
             [[name, ns(single[name]), "%.2f" % ratio[name]] for name in single],
         ),
         "\n" + floor_argument(results) + "\n",
+        "\n## What each shortcut of the request path buys\n\n",
+        "`scripts/bench_tricks.py`: route+release at 8 workers with each shortcut switched off in turn "
+        "(replaced by what the code would do without it), in one process, interleaved. A shortcut stays "
+        "only while switching it off costs more than 10%.\n\n",
+        table(["case", "per request", "× with every shortcut"], [[name, ns(t), "%.2f" % r] for name, (t, r) in results["tricks"].items()]),
         "\n## Against the alternatives\n\n",
         "Per request, same keys and worker count. uhashring (md5 ring, 150 virtual nodes) only looks a "
         "key up and tracks no load; the reference model (`tests/reference_model.py`) is a plain "

@@ -76,7 +76,7 @@ def check(path: str) -> list[str]:
     if unstripped:
         problems.append("%s: %s is not stripped: it has %s"
                         % (name, LIBRARY, ", ".join(unstripped)))
-    declared = set(re.findall(r"^extern \S+ (br_\w+)\(", header, re.MULTILINE))
+    declared = set(re.findall(r"^(?:extern )?(?:const )?\w+ \*?(br_\w+)\(", header, re.MULTILINE))
     dynsym = elf.get_section_by_name(".dynsym")
     exported = {s.name for s in dynsym.iter_symbols() if s["st_shndx"] != "SHN_UNDEF"}
     if not declared:

@@ -1,10 +1,10 @@
-"""An independent reference model of bounded-router, written from SPEC.md alone.
+"""An independent reference model of bounded-router, written from docs/contract.md alone.
 
 Pure Python: the ring positions come from the ``xxhash`` package on PyPI (a test-only
-dependency), everything else from the SPEC's words (§3 workers, §4 ring, §5 precedence, §6 the
-bounded rule, §7 leases). It mirrors the public ``bounded_router.Router`` API so that the
-differential tests can run the same operations on both and compare every decision and every
-load, and so that scripts/bench.py can time it as the pure-Python implementation of the policy.
+dependency), everything else from the contract's words (sections "Workers and membership", "The
+hash ring", "Inputs and precedence", "The bounded rule", "Leases"). It mirrors the public
+``bounded_router.Router`` API so that the differential tests can run the same operations on both
+and compare every decision and every load, and so that scripts/bench.py can time it as the pure-Python implementation of the policy.
 
 Random choices (``random_fallback`` and the ``random`` policy) cannot be reproduced from
 outside, so ``route``/``select`` take ``random_choice=url``: the worker the library chose, which
@@ -65,7 +65,7 @@ HeadersLike = Union[Mapping[object, object], Iterable[Tuple[object, object]]]
 
 
 def xxh64(data: bytes) -> int:
-    """XXH64 with seed 0 (SPEC §4)."""
+    """XXH64 with seed 0 (contract: "The hash ring")."""
     return xxhash.xxh64_intdigest(data, 0)
 
 
@@ -111,7 +111,7 @@ class ModelLease:
     key: Optional[bytes]
 
 
-# -- request inputs (SPEC §5) -------------------------------------------------------------------
+# -- request inputs (contract: "Inputs and precedence") ------------------------------------------
 
 
 def valid_header_value(value: bytes) -> bool:
@@ -205,7 +205,7 @@ class ReferenceRouter:
         self.branch_counts: Dict[str, int] = {name: 0 for name in BRANCHES}
         self.set_workers(worker_urls)
 
-    # -- membership (SPEC §3) --------------------------------------------------------------------
+    # -- membership (contract: "Workers and membership") ------------------------------------------
 
     @staticmethod
     def _check_url(url: object) -> str:
@@ -272,7 +272,7 @@ class ReferenceRouter:
         """Healthy workers, in membership order."""
         return [url for url in self._order if self._workers[url].healthy]
 
-    # -- the ring (SPEC §4) ----------------------------------------------------------------------
+    # -- the ring (contract: "The hash ring") -----------------------------------------------------
 
     def clockwise(self, key: bytes) -> Iterator[str]:
         """Every worker once, clockwise from the key's position (wrapping around)."""
@@ -296,7 +296,7 @@ class ReferenceRouter:
                 return url
         return None
 
-    # -- decisions (SPEC §5, §6) -----------------------------------------------------------------
+    # -- decisions (contract: "Inputs and precedence", "The bounded rule") ------------------------
 
     def _random_pick(self, available: Sequence[str], choice: Optional[str]) -> str:
         if choice is not None:
@@ -362,7 +362,7 @@ class ReferenceRouter:
         return url, url, "random_fallback", None
 
     def _bounded(self, key: bytes, preferred: str, available: Sequence[str]) -> Tuple[str, str, str]:
-        """SPEC §6 steps 2-6, over the available workers, not counting this request."""
+        """contract: "The bounded rule", steps 2-6, over the available workers, not counting this request."""
         loads = [self._workers[url].load for url in available]
         min_load = min(loads)
         mean_load = sum(loads) / len(loads)

@@ -32,7 +32,8 @@ from .policy import (
     config_from_dict,
     policy_from_str,
 )
-from .router import Decision, Router, WorkerInfo
+from .router import Decision, Router
+from .stats import Statistics, WorkerInfo
 
 __version__ = "0.1.0"
 
@@ -42,6 +43,7 @@ __all__ = [
     "Lease",
     "Decision",
     "WorkerInfo",
+    "Statistics",
     "PolicyType",
     "policy_from_str",
     "PolicyConfig",

@@ -15,42 +15,16 @@ requests drain for up to ``--shutdown-timeout`` seconds.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 import threading
-from typing import Any, Callable, List, Optional
+from typing import List, Optional
 
 from .args import RouterArgs
+from .integrations.options import ProxyOptions, port_number, positive_seconds
 
 __all__ = ["main"]
-
-
-def _number(kind: Callable[[str], Any], what: str, low: float, high: Optional[float] = None, low_ok: bool = False) -> Callable[[str], Any]:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError("%r is not %s" % (text, what)) from None
-        if value != value or value < low or (value == low and not low_ok) or (high is not None and value > high):
-            raise argparse.ArgumentTypeError("%r is not %s" % (text, what))
-        return value
-
-    return parse
-
-
-_port = _number(int, "a port number from 0 to 65535", 0, 65535, low_ok=True)
-_seconds = _number(float, "a positive number of seconds", 0)
-_bytes = _number(int, "a positive number of bytes", 0)
-
-# (flag, type, help): gateway options passed on by name (--first-byte-timeout -> first_byte_timeout).
-_OPTIONS = (
-    ("--max-body-size", _bytes, "largest request body accepted, in bytes; 413 above (default: 4 MiB)"),
-    ("--connect-timeout", _seconds, "seconds to connect to a worker; 502 past it (default: 10)"),
-    ("--first-byte-timeout", _seconds, "seconds to wait for a worker's response headers; 504 past it (default: 600)"),
-    ("--idle-stream-timeout", _seconds, "cut a streamed answer after this many seconds with no byte from the worker (default: 300)"),
-    ("--body-read-timeout", _seconds, "seconds to receive a request body; 408 past it (default: 60)"),
-    ("--shutdown-timeout", _seconds, "seconds in-flight requests may take to finish on SIGTERM/SIGINT (default: 10)"),
-)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -65,13 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     RouterArgs.add_cli_args(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    serve.add_argument("--port", type=_port, default=8080, help="port to listen on; 0 picks a free one (default: %(default)s)")
-    serve.add_argument("--metrics-port", type=_port, default=None, help="serve GET /metrics (Prometheus) on this port; off by default")
-    serve.add_argument("--expose-routing-headers", action="store_true", help="add X-Bounded-Router-Worker/-Branch to responses and name workers in error bodies")
-    for flag, kind, text in _OPTIONS:
-        serve.add_argument(flag, type=kind, default=None, help=text)
+    serve.add_argument("--port", type=port_number, default=8080, help="port to listen on; 0 picks a free one (default: %(default)s)")
+    serve.add_argument("--metrics-port", type=port_number, default=None, help="serve GET /metrics (Prometheus) on this port; off by default")
+    ProxyOptions.add_cli_args(serve)
+    serve.add_argument("--shutdown-timeout", type=positive_seconds, default=10.0, help="seconds in-flight requests may take to finish on SIGTERM/SIGINT (default: %(default)s)")
     serve.add_argument("--access-log", action="store_true", help="log one JSON line per request to stderr")
-    serve.add_argument("--lifetime", type=_seconds, default=None, help="stop after this many seconds (for demos and tests)")
+    serve.add_argument("--lifetime", type=positive_seconds, default=None, help="stop after this many seconds (for demos and tests)")
     return parser
 
 
@@ -83,10 +56,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .router import Router
 
     try:
+        options = ProxyOptions.from_cli_args(args)
         router = Router.from_args(RouterArgs.from_cli_args(args))
     except (ValueError, TypeError) as e:
         parser.error(str(e))
-    options = {flag[2:].replace("-", "_"): getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in _OPTIONS}
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -95,16 +68,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             host=args.host,
             port=args.port,
             metrics_port=args.metrics_port,
-            expose_routing_headers=args.expose_routing_headers,
+            shutdown_timeout=args.shutdown_timeout,
             access_log=args.access_log,
-            **options,
+            **dataclasses.asdict(options),
         )
     except ValueError as e:
         router.close()
         parser.error(str(e))
+    if gateway.metrics_address:
+        print("metrics listening on http://%s" % gateway.metrics_address, flush=True)
     print("gateway listening on %s" % gateway.url, flush=True)
-    if gateway.metrics_url:
-        print("metrics on %s" % gateway.metrics_url, flush=True)
     stop.wait(args.lifetime)
     gateway.stop()
     router.close()

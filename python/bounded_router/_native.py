@@ -1,26 +1,26 @@
 """The ctypes binding of the native library ``libbounded_router.so`` (the Go core).
 
-The library is loaded lazily, on the first call of :func:`library` (i.e. when the first router
-is created), from the package directory, or from the file named by the environment variable
-``BOUNDED_ROUTER_LIBRARY``. Loading checks ``br_abi_version()`` against :data:`ABI_VERSION`.
+The library is loaded lazily, on the first call of :func:`library` (when the first router is
+created), from the package directory or from the file named by ``BOUNDED_ROUTER_LIBRARY``.
+Loading checks ``br_abi_version()`` against :data:`ABI_VERSION` and reads the library's
+constants (branch names, status codes, decision layout, limits, defaults) from
+``br_constants_json()``: this binding keeps no copy of them.
 
-Every export has its argtypes and restype set once, at load time. Negative status codes are
-turned into Python exceptions by :meth:`Library.error`, with the text of ``br_last_error()``
-(kept per thread by the library, so it is read on the thread that made the failing call).
+Each export is declared once, below, by :func:`_export` on a typed stub that carries its
+documentation; the C declarations are in the public header (``libbounded_router.h`` in the
+package, ``capi/bounded_router.h`` in the repository).
 
-The exports on the request path are also bound a second time, as ``fast_<name>`` (see
-:data:`_FAST_PATH`): through a ``PyDLL`` handle, which keeps the GIL during the call, and without
-argtypes. Measured by ``scripts/bench.py``: a ctypes argument converter costs about 90 ns per
-argument, more than the Go routing work itself; and releasing the GIL around a call that lasts
-~100 ns costs more than it saves and makes threads queue for the GIL after every call (aggregate
-throughput drops as threads are added, where with the GIL held it stays flat). Callers of
-``fast_*`` pass exactly the C types of the header, in the forms ctypes passes without building
-anything: bytes, Python ints for 32-bit parameters, and ready-made argument objects
-(``c_uint64.from_param(...)``, ``byref(...)``, see :func:`thread_buffers`) for the others.
+The request path (``holds_gil=True``): those exports are bound through a ``PyDLL`` handle,
+which keeps the GIL during the call, and without argtypes, because a ctypes argument converter
+costs more than the Go routing work behind the call and releasing the GIL around so short a call
+makes threads queue for it (BENCHMARKS.md has the figures). Their callers must pass exactly
+the C types of the header, in forms ctypes passes as they are: bytes, Python ints for 32-bit
+parameters, and ready-made argument objects (``c_uint64.from_param(...)``, ``c_size_t``,
+``byref(...)``, see :func:`thread_buffers`) for the others.
 
 Fork safety: the Go runtime does not survive ``fork()``. In a child forked after the library
-was loaded, every native call raises :class:`~bounded_router.errors.ForkedProcessError` instead
-of hanging; a child of a process that never loaded the library loads it normally.
+was loaded, every export raises :class:`~bounded_router.errors.ForkedProcessError` instead of
+hanging; a child of a process that never loaded the library loads it normally.
 """
 
 from __future__ import annotations
@@ -30,94 +30,45 @@ import json
 import os
 import threading
 from ctypes import POINTER, c_char, c_char_p, c_int32, c_int64, c_size_t, c_uint32, c_uint64
-from typing import Any, Callable, NoReturn, Optional, Tuple
+from typing import Any, Callable, Dict, NamedTuple, NoReturn, Optional, Tuple
 
 from .errors import ForkedProcessError, LibraryLoadError, RouterClosedError
 
-__all__ = [
-    "ABI_VERSION",
-    "BRANCHES",
-    "BRANCH_CHOSE_WORKER",
-    "LIBRARY_ENV",
-    "LIBRARY_NAME",
-    "Library",
-    "library",
-    "library_path",
-    "is_loaded",
-]
+__all__ = ["ABI_VERSION", "LIBRARY_ENV", "LIBRARY_NAME", "Library", "library", "library_path", "is_loaded"]
 
-#: The ABI version this binding implements (``BR_ABI_VERSION`` of the C header).
-ABI_VERSION = 2
+#: The ABI version this binding implements (``BR_ABI_VERSION`` of the header): the one constant
+#: a binding must hold itself, to know whether it can read the others.
+ABI_VERSION = 3
 #: Environment variable naming another build of the library to load.
 LIBRARY_ENV = "BOUNDED_ROUTER_LIBRARY"
 #: File name of the library inside the package.
 LIBRARY_NAME = "libbounded_router.so"
 
-# Status codes (BR_* in the C header).
-STATUS_INVALID_HANDLE = -1
-STATUS_INVALID_ARGUMENT = -2
-STATUS_UNKNOWN_WORKER = -3
-STATUS_DUPLICATE_WORKER = -4
-STATUS_INTERNAL = -5
-
-#: Branch names indexed by the branch codes br_route_key and br_route return (BR_BRANCH_*).
-BRANCHES = (
-    "no_healthy_workers",
-    "target_worker_hit",
-    "target_worker_miss",
-    "explicit_routing_key_hit",
-    "explicit_routing_key_spillover",
-    "explicit_routing_key_no_eligible_candidate",
-    "implicit_routing_key_hit",
-    "random_fallback",
-    "routing_key_hit",
-    "random",
-    "round_robin",
-)
-#: Packed decisions (BR_DECISION_* in the C header), answered by br_release_then_route_key,
-#: br_release_then_route and br_route_keys: the branch code in the low 4 bits, the chosen and
-#: the preferred worker's ids above it, both 0 (so the decision is below 16) when no worker was
-#: chosen. With DECISION_IDS_DONT_FIT set the ids did not fit and come separately.
-DECISION_BRANCH = 0xF
-DECISION_IDS_DONT_FIT = 1 << 60
-#: For each branch code, whether that branch chose a worker.
-BRANCH_CHOSE_WORKER = tuple(name not in ("no_healthy_workers", "target_worker_miss") for name in BRANCHES)
-
 _u64p = POINTER(c_uint64)
 _buf = POINTER(c_char)
 
-# name: (restype, argtypes), as declared in libbounded_router.h.
-_SIGNATURES = {
-    "br_abi_version": (c_uint32, []),
-    "br_last_error": (c_char_p, []),
-    "br_router_new": (c_int32, [c_char_p, c_size_t, _u64p]),
-    "br_router_free": (c_int32, [c_uint64]),
-    "br_add_worker": (c_int32, [c_uint64, c_char_p, c_size_t]),
-    "br_remove_worker": (c_int32, [c_uint64, c_char_p, c_size_t]),
-    "br_set_workers": (c_int32, [c_uint64, c_char_p, c_size_t]),
-    "br_set_healthy": (c_int32, [c_uint64, c_char_p, c_size_t, c_int32]),
-    "br_route_key": (c_int32, [c_uint64, c_char_p, c_size_t, _u64p]),
-    "br_route": (c_int32, [c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, c_int32, _u64p]),
-    "br_release_then_route_key": (c_int64, [c_uint64, c_char_p, c_size_t, _u64p]),
-    "br_release_then_route": (c_int64, [c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, _u64p]),
-    "br_acquire": (c_int32, [c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, _u64p]),
-    "br_release": (c_int32, [c_uint64, c_uint64]),
-    "br_release_abandoned": (c_int32, [c_uint64, c_uint64]),
-    "br_route_keys": (c_int32, [c_uint64, c_char_p, c_size_t, POINTER(c_uint32), c_uint32, _u64p]),
-    "br_release_many": (c_int32, [c_uint64, _u64p, c_uint32]),
-    "br_lease_workers_json": (c_int64, [c_uint64, c_uint64, _buf, c_size_t]),
-    "br_workers_json": (c_int64, [c_uint64, _buf, c_size_t]),
-    "br_stats_json": (c_int64, [c_uint64, _buf, c_size_t]),
-}
 
-# The request path: name -> restype. Bound as Library.fast_<name without "br_"> (see the module
-# docstring); none of them may block or run long, since they hold the GIL.
-_FAST_PATH = {
-    "br_release_then_route_key": c_int64,
-    "br_release_then_route": c_int64,
-    "br_route_keys": c_int32,
-    "br_release_many": c_int32,
-}
+class Export(NamedTuple):
+    """How an export is called: its C result and parameter types, and whether it keeps the GIL."""
+
+    restype: Any
+    argtypes: Tuple[Any, ...]
+    holds_gil: bool
+
+
+#: Every export of the library, by name, as declared on :class:`Library`.
+EXPORTS: Dict[str, Export] = {}
+
+
+def _export(restype: Any, *argtypes: Any, holds_gil: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare the export named like the decorated stub; loading binds it in the stub's place."""
+
+    def declare(stub: Callable[..., Any]) -> Callable[..., Any]:
+        EXPORTS[stub.__name__] = Export(restype, argtypes, holds_gil)
+        return stub
+
+    return declare
+
 
 _FORKED_MESSAGE = (
     "bounded_router cannot be used in this process: it was forked after the parent process had "
@@ -131,52 +82,35 @@ _FORKED_MESSAGE = (
 _JSON_BUFFER = 4096
 
 
-def _forked(*_args: Any) -> NoReturn:
+def forked(*_args: Any) -> NoReturn:
+    """What every native call does in a process forked after the library was loaded."""
     raise ForkedProcessError(_FORKED_MESSAGE)
 
 
-def _fast_name(export: str) -> str:
-    return "fast_" + export[len("br_") :]
-
-
 class Library:
-    """The loaded library: one attribute per export (``br_route_key``, ...) plus helpers.
+    """The loaded library: one attribute per export, and the constants it reports.
 
-    Callers look the functions up on this object at each call (``lib.br_release(...)``) rather
-    than keeping references to them, so that :meth:`_disable_after_fork` reaches every caller.
+    Callers look the exports up on this object at each call (``lib.br_release(...)``) or keep
+    them only where the fork handler reaches them (see ``_native_router``), so that a forked
+    child never calls into the Go runtime it lost.
+
+    Attributes:
+        path: the file loaded.
+        branches: branch names, indexed by branch code.
+        status: status codes by name (``"invalid_handle"``, ...).
+        branch_mask: the bits of a packed decision that hold the branch code.
+        ids_dont_fit: the flag of a packed decision whose worker ids come apart.
+        limits: ``max_virtual_nodes``, ``max_ring_entries``, ``max_min_load_gap``, ``max_arg_len``.
+        defaults: ``policy``, ``max_load_skew``, ``min_load_gap``, ``virtual_nodes``.
     """
-
-    br_abi_version: Callable[[], int]
-    br_last_error: Callable[[], Optional[bytes]]
-    br_router_new: Callable[..., int]
-    br_router_free: Callable[[int], int]
-    br_add_worker: Callable[[int, bytes, int], int]
-    br_remove_worker: Callable[[int, bytes, int], int]
-    br_set_workers: Callable[[int, bytes, int], int]
-    br_set_healthy: Callable[[int, bytes, int, int], int]
-    br_route_key: Callable[..., int]
-    br_route: Callable[..., int]
-    br_acquire: Callable[..., int]
-    br_release: Callable[[int, int], int]
-    br_release_abandoned: Callable[[int, int], int]
-    br_route_keys: Callable[..., int]
-    br_release_many: Callable[..., int]
-    br_lease_workers_json: Callable[..., int]
-    br_workers_json: Callable[..., int]
-    br_stats_json: Callable[..., int]
-    br_release_then_route_key: Callable[..., int]
-    br_release_then_route: Callable[..., int]
-    fast_release_then_route_key: Callable[..., int]
-    fast_release_then_route: Callable[..., int]
-    fast_route_keys: Callable[..., int]
-    fast_release_many: Callable[..., int]
 
     def __init__(self, path: str) -> None:
         self.path = path
         try:
             # CDLL releases the GIL during each call: other threads run while a membership
-            # change rebuilds the ring (the request path uses the fast_* functions below).
+            # change rebuilds the ring. The request path binds through PyDLL (module docstring).
             self._dll = ctypes.CDLL(path)
+            self._gil_dll = ctypes.PyDLL(path)  # the same library: dlopen returns the loaded one
         except OSError as e:
             raise LibraryLoadError(
                 "cannot load the bounded_router native library %s: %s (reinstall the wheel, or set %s "
@@ -190,48 +124,50 @@ class Library:
                 "%s implements ABI version %d but this bounded_router package needs version %d: "
                 "install a matching wheel, or point %s to a matching build" % (path, version, ABI_VERSION, LIBRARY_ENV)
             )
-        for name in _SIGNATURES:
+        for name in EXPORTS:
             self._bind(name)
-        # The same library again (dlopen returns the loaded one), with functions that keep the GIL.
-        holding_gil = ctypes.PyDLL(path)
-        for name, restype in _FAST_PATH.items():
-            function = getattr(holding_gil, name)
-            function.restype = restype
-            setattr(self, _fast_name(name), function)
+        constants = self.read_json("br_constants_json")
+        self.constants: Dict[str, Any] = constants
+        self.branches: Tuple[str, ...] = tuple(constants["branches"])
+        self.status: Dict[str, int] = constants["status"]
+        self.branch_mask: int = (1 << constants["decision"]["branch_bits"]) - 1
+        self.ids_dont_fit: int = constants["decision"]["ids_dont_fit"]
+        self.limits: Dict[str, int] = constants["limits"]
+        self.defaults: Dict[str, Any] = constants["defaults"]
+        self._errors = {
+            self.status["unknown_worker"]: KeyError,
+            self.status["invalid_argument"]: ValueError,
+            self.status["duplicate_worker"]: ValueError,
+        }
 
     def _bind(self, name: str) -> None:
-        """Set the argtypes and restype of an export and make it an attribute of this object."""
+        export = EXPORTS[name]
         try:
-            function = getattr(self._dll, name)
+            function = getattr(self._gil_dll if export.holds_gil else self._dll, name)
         except AttributeError as e:
             raise LibraryLoadError("%s does not export %s: it is not a bounded_router library" % (self.path, name)) from e
-        function.restype, function.argtypes = _SIGNATURES[name]
+        function.restype = export.restype
+        if not export.holds_gil:
+            function.argtypes = export.argtypes
         setattr(self, name, function)
 
-    def _disable_after_fork(self) -> None:
-        """Replace every export with a function that raises ForkedProcessError."""
-        for name in _SIGNATURES:
-            setattr(self, name, _forked)
-        for name in _FAST_PATH:
-            setattr(self, _fast_name(name), _forked)
+    def disable_after_fork(self) -> None:
+        """Replace every export with :func:`forked`."""
+        for name in EXPORTS:
+            setattr(self, name, forked)
 
-    def last_error(self) -> str:
-        """The calling thread's last error text."""
-        text = self.br_last_error()
-        return text.decode("utf-8", "replace") if text else "unknown error"
+    # -- errors and answers ------------------------------------------------------------------
 
     def error(self, status: int) -> Exception:
         """The exception for a negative status, carrying this thread's last error text."""
-        if status == STATUS_INVALID_HANDLE:
+        if status == self.status["invalid_handle"]:
             return RouterClosedError("the router is closed")
-        message = self.last_error()
-        if status == STATUS_UNKNOWN_WORKER:
-            return KeyError(message)
-        if status in (STATUS_INVALID_ARGUMENT, STATUS_DUPLICATE_WORKER):
-            return ValueError(message)
-        if status == STATUS_INTERNAL:
-            return RuntimeError(message)
-        return RuntimeError("bounded_router: unexpected status %d: %s" % (status, message))
+        text = self.br_last_error()
+        message = text.decode("utf-8", "replace") if text else "unknown error"
+        kind = self._errors.get(status)
+        if kind is not None:
+            return kind(message)
+        return RuntimeError("bounded_router: status %d: %s" % (status, message))
 
     def check(self, status: int) -> int:
         """Return ``status`` if it is a success, raise its exception otherwise."""
@@ -255,13 +191,131 @@ class Library:
                 return json.loads(buffer.raw[:length])
             capacity = length + length // 2
 
+    # -- the exports (capi/bounded_router.h) -------------------------------------------------
+    # Each stub is replaced by the library's function when the library is loaded.
 
-#: Per-thread state of the fast_* calls; ``BUFFERS.value`` is set by :func:`thread_buffers`.
+    @_export(c_char_p)
+    def br_last_error(self) -> Optional[bytes]:
+        """The calling thread's last error text."""
+        raise NotImplementedError
+
+    @_export(c_uint32)
+    def br_abi_version(self) -> int:
+        """BR_ABI_VERSION of the library."""
+        raise NotImplementedError
+
+    @_export(c_int64, _buf, c_size_t)
+    def br_constants_json(self, buf: Any, capacity: int) -> int:
+        """The library's constants as JSON (see :meth:`read_json`)."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_char_p, c_size_t, _u64p)
+    def br_router_new(self, config_json: bytes, config_len: int, out_router: Any) -> int:
+        """Build a router from its JSON configuration; its handle goes to ``out_router``."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64)
+    def br_router_free(self, router: int) -> int:
+        """Close a router."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t)
+    def br_add_worker(self, router: int, url: bytes, url_len: int) -> int:
+        """Add a member."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t)
+    def br_remove_worker(self, router: int, url: bytes, url_len: int) -> int:
+        """Remove a member."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t)
+    def br_set_workers(self, router: int, urls_json: bytes, urls_len: int) -> int:
+        """Replace the membership with a JSON array of URLs."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, c_int32)
+    def br_set_healthy(self, router: int, url: bytes, url_len: int, healthy: int) -> int:
+        """Mark a member healthy (1) or not (0)."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, c_int32, _u64p)
+    def br_route(self, router: int, key: bytes, key_len: int, headers: bytes, headers_len: int, take_lease: int, out: Any) -> int:
+        """Route (or, with take_lease 0, select) from a key and a header block: the branch code."""
+        raise NotImplementedError
+
+    @_export(c_int64, c_uint64, c_char_p, c_size_t, _u64p, holds_gil=True)
+    def br_release_then_route_key(self, router: Any, key: bytes, key_len: Any, io: Any) -> int:
+        """Release the lease in io[2], then route a key: the packed decision."""
+        raise NotImplementedError
+
+    @_export(c_int64, c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, _u64p, holds_gil=True)
+    def br_release_then_route(self, router: Any, key: bytes, key_len: Any, headers: bytes, headers_len: Any, io: Any) -> int:
+        """Release the lease in io[2], then route from a key and a header block: the packed decision."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, POINTER(c_uint32), c_uint32, _u64p, holds_gil=True)
+    def br_route_keys(self, router: Any, keys: bytes, keys_len: Any, lengths: bytes, n: int, out: Any) -> int:
+        """Route n keys as one step: leases, packed decisions and worker ids in out."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, _u64p)
+    def br_acquire(self, router: int, url: bytes, url_len: int, key: bytes, key_len: int, out: Any) -> int:
+        """Count a request on a member chosen elsewhere: out[0] the lease."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_uint64)
+    def br_release(self, router: int, lease: int) -> int:
+        """Release a lease: 1 if released, 0 if it was not active."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_uint64)
+    def br_release_abandoned(self, router: int, lease: int) -> int:
+        """Release a lease its holder lost and count it as leaked."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, _u64p, c_uint32, holds_gil=True)
+    def br_release_many(self, router: Any, leases: bytes, n: int) -> int:
+        """Release n leases in one step: how many were released."""
+        raise NotImplementedError
+
+    @_export(c_int64, c_uint64, c_uint64, _buf, c_size_t)
+    def br_lease_workers_json(self, router: int, lease: int, buf: Any, capacity: int) -> int:
+        """{"worker_url", "preferred_url"} of an active lease, as JSON."""
+        raise NotImplementedError
+
+    @_export(c_int64, c_uint64, _buf, c_size_t)
+    def br_workers_json(self, router: int, buf: Any, capacity: int) -> int:
+        """The members in membership order, as JSON."""
+        raise NotImplementedError
+
+    @_export(c_int64, c_uint64, _buf, c_size_t)
+    def br_stats_json(self, router: int, buf: Any, capacity: int) -> int:
+        """Counters, policy and members in one snapshot, as JSON."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, _u64p)
+    def br_gateway_start(self, router: int, options_json: bytes, options_len: int, out_gateway: Any) -> int:
+        """Start the native HTTP gateway in front of a router's workers (options as JSON)."""
+        raise NotImplementedError
+
+    @_export(c_int64, c_uint64, _buf, c_size_t)
+    def br_gateway_address_json(self, gateway: int, buf: Any, capacity: int) -> int:
+        """Where a gateway listens and how many requests it is handling, as JSON."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_int64)
+    def br_gateway_stop(self, gateway: int, timeout_ms: int) -> int:
+        """Stop a gateway, draining in-flight requests for up to timeout_ms: 0, or 1 if some were cut."""
+        raise NotImplementedError
+
+
+#: Per-thread state of the request path; ``BUFFERS.value`` is set by :func:`thread_buffers`.
 BUFFERS = threading.local()
 
 
 def thread_buffers() -> Tuple[Any, Any]:
-    """This thread's ``(out, out_ref)`` for the fast route calls, made on first use.
+    """This thread's ``(out, out_ref)`` for the route calls, made on first use.
 
     ``out`` is a ``c_uint64 * 3`` array: a route's answer comes back in ``out[0]`` and
     ``out[1]``, and ``out[2]`` carries a lease for ``br_release_then_*`` to release first (the
@@ -304,7 +358,7 @@ def library() -> Library:
         return loaded
     with _lock:
         if _inherited:
-            _forked()
+            forked()
         if _library is None:
             _library = Library(library_path())
         return _library
@@ -321,8 +375,9 @@ def _after_fork_in_child() -> None:
     _lock = threading.Lock()
     if _library is not None:
         _inherited = True
-        _library._disable_after_fork()
+        _library.disable_after_fork()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+

@@ -14,12 +14,9 @@ import argparse
 import dataclasses
 from typing import List
 
-from .policy import DEFAULT_MAX_LOAD_SKEW, DEFAULT_MIN_LOAD_GAP, PolicyType
+from .policy import DEFAULT_MAX_LOAD_SKEW, DEFAULT_MIN_LOAD_GAP, DEFAULT_VIRTUAL_NODES, PolicyType
 
-__all__ = ["RouterArgs", "DEFAULT_VIRTUAL_NODES"]
-
-#: Ring positions per worker unless configured (as SMG).
-DEFAULT_VIRTUAL_NODES = 150
+__all__ = ["RouterArgs"]
 
 _POLICY_CHOICES = [member.value for member in PolicyType]
 
@@ -28,9 +25,10 @@ _POLICY_CHOICES = [member.value for member in PolicyType]
 class RouterArgs:
     """Everything needed to build a :class:`~bounded_router.Router`.
 
-    ``max_load_skew`` and ``min_load_gap`` apply to ``bounded_consistent_hashing`` only;
-    :meth:`Router.from_args <bounded_router.Router.from_args>` rejects non-default values with
-    another policy.
+    ``max_load_skew`` and ``min_load_gap`` apply to ``bounded_consistent_hashing`` only; with
+    another policy :meth:`Router.from_args <bounded_router.Router.from_args>` ignores them and
+    warns about values that differ from the defaults (see
+    :func:`~bounded_router.policy.resolve_policy`).
     """
 
     worker_urls: List[str] = dataclasses.field(default_factory=list)

@@ -24,8 +24,8 @@ Options (keyword arguments of :meth:`Router.serve`, all optional):
 * ``max_body_size`` (bytes, default 4 MiB): larger request bodies get 413. Bodies are read
   whole before a worker is chosen, so a client trickling its body holds no lease.
 * timeouts in seconds: ``connect_timeout`` (10), ``first_byte_timeout`` (600: a worker's
-  response headers; 504 past it), ``idle_stream_timeout`` (300: no byte from a streaming
-  worker), ``body_read_timeout`` (60: 408 past it), ``read_header_timeout`` (10),
+  response headers; 504 past it), ``idle_timeout`` (300: no byte from a streaming
+  worker), ``body_timeout`` (60: 408 past it), ``read_header_timeout`` (10),
   ``keep_alive_timeout`` (120), ``shutdown_timeout`` (10: the drain of :meth:`Gateway.stop`).
 * ``max_header_bytes`` (64 KiB; 431 above), ``max_idle_conns_per_host`` (256),
   ``max_conns_per_host`` (0: unbounded), ``access_log`` (one JSON line per request on stderr).
@@ -33,43 +33,17 @@ Options (keyword arguments of :meth:`Router.serve`, all optional):
 
 from __future__ import annotations
 
-import ctypes
 import json
 import threading
-from ctypes import POINTER, byref, c_char, c_char_p, c_int32, c_int64, c_size_t, c_uint64
+from ctypes import byref, c_uint64
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Dict, Optional, Type
 
-from . import _native
 
 if TYPE_CHECKING:  # pragma: no cover
     from .router import Router
 
 __all__ = ["Gateway"]
-
-# The gateway's exports, declared here rather than in _native: name -> (restype, argtypes).
-_SIGNATURES = {
-    "br_gateway_start": (c_int32, [c_uint64, c_char_p, c_size_t, POINTER(c_uint64)]),
-    "br_gateway_address_json": (c_int64, [c_uint64, POINTER(c_char), c_size_t]),
-    "br_gateway_stop": (c_int32, [c_uint64, c_int64]),
-}
-_bound: Dict[int, Dict[str, Any]] = {}
-_bind_lock = threading.Lock()
-
-
-def _exports(lib: _native.Library) -> Dict[str, Any]:
-    """The gateway's exports of ``lib``, bound once."""
-    with _bind_lock:
-        functions = _bound.get(id(lib))
-        if functions is None:
-            functions = {}
-            for name, (restype, argtypes) in _SIGNATURES.items():
-                function = getattr(ctypes.CDLL(lib.path), name)
-                function.restype, function.argtypes = restype, argtypes
-                functions[name] = function
-            _bound[id(lib)] = functions
-        return functions
-
 
 class Gateway:
     """A running native gateway (see the module documentation); made by :meth:`Router.serve`.
@@ -83,15 +57,14 @@ class Gateway:
     def __init__(self, router: Router, host: str = "127.0.0.1", port: int = 0, **options: Any) -> None:
         self._handle = 0
         self._router = router  # kept alive while the gateway routes through it
-        if router.closed:
-            raise _native.library().error(_native.STATUS_INVALID_HANDLE)
+        native = router._native
+        native.check_open()
         settings = {name: value for name, value in options.items() if value is not None}
         settings.update(host=host, port=port)
         text = json.dumps(settings).encode()
-        self._lib = _native.library()
-        self._functions = _exports(self._lib)
+        self._lib = native.lib
         out = c_uint64()
-        self._lib.check(self._functions["br_gateway_start"](router._handle, text, len(text), byref(out)))
+        self._lib.check(self._lib.br_gateway_start(native.handle, text, len(text), byref(out)))
         self._handle = out.value
         self._lock = threading.Lock()
         info = self._info()
@@ -99,14 +72,7 @@ class Gateway:
         self.metrics_address: Optional[str] = info["metrics_address"]
 
     def _info(self) -> Dict[str, Any]:
-        capacity = 256
-        while True:
-            buffer = ctypes.create_string_buffer(capacity)
-            length = self._functions["br_gateway_address_json"](self._handle, buffer, capacity)
-            self._lib.check(length)
-            if length <= capacity:
-                return json.loads(buffer.raw[:length])  # type: ignore[no-any-return]
-            capacity = length
+        return self._lib.read_json("br_gateway_address_json", self._handle)  # type: ignore[no-any-return]
 
     @property
     def url(self) -> str:
@@ -138,7 +104,7 @@ class Gateway:
         if not handle:
             return True
         milliseconds = 0 if timeout is None else max(1, int(timeout * 1000))
-        return self._lib.check(self._functions["br_gateway_stop"](handle, milliseconds)) == 0
+        return self._lib.check(self._lib.br_gateway_stop(handle, milliseconds)) == 0
 
     def __enter__(self) -> Gateway:
         return self

@@ -11,40 +11,34 @@ streaming body::
 
 A lease that is garbage-collected without having been released is released by a safety net
 and counted by the router as leaked (:meth:`Router.leaked_leases
-<bounded_router.Router.leaked_leases>`).
+<bounded_router.Router.leaked_leases>`). Leases cannot be copied or pickled: a copy would
+release the same request twice.
 """
 
 from __future__ import annotations
 
 from types import TracebackType
 from typing import (
-    TYPE_CHECKING,
     Any,
     AsyncGenerator,
     AsyncIterable,
     Generator,
     Iterable,
+    NoReturn,
     Optional,
-    Tuple,
     Type,
     TypeVar,
     cast,
 )
 
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .router import Router
+from ._native_router import HAND_OVER_AT, LeaseDecision, NativeRouter
 
 __all__ = ["Lease", "LeasedIterator", "LeasedAsyncIterator"]
 
 T = TypeVar("T")
-#: What a lease knows of its routing decision: (worker_url, preferred_url, branch).
-LeaseDecision = Tuple[str, str, Optional[str]]
 
 _SPILLOVER = "explicit_routing_key_spillover"
-# Releases wait in Router._released for the router's next call; past this many (a burst of
-# releases with no route in between) the releasing thread hands them over itself.
-_HAND_OVER_AT = 64
 
 
 class Lease:
@@ -61,15 +55,15 @@ class Lease:
     """
 
     # _decision is the (worker_url, preferred_url, branch) of the routing decision, shared by
-    # every lease of the same decision (Router caches it), so a route sets three slots.
-    __slots__ = ("_router", "_id", "_decision")
+    # every lease of the same decision (NativeRouter.decided), so a route sets three slots.
+    __slots__ = ("_native", "_id", "_decision")
 
-    _router: Router
+    _native: NativeRouter
     _id: int
     _decision: LeaseDecision
 
-    def __init__(self, router: Router, lease_id: int, decision: LeaseDecision) -> None:
-        self._router = router
+    def __init__(self, native: NativeRouter, lease_id: int, decision: LeaseDecision) -> None:
+        self._native = native
         self._id = lease_id
         self._decision = decision
 
@@ -96,7 +90,7 @@ class Lease:
     @property
     def released(self) -> bool:
         """Whether :meth:`release` was called (or the router was closed)."""
-        return not self._id or self._router._closed
+        return not self._id or self._native.closed
 
     def release(self) -> bool:
         """Stop counting the request; return True if this call released it.
@@ -117,15 +111,29 @@ class Lease:
         if not lease_id:
             return False
         self._id = 0
-        self.__class__ = Lease  # nothing left for the safety net (see _HeldLease)
-        router = self._router
-        if router._closed:
+        native = self._native
+        if native.closed:
+            self.__class__ = Lease
             return False
-        released = router._released
-        released.append(lease_id)
-        if len(released) > _HAND_OVER_AT:
-            router._hand_over()
+        released = native.released
+        try:
+            released.append(lease_id)  # the release path: see _native_router
+        except BaseException:  # ForkedProcessError: nothing was released
+            self._id = lease_id
+            raise
+        self.__class__ = Lease  # nothing left for the safety net (see _HeldLease)
+        if len(released) > HAND_OVER_AT:
+            native.hand_over()
         return True
+
+    def __copy__(self) -> NoReturn:
+        raise TypeError("a Lease cannot be copied: each one counts one request, released once")
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        self.__copy__()
+
+    def __reduce_ex__(self, protocol: Any) -> NoReturn:
+        raise TypeError("a Lease cannot be pickled: it counts a request in this process's router")
 
     def __enter__(self) -> Lease:
         return self
@@ -176,8 +184,8 @@ class _HeldLease(Lease):
     """A lease not released yet: the same object, plus the safety net.
 
     Routers hand out leases of this class, and :meth:`Lease.release` turns them into plain
-    :class:`Lease` objects. CPython calls a finalizer on every object whose class has one, at
-    a cost of some 40 ns per lease, so only the leases that still need it carry it.
+    :class:`Lease` objects: CPython calls the finalizer of every object whose class has one, so
+    only the leases that still need it carry it (what that buys: BENCHMARKS.md).
     """
 
     __slots__ = ()
@@ -189,9 +197,7 @@ class _HeldLease(Lease):
             lease_id = self._id
             if lease_id:
                 self._id = 0
-                router = self._router
-                if not router._closed:
-                    router._lib.br_release_abandoned(router._handle, lease_id)
+                self._native.release_abandoned(lease_id)
         except BaseException:
             pass
 

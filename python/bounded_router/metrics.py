@@ -15,9 +15,12 @@ router's counters in the Prometheus text format (version 0.0.4), ready to serve 
     bounded_router_leaked_leases_total 0
 
 Every branch is always present (zero until it decides a request), so rates and ratios such as
-"spilled / explicit-key requests" work from the first scrape. Several routers in one process
-are told apart by constant labels: ``render_all([(router_a, {"router": "a"}), (router_b,
-{"router": "b"})])`` puts them in one exposition with each metric family declared once.
+"spilled / explicit-key requests" work from the first scrape. Each router's samples come from
+one :meth:`Router.statistics <bounded_router.Router.statistics>` snapshot, so a scrape never
+mixes two moments. Several routers in one process are told apart by constant labels:
+``render_all([(router_a, {"router": "a"}), (router_b, {"router": "b"})])`` puts them in one
+exposition with each metric family declared once; routers with the same labels are refused
+(their series would collide).
 
 Standard library only: no Prometheus client is needed (with ``prometheus_client`` installed, a
 custom collector can still wrap :func:`render`'s numbers, but the text is usually all a scraper
@@ -27,10 +30,9 @@ needs).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .router import Router
+from .stats import Statistics
 
 __all__ = ["CONTENT_TYPE", "render", "render_all", "parse"]
 
@@ -54,6 +56,12 @@ _FAMILIES: Tuple[Tuple[str, str, str], ...] = (
 )
 
 Sample = Tuple[Dict[str, str], float]
+
+
+class HasStatistics(Protocol):
+    """What the exposition reads from a router: one snapshot of its counters."""
+
+    def statistics(self) -> Statistics: ...
 
 
 def _escape(value: str) -> str:
@@ -83,21 +91,21 @@ def _check_labels(labels: Optional[Mapping[str, str]]) -> Dict[str, str]:
     return result
 
 
-def _collect(router: Router, labels: Dict[str, str]) -> Dict[str, List[Sample]]:
+def _collect(stats: Statistics, labels: Dict[str, str]) -> Dict[str, List[Sample]]:
     samples: Dict[str, List[Sample]] = {suffix: [] for suffix, _, _ in _FAMILIES}
-    for branch, count in router.branch_counts().items():
+    for branch, count in stats.branches.items():
         samples["requests_total"].append((dict(labels, branch=branch), count))
-    for worker in router.workers():
+    for worker in stats.workers:
         worker_labels = dict(labels, worker=worker.url)
         samples["worker_load"].append((worker_labels, worker.load))
         samples["worker_active_keys"].append((worker_labels, worker.active_keys))
         samples["worker_healthy"].append((worker_labels, 1 if worker.healthy else 0))
-    samples["active_leases"].append((labels, router.active_leases()))
-    samples["leaked_leases_total"].append((labels, router.leaked_leases()))
+    samples["active_leases"].append((labels, stats.active_leases))
+    samples["leaked_leases_total"].append((labels, stats.leaked_leases))
     return samples
 
 
-def render_all(routers: Iterable[Tuple[Router, Optional[Mapping[str, str]]]], namespace: str = "bounded_router") -> str:
+def render_all(routers: Iterable[Tuple[HasStatistics, Optional[Mapping[str, str]]]], namespace: str = "bounded_router") -> str:
     """The exposition of several routers, each with its own constant labels.
 
     Args:
@@ -106,13 +114,19 @@ def render_all(routers: Iterable[Tuple[Router, Optional[Mapping[str, str]]]], na
         namespace: the prefix of every metric name.
 
     Raises:
-        ValueError: a label or namespace is not a valid Prometheus name, or a label is named
-            ``branch`` or ``worker`` (the router's own labels).
+        ValueError: a label or namespace is not a valid Prometheus name, a label is named
+            ``branch`` or ``worker`` (the router's own labels), or two routers have the same
+            labels.
         RouterClosedError: a router is closed.
     """
     if not _NAME.match(namespace):
         raise ValueError("metrics namespace %r is not a valid Prometheus metric name prefix" % (namespace,))
-    collected = [_collect(router, _check_labels(labels)) for router, labels in routers]
+    checked = [(router, _check_labels(labels)) for router, labels in routers]
+    label_sets = [tuple(sorted(labels.items())) for _, labels in checked]
+    if len(set(label_sets)) != len(label_sets):
+        raise ValueError("render_all: two routers have the same labels %r; give each its own (e.g. {'router': name})"
+                         % (dict(next(s for s in label_sets if label_sets.count(s) > 1)),))
+    collected = [_collect(router.statistics(), labels) for router, labels in checked]
     lines: List[str] = []
     for suffix, kind, help_text in _FAMILIES:
         name = "%s_%s" % (namespace, suffix)
@@ -124,7 +138,7 @@ def render_all(routers: Iterable[Tuple[Router, Optional[Mapping[str, str]]]], na
     return "\n".join(lines) + "\n"
 
 
-def render(router: Router, labels: Optional[Mapping[str, str]] = None, namespace: str = "bounded_router") -> str:
+def render(router: HasStatistics, labels: Optional[Mapping[str, str]] = None, namespace: str = "bounded_router") -> str:
     """The Prometheus text exposition of one router (see the module documentation).
 
     Args:

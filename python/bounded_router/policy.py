@@ -2,13 +2,16 @@
 
 Mirrors ``sglang_router``'s ``PolicyType``/``policy_from_str`` and SMG's ``PolicyConfig``
 variants. Each config serialises to the ``{"type": "<policy name>", ...}`` form the native
-library reads, and :func:`config_from_dict` reads that form back.
+library reads, and :func:`config_from_dict` reads that form back. The defaults are defined here
+once for Python (the tests check them against the library's) and every setting is validated
+here once (docs/contract.md, "Validation").
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Dict, Mapping, Union
@@ -23,14 +26,18 @@ __all__ = [
     "PolicyConfig",
     "config_from_dict",
     "default_config",
+    "resolve_policy",
     "DEFAULT_MAX_LOAD_SKEW",
     "DEFAULT_MIN_LOAD_GAP",
+    "DEFAULT_VIRTUAL_NODES",
 ]
 
-#: Default relative bound of ``bounded_consistent_hashing`` (SPEC §6).
+#: Default relative bound of ``bounded_consistent_hashing`` (docs/contract.md, "The bounded rule").
 DEFAULT_MAX_LOAD_SKEW = 1.5
-#: Default absolute load gap of ``bounded_consistent_hashing`` (SPEC §6).
+#: Default absolute load gap of ``bounded_consistent_hashing``.
 DEFAULT_MIN_LOAD_GAP = 2
+#: Ring positions per worker unless configured (as SMG; docs/contract.md, "The hash ring").
+DEFAULT_VIRTUAL_NODES = 150
 
 
 class PolicyType(Enum):
@@ -198,3 +205,57 @@ def config_from_dict(data: Mapping[str, Any]) -> PolicyConfig:
     if unknown:
         raise ValueError("policy %s has no setting %s" % (policy.value, ", ".join(map(repr, unknown))))
     return _CONFIG_CLASSES[policy](**fields)
+
+
+#: The settings of bounded_consistent_hashing and their defaults, in the order they are named.
+_BOUNDED_SETTINGS = (("max_load_skew", DEFAULT_MAX_LOAD_SKEW), ("min_load_gap", DEFAULT_MIN_LOAD_GAP))
+
+
+def resolve_policy(policy: Any, max_load_skew: Any = None, min_load_gap: Any = None) -> PolicyConfig:
+    """The typed config of ``policy`` (a :class:`PolicyType`, a policy name or a typed config)
+    with the settings given next to it.
+
+    ``max_load_skew`` and ``min_load_gap`` (None: the default) belong to
+    ``bounded_consistent_hashing``. With another policy they are accepted and ignored, as
+    ``sglang_router`` does, so that a launcher can switch ``--policy`` while passing the same
+    flags; one :class:`UserWarning` names those that differ from their defaults.
+
+    Raises:
+        ValueError: an unknown policy, a setting that breaks its rule, or a setting passed both
+            in a bounded config and next to it.
+    """
+    given = {"max_load_skew": max_load_skew, "min_load_gap": min_load_gap}
+    if isinstance(policy, CONFIG_TYPES):
+        config: PolicyConfig = policy
+        if isinstance(policy, BoundedConsistentHashingConfig) and (max_load_skew is not None or min_load_gap is not None):
+            raise ValueError(
+                "max_load_skew and min_load_gap cannot be passed next to a BoundedConsistentHashingConfig: "
+                "set them in the config"
+            )
+    else:
+        if isinstance(policy, PolicyType):
+            kind = policy
+        elif isinstance(policy, str):
+            try:
+                kind = policy_from_str(policy)
+            except KeyError as e:
+                raise ValueError("policy: %s" % e.args[0]) from None
+        else:
+            raise ValueError("policy must be a PolicyType, a policy name or a policy config, got %r" % (policy,))
+        if kind is PolicyType.BoundedConsistentHashing:
+            settings = {name: default if given[name] is None else given[name] for name, default in _BOUNDED_SETTINGS}
+            return BoundedConsistentHashingConfig(**settings)
+        config = default_config(kind)
+    ignored = [
+        "%s=%r" % (name, given[name])
+        for name, default in _BOUNDED_SETTINGS
+        if given[name] is not None and given[name] != default
+    ]
+    if ignored:
+        warnings.warn(
+            "%s: no effect with policy %s (these settings apply to bounded_consistent_hashing only)"
+            % (", ".join(ignored), config.policy_type.value),
+            UserWarning,
+            stacklevel=3,
+        )
+    return config

@@ -1,73 +1,51 @@
 """The :class:`Router`: chooses a worker for each request and counts the requests in flight.
 
-Routing, load counting and membership live in the native library; this module converts
-arguments, maps the library's worker ids to URLs and turns its answers into Python objects.
+Routing, load counting and membership live in the native library; the router converts
+arguments (:mod:`._encoding`), calls its native router (:mod:`._native_router`, which owns the
+handle, the release path and the worker id map) and turns the answers into Python objects.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import weakref
 from array import array
 from ctypes import c_size_t, c_uint64
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple, Type, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NoReturn, Optional, Type, Union
 
 from . import _native
-from ._headers import HeadersLike, encode_headers, key_bytes
-from .args import DEFAULT_VIRTUAL_NODES, RouterArgs
-from .errors import ForkedProcessError, NoWorkerAvailableError, RouterClosedError
-from .lease import Lease, LeaseDecision, _HeldLease
-from .policy import (
-    CONFIG_TYPES,
-    DEFAULT_MAX_LOAD_SKEW,
-    DEFAULT_MIN_LOAD_GAP,
-    BoundedConsistentHashingConfig,
-    PolicyConfig,
-    PolicyType,
-    default_config,
-    policy_from_str,
-)
+from ._encoding import HeadersLike, encode_headers, key_bytes, url_bytes
+from ._native_router import NativeRouter
+from .args import RouterArgs
+from .errors import NoWorkerAvailableError
+from .lease import Lease, _HeldLease
+from .metrics import render
+from .policy import DEFAULT_VIRTUAL_NODES, PolicyConfig, PolicyType, resolve_policy
+from .stats import Statistics, WorkerInfo
 
 if TYPE_CHECKING:  # pragma: no cover
     from .gateway import Gateway
 
-__all__ = ["Router", "Decision", "WorkerInfo"]
+__all__ = ["Router", "Decision", "WorkerInfo", "Statistics"]
 
-_BRANCHES = _native.BRANCHES
-_CHOSE_WORKER = _native.BRANCH_CHOSE_WORKER
-_LOW32 = 0xFFFFFFFF
 _SPILLOVER = "explicit_routing_key_spillover"
 # A selection whose worker left the membership before its URL could be looked up is made
 # again; membership would have to change this many times in a row to give up.
 _SELECT_ATTEMPTS = 100
-
 _BUFFERS = _native.BUFFERS
-# The request path calls the library's fast_* functions, which have no argtypes (see _native):
-# a key or header block length is passed as a ready-made size_t argument (~80 ns less than
-# building a c_size_t, and ctypes passes it without allocating).
+# The request path passes a key or header block length as a ready-made size_t argument (the
+# request path's exports have no argtypes, see _native): made once for the usual lengths.
 _SIZES = tuple(c_size_t.from_param(n) for n in range(256))
-# Decisions whose URLs are cached (see Router._decided); the cache starts again past this.
-_DECIDED_MAX = 4096
 # The array typecode of a uint32, the type of br_route_keys' key lengths.
 _UINT32 = next(code for code in "IL" if array(code).itemsize == 4)
-# Leases are built without calling Lease.__init__ (the slots are set right after): ~30 ns less
-# on every route.
+# Leases of the request path are made without a call of Lease.__init__: object.__new__, then
+# the three slots are set right away (in route and route_many).
 _new_lease = object.__new__
-# Every router of this process, for the fork handler at the end of this module.
-_ROUTERS: "weakref.WeakSet[Router]" = weakref.WeakSet()
-
-
-def _out() -> Any:
-    """This thread's output array for route calls."""
-    return _native.thread_buffers()[0]
 
 
 def _size(n: int) -> Any:
-    return _SIZES[n] if n < len(_SIZES) else c_size_t.from_param(n)
-
+    return _SIZES[n] if n < 256 else c_size_t.from_param(n)
 
 
 @dataclass(frozen=True)
@@ -91,32 +69,6 @@ class Decision:
         return self.branch == _SPILLOVER
 
 
-@dataclass(frozen=True)
-class WorkerInfo:
-    """A snapshot of one worker.
-
-    Attributes:
-        url: the worker's URL.
-        healthy: whether it is available for routing.
-        load: the number of leases held on it (requests in flight from this process).
-        active_keys: the number of distinct explicit routing keys among those leases.
-    """
-
-    url: str
-    healthy: bool
-    load: int
-    active_keys: int
-
-
-def _url_bytes(url: Any) -> bytes:
-    if not isinstance(url, str):
-        raise TypeError("a worker URL must be a str, got %s" % type(url).__name__)
-    try:
-        return url.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ValueError("worker URL %r is not valid Unicode text (%s)" % (url, e.reason)) from None
-
-
 def _url_list(urls: Any, what: str) -> List[str]:
     if isinstance(urls, (str, bytes)):
         raise TypeError("%s must be a list of URL strings, not a single %s" % (what, type(urls).__name__))
@@ -125,37 +77,12 @@ def _url_list(urls: Any, what: str) -> List[str]:
     except TypeError:
         raise TypeError("%s must be a list of URL strings, got %s" % (what, type(urls).__name__)) from None
     for url in items:
-        _url_bytes(url)
-    return items
+        url_bytes(url)
+    return [str.__str__(url) for url in items]
 
 
-def _resolve_policy(policy: Any, max_load_skew: Any, min_load_gap: Any) -> PolicyConfig:
-    if isinstance(policy, CONFIG_TYPES):
-        if max_load_skew is not None or min_load_gap is not None:
-            raise ValueError(
-                "max_load_skew and min_load_gap cannot be passed next to a typed policy config: "
-                "set them in the config (BoundedConsistentHashingConfig(max_load_skew=..., min_load_gap=...))"
-            )
-        return policy
-    if isinstance(policy, PolicyType):
-        kind = policy
-    elif isinstance(policy, str):
-        try:
-            kind = policy_from_str(policy)
-        except KeyError as e:
-            raise ValueError("policy: %s" % e.args[0]) from None
-    else:
-        raise ValueError("policy must be a PolicyType, a policy name or a policy config, got %r" % (policy,))
-    if kind is PolicyType.BoundedConsistentHashing:
-        return BoundedConsistentHashingConfig(
-            max_load_skew=DEFAULT_MAX_LOAD_SKEW if max_load_skew is None else max_load_skew,
-            min_load_gap=DEFAULT_MIN_LOAD_GAP if min_load_gap is None else min_load_gap,
-        )
-    if max_load_skew is not None or min_load_gap is not None:
-        raise ValueError(
-            "max_load_skew and min_load_gap apply only to bounded_consistent_hashing, not %s" % kind.value
-        )
-    return default_config(kind)
+def _json(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 class Router:
@@ -165,17 +92,20 @@ class Router:
         worker_urls: the workers' URLs, in membership order (unique, non-empty strings).
         policy: a :class:`PolicyType`, its name (``"bounded_consistent_hashing"``, ...) or a
             typed config (:class:`BoundedConsistentHashingConfig`, ...).
-        max_load_skew: ``bounded_consistent_hashing`` only (default 1.5): a finite number >= 1.
-        min_load_gap: ``bounded_consistent_hashing`` only (default 2): an integer >= 0.
-        virtual_nodes: ring positions per worker (default 150).
+        max_load_skew: ``bounded_consistent_hashing``'s relative bound (default 1.5), a finite
+            number >= 1. Ignored by the other policies, with a warning when not the default.
+        min_load_gap: ``bounded_consistent_hashing``'s absolute gap (default 2), an integer >= 0.
+            Ignored by the other policies, with a warning when not the default.
+        virtual_nodes: ring positions per worker (default 150), from 1 to 65536; the workers
+            times the virtual nodes may be at most 4,194,304.
 
     Raises:
         ValueError: a setting breaks its rule, an unknown policy name, an empty or duplicate
-            URL, or skew/gap given with another policy or next to a typed config.
+            URL, or skew/gap given next to a BoundedConsistentHashingConfig.
         TypeError: a URL is not a str.
 
     All methods are thread-safe. A router is a context manager that closes it on exit; using
-    a closed router raises :class:`RouterClosedError`.
+    a closed router raises :class:`RouterClosedError`. Routers cannot be copied or pickled.
     """
 
     def __init__(
@@ -186,70 +116,33 @@ class Router:
         min_load_gap: Optional[int] = None,
         virtual_nodes: int = DEFAULT_VIRTUAL_NODES,
     ) -> None:
-        self._closed = True  # until the native router exists, so __del__ has nothing to do
-        self._handle = 0
-        # Worker id -> URL, replaced (never mutated) after every membership change.
-        self._urls: Dict[int, str] = {}
-        # Packed decision of a route (branch and worker ids, see _native.DECISION_BRANCH) ->
-        # (worker_url, preferred_url, branch): one dictionary lookup per route. Worker ids are
-        # never reused, so an entry never goes stale; the cache starts again after a membership
-        # change or when it grows past _DECIDED_MAX.
-        self._decided: Dict[int, LeaseDecision] = {}
-        # Leases released (Lease.release) but not yet in the library: the next call into it
-        # hands them over first, so every later route and statistic sees them (see _hand_over).
-        self._released: List[int] = []
         urls = _url_list(worker_urls, "worker_urls")
-        self._policy = _resolve_policy(policy, max_load_skew, min_load_gap)
+        self._policy = resolve_policy(policy, max_load_skew, min_load_gap)
         if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int):
             raise ValueError("virtual_nodes must be an integer, got %r" % (virtual_nodes,))
-        config = {"worker_urls": urls, "policy": self._policy.to_dict(), "virtual_nodes": virtual_nodes}
-        data = json.dumps(config, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        self._lib = lib = _native.library()
-        out = c_uint64()
-        lib.check(lib.br_router_new(data, len(data), out))
-        self._handle = out.value
-        # The handle as the fast_* functions take it: a ready-made uint64 argument.
-        self._handle_arg = c_uint64.from_param(self._handle)
-        # The request path's functions, bound once (the fork handler below replaces them).
-        self._route_key = lib.fast_release_then_route_key
-        self._route_headers = lib.fast_release_then_route
-        self._closed = False
-        _ROUTERS.add(self)
-        self._refresh_urls()
+        config = {"worker_urls": urls, "policy": self._policy.to_dict(), "virtual_nodes": int(virtual_nodes)}
+        self._native = NativeRouter(_json(config))
 
     @classmethod
     def from_args(cls, args: RouterArgs) -> Router:
         """Build a router from :class:`RouterArgs` (e.g. parsed command-line flags).
 
         With a policy other than ``bounded_consistent_hashing``, ``max_load_skew`` and
-        ``min_load_gap`` must keep their defaults (they would have no effect).
+        ``min_load_gap`` are ignored, with a warning when they differ from the defaults.
         """
-        try:
-            kind = policy_from_str(args.policy)
-        except KeyError as e:
-            raise ValueError("policy: %s" % e.args[0]) from None
-        if kind is PolicyType.BoundedConsistentHashing:
-            return cls(args.worker_urls, kind, args.max_load_skew, args.min_load_gap, args.virtual_nodes)
-        if args.max_load_skew != DEFAULT_MAX_LOAD_SKEW or args.min_load_gap != DEFAULT_MIN_LOAD_GAP:
-            raise ValueError(
-                "max_load_skew and min_load_gap apply only to bounded_consistent_hashing, not %s" % kind.value
-            )
-        return cls(args.worker_urls, kind, virtual_nodes=args.virtual_nodes)
+        return cls(args.worker_urls, args.policy, args.max_load_skew, args.min_load_gap, args.virtual_nodes)
 
     # -- state -------------------------------------------------------------------------------
 
     @property
     def policy(self) -> PolicyConfig:
-        """The policy and its settings, as a typed config (readable after close too)."""
+        """The policy in force and its settings, as a typed config (readable after close too)."""
         return self._policy
 
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
-        return self._closed
-
-    def _closed_error(self) -> RouterClosedError:
-        return RouterClosedError("the router is closed")
+        return self._native.closed
 
     def close(self) -> None:
         """Free the native router. Idempotent; outstanding leases become no-ops.
@@ -257,20 +150,10 @@ class Router:
         In a process forked after the router was created, this only marks the inherited copy
         closed (the parent's router is untouched).
         """
-        if self._closed:
-            return
-        self._closed = True
-        self._released.clear()
-        try:
-            status = self._lib.br_router_free(self._handle)
-        except ForkedProcessError:  # nothing of ours to free in this process
-            return
-        if status < 0 and status != _native.STATUS_INVALID_HANDLE:
-            raise self._lib.error(status)
+        self._native.close()
 
     def __enter__(self) -> Router:
-        if self._closed:
-            raise self._closed_error()
+        self._native.check_open()
         return self
 
     def __exit__(
@@ -281,14 +164,17 @@ class Router:
     ) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except BaseException:
-            pass
+    def __copy__(self) -> NoReturn:
+        raise TypeError("a Router cannot be copied: it owns one native router; share the object instead")
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        self.__copy__()
+
+    def __reduce_ex__(self, protocol: Any) -> NoReturn:
+        raise TypeError("a Router cannot be pickled: create one in each process from its settings")
 
     def __repr__(self) -> str:
-        return "<Router policy=%r%s>" % (self._policy, " closed" if self._closed else "")
+        return "<Router policy=%r%s>" % (self._policy, " closed" if self.closed else "")
 
     # -- routing -----------------------------------------------------------------------------
 
@@ -300,7 +186,8 @@ class Router:
                 or None means no key. It overrides an ``X-SMG-Routing-Key`` header.
             headers: the request's HTTP headers (any mapping, or an iterable of ``(name,
                 value)`` pairs); ``X-SMG-Target-Worker``, ``X-SMG-Routing-Key``,
-                ``Authorization``, ``X-Forwarded-For`` and ``Cookie`` are used as SPEC §5 says.
+                ``Authorization``, ``X-Forwarded-For`` and ``Cookie`` are used as
+                docs/contract.md, "Inputs and precedence", says.
 
         Returns:
             The :class:`Lease`; release it (or use it as a context manager) when the request
@@ -309,16 +196,17 @@ class Router:
         Raises:
             NoWorkerAvailableError: no worker can be chosen (``.branch`` says why).
             TypeError: ``routing_key`` or a header is of the wrong type.
-            RouterClosedError: the router was closed.
+            RouterClosedError: the router was closed (the library reports it: the handle is
+                invalid from then on).
         """
-        # Every line here is on the path whose cost scripts/bench.py compares with two bare
-        # ctypes calls: hence one function for both kinds of input, the inlined type tests,
-        # the thread-local buffers, _SIZES and the release handed over with the call. A closed
-        # router is reported by the library (its handle is invalid from then on).
+        # One native call per request, which also hands over a lease released since the last
+        # one (the release path, see _native_router); the lease's URLs come from the decision
+        # cache (NativeRouter.decided). What each shortcut here buys: BENCHMARKS.md.
         try:
             out, out_ref = _BUFFERS.value
         except AttributeError:
             out, out_ref = _native.thread_buffers()
+        native = self._native
         if headers is None:
             key = routing_key
             if type(key) is str:
@@ -331,36 +219,36 @@ class Router:
         else:
             key = key_bytes(routing_key)
             block = encode_headers(headers)
-        released = self._released
+        released = native.released
         if released:
             try:
                 (previous,) = released  # usually one lease released since the last route: in out[2]
             except ValueError:  # more of them: handed over by a call of their own
                 previous = 0
-                self._hand_over()
+                native.hand_over()
             else:
                 out[2] = previous
         else:
             previous = 0
         if headers is None:
             n = len(key)
-            decision = self._route_key(self._handle_arg, key, _SIZES[n] if n < 256 else _size(n), out_ref)
+            decision = native.route_key(native.handle_arg, key, _SIZES[n] if n < 256 else _size(n), out_ref)
         else:
-            decision = self._route_headers(self._handle_arg, key, _size(len(key)), block, _size(len(block)), out_ref)
+            decision = native.route_headers(native.handle_arg, key, _size(len(key)), block, _size(len(block)), out_ref)
         lease_id = out[0]
         if not lease_id:
-            # `previous` stays in _released: handed over again, it is skipped if it was released.
-            raise self._unrouted(decision)
+            # `previous` stays in released: handed over again, it is skipped if it was released.
+            raise native.unrouted(decision)
         if previous:
             try:
                 released.remove(previous)
             except ValueError:  # handed over by another thread as well
                 pass
-        urls = self._decided.get(decision)
+        urls = native.decided.get(decision)
         if urls is None:
-            urls = self._decision_urls(decision, out[1], lease_id)
+            urls = native.decision_urls(decision, out[1], lease_id)
         lease: Lease = _new_lease(_HeldLease)
-        lease._router = self
+        lease._native = native
         lease._id = lease_id
         lease._decision = urls
         return lease
@@ -380,14 +268,13 @@ class Router:
             One :class:`Lease` per key, in the order of ``keys``.
 
         Raises:
-            NoWorkerAvailableError: a key could not be routed (with explicit keys, only when no
-                worker is available, and then none can be). The batch then holds no lease.
+            NoWorkerAvailableError: no worker is available. The batch is all or nothing
+                (docs/contract.md, "Leases"): then no key got a lease.
             TypeError, ValueError: ``keys`` is a single str or bytes, or a key is of the wrong
                 type or not valid Unicode. Nothing is routed.
         """
-        if self._closed:
-            raise self._closed_error()
-        self._hand_over()
+        native = self._native
+        native.check_open()
         if isinstance(keys, (str, bytes)):
             raise TypeError("route_many takes an iterable of keys, not a single %s" % type(keys).__name__)
         batch = keys if type(keys) is list else list(keys)
@@ -398,25 +285,23 @@ class Router:
         n = len(encoded)
         if not n:
             return []
+        native.hand_over()
         block = b"".join(encoded)
         lengths = array(_UINT32, map(len, encoded)).tobytes()
         out = (c_uint64 * (3 * n))()
-        status = self._lib.fast_route_keys(self._handle_arg, block, _size(len(block)), lengths, n, out)
-        if status < 0:
-            raise self._lib.error(status)
+        native.lib.check(native.lib.br_route_keys(native.handle_arg, block, _size(len(block)), lengths, n, out))
         lease_ids, decisions = out[:n], out[n : 2 * n]  # the worker ids (out[2n:]) only on a miss
-        if not all(lease_ids):
-            self._release_ids([lease_id for lease_id in lease_ids if lease_id])
-            raise NoWorkerAvailableError(_BRANCHES[decisions[lease_ids.index(0)]])
-        decided = self._decided
+        if not lease_ids[0]:  # all or nothing: no worker was available
+            raise native.unrouted(decisions[0])
+        decided = native.decided
         leases: List[Lease] = []
         append = leases.append
-        for lease_id, decision in zip(lease_ids, decisions):
+        for i, (lease_id, decision) in enumerate(zip(lease_ids, decisions)):
             urls = decided.get(decision)
-            if urls is None:  # rare: the position of a (unique) lease id is worth a search then
-                urls = self._decision_urls(decision, out[2 * n + lease_ids.index(lease_id)], lease_id)
-            lease: Lease = _new_lease(_HeldLease)  # as in route(), inline: this loop is the batch's cost
-            lease._router = self
+            if urls is None:
+                urls = native.decision_urls(decision, out[2 * n + i], lease_id)
+            lease: Lease = _new_lease(_HeldLease)
+            lease._native = native
             lease._id = lease_id
             lease._decision = urls
             append(lease)
@@ -432,9 +317,10 @@ class Router:
             TypeError: an item is not a :class:`Lease`.
             ValueError: a lease belongs to another router. Nothing is released then.
         """
+        native = self._native
         batch = leases if type(leases) is list else list(leases)
         try:
-            lease_ids = [lease._id for lease in batch if lease._router is self]
+            lease_ids = [lease._id for lease in batch if lease._native is native]
         except AttributeError:
             raise TypeError("release_many takes Lease objects") from None
         if len(lease_ids) != len(batch):
@@ -442,35 +328,9 @@ class Router:
         for lease in batch:
             lease._id = 0
             lease.__class__ = Lease  # as Lease.release does: no safety net needed any more
-        if self._closed:
+        if native.closed:
             return 0
-        return self._release_ids(lease_ids)
-
-    def _hand_over(self) -> None:
-        """Release in the library the leases released since the last call into it.
-
-        :meth:`Lease.release` only appends its lease to ``_released``; a route hands one such
-        lease over in ``out[2]`` of its own call, and every other call whose answer depends on
-        the loads (routes of several leases, selections, statistics) runs this first, as does
-        a release that finds many leases waiting. So no call made after a release returned
-        sees the lease as held. Two threads may hand the same lease over: the library releases
-        it once and skips it the second time.
-        """
-        released = self._released
-        if released and not self._closed:
-            lease_ids = released[:]  # one step, even with other threads appending
-            self._release_ids(lease_ids)
-            for lease_id in lease_ids:
-                try:
-                    released.remove(lease_id)
-                except ValueError:  # handed over by another thread as well
-                    pass
-
-    def _release_ids(self, lease_ids: List[int]) -> int:
-        status = self._lib.fast_release_many(self._handle_arg, array("Q", lease_ids).tobytes(), len(lease_ids))
-        if status == _native.STATUS_INVALID_HANDLE:  # closed by another thread meanwhile
-            return 0
-        return self._lib.check(status)
+        return native.release_ids(lease_ids)
 
     def select(self, routing_key: Union[str, bytes, None] = None, *, headers: Optional[HeadersLike] = None) -> Decision:
         """Choose a worker like :meth:`route` without counting anything.
@@ -478,27 +338,21 @@ class Router:
         Never raises :class:`NoWorkerAvailableError`: when no worker can be chosen the decision
         has ``worker_url`` None and the branch says why.
         """
-        if self._closed:
-            raise self._closed_error()
+        native = self._native
+        native.check_open()
         key = key_bytes(routing_key)
         block = b"" if headers is None else encode_headers(headers)
-        self._hand_over()
-        out = _out()
+        native.hand_over()
+        out = _native.thread_buffers()[0]
+        lib = native.lib
         for _ in range(_SELECT_ATTEMPTS):
-            code = self._lib.br_route(self._handle, key, len(key), block, len(block), 0, out)
-            if code < 0:
-                raise self._lib.error(code)
-            branch = _BRANCHES[code]
-            if not _CHOSE_WORKER[code]:
+            code = lib.check(lib.br_route(native.handle, key, len(key), block, len(block), 0, out))
+            branch = lib.branches[code]
+            if not out[1]:  # both worker ids 0: no worker chosen
                 return Decision(None, None, branch)
-            ids = out[1]
-            worker, preferred = self._urls_of(ids)
-            if worker is None or preferred is None:
-                # A worker added concurrently by another thread: refresh the map and look again.
-                self._refresh_urls()
-                worker, preferred = self._urls_of(ids)
-            if worker is not None and preferred is not None:
-                return Decision(worker, preferred, branch)
+            urls = native.urls_of(out[1])
+            if urls is not None:
+                return Decision(urls[0], urls[1], branch)
             # The worker left the membership in between: decide again.
         raise RuntimeError("bounded_router: the membership changed during every one of %d selections" % _SELECT_ATTEMPTS)
 
@@ -511,15 +365,11 @@ class Router:
         Raises:
             KeyError: ``worker_url`` is not a member.
         """
-        if self._closed:
-            raise self._closed_error()
-        url = _url_bytes(worker_url)
+        url = url_bytes(worker_url)
         key = key_bytes(routing_key)
-        out = _out()
-        status = self._lib.br_acquire(self._handle, url, len(url), key, len(key), out)
-        if status < 0:
-            raise self._lib.error(status)
-        return _HeldLease(self, out[0], (worker_url, worker_url, None))
+        out = _native.thread_buffers()[0]
+        self._native.call("br_acquire", url, len(url), key, len(key), out)
+        return _HeldLease(self._native, out[0], (str.__str__(worker_url), str.__str__(worker_url), None))
 
     # -- membership and health ---------------------------------------------------------------
 
@@ -527,10 +377,11 @@ class Router:
         """Add a worker at the end of the membership order.
 
         Raises:
-            ValueError: the URL is empty or already a member.
+            ValueError: the URL is empty or already a member, or the ring would be too large.
             TypeError: the URL is not a str.
         """
-        self._change_member(self._lib_call("br_add_worker"), url)
+        raw = url_bytes(url)
+        self._native.change_membership("br_add_worker", raw, len(raw))
 
     def remove_worker(self, url: str) -> None:
         """Remove a worker. Its outstanding leases stay valid and release against it alone.
@@ -538,7 +389,8 @@ class Router:
         Raises:
             KeyError: the URL is not a member.
         """
-        self._change_member(self._lib_call("br_remove_worker"), url)
+        raw = url_bytes(url)
+        self._native.change_membership("br_remove_worker", raw, len(raw))
 
     def set_workers(self, urls: Iterable[str]) -> None:
         """Replace the membership with ``urls``, in that order.
@@ -546,14 +398,11 @@ class Router:
         Workers that stay keep their health and load; the others are removed.
 
         Raises:
-            ValueError: a URL is empty or listed twice.
+            ValueError: a URL is empty or listed twice, or the ring would be too large.
             TypeError: a URL is not a str.
         """
-        if self._closed:
-            raise self._closed_error()
-        data = json.dumps(_url_list(urls, "urls"), ensure_ascii=False).encode("utf-8")
-        self._lib.check(self._lib.br_set_workers(self._handle, data, len(data)))
-        self._refresh_urls()
+        data = _json(_url_list(urls, "urls"))
+        self._native.change_membership("br_set_workers", data, len(data))
 
     def set_healthy(self, url: str, healthy: bool) -> None:
         """Mark a worker healthy (available for routing) or not; its leases are unaffected.
@@ -561,56 +410,36 @@ class Router:
         Raises:
             KeyError: the URL is not a member.
         """
-        if self._closed:
-            raise self._closed_error()
         if isinstance(healthy, (str, bytes)) or healthy not in (True, False):
             raise TypeError("healthy must be a bool, got %r" % (healthy,))
-        raw = _url_bytes(url)
-        self._lib.check(self._lib.br_set_healthy(self._handle, raw, len(raw), 1 if healthy else 0))
-
-    def _lib_call(self, name: str) -> Any:
-        if self._closed:
-            raise self._closed_error()
-        return getattr(self._lib, name)
-
-    def _change_member(self, function: Any, url: str) -> None:
-        raw = _url_bytes(url)
-        self._lib.check(function(self._handle, raw, len(raw)))
-        self._refresh_urls()
+        raw = url_bytes(url)
+        self._native.call("br_set_healthy", raw, len(raw), 1 if healthy else 0)
 
     # -- statistics --------------------------------------------------------------------------
 
+    def statistics(self) -> Statistics:
+        """Everything the router counts, read in one step (see :class:`Statistics`)."""
+        return self._native.statistics()
+
     def workers(self) -> List[WorkerInfo]:
         """A snapshot of every worker, in membership order."""
-        if self._closed:
-            raise self._closed_error()
-        self._hand_over()
-        states = self._lib.read_json("br_workers_json", self._handle)
-        self._urls = {state["id"]: state["url"] for state in states}
-        return [WorkerInfo(s["url"], s["healthy"], s["load"], s["active_keys"]) for s in states]
+        return self._native.workers()
 
     def loads(self) -> Dict[str, int]:
         """The load (leases held) of every worker, by URL, in membership order."""
         return {worker.url: worker.load for worker in self.workers()}
 
-    def _stats(self) -> Dict[str, Any]:
-        if self._closed:
-            raise self._closed_error()
-        self._hand_over()
-        return self._lib.read_json("br_stats_json", self._handle)  # type: ignore[no-any-return]
-
     def branch_counts(self) -> Dict[str, int]:
         """How many routed requests each branch decided (every branch name is present)."""
-        counts = self._stats()["branches"]
-        return {name: int(counts.get(name, 0)) for name in _BRANCHES}
+        return self.statistics().branches
 
     def leaked_leases(self) -> int:
         """How many leases were garbage-collected without release (and released by the safety net)."""
-        return int(self._stats()["leaked"])
+        return self.statistics().leaked_leases
 
     def active_leases(self) -> int:
         """How many leases are held, including those on workers removed since."""
-        return int(self._stats()["active_leases"])
+        return self.statistics().active_leases
 
     def serve(self, host: str = "127.0.0.1", port: int = 0, **options: Any) -> "Gateway":
         """Serve this router's workers through the native HTTP gateway (see :mod:`bounded_router.gateway`)."""
@@ -621,68 +450,8 @@ class Router:
     def metrics_text(self, labels: Optional[Dict[str, str]] = None) -> str:
         """The router's statistics in the Prometheus text format, for a ``/metrics`` endpoint.
 
-        Branch counters, per-worker load, active keys and health, active and leaked leases;
-        ``labels`` are added to every sample. See :mod:`bounded_router.metrics`.
+        Branch counters, per-worker load, active keys and health, active and leaked leases,
+        from one :meth:`statistics` snapshot; ``labels`` are added to every sample. See
+        :mod:`bounded_router.metrics`.
         """
-        from .metrics import render
-
         return render(self, labels)
-
-    # -- worker id -> URL --------------------------------------------------------------------
-
-    def _refresh_urls(self) -> None:
-        states = self._lib.read_json("br_workers_json", self._handle)
-        self._urls = {state["id"]: state["url"] for state in states}
-        self._decided = {}
-
-    def _unrouted(self, decision: int) -> Exception:
-        """The error of a route that took no lease: its status, or no worker chosen (the
-        decision is then a branch code alone)."""
-        if decision < 0:
-            return self._lib.error(decision)
-        return NoWorkerAvailableError(_BRANCHES[decision])
-
-    def _decision_urls(self, decision: int, ids: int, lease_id: int) -> LeaseDecision:
-        """The (worker_url, preferred_url, branch) of a route's packed decision, cached for the
-        next route with the same decision. ``ids`` are the worker ids as the library packs them
-        apart from the decision (for decisions whose ids do not fit in them, never cached)."""
-        branch = _BRANCHES[decision & _native.DECISION_BRANCH]
-        worker, preferred = self._urls_of(ids)
-        if worker is None or preferred is None:
-            return self._lease_urls(lease_id) + (branch,)
-        urls = (worker, preferred, branch)
-        if not decision & _native.DECISION_IDS_DONT_FIT:
-            decided = self._decided
-            if len(decided) >= _DECIDED_MAX:
-                decided.clear()
-            decided[decision] = urls
-        return urls
-
-    def _urls_of(self, ids: int) -> Tuple[Optional[str], Optional[str]]:
-        urls = self._urls
-        return urls.get(ids & _LOW32), urls.get(ids >> 32)
-
-    def _lease_urls(self, lease_id: int) -> Tuple[str, str]:
-        # The chosen worker is not in the map: the membership changed concurrently. The lease
-        # knows its workers even if they have been removed since.
-        self._refresh_urls()
-        answer = self._lib.read_json("br_lease_workers_json", self._handle, lease_id)
-        return answer["worker_url"], answer["preferred_url"]
-
-
-class _ReleasedInForkedChild(List[int]):
-    """``Router._released`` in a process forked after the router was made: a release raises
-    :class:`ForkedProcessError` there, as every call into the library does."""
-
-    def append(self, lease_id: int) -> None:
-        _native._forked()
-
-
-def _after_fork_in_child() -> None:
-    for router in list(_ROUTERS):
-        router._released = _ReleasedInForkedChild()
-        router._route_key = router._route_headers = _native._forked
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)

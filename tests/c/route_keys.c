@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "libbounded_router.h"
+#include "bounded_router.h"
 
 static int failures = 0;
 
@@ -21,7 +21,7 @@ static int failures = 0;
 	} while (0)
 
 static int32_t route(uint64_t router, const char *key, uint64_t out[2]) {
-	return br_route_key(router, (char *)key, strlen(key), out);
+	return br_route_key(router, key, strlen(key), out);
 }
 
 static uint32_t chosen(const uint64_t out[2]) { return (uint32_t)out[1]; }
@@ -29,12 +29,17 @@ static uint32_t preferred(const uint64_t out[2]) { return (uint32_t)(out[1] >> 3
 
 int main(void) {
 	CHECK(br_abi_version() == BR_ABI_VERSION, "abi version %u", br_abi_version());
+	char constants[2048];
+	int64_t constants_len = br_constants_json(constants, sizeof constants - 1);
+	CHECK(constants_len > 0 && constants_len < (int64_t)sizeof constants, "constants_json: %lld", (long long)constants_len);
+	constants[constants_len > 0 && constants_len < (int64_t)sizeof constants ? constants_len : 0] = '\0';
+	CHECK(strstr(constants, "\"explicit_routing_key_spillover\"") != NULL, "constants name the branches");
 
 	const char *config =
 		"{\"worker_urls\": [\"http://w0:8000\", \"http://w1:8000\", \"http://w2:8000\", \"http://w3:8000\"],"
 		" \"policy\": {\"type\": \"bounded_consistent_hashing\", \"max_load_skew\": 1.5, \"min_load_gap\": 2}}";
 	uint64_t router = 0;
-	CHECK(br_router_new((char *)config, strlen(config), &router) == BR_OK, "router_new");
+	CHECK(br_router_new(config, strlen(config), &router) == BR_OK, "router_new");
 
 	// Affinity: the same key goes to the same worker while the loads stay balanced.
 	uint64_t first[2], again[2];

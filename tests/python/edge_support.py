@@ -2,10 +2,11 @@
 
 - ``asgi``: a FastAPI app whose route ``/v1/{path:path}`` calls ``ASGIProxy.forward``;
 - ``aiohttp``: an aiohttp app whose route ``/v1/{tail:.*}`` is ``AiohttpProxy.handle``;
-- ``serve``: ``python -m bounded_router.integrations.serve`` as a process (every path forwarded).
+- ``serve``: ``python -m bounded_router.integrations.serve`` as a process (every path forwarded);
+- ``gateway``: the native gateway, ``python -m bounded_router serve``, as a process (likewise).
 
-For the first two the router lives in this process; for ``serve`` its counts are read from the
-metrics port. Requests are written as raw bytes on a socket, so no client library normalises a
+For the first two the router lives in this process; for the processes its counts are read from
+the metrics port. Requests are written as raw bytes on a socket, so no client library normalises a
 path or adds a header on the way.
 """
 
@@ -28,7 +29,9 @@ from bounded_router.integrations.aiohttp import AiohttpProxy
 from bounded_router.integrations.asgi import ASGIProxy
 from bounded_router.testing.fleet import ServerProcess
 
-KINDS = ("asgi", "aiohttp", "serve")
+KINDS = ("asgi", "aiohttp", "serve", "gateway")
+# The command of each edge that runs as a process: (module, leading arguments).
+PROCESSES = {"serve": ("bounded_router.integrations.serve", []), "gateway": ("bounded_router", ["serve"])}
 #: The limits every edge is started with in these tests, small enough to hit quickly.
 TEST_LIMITS: Dict[str, Any] = {"max_body_size": 65536}
 
@@ -162,9 +165,10 @@ def _serve_flags(options: Dict[str, Any]) -> List[str]:
 def start_edge(kind: str, worker_urls: Sequence[str], **options: Any) -> Iterator[Edge]:
     """Serve edge ``kind`` in front of ``worker_urls`` (policy consistent_hashing) with ``options``."""
     merged = dict(TEST_LIMITS, **options)
-    if kind == "serve":
-        args = ["--port", "0", "--metrics-port", "0", "--policy", "consistent_hashing", "--worker-urls"] + list(worker_urls)
-        with ServerProcess("serve", "bounded_router.integrations.serve", args + _serve_flags(merged)) as process:
+    if kind in PROCESSES:
+        module, command = PROCESSES[kind]
+        args = command + ["--port", "0", "--metrics-port", "0", "--policy", "consistent_hashing", "--worker-urls"] + list(worker_urls)
+        with ServerProcess(kind, module, args + _serve_flags(merged)) as process:
             yield Edge(kind, process.url, None, process.metrics_url)
         return
     with Router(list(worker_urls), policy="consistent_hashing") as router:

@@ -1,11 +1,13 @@
 """Helpers shared by the Python tests: worker URLs, key search, holding loads. The model of the
-SPEC is tests/reference_model.py (ReferenceRouter)."""
+contract (docs/contract.md) is tests/reference_model.py (ReferenceRouter)."""
 
 from __future__ import annotations
 
-from typing import Iterable, List, Sequence
+import ctypes
+from ctypes import POINTER, c_char_p, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
+from typing import Any, Iterable, List, Sequence
 
-from bounded_router import Lease, Router
+from bounded_router import Lease, Router, _native
 
 W = ["http://w%d:8000" % i for i in range(8)]
 
@@ -38,3 +40,34 @@ def hold(router: Router, loads: Sequence[int], worker_urls: Sequence[str]) -> Li
         leases += [router.acquire(url) for _ in range(n)]
     assert router.loads() == dict(zip(worker_urls, loads))
     return leases
+
+
+# The C API's signatures, written from capi/bounded_router.h (pointers as c_void_p, so tests can
+# pass NULL, bytes or buffers), for tests that call the library without the package's binding.
+_C_SIGNATURES = {
+    "br_last_error": (c_char_p, []),
+    "br_router_new": (c_int32, [c_void_p, c_size_t, POINTER(c_uint64)]),
+    "br_router_free": (c_int32, [c_uint64]),
+    "br_add_worker": (c_int32, [c_uint64, c_void_p, c_size_t]),
+    "br_remove_worker": (c_int32, [c_uint64, c_void_p, c_size_t]),
+    "br_set_workers": (c_int32, [c_uint64, c_void_p, c_size_t]),
+    "br_set_healthy": (c_int32, [c_uint64, c_void_p, c_size_t, c_int32]),
+    "br_route_key": (c_int32, [c_uint64, c_void_p, c_size_t, c_void_p]),
+    "br_route": (c_int32, [c_uint64, c_void_p, c_size_t, c_void_p, c_size_t, c_int32, c_void_p]),
+    "br_route_keys": (c_int32, [c_uint64, c_void_p, c_size_t, c_void_p, c_uint32, c_void_p]),
+    "br_acquire": (c_int32, [c_uint64, c_void_p, c_size_t, c_void_p, c_size_t, c_void_p]),
+    "br_release": (c_int32, [c_uint64, c_uint64]),
+    "br_release_abandoned": (c_int32, [c_uint64, c_uint64]),
+    "br_lease_workers_json": (c_int64, [c_uint64, c_uint64, c_void_p, c_size_t]),
+    "br_workers_json": (c_int64, [c_uint64, c_void_p, c_size_t]),
+    "br_stats_json": (c_int64, [c_uint64, c_void_p, c_size_t]),
+}
+
+
+def c_api() -> Any:
+    """The installed library with the C API's signatures set from the public header."""
+    lib = ctypes.CDLL(_native.library_path())
+    for name, (restype, argtypes) in _C_SIGNATURES.items():
+        function = getattr(lib, name)
+        function.restype, function.argtypes = restype, argtypes
+    return lib

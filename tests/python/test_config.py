@@ -1,10 +1,11 @@
-"""Policies, typed configs, RouterArgs and the configuration errors of Router (SPEC §6, §9)."""
+"""Policies, typed configs, RouterArgs and the configuration errors of Router (contract: "The bounded rule", "Validation")."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import math
+import warnings
 from fractions import Fraction
 
 import pytest
@@ -176,16 +177,50 @@ def test_router_unknown_policy(policy):
         Router(urls(2), policy=policy)
 
 
-@pytest.mark.parametrize("policy", [PolicyType.Random, "round_robin", PolicyType.ConsistentHashing])
-@pytest.mark.parametrize("kwargs", [{"max_load_skew": 1.5}, {"min_load_gap": 2}])
-def test_skew_and_gap_only_for_bounded(policy, kwargs):
-    with pytest.raises(ValueError, match="only to bounded_consistent_hashing"):
-        Router(urls(2), policy=policy, **kwargs)
+OTHER_POLICIES = [
+    (PolicyType.Random, RandomConfig()),
+    ("round_robin", RoundRobinConfig()),
+    (PolicyType.ConsistentHashing, ConsistentHashingConfig()),
+    (ConsistentHashingConfig(), ConsistentHashingConfig()),
+]
+
+
+@pytest.mark.parametrize("policy, in_force", OTHER_POLICIES)
+@pytest.mark.parametrize("kwargs", [{"max_load_skew": 1.5}, {"min_load_gap": 2}, {"max_load_skew": 1.5, "min_load_gap": 2}])
+def test_default_bounded_settings_are_accepted_quietly_by_other_policies(policy, in_force, kwargs):
+    # Serving stacks pass the same flags whatever --policy says (as sglang_router accepts them).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with Router(urls(2), policy=policy, **kwargs) as router:
+            assert router.policy == in_force
+
+
+@pytest.mark.parametrize("policy, in_force", OTHER_POLICIES)
+def test_other_bounded_settings_are_ignored_by_other_policies_with_one_warning(policy, in_force):
+    with pytest.warns(UserWarning) as caught:
+        router = Router(urls(2), policy=policy, max_load_skew=3.0, min_load_gap=7)
+    assert len(caught) == 1
+    text = str(caught[0].message)
+    assert "max_load_skew=3.0" in text and "min_load_gap=7" in text and in_force.policy_type.value in text
+    assert caught[0].filename == __file__  # the warning points at the caller
+    with router:
+        assert router.policy == in_force
+        # Ignored indeed: strict hashing keeps piling one key on its worker.
+        if in_force == ConsistentHashingConfig():
+            leases = [router.route("k") for _ in range(6)]
+            assert len({lease.worker_url for lease in leases}) == 1
+
+
+def test_only_the_setting_that_differs_is_named():
+    with pytest.warns(UserWarning) as caught:
+        Router(urls(1), policy="random", max_load_skew=1.5, min_load_gap=0).close()
+    assert len(caught) == 1
+    assert "min_load_gap=0" in str(caught[0].message) and "max_load_skew" not in str(caught[0].message)
 
 
 @pytest.mark.parametrize("kwargs", [{"max_load_skew": 2.0}, {"min_load_gap": 3}])
-def test_skew_and_gap_not_next_to_a_typed_config(kwargs):
-    with pytest.raises(ValueError, match="typed policy config"):
+def test_skew_and_gap_not_next_to_a_bounded_config(kwargs):
+    with pytest.raises(ValueError, match="set them in the config"):
         Router(urls(2), policy=BoundedConsistentHashingConfig(), **kwargs)
 
 
@@ -302,9 +337,31 @@ def test_prefixed_flags_do_not_clash():
     assert RouterArgs.from_cli_args(namespace, use_router_prefix=True).policy == "round_robin"
 
 
-def test_from_args_rejects_bounded_settings_with_another_policy():
-    with pytest.raises(ValueError, match="only to bounded_consistent_hashing"):
-        Router.from_args(RouterArgs(worker_urls=[W[0]], policy="random", max_load_skew=3.0))
+def test_from_args_with_another_policy_ignores_the_bounded_settings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the defaults RouterArgs always carries: no warning
+        with Router.from_args(RouterArgs(worker_urls=[W[0]], policy="random")) as router:
+            assert router.policy == RandomConfig()
+    with pytest.warns(UserWarning, match="max_load_skew=3.0") as caught:
+        router = Router.from_args(RouterArgs(worker_urls=[W[0]], policy="consistent_hashing", max_load_skew=3.0))
+    assert len(caught) == 1
+    with router:
+        assert router.policy == ConsistentHashingConfig()
+
+
+def test_from_args_from_the_command_line_with_another_policy():
+    parser = argparse.ArgumentParser()
+    RouterArgs.add_cli_args(parser, use_router_prefix=True)
+    flags = ["--router-worker-urls", W[0], W[1], "--router-policy", "round_robin", "--router-min-load-gap", "5"]
+    args = RouterArgs.from_cli_args(parser.parse_args(flags), use_router_prefix=True)
+    with pytest.warns(UserWarning, match="min_load_gap=5"):
+        router = Router.from_args(args)
+    with router:
+        assert router.policy == RoundRobinConfig()
+        assert [router.route().worker_url for _ in range(4)] == [W[0], W[1], W[0], W[1]]
+
+
+def test_from_args_errors():
     with pytest.raises(ValueError, match="policy"):
         Router.from_args(RouterArgs(worker_urls=[W[0]], policy="nope"))
     with pytest.raises(ValueError, match="min_load_gap"):

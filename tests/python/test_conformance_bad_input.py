@@ -1,5 +1,5 @@
 """The bad-input catalogue: every input a caller can get wrong, one test each. Each must be
-answered with a clear error that names what was wrong (or, where the SPEC says the input is
+answered with a clear error that names what was wrong (or, where docs/contract.md says the input is
 simply absent, by ignoring it), and must leave no lease, load or crash behind."""
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from bounded_router import (
     config_from_dict,
     policy_from_str,
 )
-from bounded_router import _native
 from reference_model import ReferenceRouter
-from support import W, key_preferring, urls
+from support import W, c_api, key_preferring, urls
 
 MiB = 1 << 20
 ROUTING_KEY = "X-SMG-Routing-Key"
@@ -297,6 +296,14 @@ def test_wrong_argument_types(router, name):
     assert lease.release()
 
 
+# Status codes of the public header (capi/bounded_router.h).
+INVALID_HANDLE, INVALID_ARGUMENT = -1, -2
+
+
+def last_error(lib) -> str:
+    return lib.br_last_error().decode()
+
+
 # -- handles, closing, leases ----------------------------------------------------------------------
 
 
@@ -323,18 +330,18 @@ def c_calls(lib, handle):
 
 @pytest.mark.parametrize("kind", ["zero", "never issued", "max", "closed"])
 def test_invalid_or_closed_handle_at_the_c_level(kind):
-    lib = _native.library()
+    lib = c_api()
     live = Router(urls(2))
     lease = live.route("k")
     if kind == "closed":
         closed = Router(urls(2))
-        handle = closed._handle
+        handle = closed._native.handle
         closed.close()
     else:
-        handle = {"zero": 0, "never issued": live._handle + 10**6, "max": 2**64 - 1}[kind]
+        handle = {"zero": 0, "never issued": live._native.handle + 10**6, "max": 2**64 - 1}[kind]
     for name, call in c_calls(lib, handle).items():
-        assert call() == _native.STATUS_INVALID_HANDLE, name
-        assert "invalid router handle" in lib.last_error(), name
+        assert call() == INVALID_HANDLE, name
+        assert "invalid router handle" in last_error(lib), name
     # the live router is untouched
     assert live.loads() == {W[0]: 1, W[1]: 0} or live.loads() == {W[0]: 0, W[1]: 1}
     assert lease.release()
@@ -342,23 +349,23 @@ def test_invalid_or_closed_handle_at_the_c_level(kind):
 
 
 def test_null_out_pointers_and_truncated_header_blocks_at_the_c_level(router):
-    lib = _native.library()
-    h = router._handle
-    assert lib.br_route_key(h, b"k", 1, None) == _native.STATUS_INVALID_ARGUMENT
-    assert "out must not be NULL" in lib.last_error()
-    assert lib.br_route(h, b"k", 1, b"", 0, 1, None) == _native.STATUS_INVALID_ARGUMENT
-    assert lib.br_acquire(h, W[0].encode(), len(W[0]), b"", 0, None) == _native.STATUS_INVALID_ARGUMENT
+    lib = c_api()
+    h = router._native.handle
+    assert lib.br_route_key(h, b"k", 1, None) == INVALID_ARGUMENT
+    assert "out must not be NULL" in last_error(lib)
+    assert lib.br_route(h, b"k", 1, b"", 0, 1, None) == INVALID_ARGUMENT
+    assert lib.br_acquire(h, W[0].encode(), len(W[0]), b"", 0, None) == INVALID_ARGUMENT
     out = (ctypes.c_uint64 * 2)()
     for block in [b"\x01", b"\x05\x00\x00\x00abc", b"\x01\x00\x00\x00a\x09\x00\x00\x00short", b"\xff\xff\xff\xff"]:
-        assert lib.br_route(h, None, 0, block, len(block), 1, out) == _native.STATUS_INVALID_ARGUMENT
-        assert "header block is truncated" in lib.last_error()
-    # a NULL key with a length is no key, a NULL buffer only asks for the length
-    assert lib.br_route_key(h, None, 5, out) == 7  # random_fallback
-    assert lib.br_release(h, out[0]) == 1
+        assert lib.br_route(h, None, 0, block, len(block), 1, out) == INVALID_ARGUMENT
+        assert "block is truncated" in last_error(lib)
+    # a NULL key with a length is an invalid argument, a NULL buffer only asks for the length
+    assert lib.br_route_key(h, None, 5, out) == INVALID_ARGUMENT
+    assert "key is NULL but key_len is 5" in last_error(lib)
     assert lib.br_workers_json(h, None, 0) > 0
     # a URL that is not UTF-8 is refused with its reason
-    assert lib.br_add_worker(h, b"http://\xff", 8) == _native.STATUS_INVALID_ARGUMENT
-    assert "not valid UTF-8" in lib.last_error()
+    assert lib.br_add_worker(h, b"http://\xff", 8) == INVALID_ARGUMENT
+    assert "not valid UTF-8" in last_error(lib)
     assert list(router.loads()) == urls(4)
 
 
@@ -371,12 +378,12 @@ def test_double_close():
     with pytest.raises(RouterClosedError, match="closed"):
         router.route("k")
     assert lease.release() is False  # the router is gone, so is its lease
-    lib = _native.library()
+    lib = c_api()
     live = Router(urls(1))
-    handle = live._handle
+    handle = live._native.handle
     assert lib.br_router_free(handle) == 0
-    assert lib.br_router_free(handle) == _native.STATUS_INVALID_HANDLE  # the C level says so
-    assert "invalid router handle" in lib.last_error()
+    assert lib.br_router_free(handle) == INVALID_HANDLE  # the C level says so
+    assert "invalid router handle" in last_error(lib)
     live.close()  # the Python object tolerates a handle freed underneath it
     with Router(urls(1)) as r:
         r.close()  # close inside with: the exit closes again, quietly
@@ -384,12 +391,12 @@ def test_double_close():
 
 def test_releasing_a_lease_of_another_router_releases_nothing():
     # Lease IDs are unique in the process: the ID of router a's lease means nothing to router b.
-    lib = _native.library()
+    lib = c_api()
     with Router(urls(2)) as a, Router(urls(2)) as b:
         for _ in range(3):
             la, lb = a.route("k"), b.route("k")
-            assert lib.br_release(b._handle, la._id) == 0
-            assert lib.br_release_abandoned(a._handle, lb._id) == 0
+            assert lib.br_release(b._native.handle, la._id) == 0
+            assert lib.br_release_abandoned(a._native.handle, lb._id) == 0
             assert b.loads()[lb.worker_url] == 1 and a.loads()[la.worker_url] == 1
             assert a.leaked_leases() == 0
             # the Python batch call refuses a foreign lease outright, releasing nothing

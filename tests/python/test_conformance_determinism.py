@@ -1,4 +1,4 @@
-"""SPEC §3/§4: the ring depends only on the set of worker URLs, so separate processes given the
+"""contract: "Workers and membership", "The hash ring": the ring depends only on the set of worker URLs, so separate processes given the
 same workers in different orders (and reaching that set in different ways) route every key
 identically: both the idle choice of 10,000 keys and the bounded decisions of a fixed sequence
 of routes with leases held."""
@@ -88,7 +88,7 @@ def test_processes_with_the_same_worker_set_route_identically(tmp_path):
         assert answer["idle"] == first["idle"], "process %d chose other workers for idle keys" % i
         assert answer["routed"] == first["routed"], "process %d made other bounded decisions" % i
 
-    # ... and they are the choices the reference model makes from the SPEC alone.
+    # ... and they are the choices the reference model makes from docs/contract.md alone.
     model = ReferenceRouter(WORKERS[::-1])
     assert [model.select("key-%d" % i).worker_url for i in range(KEYS)] == first["idle"]
     held, routed = [], []

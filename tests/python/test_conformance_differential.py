@@ -1,4 +1,4 @@
-"""Differential conformance: the library against the independent reference model of SPEC.md
+"""Differential conformance: the library against the independent reference model of docs/contract.md
 (tests/reference_model.py), operation by operation.
 
 Every decision (worker, preferred worker and branch; for random choices the branch, the model
@@ -100,7 +100,7 @@ def test_long_seeded_sequences_match_the_model():
         seen |= branches
     assert total >= 10000  # operations compared (not counting the final releases)
     # The comparison is only as good as the decisions it reaches: every branch but
-    # explicit_routing_key_no_eligible_candidate, which needs a skew below 1 (SPEC §6) and is
+    # explicit_routing_key_no_eligible_candidate, which needs a skew below 1 (contract: "The bounded rule") and is
     # covered by the Go tests, must have been taken.
     expected = {
         "no_healthy_workers",

@@ -1,4 +1,4 @@
-"""SPEC §7: route is linearizable. Choosing a worker and counting the request on it are one step,
+"""contract: "Leases": route is linearizable. Choosing a worker and counting the request on it are one step,
 so concurrent routes of one key must end exactly where the same routes made one after another
 end. If choosing and counting were two steps, threads released together would all see the idle
 loads and pile onto the preferred worker (7:1 or 8:0 instead of 6:2)."""
@@ -28,7 +28,7 @@ def test_concurrent_routes_of_one_key_place_like_sequential_ones():
     with Router(W[:2], max_load_skew=1.5, min_load_gap=2) as router:
         key = key_preferring(router, W[0])
         expected, expected_branches = sequential_placement(router, key)
-        # SPEC §10: the 8-sibling burst on two workers with gap 2 is 6:2.
+        # contract: "Reference vectors": the 8-sibling burst on two workers with gap 2 is 6:2.
         assert expected == {W[0]: 6, W[1]: 2}
         assert expected_branches == {"explicit_routing_key_hit": 6, "explicit_routing_key_spillover": 2}
 
@@ -83,11 +83,12 @@ def test_concurrent_routes_of_one_key_place_like_sequential_ones():
 
 
 def test_a_release_is_seen_by_every_call_begun_after_it_returned_in_any_thread():
-    # release() makes no native call: the router hands it over with its next call (see
-    # Router._hand_over). A route or a statistic begun in another thread after release()
+    # release() makes no native call: the router hands it over with its next call (the release
+    # path of _native_router). A route or a statistic begun in another thread after release()
     # returned must still see the request gone, while other threads route and release keys of
-    # other workers on the same router. SPEC §10: with w0 at load 3 and an idle worker a key of
-    # w0 spills (gap 3 > 2); at load 2 it stays, whatever the other loads (gap 2 is not > 2).
+    # other workers on the same router. docs/contract.md, "Reference vectors": with w0 at load 3
+    # and an idle worker a key of w0 spills (gap 3 > 2); at load 2 it stays, whatever the other
+    # loads (gap 2 is not > 2).
     trials = 300
     with Router(W[:4], max_load_skew=1.5, min_load_gap=2) as router:
         key = key_preferring(router, W[0])

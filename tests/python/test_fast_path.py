@@ -1,5 +1,5 @@
-"""White-box tests of the request path's shortcuts (see _native.thread_buffers and Router.route):
-per-thread buffers, the decision cache, and the loader's two handles."""
+"""White-box tests of the request path's shortcuts (the release path of _native_router, the
+decision cache, _native.thread_buffers and the exports that keep the GIL)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from support import W, hold, key_preferring, urls
 def count_calls(monkeypatch, router):
     """Record each call of the router's request-path functions, by name, in the list returned."""
     calls = []
-    targets = [(router, "_route_key"), (router, "_route_headers"), (router._lib, "fast_release_many")]
+    native = router._native
+    targets = [(native, "route_key"), (native, "route_headers"), (native.lib, "br_release_many")]
     for owner, name in targets:
         original = getattr(owner, name)
 
@@ -30,7 +31,7 @@ def count_calls(monkeypatch, router):
 @pytest.fixture
 def w0_at_3(make_router):
     """(router, key, held): w0 holds the 3 leases `held` and the others none, so `key`, a key of
-    w0, spills (SPEC §10: gap 3 > 2); with one of them released it stays (gap 2 is not > 2)."""
+    w0, spills (contract: "Reference vectors", gap 3 > 2); with one of them released it stays (gap 2 is not > 2)."""
     router = make_router(4)
     key = key_preferring(router, W[0])
     return router, key, hold(router, [3, 0, 0, 0], W[:4])
@@ -43,12 +44,12 @@ def test_a_release_is_handed_over_by_the_next_route(w0_at_3, monkeypatch):
     calls = count_calls(monkeypatch, router)
     lease_id = held[0]._id
     assert held[0].release() is True
-    assert calls == [] and router._released == [lease_id]
+    assert calls == [] and router._native.released == [lease_id]
     lease = router.route(key)
-    assert calls == ["_route_key"] and router._released == []
+    assert calls == ["route_key"] and router._native.released == []
     assert lease.branch == "explicit_routing_key_hit"
     assert router.loads()[W[0]] == 3
-    assert held[0].release() is False and router._released == []
+    assert held[0].release() is False and router._native.released == []
 
 
 def test_a_release_is_handed_over_by_a_route_with_headers(w0_at_3, monkeypatch):
@@ -56,7 +57,7 @@ def test_a_release_is_handed_over_by_a_route_with_headers(w0_at_3, monkeypatch):
     calls = count_calls(monkeypatch, router)
     held[1].release()
     lease = router.route(headers={"X-SMG-Routing-Key": key})
-    assert calls == ["_route_headers"] and router._released == []
+    assert calls == ["route_headers"] and router._native.released == []
     assert lease.branch == "explicit_routing_key_hit"
 
 
@@ -65,10 +66,10 @@ def test_several_releases_are_handed_over_in_one_call(w0_at_3, monkeypatch):
     calls = count_calls(monkeypatch, router)
     for lease in held:
         lease.release()
-    assert len(router._released) == 3
+    assert len(router._native.released) == 3
     lease = router.route(key)
     assert lease.worker_url == W[0]
-    assert calls == ["fast_release_many", "_route_key"] and router._released == []
+    assert calls == ["br_release_many", "route_key"] and router._native.released == []
     assert router.loads() == {W[0]: 1, W[1]: 0, W[2]: 0, W[3]: 0}
 
 
@@ -88,9 +89,9 @@ def test_every_observer_sees_releases_made_before_it(w0_at_3, observe):
     router, key, held = w0_at_3
     before = observe(router, key)
     held[0].release()
-    assert router._released
+    assert router._native.released
     after = observe(router, key)
-    assert router._released == []
+    assert router._native.released == []
     assert before != after
 
 
@@ -104,29 +105,29 @@ def test_a_failed_route_leaves_the_release_for_the_next_call(make_router, monkey
 
     def failing(*args):
         out[0] = 0  # as the library does first, so that no failed call leaves a lease there
-        return _native.STATUS_INTERNAL
+        return -5  # BR_ERR_INTERNAL
 
-    monkeypatch.setattr(router, "_route_key", failing)
+    monkeypatch.setattr(router._native, "route_key", failing)
     with pytest.raises(RuntimeError):
         router.route("b")
-    assert len(router._released) == 1
+    assert len(router._native.released) == 1
     monkeypatch.undo()
     lease = router.route("b")
-    assert router._released == [] and router.active_leases() == 1
+    assert router._native.released == [] and router.active_leases() == 1
     lease.release()
 
 
 def test_a_burst_of_releases_is_handed_over_by_the_releasing_thread(make_router, monkeypatch):
-    from bounded_router.lease import _HAND_OVER_AT
+    from bounded_router._native_router import HAND_OVER_AT as _HAND_OVER_AT
 
     router = make_router(2)
     leases = [router.route("k%d" % i) for i in range(_HAND_OVER_AT + 1)]
     calls = count_calls(monkeypatch, router)
     for lease in leases[:-1]:
         lease.release()
-    assert calls == [] and len(router._released) == _HAND_OVER_AT
+    assert calls == [] and len(router._native.released) == _HAND_OVER_AT
     leases[-1].release()  # one too many waiting: this release hands them all over
-    assert calls == ["fast_release_many"] and router._released == []
+    assert calls == ["br_release_many"] and router._native.released == []
     monkeypatch.undo()
     assert router.active_leases() == 0
 
@@ -136,7 +137,7 @@ def test_closing_drops_the_releases_not_handed_over(make_router):
     lease = router.route("a")
     lease.release()
     router.close()
-    assert router._released == []
+    assert router._native.released == []
     assert lease.released
 
 
@@ -160,9 +161,9 @@ def test_decision_cache_follows_membership(make_router):
     router = make_router(3)
     key = key_preferring(router, W[1])
     router.route(key).release()
-    assert (W[1], W[1], "explicit_routing_key_hit") in router._decided.values()
+    assert (W[1], W[1], "explicit_routing_key_hit") in router._native.decided.values()
     router.remove_worker(W[1])
-    assert router._decided == {}  # started again with the membership
+    assert router._native.decided == {}  # started again with the membership
     lease = router.route(key)
     assert lease.worker_url != W[1] and lease.preferred_url == lease.worker_url
     router.add_worker(W[1])
@@ -177,35 +178,37 @@ def test_decisions_whose_worker_ids_do_not_fit_are_read_apart_and_not_cached(mak
     router = make_router(3)
     lease = router.route(key_preferring(router, W[2]))
     ids = _native.thread_buffers()[0][1]  # the route's worker ids, as the library wrote them
-    flagged = _native.DECISION_IDS_DONT_FIT | 3  # explicit_routing_key_hit, ids apart
-    router._decided.clear()
-    assert router._decision_urls(flagged, ids, lease._id) == (W[2], W[2], "explicit_routing_key_hit")
-    assert router._decided == {}
+    flagged = 1 << 60 | 3  # BR_DECISION_IDS_DONT_FIT  # explicit_routing_key_hit, ids apart
+    router._native.decided.clear()
+    assert router._native.decision_urls(flagged, ids, lease._id) == (W[2], W[2], "explicit_routing_key_hit")
+    assert router._native.decided == {}
     lease.release()
 
 
 def test_decision_cache_is_bounded(monkeypatch):
-    from bounded_router import router as router_module
+    from bounded_router import _native_router
 
-    monkeypatch.setattr(router_module, "_DECIDED_MAX", 2)
+    monkeypatch.setattr(_native_router, "_DECIDED_MAX", 2)
     router = Router(urls(4))
     for url in W[:4]:
         router.route(key_preferring(router, url)).release()
-        assert len(router._decided) <= 2
+        assert len(router._native.decided) <= 2
     router.close()
 
 
 def test_request_path_keeps_the_gil_and_the_rest_releases_it():
     lib = _native.library()
     keeps_gil = ctypes._FUNCFLAG_PYTHONAPI  # what PyDLL sets on its functions
-    assert all(getattr(lib, "fast_" + name[len("br_") :])._flags_ & keeps_gil for name in _native._FAST_PATH)
+    request_path = [name for name, export in _native.EXPORTS.items() if export.holds_gil]
+    assert sorted(request_path) == ["br_release_many", "br_release_then_route", "br_release_then_route_key", "br_route_keys"]
+    assert all(getattr(lib, name)._flags_ & keeps_gil for name in request_path)
     assert not lib.br_add_worker._flags_ & keeps_gil and not lib.br_workers_json._flags_ & keeps_gil
 
 
 def test_starlette_headers_are_read_raw_with_the_same_result():
     from starlette.datastructures import Headers
 
-    from bounded_router._headers import encode_headers
+    from bounded_router._encoding import encode_headers
 
     raw = [
         (b"host", b"h"),

@@ -1,4 +1,4 @@
-"""SPEC §5: routing inputs from HTTP headers, through route(headers=...) and select(headers=...)."""
+"""contract: "Inputs and precedence": routing inputs from HTTP headers, through route(headers=...) and select(headers=...)."""
 
 from __future__ import annotations
 
@@ -268,11 +268,11 @@ def check_against_model(router, headers, unhealthy):
     )
 
 
-# -- the cache of header names (bounded_router._headers._names) ---------------------------------
+# -- the cache of header names (bounded_router._encoding._names) ---------------------------------
 
 
 def test_names_of_every_kind_route_alike_with_and_without_the_cache(router, keys):
-    from bounded_router import _headers
+    from bounded_router import _encoding as _headers
 
     names = [ROUTING_KEY, ROUTING_KEY.lower(), ROUTING_KEY.encode(), bytearray(ROUTING_KEY.encode()), memoryview(b"x-smg-routing-key")]
     for _ in range(2):  # the second time from the cache (bytearray and memoryview are never cached)
@@ -286,7 +286,7 @@ def test_names_of_every_kind_route_alike_with_and_without_the_cache(router, keys
 
 
 def test_the_name_cache_is_bounded(router, keys, monkeypatch):
-    from bounded_router import _headers
+    from bounded_router import _encoding as _headers
 
     monkeypatch.setattr(_headers, "_NAMES_MAX", 8)
     monkeypatch.setattr(_headers, "_names", {})

@@ -1,4 +1,4 @@
-"""SPEC §7: leases, their release, the safety net and the streaming wrappers."""
+"""contract: "Leases": leases, their release, the safety net and the streaming wrappers."""
 
 from __future__ import annotations
 
@@ -204,7 +204,7 @@ def test_release_after_close_returns_false(make_router):
     assert lease.released
     assert lease.release() is False
     unreleased = make_router(2).route("k")
-    unreleased._router.close()
+    unreleased._native.close()
     del unreleased  # the safety net of a lease of a closed router is quiet
     gc.collect()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import re
+import threading
 
 import pytest
 from support import urls
@@ -108,3 +109,49 @@ def test_closed_router_and_content_type() -> None:
     with pytest.raises(RouterClosedError):
         router.metrics_text()
     assert CONTENT_TYPE == "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _samples(text: str) -> dict:
+    """{name + labels: value} of an exposition, read with a regular expression of the format
+    (independent of bounded_router.metrics.parse)."""
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            head, _, value = line.rpartition(" ")
+            samples[head] = float(value)
+    return samples
+
+
+def test_one_scrape_is_one_snapshot_while_requests_flow() -> None:
+    # Another thread routes and releases without pause; in every scrape the active leases equal
+    # the sum of the worker loads (no worker is removed) and the routed requests add up.
+    with Router(urls(4)) as router:
+        stop = threading.Event()
+        routed = []
+
+        def churn() -> None:
+            n = 0
+            while not stop.is_set():
+                with router.route("key-%d" % (n % 7)):
+                    n += 1
+            routed.append(n)
+
+        thread = threading.Thread(target=churn)
+        thread.start()
+        try:
+            for _ in range(300):
+                samples = _samples(router.metrics_text())
+                loads = sum(v for k, v in samples.items() if k.startswith("bounded_router_worker_load{"))
+                assert samples["bounded_router_active_leases"] == loads
+        finally:
+            stop.set()
+            thread.join()
+        total = sum(v for k, v in _samples(router.metrics_text()).items() if k.startswith("bounded_router_requests_total{"))
+        assert total == routed[0]
+
+
+@pytest.mark.parametrize("labels", [({"router": "a"}, {"router": "a"}), (None, None), ({}, None)])
+def test_render_all_refuses_routers_with_the_same_labels(labels) -> None:
+    with Router(urls(1)) as a, Router(urls(1)) as b:
+        with pytest.raises(ValueError, match="same labels"):
+            render_all([(a, labels[0]), (b, labels[1])])

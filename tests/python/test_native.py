@@ -255,6 +255,38 @@ print(router.loads())
     assert "Exception ignored" not in result.stderr
 
 
+def test_a_release_refused_in_a_forked_child_leaves_the_lease_held(tmp_path):
+    # The release raises ForkedProcessError; the lease must not claim a release that never
+    # happened, so a second try raises again instead of returning False.
+    result = run_python(
+        FORK_HARNESS
+        + """
+from bounded_router import ForkedProcessError, Router
+router = Router(["http://w0:8000", "http://w1:8000"])
+lease = router.route("k")
+
+def child():
+    seen = []
+    for _ in range(2):
+        try:
+            seen.append("returned %r" % lease.release())
+        except ForkedProcessError:
+            seen.append("forked")
+        seen.append("released=%s" % lease.released)
+    return " ".join(seen)
+
+print(run_child(child))
+print(lease.release(), router.active_leases())
+"""
+        ,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "exit=0 forked released=False forked released=False", lines[0]
+    assert lines[1] == "True 0"
+
+
 def test_forked_child_exits_quietly_with_live_router_and_leases(tmp_path):
     # The child leaves through normal interpreter shutdown with a router and an unreleased
     # lease: their finalizers must neither hang nor print errors.

@@ -1,4 +1,4 @@
-"""SPEC §10: the reference vectors, through the public API.
+"""contract: "Reference vectors": the reference vectors, through the public API.
 
 Each test finds a key whose preferred worker is w0 (select on an idle router), sets the loads by
 holding leases, and checks where the key goes.

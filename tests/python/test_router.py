@@ -1,4 +1,4 @@
-"""Router: membership, health, statistics, the other policies, closing, threads (SPEC §3, §6, §9)."""
+"""Router: membership, health, statistics, the other policies, closing, threads (contract: "Workers and membership", "Other policies", "Validation")."""
 
 from __future__ import annotations
 
@@ -300,7 +300,7 @@ def test_closed_router_raises(call):
 def test_native_handle_closed_under_the_python_flag():
     # The Go side rejects a closed handle too (BR_ERR_INVALID_HANDLE -> RouterClosedError).
     router = Router(urls(2))
-    router._lib.br_router_free(router._handle)
+    router._native.lib.br_router_free(router._native.handle)
     with pytest.raises(RouterClosedError):
         router.route("k")
     with pytest.raises(RouterClosedError):
@@ -320,7 +320,7 @@ def test_context_manager():
 
 def test_garbage_collected_router_is_closed_quietly():
     router = Router(urls(2))
-    handle, lib = router._handle, router._lib
+    handle, lib = router._native.handle, router._native.lib
     del router
     gc.collect()
     assert lib.br_router_free(handle) == -1  # already freed by __del__
@@ -349,13 +349,13 @@ def test_route_with_a_stale_url_map_asks_the_lease(make_router):
     # but has not refreshed the map yet.
     router = make_router(3)
     key = key_preferring(router, W[1])
-    router._urls = {}
+    router._native.urls = {}
     lease = router.route(key)
     assert (lease.worker_url, lease.preferred_url) == (W[1], W[1])
-    router._urls = {}
+    router._native.urls = {}
     lease2 = router.route(headers={"X-SMG-Routing-Key": key})
     assert lease2.worker_url == W[1]
-    router._urls = {}
+    router._native.urls = {}
     assert router.select(key).worker_url == W[1]
     lease.release()
     lease2.release()

@@ -66,7 +66,7 @@ def test_runs_are_deterministic() -> None:
 
 @pytest.mark.parametrize("gap, placement", [(0, "6:2"), (4, "6:2"), (5, "7:1"), (6, "7:1"), (7, "8:0"), (9, "8:0")])
 def test_burst_placement_matches_the_spec_vectors(gap: int, placement: str) -> None:
-    # SPEC section 10: the 8-sibling burst on two idle workers, skew 1.5.
+    # contract: "Reference vectors": the 8-sibling burst on two idle workers, skew 1.5.
     result = run(PolicySpec("bounded_consistent_hashing", gap, 1.5), replace(SMALL, groups=10))
     assert result.placement == {placement: 10}
 

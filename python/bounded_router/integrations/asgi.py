@@ -20,7 +20,7 @@ it::
 
 Per request the helper checks the request (path, header size, body size; see
 :class:`~bounded_router.integrations.options.ProxyOptions`), reads the whole body, then routes
-from the incoming headers (docs/contract.md, "Precedence") and sends the request to the chosen
+from the incoming headers (docs/contract.md, "Inputs and precedence") and sends the request to the chosen
 worker: the raw path and query byte for byte (relative to the mount path), the client's headers
 minus hop-by-hop ones, nothing added but ``Host`` and ``Content-Length``. No state is kept
 between clients (no cookie jar). The worker's status, headers and body are streamed back as they

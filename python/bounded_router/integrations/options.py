@@ -6,7 +6,7 @@ import argparse
 import math
 from dataclasses import dataclass, fields
 
-__all__ = ["ProxyOptions"]
+__all__ = ["ProxyOptions", "port_number", "positive_seconds"]
 
 MIB = 1024 * 1024
 
@@ -76,3 +76,25 @@ _HELP = {
     "idle_timeout": "seconds a worker's response may stream nothing before it is cut",
     "expose_routing_headers": "name the chosen worker and branch in response headers and error bodies",
 }
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free port) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a port number" % text) from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError("a port is between 0 and 65535, not %d" % port)
+    return port
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a number of seconds" % text) from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError("must be a positive number of seconds, not %s" % text)
+    return value

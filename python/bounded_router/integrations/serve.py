@@ -18,7 +18,6 @@ Needs ``pip install 'bounded-router[fastapi]'``.
 import argparse
 import asyncio
 import dataclasses
-import math
 import socket
 import sys
 from typing import Any, List, Optional, Tuple
@@ -26,7 +25,7 @@ from typing import Any, List, Optional, Tuple
 from ..args import RouterArgs
 from ..router import Router
 from .asgi import ASGIProxy
-from .options import ProxyOptions
+from .options import ProxyOptions, port_number, positive_seconds
 
 __all__ = ["create_app", "create_metrics_app", "main"]
 
@@ -53,26 +52,6 @@ def create_metrics_app(router: Router) -> Any:
     return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])
 
 
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("%r is not a port number" % text) from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError("a port is between 0 and 65535, not %d" % port)
-    return port
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("%r is not a number of seconds" % text) from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError("must be a positive number of seconds, not %s" % text)
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bounded_router.integrations.serve",
@@ -80,10 +59,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     RouterArgs.add_cli_args(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=_port, default=8080, help="port to listen on; 0 picks a free one (default: %(default)s)")
-    parser.add_argument("--metrics-port", type=_port, default=None, help="serve GET /metrics on this port (same host); off by default")
+    parser.add_argument("--port", type=port_number, default=8080, help="port to listen on; 0 picks a free one (default: %(default)s)")
+    parser.add_argument("--metrics-port", type=port_number, default=None, help="serve GET /metrics on this port (same host); off by default")
     ProxyOptions.add_cli_args(parser)
-    parser.add_argument("--lifetime", type=_seconds, default=None, help="exit after this many seconds (default: run until stopped)")
+    parser.add_argument("--lifetime", type=positive_seconds, default=None, help="exit after this many seconds (default: run until stopped)")
     parser.add_argument("--log-level", choices=_LOG_LEVELS, default="warning", help="uvicorn log level (default: %(default)s)")
     return parser
 

@@ -1,8 +1,8 @@
 package core
 
-// selectByPrecedence applies the input precedence shared by both hashing policies (SPEC §5):
-// target worker, then explicit key (decided by explicit), then implicit key, then a random
-// available worker. The caller has checked that some worker is available, and hashed the
+// selectByPrecedence applies the input precedence shared by both hashing policies
+// (docs/contract.md, "Inputs and precedence"): target worker, then explicit key (decided by
+// explicit), then implicit key, then a random available worker. The caller has checked that some worker is available, and hashed the
 // explicit key into keyPos.
 func selectByPrecedence(v *view, req *Request, keyPos uint64, explicit func(position uint64) (int, Branch), implicitBranch Branch) (int, Branch) {
 	switch {

@@ -1,6 +1,10 @@
-"""Encoding of request headers into the block format of the C API (capi/headers.go).
+"""Python inputs as the bytes the C API reads: routing keys, worker URLs and header blocks.
 
-Only the headers that carry routing inputs are passed on: ``X-SMG-Target-Worker``,
+Every length passed to the library is the length of an exact ``bytes`` object this module made
+or checked: a ``bytes`` or ``str`` subclass can override ``__len__`` or ``encode()``, and a
+length larger than the buffer would make the library read past it.
+
+Header blocks (capi/headers.go): only the headers that carry routing inputs are passed on: ``X-SMG-Target-Worker``,
 ``X-SMG-Routing-Key``, ``Authorization``, ``X-Forwarded-For`` and ``Cookie``, matched without
 regard to ASCII case. This is a filter only: which header wins, what is valid and what is
 ignored is decided by the native library, which receives those headers in their original order.
@@ -11,14 +15,15 @@ from __future__ import annotations
 import struct
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-__all__ = ["HeadersLike", "ROUTING_HEADERS", "encode_headers", "key_bytes"]
+__all__ = ["HeadersLike", "ROUTING_HEADERS", "encode_headers", "key_bytes", "url_bytes"]
 
 #: Any mapping of header names to values (a dict, Starlette's ``Headers``, aiohttp's
 #: ``CIMultiDict``, ...) or an iterable of ``(name, value)`` pairs; names and values are ``str``
 #: (encoded latin-1, as HTTP does) or ``bytes``.
 HeadersLike = Union[Mapping[Any, Any], Iterable[Tuple[Any, Any]]]
 
-#: Lower-case names of the headers that carry routing inputs (SPEC §5).
+#: Lower-case names of the headers that carry routing inputs (docs/contract.md, "Inputs and
+#: precedence"; the library reports the same names in its constants).
 ROUTING_HEADERS = frozenset(
     (b"x-smg-target-worker", b"x-smg-routing-key", b"authorization", b"x-forwarded-for", b"cookie")
 )
@@ -32,16 +37,33 @@ _names: Dict[Any, Optional[bytes]] = {}
 _NAMES_MAX = 4096
 
 
+def exact_bytes(data: bytes, what: str) -> bytes:
+    """``data`` as an exact ``bytes`` object, whatever its class claims about its length.
+
+    Raises:
+        ValueError: ``data`` is a bytes subclass whose ``len()`` differs from its content.
+    """
+    if type(data) is bytes:
+        return data
+    content = memoryview(data).tobytes()
+    if len(data) != len(content):
+        raise ValueError(
+            "%s: its length says %d bytes but it holds %d (a bytes subclass whose __len__ lies); pass plain bytes"
+            % (what, len(data), len(content))
+        )
+    return content
+
+
 def _header_bytes(text: Any, what: str) -> bytes:
     if isinstance(text, bytes):
-        return text
+        return exact_bytes(text, "header " + what)
     if isinstance(text, str):
         try:
-            return text.encode("latin-1")
+            return str.encode(text, "latin-1")
         except UnicodeEncodeError:
             # Not a valid HTTP header text; UTF-8 keeps it, and the library treats a value with
             # bytes outside visible ASCII as absent.
-            return text.encode("utf-8", "surrogatepass")
+            return str.encode(text, "utf-8", "surrogatepass")
     if isinstance(text, (bytearray, memoryview)):
         return bytes(text)
     raise TypeError("header %s must be str or bytes, got %s" % (what, type(text).__name__))
@@ -88,6 +110,9 @@ def encode_headers(headers: HeadersLike) -> bytes:
     parts: List[bytes] = []
     names = _names
     for item in _items(headers):
+        if type(item) is not tuple and isinstance(item, (str, bytes, bytearray, memoryview)):
+            # Two characters would unpack into a name and a value.
+            raise TypeError("each header must be a (name, value) pair, got %r" % (item,))
         try:
             name, value = item
         except (TypeError, ValueError):
@@ -108,14 +133,30 @@ def key_bytes(routing_key: Union[str, bytes, None]) -> bytes:
 
     Raises:
         TypeError: for any other type.
+        ValueError: a str that is not valid Unicode, or a bytes object that lies about its length.
     """
     if routing_key is None:
         return b""
     if isinstance(routing_key, bytes):
-        return routing_key
+        return exact_bytes(routing_key, "routing_key")
     if isinstance(routing_key, str):
         try:
-            return routing_key.encode("utf-8")
+            return str.encode(routing_key, "utf-8")
         except UnicodeEncodeError as e:
             raise ValueError("routing_key %r is not valid Unicode text (%s); pass bytes for a binary key" % (routing_key, e.reason)) from None
     raise TypeError("routing_key must be str, bytes or None, got %s" % type(routing_key).__name__)
+
+
+def url_bytes(url: Any) -> bytes:
+    """A worker URL as UTF-8 bytes.
+
+    Raises:
+        TypeError: ``url`` is not a str.
+        ValueError: ``url`` is not valid Unicode text.
+    """
+    if not isinstance(url, str):
+        raise TypeError("a worker URL must be a str, got %s" % type(url).__name__)
+    try:
+        return str.encode(url, "utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError("worker URL %r is not valid Unicode text (%s)" % (url, e.reason)) from None

@@ -1,0 +1,147 @@
+/* bounded_router.h: the C API of bounded-router (libbounded_router.so).
+ *
+ * Routes requests to workers by routing key with bounded consistent hashing; the contract is
+ * docs/contract.md. Routers are opaque integer handles. Every function is safe to call from any
+ * thread, returns a status (negative on error, see BR_ERR_*) and never lets a Go panic reach the
+ * caller; br_last_error() then holds the text, per thread. Strings are passed as pointer and
+ * length (not NUL-terminated); a pointer may be NULL only with a length of 0.
+ *
+ * This header is written by hand. `make test` checks it against the one cgo generates from
+ * the Go sources in capi/ (scripts/check_header.py), and the Go code checks its constants at compile time
+ * (capi/constants.go), so the three cannot drift apart. br_constants_json() reports the same
+ * values at run time, for bindings that do not read C headers.
+ */
+#ifndef BOUNDED_ROUTER_H
+#define BOUNDED_ROUTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The version of this API; br_abi_version() returns the one the library implements. */
+#define BR_ABI_VERSION 3
+
+/* Status codes: 0 or more is success. */
+#define BR_OK 0
+#define BR_ERR_INVALID_HANDLE -1   /* the router was closed or never created */
+#define BR_ERR_INVALID_ARGUMENT -2 /* an argument or setting breaks its rule; the text names it */
+#define BR_ERR_UNKNOWN_WORKER -3   /* the URL is not a member */
+#define BR_ERR_DUPLICATE_WORKER -4 /* the URL is a member already */
+#define BR_ERR_INTERNAL -5         /* a bug in the library: please report the text */
+
+/* Branch codes: the rule that decided a route (names in docs/contract.md, "Branches"). */
+#define BR_BRANCH_NO_HEALTHY_WORKERS 0
+#define BR_BRANCH_TARGET_WORKER_HIT 1
+#define BR_BRANCH_TARGET_WORKER_MISS 2
+#define BR_BRANCH_EXPLICIT_ROUTING_KEY_HIT 3
+#define BR_BRANCH_EXPLICIT_ROUTING_KEY_SPILLOVER 4
+#define BR_BRANCH_EXPLICIT_ROUTING_KEY_NO_ELIGIBLE_CANDIDATE 5
+#define BR_BRANCH_IMPLICIT_ROUTING_KEY_HIT 6
+#define BR_BRANCH_RANDOM_FALLBACK 7
+#define BR_BRANCH_ROUTING_KEY_HIT 8
+#define BR_BRANCH_RANDOM 9
+#define BR_BRANCH_ROUND_ROBIN 10
+#define BR_BRANCH_COUNT 11
+
+/* Packed decisions (answers of br_release_then_route_key, br_release_then_route and
+ * br_route_keys): the branch code in the low BR_DECISION_BRANCH_BITS bits, the chosen worker's
+ * id from bit BR_DECISION_WORKER_SHIFT and the preferred worker's id from bit
+ * BR_DECISION_PREFERRED_SHIFT, each below BR_DECISION_ID_LIMIT. Both ids are 0 when no worker was
+ * chosen, so such a decision is below 16. Ids that do not fit (a router 2^28 workers have
+ * joined) are left out and BR_DECISION_IDS_DONT_FIT is set; the call's other output has them. */
+#define BR_DECISION_BRANCH_BITS 4
+#define BR_DECISION_WORKER_SHIFT 4
+#define BR_DECISION_PREFERRED_SHIFT 32
+#define BR_DECISION_ID_LIMIT (1 << 28)
+#define BR_DECISION_IDS_DONT_FIT ((int64_t)1 << 60)
+#define BR_DECISION_BRANCH(d) ((int32_t)((d) & 0xF))
+#define BR_DECISION_WORKER_ID(d) ((uint32_t)(((d) >> BR_DECISION_WORKER_SHIFT) & 0xFFFFFFF))
+#define BR_DECISION_PREFERRED_ID(d) ((uint32_t)(((d) >> BR_DECISION_PREFERRED_SHIFT) & 0xFFFFFFF))
+
+/* The longest string or block any function accepts, in bytes. */
+#define BR_MAX_ARG_LEN 2147483647
+
+#ifndef BR_NO_PROTOTYPES
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The text of the calling thread's last error, NUL-terminated; valid until its next failing call. */
+const char *br_last_error(void);
+
+/* BR_ABI_VERSION of the library. */
+uint32_t br_abi_version(void);
+
+/* The library's constants as JSON: {"abi_version", "status": {name: code}, "branches": [name
+ * by code], "decision": {...}, "limits": {...}, "defaults": {...}, "policies": [...]}. Like every
+ * *_json function it returns the length of the whole text and writes it to buf only when it fits
+ * in capacity bytes (call again with a larger buffer otherwise), or a negative status. */
+int64_t br_constants_json(char *buf, size_t capacity);
+
+/* Builds a router from a JSON configuration, e.g. {"worker_urls": ["http://w0:8000"],
+ * "virtual_nodes": 150, "policy": {"type": "bounded_consistent_hashing", "max_load_skew": 1.5,
+ * "min_load_gap": 2}}, and stores its handle in *out_router. */
+int32_t br_router_new(const char *config_json, size_t config_len, uint64_t *out_router);
+/* Closes a router; its handle becomes invalid (closing twice is BR_ERR_INVALID_HANDLE). */
+int32_t br_router_free(uint64_t router);
+
+/* Membership and health. br_set_workers takes a JSON array of URLs. */
+int32_t br_add_worker(uint64_t router, const char *url, size_t url_len);
+int32_t br_remove_worker(uint64_t router, const char *url, size_t url_len);
+int32_t br_set_workers(uint64_t router, const char *urls_json, size_t urls_len);
+int32_t br_set_healthy(uint64_t router, const char *url, size_t url_len, int32_t healthy);
+
+/* Routes a request whose only input is an explicit key (empty: no key) and takes a lease on the
+ * chosen worker. Returns the branch code; out[0] receives the lease (0 when no worker was
+ * chosen), out[1] the chosen worker's id in its low 32 bits and the preferred one's above. */
+int32_t br_route_key(uint64_t router, const char *key, size_t key_len, uint64_t *out);
+/* Routes from a header block (for each header: a little-endian uint32 name length, the name, a
+ * uint32 value length, the value) and an explicit key that, when non-empty, overrides
+ * X-SMG-Routing-Key. take_lease 0 only selects (out[0] is 0). Answers as br_route_key. */
+int32_t br_route(uint64_t router, const char *key, size_t key_len, const char *headers, size_t headers_len,
+                 int32_t take_lease, uint64_t *out);
+/* Release the lease in io[2] (nothing when 0 or not active), then route like br_route_key /
+ * br_route with a lease, in one step. io[2] is cleared, io[0] and io[1] answer as out[0] and
+ * out[1] above, and the packed decision (BR_DECISION_*) is returned, or a negative status. */
+int64_t br_release_then_route_key(uint64_t router, const char *key, size_t key_len, uint64_t *io);
+int64_t br_release_then_route(uint64_t router, const char *key, size_t key_len, const char *headers,
+                              size_t headers_len, uint64_t *io);
+/* Routes n explicit keys in order as one step: keys back to back (keys_len bytes), lengths[i]
+ * the length of key i. out receives three runs of n values: leases, packed decisions, worker
+ * ids (as out[1] above). All or nothing: either every key gets a lease or none does. */
+int32_t br_route_keys(uint64_t router, const char *keys, size_t keys_len, const uint32_t *lengths, uint32_t n,
+                      uint64_t *out);
+
+/* Counts a request on a member chosen elsewhere: out[0] the lease, out[1] the worker's id. */
+int32_t br_acquire(uint64_t router, const char *url, size_t url_len, const char *key, size_t key_len,
+                   uint64_t *out);
+/* Release a lease: 1 if released, 0 if already released or unknown. br_release_abandoned also
+ * counts it as leaked (for safety nets such as finalizers). */
+int32_t br_release(uint64_t router, uint64_t lease);
+int32_t br_release_abandoned(uint64_t router, uint64_t lease);
+/* Releases n leases in one step; returns how many it released. */
+int32_t br_release_many(uint64_t router, const uint64_t *leases, uint32_t n);
+
+/* JSON reports, answered as br_constants_json. br_lease_workers_json: {"worker_url",
+ * "preferred_url"} of an active lease. br_workers_json: [{"url", "id", "healthy", "load",
+ * "active_keys"}] in membership order. br_stats_json: {"branches": {name: count}, "leaked",
+ * "active_leases", "policy", "workers"}, all read in one snapshot. */
+int64_t br_lease_workers_json(uint64_t router, uint64_t lease, char *buf, size_t capacity);
+int64_t br_workers_json(uint64_t router, char *buf, size_t capacity);
+int64_t br_stats_json(uint64_t router, char *buf, size_t capacity);
+
+/* The native HTTP gateway in front of a router's workers, run on the library's own threads.
+ * br_gateway_start takes options as a JSON object ({"host", "port", "metrics_port",
+ * "max_body_size", "first_byte_timeout", ...}; empty for the defaults) and stores the gateway's
+ * handle in *out_gateway. br_gateway_address_json: {"address", "metrics_address", "in_flight"},
+ * answered as br_constants_json. br_gateway_stop drains in-flight requests for up to timeout_ms
+ * (the shutdown_timeout option when 0 or less), cuts the rest and returns 0, or 1 if some were
+ * cut; the handle becomes invalid. */
+int32_t br_gateway_start(uint64_t router, const char *options_json, size_t options_len, uint64_t *out_gateway);
+int64_t br_gateway_address_json(uint64_t gateway, char *buf, size_t capacity);
+int32_t br_gateway_stop(uint64_t gateway, int64_t timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BR_NO_PROTOTYPES */
+#endif /* BOUNDED_ROUTER_H */

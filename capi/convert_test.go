@@ -1,0 +1,55 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bounded-router/bounded-router/core"
+)
+
+func TestStatusOfEachErrorKind(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		status int
+	}{
+		{errInvalidHandle, statusInvalidHandle},
+		{fmt.Errorf("%w: %q", core.ErrUnknownWorker, "x"), statusUnknownWorker},
+		{fmt.Errorf("%w: %q", core.ErrDuplicateWorker, "x"), statusDuplicateWorker},
+		{fmt.Errorf("%w: virtual_nodes", core.ErrInvalidConfig), statusInvalidArgument},
+		{invalidArgument("out must not be NULL"), statusInvalidArgument},
+		{errUnknownLease, statusInvalidArgument},
+		{errors.New("something unforeseen"), statusInternal},
+	} {
+		assert.EqualValues(t, c.status, fail(c.err), c.err.Error())
+	}
+	// A pointer or length problem is an invalid argument, not a configuration error.
+	assert.NotContains(t, invalidArgument("out must not be NULL").Error(), "configuration")
+}
+
+func TestHeaderBlocks(t *testing.T) {
+	block := []byte("\x06\x00\x00\x00Cookie\x01\x00\x00\x00c\x00\x00\x00\x00\x00\x00\x00\x00")
+	require.NoError(t, checkHeaderBlock(block))
+	var got [][2]string
+	for name, value := range headerPairs(block) {
+		got = append(got, [2]string{string(name), string(value)})
+	}
+	assert.Equal(t, [][2]string{{"Cookie", "c"}, {"", ""}}, got)
+	for _, truncated := range []string{"\x01", "\x06\x00\x00\x00Cook", "\x01\x00\x00\x00a\x09\x00\x00\x00short", "\xff\xff\xff\xff"} {
+		err := checkHeaderBlock([]byte(truncated))
+		require.ErrorIs(t, err, errInvalidArgument, "%q", truncated)
+		assert.Contains(t, err.Error(), "headers")
+	}
+}
+
+func TestKeyBlocks(t *testing.T) {
+	assert.NoError(t, checkKeyBlock([]byte("abcd"), []uint32{1, 0, 3}))
+	err := checkKeyBlock([]byte("abcd"), []uint32{1, 2})
+	require.ErrorIs(t, err, errInvalidArgument)
+	assert.Contains(t, err.Error(), "keys_len")
+	// Lengths whose sum overflows 32 bits are added in 64.
+	assert.Error(t, checkKeyBlock(nil, []uint32{1 << 31, 1 << 31}))
+}

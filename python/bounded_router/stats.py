@@ -1,0 +1,61 @@
+"""Snapshots of a router's state: its workers and its counters (docs/contract.md, "What is
+counted where")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Sequence, Tuple
+
+__all__ = ["WorkerInfo", "Statistics"]
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A snapshot of one worker.
+
+    Attributes:
+        url: the worker's URL.
+        healthy: whether it is available for routing.
+        load: the number of leases held on it (requests in flight from this process).
+        active_keys: the number of distinct explicit routing keys among those leases.
+    """
+
+    url: str
+    healthy: bool
+    load: int
+    active_keys: int
+
+    @classmethod
+    def from_json(cls, state: Mapping[str, Any]) -> WorkerInfo:
+        """From the library's JSON form of a worker."""
+        return cls(state["url"], state["healthy"], state["load"], state["active_keys"])
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """Everything a router counts, read in one step (:meth:`Router.statistics
+    <bounded_router.Router.statistics>`): ``active_leases`` is the sum of the workers' loads
+    plus the leases held on workers removed since.
+
+    Attributes:
+        branches: routed requests by the branch that decided them (every branch present).
+        workers: the members in membership order.
+        active_leases: leases held, including those on removed workers.
+        leaked_leases: leases released by the safety net instead of by their holder.
+    """
+
+    branches: Dict[str, int]
+    workers: Tuple[WorkerInfo, ...]
+    active_leases: int
+    leaked_leases: int
+
+    @classmethod
+    def from_json(cls, stats: Mapping[str, Any], branch_names: Sequence[str]) -> Statistics:
+        """From the library's ``br_stats_json`` answer; ``branch_names`` in code order."""
+        counts = stats["branches"]
+        return cls(
+            branches={name: int(counts.get(name, 0)) for name in branch_names},
+            workers=tuple(WorkerInfo.from_json(state) for state in stats["workers"]),
+            active_leases=int(stats["active_leases"]),
+            leaked_leases=int(stats["leaked"]),
+        )
