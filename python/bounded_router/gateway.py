@@ -37,11 +37,10 @@ import json
 import threading
 from ctypes import byref, c_uint64
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Dict, Optional, Type
+from typing import Any, Dict, Optional, Type
 
+from ._native_router import NativeRouter
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .router import Router
 
 __all__ = ["Gateway"]
 
@@ -54,10 +53,8 @@ class Gateway:
         RouterClosedError: the router is closed.
     """
 
-    def __init__(self, router: Router, host: str = "127.0.0.1", port: int = 0, **options: Any) -> None:
+    def __init__(self, native: NativeRouter, host: str = "127.0.0.1", port: int = 0, **options: Any) -> None:
         self._handle = 0
-        self._router = router  # kept alive while the gateway routes through it
-        native = router._native
         native.check_open()
         settings = {name: value for name, value in options.items() if value is not None}
         settings.update(host=host, port=port)

@@ -12,20 +12,18 @@ from array import array
 from ctypes import c_size_t, c_uint64
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, NoReturn, Optional, Type, Union
+from typing import Any, Dict, Iterable, List, NoReturn, Optional, Type, Union
 
 from . import _native
 from ._encoding import HeadersLike, encode_headers, key_bytes, url_bytes
 from ._native_router import NativeRouter
 from .args import RouterArgs
 from .errors import NoWorkerAvailableError
+from .gateway import Gateway
 from .lease import Lease, _HeldLease
 from .metrics import render
 from .policy import DEFAULT_VIRTUAL_NODES, PolicyConfig, PolicyType, resolve_policy
 from .stats import Statistics, WorkerInfo
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .gateway import Gateway
 
 __all__ = ["Router", "Decision", "WorkerInfo", "Statistics"]
 
@@ -441,11 +439,9 @@ class Router:
         """How many leases are held, including those on workers removed since."""
         return self.statistics().active_leases
 
-    def serve(self, host: str = "127.0.0.1", port: int = 0, **options: Any) -> "Gateway":
+    def serve(self, host: str = "127.0.0.1", port: int = 0, **options: Any) -> Gateway:
         """Serve this router's workers through the native HTTP gateway (see :mod:`bounded_router.gateway`)."""
-        from .gateway import Gateway
-
-        return Gateway(self, host=host, port=port, **options)
+        return Gateway(self._native, host=host, port=port, **options)
 
     def metrics_text(self, labels: Optional[Dict[str, str]] = None) -> str:
         """The router's statistics in the Prometheus text format, for a ``/metrics`` endpoint.

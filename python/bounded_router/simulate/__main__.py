@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from typing import Any, List, Optional, Sequence
 
@@ -12,7 +11,7 @@ from .engine import PolicySpec, Result, run
 from .model import CostModel, Workload
 from .replay_cli import main as replay_main
 from .replay_cli import wants_replay
-from .report import describe, format_sweep, format_table
+from .report import describe, format_sweep, format_table, json_value
 from .sweep import DEFAULT_GAPS, DEFAULT_RATES, DEFAULT_SKEWS, sweep
 
 _DEFAULT_WORKLOAD = Workload()
@@ -84,13 +83,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _json_value(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_value(v) for k, v in value.items()}
-    return value
-
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     if wants_replay(sys.argv[1:] if argv is None else argv):
@@ -128,7 +120,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rates = [] if args.no_sweep_rates else args.sweep_rates
         cells = sweep(workload, cost, args.sweep_gaps, args.sweep_skews, rates)
         if args.json:
-            print(json.dumps([_json_value(cell.row()) for cell in cells], indent=1))
+            print(json.dumps([json_value(cell.row()) for cell in cells], indent=1))
         else:
             print(describe(cells[0].strict))
             print()
@@ -142,7 +134,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     results: List[Result] = [run(spec, workload, cost) for spec in specs]
     if args.json:
-        print(json.dumps([_json_value(r.row()) for r in results], indent=1))
+        print(json.dumps([json_value(r.row()) for r in results], indent=1))
     else:
         print(describe(results[0]))
         print()

@@ -11,6 +11,7 @@ from .batching import StepCosts
 from .oracle import DEFAULT_MARGIN
 from .replay import DEFAULT_CACHE_FRACTION, DEFAULT_LOAD, ReplayConfig, ReplayResult, arrival_scale, replay
 from .replay_policies import ReplayPolicy
+from .report import json_value
 from .trace import TraceError, load_trace
 
 __all__ = ["main", "replay_policies", "wants_replay"]
@@ -105,9 +106,8 @@ def replay_policies(gaps: Sequence[int], skew: float, margins: Sequence[int], pr
 
 
 def _json_rows(results: Sequence[ReplayResult]) -> str:
-    from .__main__ import _json_value
 
-    return json.dumps([_json_value(r.row()) for r in results], indent=1)
+    return json.dumps([json_value(r.row()) for r in results], indent=1)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from .engine import Result
 from .sweep import SweepCell
@@ -199,3 +199,12 @@ def _align(header: List[str], rows: List[List[str]]) -> str:
         cells = [row[0].ljust(widths[0])] + [cell.rjust(widths[i]) for i, cell in enumerate(row) if i > 0]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
+
+
+def json_value(value: Any) -> Any:
+    """``value`` for JSON output: non-finite floats as null, in dicts too."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_value(v) for k, v in value.items()}
+    return value
