@@ -2,8 +2,8 @@
 """make demo: the router in a real serving stack, in a few seconds.
 
 Starts 2 mock LLM workers (streaming tokens, a prefix cache each, prefill and decode times of the
-upstream A/B scaled down 50 times) and, for each policy, a FastAPI routing proxy in front of
-them; sends 20 groups of 8 sibling requests that share a prompt prefix (one routing key per
+upstream A/B scaled down 50 times) and, for each policy, the native routing gateway
+(`python -m bounded_router serve`) in front of them; sends 20 groups of 8 sibling requests that share a prompt prefix (one routing key per
 group) through the proxy, streams every answer back and checks it; then prints where each
 group's siblings landed, the spill, the cached prompt tokens, time to first token and
 throughput, for strict hashing, bounded hashing with gaps 1, 2 and 4, and round robin.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The full end-to-end run over real HTTP: 400 groups x 8 streaming siblings (3,200 requests) per
-policy, through a FastAPI routing proxy process in front of 2 mock worker processes, under strict
+policy, through a native routing gateway process (`bounded-router serve`) in front of 2 mock worker processes, under strict
 consistent hashing and bounded consistent hashing with gaps 1, 2 and 4 (skew 1.5).
 
 Checks every answer's text, that every lease is released (the proxy's /metrics) and reports the

@@ -1,11 +1,11 @@
 """End to end over real HTTP: mock workers, a routing proxy per policy, groups of streaming siblings.
 
-For each policy this starts a routing proxy process (``python -m
-bounded_router.integrations.serve``) in front of the same mock worker processes, sends groups
+For each policy this starts a routing proxy process (the native gateway,
+``python -m bounded_router serve``) in front of the same mock worker processes, sends groups
 of sibling requests through it -- one routing key per group, the siblings sharing a prompt
 prefix, each request streaming its tokens back -- and measures what the simulator does, from
 the outside: where each group's siblings landed (the ``X-Mock-Worker`` header), the spill
-fraction and leases (the proxy's ``/metrics``), the cached-token fraction (the workers'
+fraction and leases (the proxy's metrics port), the cached-token fraction (the workers'
 ``usage``), time to first token as the client sees it, and throughput. Every answer's text is
 checked against what the worker must have sent.
 
