@@ -22,7 +22,7 @@ import threading
 from typing import List, Optional
 
 from .args import RouterArgs
-from .integrations.options import ProxyOptions, port_number, positive_seconds
+from .integrations.options import ProxyOptions, port_number, positive_seconds, router_and_options
 
 __all__ = ["main"]
 
@@ -51,15 +51,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if not args.worker_urls:
-        parser.error("--worker-urls: give at least one worker URL")
-    from .router import Router
-
-    try:
-        options = ProxyOptions.from_cli_args(args)
-        router = Router.from_args(RouterArgs.from_cli_args(args))
-    except (ValueError, TypeError) as e:
-        parser.error(str(e))
+    router, options = router_and_options(parser, args)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -243,7 +243,7 @@ def resolve_policy(policy: Any, max_load_skew: Any = None, min_load_gap: Any = N
         else:
             raise ValueError("policy must be a PolicyType, a policy name or a policy config, got %r" % (policy,))
         if kind is PolicyType.BoundedConsistentHashing:
-            settings = {name: default if given[name] is None else given[name] for name, default in _BOUNDED_SETTINGS}
+            settings: Dict[str, Any] = {name: default if given[name] is None else given[name] for name, default in _BOUNDED_SETTINGS}
             return BoundedConsistentHashingConfig(**settings)
         config = default_config(kind)
     ignored = [

@@ -239,8 +239,7 @@ class AiohttpProxy:
         for name, value in forward_headers(upstream.raw_headers):
             response.headers.add(name.decode("latin-1"), value.decode("latin-1"))
         if self.options.expose_routing_headers:
-            for name, value in routing_headers(lease.worker_url, lease.branch):
-                response.headers[name] = value
+            response.headers.update(routing_headers(lease.worker_url, lease.branch))
         return response
 
     async def _copy_body(self, upstream: aiohttp.ClientResponse, response: web.StreamResponse, lease: Lease) -> None:

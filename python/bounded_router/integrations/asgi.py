@@ -38,7 +38,7 @@ server's error log.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, AsyncIterable, List, Optional, Sequence, Tuple, cast
 from urllib.parse import quote
 
 from ..errors import NoWorkerAvailableError
@@ -69,6 +69,7 @@ try:
     import httpx
     from starlette.requests import ClientDisconnect, Request
     from starlette.responses import Response
+    from starlette.types import Receive, Scope, Send
 except ImportError as e:  # pragma: no cover - depends on what is installed
     raise ImportError(
         "bounded_router.integrations.asgi needs Starlette (or FastAPI) and httpx, which are not "
@@ -79,11 +80,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..router import Router
 
 __all__ = ["ASGIProxy", "ProxyOptions", "WorkerStreamError"]
-
-Scope = Dict[str, Any]
-Message = Dict[str, Any]
-Receive = Callable[[], Any]
-Send = Callable[[Message], Any]
 
 # The ASGI server adds its own Date and Server headers; the worker's would be sent twice.
 _RESPONSE_DROPPED = HOP_BY_HOP | {"date", "server"}
@@ -137,7 +133,7 @@ class _LeasedResponse(Response):
                 group.start_soon(watch.run)
                 try:
                     await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-                    chunks = self.upstream.stream.__aiter__()  # type: ignore[attr-defined]
+                    chunks = cast(AsyncIterable[bytes], self.upstream.stream).__aiter__()
                     while (chunk := await _next_chunk(chunks, self.idle_timeout)) is not None:
                         if chunk:
                             await send({"type": "http.response.body", "body": chunk, "more_body": True})

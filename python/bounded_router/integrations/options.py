@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import math
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Tuple
 
-__all__ = ["ProxyOptions", "port_number", "positive_seconds"]
+if TYPE_CHECKING:  # pragma: no cover
+    from ..router import Router
+
+__all__ = ["ProxyOptions", "port_number", "positive_seconds", "router_and_options"]
 
 MIB = 1024 * 1024
 
@@ -98,3 +102,17 @@ def positive_seconds(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError("must be a positive number of seconds, not %s" % text)
     return value
+
+
+def router_and_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> "Tuple[Router, ProxyOptions]":
+    """The router and proxy options of a serve command line, or a usage error naming what is wrong."""
+    from ..args import RouterArgs
+    from ..router import Router
+
+    if not args.worker_urls:
+        parser.error("--worker-urls: give at least one worker URL")
+    try:
+        options = ProxyOptions.from_cli_args(args)
+        return Router.from_args(RouterArgs.from_cli_args(args)), options
+    except (ValueError, TypeError) as e:
+        parser.error(str(e))

@@ -25,7 +25,7 @@ from typing import Any, List, Optional, Tuple
 from ..args import RouterArgs
 from ..router import Router
 from .asgi import ASGIProxy
-from .options import ProxyOptions, port_number, positive_seconds
+from .options import ProxyOptions, port_number, positive_seconds, router_and_options
 
 __all__ = ["create_app", "create_metrics_app", "main"]
 
@@ -86,13 +86,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         import uvicorn
     except ImportError:
         parser.error("the routing proxy runs on uvicorn, which is not installed: pip install 'bounded-router[fastapi]'")
-    if not args.worker_urls:
-        parser.error("--worker-urls: give at least one worker URL")
-    try:
-        options = ProxyOptions.from_cli_args(args)
-        router = Router.from_args(RouterArgs.from_cli_args(args))
-    except (ValueError, TypeError) as e:
-        parser.error(str(e))
+    router, options = router_and_options(parser, args)
     apps: List[Tuple[str, Any, socket.socket]] = []
     if args.metrics_port is not None:
         apps.append(("metrics", create_metrics_app(router), _listen(parser, args.host, args.metrics_port, "metrics")))

@@ -84,8 +84,29 @@ def _percentile(sorted_values: List[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
+class CacheAndLatency:
+    """The figures every simulated run reports from its prompt tokens and times to first token."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    ttft_ms: List[float]
+
+    @property
+    def cached_token_fraction(self) -> float:
+        """Prompt tokens served from a cache over all prompt tokens."""
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def mean_ttft_ms(self) -> float:
+        return sum(self.ttft_ms) / len(self.ttft_ms) if self.ttft_ms else math.nan
+
+    @property
+    def p99_ttft_ms(self) -> float:
+        return _percentile(sorted(self.ttft_ms), 99)
+
+
 @dataclass
-class Result:
+class Result(CacheAndLatency):
     """What one simulated run measured."""
 
     spec: PolicySpec
@@ -111,17 +132,6 @@ class Result:
     def spill_fraction(self) -> float:
         return self.spilled / self.requests if self.requests else 0.0
 
-    @property
-    def cached_token_fraction(self) -> float:
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-    @property
-    def mean_ttft_ms(self) -> float:
-        return sum(self.ttft_ms) / len(self.ttft_ms) if self.ttft_ms else math.nan
-
-    @property
-    def p99_ttft_ms(self) -> float:
-        return _percentile(sorted(self.ttft_ms), 99)
 
     @property
     def throughput_rps(self) -> float:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from .batching import BatchingWorker, Job, StepCosts
-from .engine import _percentile
+from .engine import CacheAndLatency
 from .model import _check_number
 from .replay_policies import ReplayPolicy, make_routing
 from .trace import Trace
@@ -89,7 +89,7 @@ def arrival_scale(trace: Trace, config: ReplayConfig) -> float:
 
 
 @dataclass
-class ReplayResult:
+class ReplayResult(CacheAndLatency):
     """What one row of a replay measured."""
 
     policy: ReplayPolicy
@@ -125,18 +125,6 @@ class ReplayResult:
         """Requests in flight on a spill's target above the least loaded worker, on average."""
         return sum(self.spill_excess) / len(self.spill_excess) if self.spill_excess else math.nan
 
-    @property
-    def cached_token_fraction(self) -> float:
-        """Prompt tokens served from a cache over all prompt tokens."""
-        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-    @property
-    def mean_ttft_ms(self) -> float:
-        return sum(self.ttft_ms) / len(self.ttft_ms) if self.ttft_ms else math.nan
-
-    @property
-    def p99_ttft_ms(self) -> float:
-        return _percentile(sorted(self.ttft_ms), 99)
 
     def _fraction(self, ms: float) -> float:
         return ms / self.duration_ms if self.duration_ms > 0 else 0.0
