@@ -10,7 +10,7 @@ func (r *Router) RouteKeys(n int, key func(i int) []byte, decided func(i int, d 
 	defer r.mu.Unlock()
 	for i := 0; i < n; i++ {
 		req := KeyRequest(key(i))
-		decided(i, r.route(&req, explicitKeyOf(req.RoutingKey)))
+		decided(i, r.route(&req, r.explicitKeyOf(req.RoutingKey)))
 	}
 }
 
