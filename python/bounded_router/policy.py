@@ -25,12 +25,19 @@ __all__ = [
     "default_config",
     "DEFAULT_MAX_LOAD_SKEW",
     "DEFAULT_MIN_LOAD_GAP",
+    "DEFAULT_HASH_RING",
+    "HASH_RINGS",
 ]
 
 #: Default relative bound of ``bounded_consistent_hashing`` (SPEC §6).
 DEFAULT_MAX_LOAD_SKEW = 1.5
 #: Default absolute load gap of ``bounded_consistent_hashing`` (SPEC §6).
 DEFAULT_MIN_LOAD_GAP = 2
+#: The hash rings of the hashing policies: ``"xxh64"`` (this package's ring, the default) and
+#: ``"smg"`` (SMG's BLAKE3 ring: the same key goes to the same worker as under SMG's
+#: ``consistent_hashing``). See docs/contract.md, "The ring".
+HASH_RINGS = ("xxh64", "smg")
+DEFAULT_HASH_RING = HASH_RINGS[0]
 
 
 class PolicyType(Enum):
@@ -84,6 +91,12 @@ def _check_min_load_gap(value: Any) -> int:
     return number
 
 
+def _check_hash_ring(value: Any) -> str:
+    if not isinstance(value, str) or value not in HASH_RINGS:
+        raise ValueError("hash_ring must be one of %s, got %r" % (", ".join(map(repr, HASH_RINGS)), value))
+    return value
+
+
 @dataclass(frozen=True)
 class RandomConfig:
     """Policy ``random``: a uniformly random available worker."""
@@ -112,15 +125,24 @@ class RoundRobinConfig:
 
 @dataclass(frozen=True)
 class ConsistentHashingConfig:
-    """Policy ``consistent_hashing``: strict consistent hashing of the routing key, never spills."""
+    """Policy ``consistent_hashing``: strict consistent hashing of the routing key, never spills.
+
+    Attributes:
+        hash_ring: ``"xxh64"`` (default) or ``"smg"``, SMG's ring (see :data:`HASH_RINGS`).
+    """
+
+    hash_ring: str = DEFAULT_HASH_RING
+
+    def __post_init__(self) -> None:
+        _check_hash_ring(self.hash_ring)
 
     @property
     def policy_type(self) -> PolicyType:
         return PolicyType.ConsistentHashing
 
     def to_dict(self) -> Dict[str, Any]:
-        """Return ``{"type": "consistent_hashing"}``."""
-        return {"type": PolicyType.ConsistentHashing.value}
+        """Return ``{"type": "consistent_hashing", "hash_ring": ...}``."""
+        return {"type": PolicyType.ConsistentHashing.value, "hash_ring": self.hash_ring}
 
 
 @dataclass(frozen=True)
@@ -134,6 +156,7 @@ class BoundedConsistentHashingConfig:
     Attributes:
         max_load_skew: the relative bound, a finite number >= 1.0 (stored as a float).
         min_load_gap: the absolute gap in requests, an integer >= 0 (not a bool or a float).
+        hash_ring: ``"xxh64"`` (default) or ``"smg"``, SMG's ring (see :data:`HASH_RINGS`).
 
     Raises:
         ValueError: naming the field and its rule when a value breaks it.
@@ -141,21 +164,24 @@ class BoundedConsistentHashingConfig:
 
     max_load_skew: float = DEFAULT_MAX_LOAD_SKEW
     min_load_gap: int = DEFAULT_MIN_LOAD_GAP
+    hash_ring: str = DEFAULT_HASH_RING
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_load_skew", _check_max_load_skew(self.max_load_skew))
         object.__setattr__(self, "min_load_gap", _check_min_load_gap(self.min_load_gap))
+        _check_hash_ring(self.hash_ring)
 
     @property
     def policy_type(self) -> PolicyType:
         return PolicyType.BoundedConsistentHashing
 
     def to_dict(self) -> Dict[str, Any]:
-        """Return ``{"type": "bounded_consistent_hashing", "max_load_skew": ..., "min_load_gap": ...}``."""
+        """Return ``{"type": "bounded_consistent_hashing", "max_load_skew": ..., "min_load_gap": ..., "hash_ring": ...}``."""
         return {
             "type": PolicyType.BoundedConsistentHashing.value,
             "max_load_skew": self.max_load_skew,
             "min_load_gap": self.min_load_gap,
+            "hash_ring": self.hash_ring,
         }
 
 
@@ -193,7 +219,10 @@ def config_from_dict(data: Mapping[str, Any]) -> PolicyConfig:
         policy = policy_from_str(name)
     except KeyError as e:
         raise ValueError("policy config type: %s" % e.args[0]) from None
-    allowed = ("max_load_skew", "min_load_gap") if policy is PolicyType.BoundedConsistentHashing else ()
+    allowed = {
+        PolicyType.BoundedConsistentHashing: ("max_load_skew", "min_load_gap", "hash_ring"),
+        PolicyType.ConsistentHashing: ("hash_ring",),
+    }.get(policy, ())
     unknown = sorted(set(fields) - set(allowed))
     if unknown:
         raise ValueError("policy %s has no setting %s" % (policy.value, ", ".join(map(repr, unknown))))

@@ -22,9 +22,11 @@ from .errors import ForkedProcessError, NoWorkerAvailableError, RouterClosedErro
 from .lease import Lease, LeaseDecision, _HeldLease
 from .policy import (
     CONFIG_TYPES,
+    DEFAULT_HASH_RING,
     DEFAULT_MAX_LOAD_SKEW,
     DEFAULT_MIN_LOAD_GAP,
     BoundedConsistentHashingConfig,
+    ConsistentHashingConfig,
     PolicyConfig,
     PolicyType,
     default_config,
@@ -222,17 +224,25 @@ class Router:
         """Build a router from :class:`RouterArgs` (e.g. parsed command-line flags).
 
         With a policy other than ``bounded_consistent_hashing``, ``max_load_skew`` and
-        ``min_load_gap`` must keep their defaults (they would have no effect).
+        ``min_load_gap`` must keep their defaults (they would have no effect); so must
+        ``hash_ring`` with a policy that does not hash.
         """
         try:
             kind = policy_from_str(args.policy)
         except KeyError as e:
             raise ValueError("policy: %s" % e.args[0]) from None
         if kind is PolicyType.BoundedConsistentHashing:
-            return cls(args.worker_urls, kind, args.max_load_skew, args.min_load_gap, args.virtual_nodes)
+            config = BoundedConsistentHashingConfig(args.max_load_skew, args.min_load_gap, args.hash_ring)
+            return cls(args.worker_urls, config, virtual_nodes=args.virtual_nodes)
         if args.max_load_skew != DEFAULT_MAX_LOAD_SKEW or args.min_load_gap != DEFAULT_MIN_LOAD_GAP:
             raise ValueError(
                 "max_load_skew and min_load_gap apply only to bounded_consistent_hashing, not %s" % kind.value
+            )
+        if kind is PolicyType.ConsistentHashing:
+            return cls(args.worker_urls, ConsistentHashingConfig(args.hash_ring), virtual_nodes=args.virtual_nodes)
+        if args.hash_ring != DEFAULT_HASH_RING:
+            raise ValueError(
+                "hash_ring applies only to consistent_hashing and bounded_consistent_hashing, not %s" % kind.value
             )
         return cls(args.worker_urls, kind, virtual_nodes=args.virtual_nodes)
 
