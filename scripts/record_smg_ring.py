@@ -97,13 +97,14 @@ def free_port() -> int:
 
 
 class Gateway:
-    """``smg launch --policy consistent_hashing`` on 127.0.0.1 in front of ``worker_urls``."""
+    """``smg launch --policy POLICY`` on 127.0.0.1 in front of ``worker_urls``."""
 
-    def __init__(self, smg: str, worker_urls: Sequence[str]) -> None:
+    def __init__(self, smg: str, worker_urls: Sequence[str], policy: str = "consistent_hashing") -> None:
         self.port = free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
         self.log = tempfile.TemporaryFile(mode="w+", prefix="smg-")
         argv = [smg, "launch", "--host", "127.0.0.1", "--port", str(self.port),
-                "--policy", "consistent_hashing", "--log-level", "warn",
+                "--policy", policy, "--log-level", "warn",
                 "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
                 "--shutdown-grace-period-secs", "0", "--worker-urls"] + list(worker_urls)  # fmt: skip
         self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
