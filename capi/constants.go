@@ -83,8 +83,10 @@ func constants() map[string]any {
 		"defaults": map[string]any{
 			"policy": defaults.Policy.Kind.String(), "max_load_skew": defaults.Policy.MaxLoadSkew,
 			"min_load_gap": defaults.Policy.MinLoadGap, "virtual_nodes": defaults.VirtualNodes,
+			"hash_ring": defaults.Policy.HashRing.String(),
 		},
-		"policies": policies,
-		"headers":  core.RoutingHeaders(),
+		"policies":   policies,
+		"hash_rings": core.HashRingNames(),
+		"headers":    core.RoutingHeaders(),
 	}
 }

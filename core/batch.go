@@ -20,7 +20,7 @@ func (r *Router) RouteKeys(n int, key func(i int) []byte, decided func(i int, d 
 	*batch = keys
 	for i := range keys {
 		k := key(i)
-		keys[i] = batchKey{req: KeyRequest(k), key: explicitKeyOf(k)}
+		keys[i] = batchKey{req: KeyRequest(k), key: r.explicitKeyOf(k)}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

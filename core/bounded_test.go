@@ -487,10 +487,10 @@ func TestSelectBoundedExplicitOnHandBuiltView(t *testing.T) {
 	ws := workersFor(urls)
 	ws[0].load, ws[1].load, ws[2].load = 6, 3, 3
 	v := newView()
-	v.workers, v.ring = ws, buildRing(urls, 50)
+	v.workers, v.ring = ws, buildRing(HashRingXXH64, urls, 50)
 	v.available, v.availableLoad = []uint32{0, 1, 2}, 12
 	key := newRefRing(urls, 50).keyPreferring(t, urls[0])
-	pos := KeyPosition(key)
+	pos := HashRingXXH64.Position(key)
 
 	idx, b := selectBoundedExplicit(&v, pos, 0.75, 0) // mean 4, bound 3: w0 6 > 3, others 3 <= 3
 	assert.Equal(t, BranchExplicitRoutingKeySpillover, b)

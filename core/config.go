@@ -71,6 +71,12 @@ func (p *Policy) Validate() error {
 	if p.Kind > PolicyBoundedConsistentHashing {
 		return invalid("unknown policy kind %d", p.Kind)
 	}
+	if int(p.HashRing) >= len(hashRingNames) {
+		return invalid("unknown hash_ring %d", p.HashRing)
+	}
+	if p.HashRing != HashRingXXH64 && !p.Kind.hashes() {
+		return invalid("hash_ring applies only to consistent_hashing and bounded_consistent_hashing, not %s", p.Kind)
+	}
 	if p.Kind != PolicyBoundedConsistentHashing {
 		return nil
 	}
@@ -116,6 +122,7 @@ type policyJSON struct {
 	Type        string          `json:"type"`
 	MaxLoadSkew json.RawMessage `json:"max_load_skew,omitempty"`
 	MinLoadGap  json.RawMessage `json:"min_load_gap,omitempty"`
+	HashRing    json.RawMessage `json:"hash_ring,omitempty"`
 }
 
 type configJSON struct {
@@ -127,7 +134,8 @@ type configJSON struct {
 // ParseConfig reads a configuration such as
 //
 //	{"worker_urls": ["http://w0:8000"], "virtual_nodes": 150,
-//	 "policy": {"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2}}
+//	 "policy": {"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2,
+//	            "hash_ring": "xxh64"}}
 //
 // Omitted settings take their defaults; unknown fields and wrongly typed values are errors.
 func ParseConfig(data []byte) (Config, error) {
@@ -160,12 +168,20 @@ func ParsePolicy(data []byte) (Policy, error) {
 	if !ok {
 		return Policy{}, invalid("policy type must be one of random, round_robin, consistent_hashing, bounded_consistent_hashing, got %q", raw.Type)
 	}
+	if raw.HashRing != nil && !kind.hashes() {
+		return Policy{}, invalid("hash_ring applies only to consistent_hashing and bounded_consistent_hashing, not %s", kind)
+	}
+	hash, err := hashRingSetting(raw.HashRing)
+	if err != nil {
+		return Policy{}, err
+	}
 	if kind != PolicyBoundedConsistentHashing {
 		if raw.MaxLoadSkew != nil || raw.MinLoadGap != nil {
 			return Policy{}, invalid("max_load_skew and min_load_gap apply only to bounded_consistent_hashing, not %s", kind)
 		}
-		return Policy{Kind: kind}, nil
+		return Policy{Kind: kind, HashRing: hash}, nil
 	}
+	policy.HashRing = hash
 	if raw.MaxLoadSkew != nil {
 		// Unmarshalling null into a float64 is a silent no-op; null is not a number.
 		if isNull(raw.MaxLoadSkew) || json.Unmarshal(raw.MaxLoadSkew, &policy.MaxLoadSkew) != nil {
@@ -178,6 +194,22 @@ func ParsePolicy(data []byte) (Policy, error) {
 	}
 	policy.MinLoadGap = int64(gap)
 	return policy, policy.Validate()
+}
+
+// hashRingSetting decodes hash_ring: absent is the default ring, else one of hashRingNames.
+func hashRingSetting(raw json.RawMessage) (HashRing, error) {
+	if raw == nil {
+		return HashRingXXH64, nil
+	}
+	var name string
+	if json.Unmarshal(raw, &name) == nil {
+		for h, n := range hashRingNames {
+			if n == name {
+				return HashRing(h), nil
+			}
+		}
+	}
+	return 0, invalid(`hash_ring must be "xxh64" or "smg", got %s`, raw)
 }
 
 // ParseWorkerURLs reads a JSON array of worker URLs, as strictly as ParseConfig reads its list.
@@ -245,6 +277,9 @@ func decodeStrict(data []byte, into any) error {
 // MarshalJSON writes the {"type": ...} form ParsePolicy reads.
 func (p Policy) MarshalJSON() ([]byte, error) {
 	out := map[string]any{"type": p.Kind.String()}
+	if p.Kind.hashes() {
+		out["hash_ring"] = p.HashRing.String()
+	}
 	if p.Kind == PolicyBoundedConsistentHashing {
 		out["max_load_skew"], out["min_load_gap"] = p.MaxLoadSkew, p.MinLoadGap
 	}

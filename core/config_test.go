@@ -97,14 +97,51 @@ func TestConfigRoundTrip(t *testing.T) {
 		assert.Equal(t, 10, back.VirtualNodes)
 		p, err := json.Marshal(cfg.Policy)
 		require.NoError(t, err)
-		assert.JSONEq(t, `{"type": "`+kind.String()+`"}`, string(p))
+		if kind == PolicyConsistentHashing {
+			assert.JSONEq(t, `{"type": "consistent_hashing", "hash_ring": "xxh64"}`, string(p))
+		} else {
+			assert.JSONEq(t, `{"type": "`+kind.String()+`"}`, string(p))
+		}
 	}
 	p, err := json.Marshal(boundedPolicy(1.5, 2))
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2}`, string(p))
+	assert.JSONEq(t, `{"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2, "hash_ring": "xxh64"}`, string(p))
 	back, err := ParsePolicy(p)
 	require.NoError(t, err)
 	assert.Equal(t, boundedPolicy(1.5, 2), back)
+}
+
+func TestParseConfigHashRing(t *testing.T) {
+	for _, policy := range []string{`"type": "consistent_hashing"`, `"type": "bounded_consistent_hashing"`} {
+		cfg, err := ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {` + policy + `}}`))
+		require.NoError(t, err)
+		assert.Equal(t, HashRingXXH64, cfg.Policy.HashRing, "the default")
+		for name, want := range map[string]HashRing{"xxh64": HashRingXXH64, "smg": HashRingSMG} {
+			cfg, err := ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {` + policy + `, "hash_ring": "` + name + `"}}`))
+			require.NoError(t, err, name)
+			assert.Equal(t, want, cfg.Policy.HashRing, name)
+			data, err := json.Marshal(cfg)
+			require.NoError(t, err)
+			back, err := ParseConfig(data)
+			require.NoError(t, err, string(data))
+			assert.Equal(t, cfg, back, string(data))
+		}
+		for _, bad := range []string{`"SMG"`, `"blake3"`, `""`, `1`, `null`, `true`, `["smg"]`} {
+			requireConfigError(t, `{"worker_urls": ["a"], "policy": {`+policy+`, "hash_ring": `+bad+`}}`,
+				"hash_ring", `must be "xxh64" or "smg"`, bad)
+		}
+	}
+	for _, policy := range []string{"random", "round_robin"} {
+		for _, value := range []string{`"smg"`, `"xxh64"`} {
+			requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "`+policy+`", "hash_ring": `+value+`}}`,
+				"hash_ring applies only to consistent_hashing and bounded_consistent_hashing, not "+policy)
+		}
+	}
+	for _, policy := range []Policy{{Kind: PolicyRandom, HashRing: HashRingSMG}, {Kind: PolicyConsistentHashing, HashRing: 2}} {
+		err := policy.Validate()
+		require.ErrorIs(t, err, ErrInvalidConfig)
+		assert.Contains(t, err.Error(), "hash_ring")
+	}
 }
 
 // requireConfigError checks that ParseConfig rejects data with an ErrInvalidConfig whose

@@ -17,7 +17,7 @@ type keyCounts struct {
 	entries []keyCount // a power of two long, at most half full
 	used    int
 	shift   uint // 64 - log2(len(entries))
-	// seed is random per router: key positions are public XXH64 values, and a client that
+	// seed is random per router: key positions are public hash values, and a client that
 	// chooses keys must not be able to pile them into one run of entries.
 	seed uint64
 }

@@ -19,8 +19,8 @@ func newMembership(workers []*worker, r *ring) *membership {
 	return m
 }
 
-// emptyMembership has no workers.
-func emptyMembership() *membership { return newMembership(nil, &ring{}) }
+// emptyMembership has no workers; the workers added to it are placed by hash.
+func emptyMembership(hash HashRing) *membership { return newMembership(nil, &ring{hash: hash}) }
 
 func (m *membership) lookup(url string) (*worker, bool) {
 	i, ok := m.byURL[url]
@@ -30,7 +30,8 @@ func (m *membership) lookup(url string) (*worker, bool) {
 	return m.workers[i], true
 }
 
-// withWorker appends a worker, merging its virtual nodes into the existing ring.
+// withWorker appends a worker, merging its virtual nodes (placed by the ring's hash) into the
+// existing ring.
 func (m *membership) withWorker(w *worker, virtualNodes int) *membership {
 	workers := append(m.workers[:len(m.workers):len(m.workers)], w)
 	urls := append(m.urls[:len(m.urls):len(m.urls)], w.url)
@@ -45,8 +46,8 @@ func (m *membership) withoutWorker(i int) *membership {
 }
 
 // rebuilt is the membership of exactly these workers, with a ring built from scratch.
-func rebuilt(workers []*worker, virtualNodes int) *membership {
+func rebuilt(workers []*worker, hash HashRing, virtualNodes int) *membership {
 	m := newMembership(workers, nil)
-	m.ring = buildRing(m.urls, virtualNodes)
+	m.ring = buildRing(hash, m.urls, virtualNodes)
 	return m
 }

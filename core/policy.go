@@ -24,16 +24,23 @@ func (k PolicyKind) String() string {
 	return "unknown_policy"
 }
 
+// hashes reports whether the policy routes keys on the ring, and so has a hash_ring setting.
+func (k PolicyKind) hashes() bool {
+	return k == PolicyConsistentHashing || k == PolicyBoundedConsistentHashing
+}
+
 // Policy is a policy kind with its settings. MaxLoadSkew and MinLoadGap are used by
-// bounded_consistent_hashing only.
+// bounded_consistent_hashing only; HashRing is set by the hashing policies only (the others
+// keep the default, XXH64, which then places only the keys the router counts).
 type Policy struct {
 	Kind        PolicyKind
 	MaxLoadSkew float64
 	MinLoadGap  int64
+	HashRing    HashRing
 }
 
 // selectWorker returns the index of the chosen worker (or -1) and the branch that chose it.
-// It reads the view and changes nothing. keyPos is KeyPosition(req.RoutingKey), hashed once by
+// It reads the view and changes nothing. keyPos is the position of req.RoutingKey, hashed once by
 // the router because the lease counts the key too.
 func (p *Policy) selectWorker(v *view, req *Request, keyPos uint64) (int, Branch) {
 	if len(v.available) == 0 {

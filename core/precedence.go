@@ -11,7 +11,7 @@ func selectByPrecedence(v *view, req *Request, keyPos uint64, explicit func(posi
 	case len(req.RoutingKey) > 0:
 		return explicit(keyPos)
 	case len(req.ImplicitKey) > 0:
-		return v.preferred(KeyPosition(req.ImplicitKey)), implicitBranch
+		return v.preferred(v.ring.keyPosition(req.ImplicitKey)), implicitBranch
 	default:
 		return v.randomAvailable(), BranchRandomFallback
 	}

@@ -87,7 +87,7 @@ func TestRequestValuesAreNotTrimmed(t *testing.T) {
 	plain := fromHeaders("X-SMG-Routing-Key", "key")
 	assert.Equal(t, []byte(" key "), padded.RoutingKey)
 	assert.NotEqual(t, padded.RoutingKey, plain.RoutingKey)
-	assert.NotEqual(t, KeyPosition(padded.RoutingKey), KeyPosition(plain.RoutingKey))
+	assert.NotEqual(t, HashRingXXH64.Position(padded.RoutingKey), HashRingXXH64.Position(plain.RoutingKey))
 
 	// A padded target is not an index (but the header is present): target_worker_miss.
 	req := fromHeaders("X-SMG-Target-Worker", " 1")

@@ -1,16 +1,50 @@
 package core
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"slices"
 	"sort"
 	"strconv"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/zeebo/blake3"
 )
 
 // DefaultVirtualNodes is the number of ring positions each worker owns unless configured (as SMG).
 const DefaultVirtualNodes = 150
+
+// HashRing names the hash that places virtual nodes and keys on the ring (docs/contract.md,
+// "The ring"). Everything else about the ring is the same for both.
+type HashRing uint8
+
+const (
+	// HashRingXXH64 is this package's ring: XXH64 with seed 0. The default.
+	HashRingXXH64 HashRing = iota
+	// HashRingSMG is SMG's ring: the first 8 bytes, little-endian, of BLAKE3.
+	HashRingSMG
+)
+
+var hashRingNames = [...]string{HashRingXXH64: "xxh64", HashRingSMG: "smg"}
+
+// HashRingNames are the names of the rings, in the order of their values.
+func HashRingNames() []string { return hashRingNames[:] }
+
+func (h HashRing) String() string {
+	if int(h) < len(hashRingNames) {
+		return hashRingNames[h]
+	}
+	return "unknown_hash_ring"
+}
+
+// Position is where data (a routing key, or "<url>#<i>" for a virtual node) lands on the ring.
+func (h HashRing) Position(data []byte) uint64 {
+	if h == HashRingSMG {
+		sum := blake3.Sum256(data)
+		return binary.LittleEndian.Uint64(sum[:8])
+	}
+	return xxhash.Sum64(data)
+}
 
 // ring is an immutable consistent-hash ring. Entry i sits at positions[i] and belongs to the
 // worker at index owners[i] of the membership list it was built for. Keeping positions and
@@ -21,6 +55,8 @@ const DefaultVirtualNodes = 150
 // top bits are >= b. With about one bucket per two entries the search that remains covers a
 // handful of adjacent entries, and the table adds at most 2 bytes per virtual node.
 type ring struct {
+	// hash placed every entry; keys are looked up with the same one.
+	hash      HashRing
 	positions []uint64
 	owners    []uint32
 	buckets   []uint32
@@ -28,10 +64,10 @@ type ring struct {
 	shift uint
 }
 
-// newRing wraps sorted entries and builds their lookup table.
-func newRing(positions []uint64, owners []uint32) *ring {
+// newRing wraps entries placed by hash, sorted, and builds their lookup table.
+func newRing(hash HashRing, positions []uint64, owners []uint32) *ring {
 	if len(positions) == 0 {
-		return &ring{positions: positions, owners: owners}
+		return &ring{hash: hash, positions: positions, owners: owners}
 	}
 	tableBits := max(bits.Len(uint(len(positions)))-2, 0)
 	shift := uint(64 - tableBits)
@@ -45,7 +81,7 @@ func newRing(positions []uint64, owners []uint32) *ring {
 	for ; next < len(buckets); next++ {
 		buckets[next] = uint32(len(positions))
 	}
-	return &ring{positions: positions, owners: owners, buckets: buckets, shift: shift}
+	return &ring{hash: hash, positions: positions, owners: owners, buckets: buckets, shift: shift}
 }
 
 // search returns the index of the first entry at or after position (len(positions) if none).
@@ -58,16 +94,16 @@ func (r *ring) search(position uint64) int {
 	return lo + i
 }
 
-// virtualNodePosition is where virtual node i of a worker sits: XXH64("<url>#<i>"), seed 0.
-func virtualNodePosition(buf []byte, url string, i int) ([]byte, uint64) {
+// virtualNodePosition is where virtual node i of a worker sits: hash("<url>#<i>"), i in decimal.
+func virtualNodePosition(hash HashRing, buf []byte, url string, i int) ([]byte, uint64) {
 	buf = append(buf[:0], url...)
 	buf = append(buf, '#')
 	buf = strconv.AppendInt(buf, int64(i), 10)
-	return buf, xxhash.Sum64(buf)
+	return buf, hash.Position(buf)
 }
 
-// KeyPosition is where a routing key lands on the ring: XXH64(key), seed 0.
-func KeyPosition(key []byte) uint64 { return xxhash.Sum64(key) }
+// keyPosition is where a key lands on this ring.
+func (r *ring) keyPosition(key []byte) uint64 { return r.hash.Position(key) }
 
 // ringEntry is one virtual node while a ring is being assembled.
 type ringEntry struct {
@@ -75,31 +111,32 @@ type ringEntry struct {
 	owner    uint32
 }
 
-// workerEntries returns the sorted virtual nodes of one worker.
-func workerEntries(url string, owner uint32, virtualNodes int) []ringEntry {
+// workerEntries returns the virtual nodes of one worker.
+func workerEntries(hash HashRing, url string, owner uint32, virtualNodes int) []ringEntry {
 	entries := make([]ringEntry, virtualNodes)
 	buf := make([]byte, 0, len(url)+12)
 	for i := range entries {
 		var pos uint64
-		buf, pos = virtualNodePosition(buf, url, i)
+		buf, pos = virtualNodePosition(hash, buf, url, i)
 		entries[i] = ringEntry{position: pos, owner: owner}
 	}
 	return entries
 }
 
 // buildRing builds the ring of a membership list from scratch. The result depends only on the
-// set of URLs: entries are ordered by (position, url), never by membership order.
-func buildRing(urls []string, virtualNodes int) *ring {
+// hash and the set of URLs: entries are ordered by (position, url), never by membership order.
+func buildRing(hash HashRing, urls []string, virtualNodes int) *ring {
 	entries := make([]ringEntry, 0, len(urls)*virtualNodes)
 	for owner, url := range urls {
-		entries = append(entries, workerEntries(url, uint32(owner), virtualNodes)...)
+		entries = append(entries, workerEntries(hash, url, uint32(owner), virtualNodes)...)
 	}
 	slices.SortFunc(entries, func(a, b ringEntry) int { return compareEntries(a, b, urls) })
-	return fromEntries(entries)
+	return fromEntries(hash, entries)
 }
 
 // compareEntries orders by position, then by URL so that equal positions (astronomically rare)
-// still sort the same way in every process.
+// still sort the same way in every process. SMG leaves the order of equal positions
+// unspecified (an unstable sort), so no rule could match it there.
 func compareEntries(a, b ringEntry, urls []string) int {
 	switch {
 	case a.position < b.position:
@@ -116,12 +153,12 @@ func compareEntries(a, b ringEntry, urls []string) int {
 	return 0
 }
 
-func fromEntries(entries []ringEntry) *ring {
+func fromEntries(hash HashRing, entries []ringEntry) *ring {
 	positions, owners := make([]uint64, len(entries)), make([]uint32, len(entries))
 	for i, e := range entries {
 		positions[i], owners[i] = e.position, e.owner
 	}
-	return newRing(positions, owners)
+	return newRing(hash, positions, owners)
 }
 
 // withAppendedWorker returns the ring for urls, whose last element is a worker the receiver
@@ -129,7 +166,7 @@ func fromEntries(entries []ringEntry) *ring {
 // instead of sorting the whole ring again: a binary search finds where each one goes, and the
 // existing entries in between are copied in one go.
 func (r *ring) withAppendedWorker(urls []string, virtualNodes int) *ring {
-	added := workerEntries(urls[len(urls)-1], uint32(len(urls)-1), virtualNodes)
+	added := workerEntries(r.hash, urls[len(urls)-1], uint32(len(urls)-1), virtualNodes)
 	slices.SortFunc(added, func(a, b ringEntry) int { return compareEntries(a, b, urls) })
 	positions := make([]uint64, 0, len(r.positions)+len(added))
 	owners := make([]uint32, 0, len(r.owners)+len(added))
@@ -144,7 +181,7 @@ func (r *ring) withAppendedWorker(urls []string, virtualNodes int) *ring {
 	}
 	positions = append(positions, r.positions[i:]...)
 	owners = append(owners, r.owners[i:]...)
-	return newRing(positions, owners)
+	return newRing(r.hash, positions, owners)
 }
 
 // withoutWorker returns the ring with every virtual node of the worker at index removed dropped,
@@ -161,7 +198,7 @@ func (r *ring) withoutWorker(removed uint32) *ring {
 		}
 		positions, owners = append(positions, r.positions[i]), append(owners, owner)
 	}
-	return newRing(slices.Clip(positions), slices.Clip(owners))
+	return newRing(r.hash, slices.Clip(positions), slices.Clip(owners))
 }
 
 // first walks clockwise from position (wrapping around) and returns the owner of the first

@@ -20,7 +20,7 @@ func TestRingLookupTableMatchesBinarySearch(t *testing.T) {
 			positions[0], positions[1], positions[2] = 0, positions[3], ^uint64(0)
 		}
 		slices.Sort(positions)
-		r := newRing(positions, make([]uint32, n))
+		r := newRing(HashRingXXH64, positions, make([]uint32, n))
 		assert.LessOrEqual(t, 4*len(r.buckets), 2*n+8, "the table costs at most 2 bytes per entry, plus two buckets")
 		probes := []uint64{0, 1, ^uint64(0), ^uint64(0) - 1}
 		for _, p := range positions {
@@ -44,9 +44,9 @@ func TestRingLookupTableMatchesBinarySearch(t *testing.T) {
 
 func TestRingRebuildsKeepTheLookupTable(t *testing.T) {
 	urls := workerURLs(9)
-	base := buildRing(urls[:8], 20)
+	base := buildRing(HashRingXXH64, urls[:8], 20)
 	for _, r := range []*ring{base, base.withAppendedWorker(urls, 20), base.withoutWorker(3)} {
-		fresh := newRing(r.positions, r.owners)
+		fresh := newRing(HashRingXXH64, r.positions, r.owners)
 		assert.Equal(t, fresh.buckets, r.buckets)
 		assert.Equal(t, fresh.shift, r.shift)
 	}

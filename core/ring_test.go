@@ -23,27 +23,42 @@ func ringURLs(r *ring, urls []string) []string {
 
 func acceptAll(uint32) bool { return true }
 
-func TestKeyPositionIsXXH64Seed0(t *testing.T) {
+func TestHashRingPositions(t *testing.T) {
 	// Published XXH64 test vectors (seed 0): a wrong seed or hash would change them.
-	assert.Equal(t, uint64(0xef46db3751d8e999), KeyPosition([]byte("")))
-	assert.Equal(t, uint64(0x44bc2cf5ad770999), KeyPosition([]byte("abc")))
+	assert.Equal(t, uint64(0xef46db3751d8e999), HashRingXXH64.Position([]byte("")))
+	assert.Equal(t, uint64(0x44bc2cf5ad770999), HashRingXXH64.Position([]byte("abc")))
 	for _, k := range []string{"group-17", "session-1", "\x00\xff"} {
-		assert.Equal(t, xxhash.Sum64String(k), KeyPosition([]byte(k)), k)
+		assert.Equal(t, xxhash.Sum64String(k), HashRingXXH64.Position([]byte(k)), k)
 	}
+	// SMG: the first 8 bytes, little-endian, of BLAKE3. "" and "abc" are the published BLAKE3
+	// vectors (af1349b9f5f9a1a6..., 6437b3ac38465133...); the others are from the Python
+	// blake3 package (the Rust implementation SMG uses).
+	for data, want := range map[string]uint64{
+		"":                 0xa6a1f9f5b94913af,
+		"abc":              0x33514638acb33764,
+		"http://w0:8000#7": 0xf2494c4b1291b60b,
+		"session-1":        0x2509834e3d74020b,
+	} {
+		assert.Equal(t, want, HashRingSMG.Position([]byte(data)), "%q", data)
+	}
+	assert.Equal(t, "xxh64", HashRingXXH64.String())
+	assert.Equal(t, "smg", HashRingSMG.String())
 }
 
 func TestVirtualNodePositions(t *testing.T) {
 	const url = "http://w0:8000"
 	for _, i := range []int{0, 1, 9, 10, 99, 149} {
-		_, pos := virtualNodePosition(nil, url, i)
+		_, pos := virtualNodePosition(HashRingXXH64, nil, url, i)
 		assert.Equal(t, xxhash.Sum64String(url+"#"+strconv.Itoa(i)), pos, "vnode %d", i)
 	}
-	_, pos := virtualNodePosition(nil, url, 7)
+	_, pos := virtualNodePosition(HashRingXXH64, nil, url, 7)
 	assert.Equal(t, xxhash.Sum64String("http://w0:8000#7"), pos)
+	_, pos = virtualNodePosition(HashRingSMG, nil, url, 7)
+	assert.Equal(t, uint64(0xf2494c4b1291b60b), pos)
 
 	// The ring holds exactly those positions, sorted, every one owned by its worker.
 	urls := workerURLs(3)
-	r := buildRing(urls, DefaultVirtualNodes)
+	r := buildRing(HashRingXXH64, urls, DefaultVirtualNodes)
 	require.Len(t, r.positions, 3*DefaultVirtualNodes)
 	require.Len(t, r.owners, 3*DefaultVirtualNodes)
 	assert.True(t, slices.IsSorted(r.positions))
@@ -66,18 +81,18 @@ func TestVirtualNodePositions(t *testing.T) {
 
 func TestBuildRingIsDeterministic(t *testing.T) {
 	urls := workerURLs(5)
-	a, b := buildRing(urls, 40), buildRing(slices.Clone(urls), 40)
+	a, b := buildRing(HashRingXXH64, urls, 40), buildRing(HashRingXXH64, slices.Clone(urls), 40)
 	assert.Equal(t, a, b)
 }
 
 func TestRingDependsOnlyOnTheSet(t *testing.T) {
 	urls := workerURLs(8)
-	base := buildRing(urls, DefaultVirtualNodes)
+	base := buildRing(HashRingXXH64, urls, DefaultVirtualNodes)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for trial := 0; trial < 5; trial++ {
 		perm := slices.Clone(urls)
 		rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
-		other := buildRing(perm, DefaultVirtualNodes)
+		other := buildRing(HashRingXXH64, perm, DefaultVirtualNodes)
 		require.Equal(t, base.positions, other.positions)
 		require.Equal(t, ringURLs(base, urls), ringURLs(other, perm))
 
@@ -96,11 +111,11 @@ func TestRingDependsOnlyOnTheSet(t *testing.T) {
 
 func TestRingLookupMatchesModel(t *testing.T) {
 	urls := workerURLs(8)
-	r := buildRing(urls, DefaultVirtualNodes)
+	r := buildRing(HashRingXXH64, urls, DefaultVirtualNodes)
 	ref := newRefRing(urls, DefaultVirtualNodes)
 	for k := 0; k < 2000; k++ {
 		key := []byte("lookup-" + strconv.Itoa(k))
-		got := r.first(KeyPosition(key), acceptAll)
+		got := r.first(HashRingXXH64.Position(key), acceptAll)
 		require.Equal(t, ref.order(key)[0], urls[got], "key %q", key)
 	}
 	// A key landing exactly on a virtual node belongs to that node (first position >= key).
@@ -115,7 +130,7 @@ func TestRingLookupMatchesModel(t *testing.T) {
 
 func TestRingWrapsAround(t *testing.T) {
 	urls := workerURLs(8)
-	r := buildRing(urls, DefaultVirtualNodes)
+	r := buildRing(HashRingXXH64, urls, DefaultVirtualNodes)
 	last := r.positions[len(r.positions)-1]
 	require.Less(t, last, uint64(math.MaxUint64))
 	assert.Equal(t, int(r.owners[0]), r.first(math.MaxUint64, acceptAll))
@@ -126,8 +141,8 @@ func TestRingWrapsAround(t *testing.T) {
 	for k := 0; ; k++ {
 		require.Less(t, k, 10_000_000, "no key above the last entry found")
 		key := []byte("wrap-" + strconv.Itoa(k))
-		if KeyPosition(key) > last {
-			assert.Equal(t, int(r.owners[0]), r.first(KeyPosition(key), acceptAll))
+		if HashRingXXH64.Position(key) > last {
+			assert.Equal(t, int(r.owners[0]), r.first(HashRingXXH64.Position(key), acceptAll))
 			rt := newTestRouter(t, Policy{Kind: PolicyConsistentHashing}, urls)
 			assert.Equal(t, urls[r.owners[0]], selectKey(rt, string(key)).WorkerURL)
 			break
@@ -148,7 +163,7 @@ func TestRingWrapsAround(t *testing.T) {
 
 func TestRingFirstWalksClockwisePastRejectedOwners(t *testing.T) {
 	urls := workerURLs(4)
-	r := buildRing(urls, 20)
+	r := buildRing(HashRingXXH64, urls, 20)
 	for _, start := range []int{0, 5, 33, len(r.positions) - 2} {
 		rejected := map[uint32]bool{r.owners[start]: true}
 		// Also reject the next distinct owner, so the walk has to skip two workers.
@@ -179,19 +194,19 @@ func TestRingFirstWalksClockwisePastRejectedOwners(t *testing.T) {
 }
 
 func TestEmptyRing(t *testing.T) {
-	for _, r := range []*ring{{}, buildRing(nil, DefaultVirtualNodes), emptyMembership().ring} {
+	for _, r := range []*ring{{}, buildRing(HashRingXXH64, nil, DefaultVirtualNodes), emptyMembership(HashRingXXH64).ring} {
 		assert.Equal(t, -1, r.first(0, acceptAll))
 		assert.Equal(t, -1, r.first(12345, acceptAll))
 		assert.Equal(t, -1, r.first(math.MaxUint64, acceptAll))
 	}
 	// Removing the only worker leaves an empty ring.
-	r := buildRing([]string{"http://w0:8000"}, 10).withoutWorker(0)
+	r := buildRing(HashRingXXH64, []string{"http://w0:8000"}, 10).withoutWorker(0)
 	assert.Empty(t, r.positions)
 	assert.Equal(t, -1, r.first(0, acceptAll))
 }
 
 func TestSingleWorkerRingOwnsEveryKey(t *testing.T) {
-	r := buildRing([]string{"only"}, 1)
+	r := buildRing(HashRingXXH64, []string{"only"}, 1)
 	require.Len(t, r.positions, 1)
 	assert.Equal(t, xxhash.Sum64String("only#0"), r.positions[0])
 	for _, pos := range []uint64{0, r.positions[0], r.positions[0] + 1, math.MaxUint64} {
@@ -201,11 +216,11 @@ func TestSingleWorkerRingOwnsEveryKey(t *testing.T) {
 
 func TestRingDistribution(t *testing.T) {
 	urls := workerURLs(8)
-	r := buildRing(urls, DefaultVirtualNodes)
+	r := buildRing(HashRingXXH64, urls, DefaultVirtualNodes)
 	counts := make([]int, len(urls))
 	const keys = 10_000
 	for k := 0; k < keys; k++ {
-		counts[r.first(KeyPosition([]byte("dist-"+strconv.Itoa(k))), acceptAll)]++
+		counts[r.first(HashRingXXH64.Position([]byte("dist-"+strconv.Itoa(k))), acceptAll)]++
 	}
 	fair := float64(keys) / float64(len(urls))
 	for i, c := range counts {
@@ -235,23 +250,24 @@ func workersFor(urls []string) []*worker {
 func TestIncrementalAddMatchesRebuild(t *testing.T) {
 	urls := append(workerURLs(6), "http://other:1", "a", "zzz")
 	for _, vnodes := range []int{1, 7, DefaultVirtualNodes} {
-		m := emptyMembership()
-		for i, u := range urls {
-			m = m.withWorker(newWorker(u, uint32(i+1)), vnodes)
-			want := buildRing(urls[:i+1], vnodes)
-			require.Equal(t, want.positions, m.ring.positions, "after adding %s (vnodes %d)", u, vnodes)
-			require.Equal(t, want.owners, m.ring.owners, "after adding %s (vnodes %d)", u, vnodes)
-			require.Equal(t, urls[:i+1], m.urls)
-			idx, ok := m.byURL[u]
-			require.True(t, ok)
-			require.Equal(t, i, idx)
+		for _, hash := range []HashRing{HashRingXXH64, HashRingSMG} {
+			m := emptyMembership(hash)
+			for i, u := range urls {
+				m = m.withWorker(newWorker(u, uint32(i+1)), vnodes)
+				want := buildRing(hash, urls[:i+1], vnodes)
+				require.Equal(t, want, m.ring, "after adding %s (vnodes %d, %s)", u, vnodes, hash)
+				require.Equal(t, urls[:i+1], m.urls)
+				idx, ok := m.byURL[u]
+				require.True(t, ok)
+				require.Equal(t, i, idx)
+			}
 		}
 	}
 }
 
 func TestIncrementalAddDoesNotMutateTheOldSnapshot(t *testing.T) {
 	urls := workerURLs(3)
-	old := rebuilt(workersFor(urls), 10)
+	old := rebuilt(workersFor(urls), HashRingXXH64, 10)
 	positions, owners := slices.Clone(old.ring.positions), slices.Clone(old.ring.owners)
 	workers := slices.Clone(old.workers)
 	next := old.withWorker(newWorker("http://w3:8000", 99), 10)
@@ -281,13 +297,13 @@ func TestIncrementalRemoveMatchesRebuild(t *testing.T) {
 	urls := workerURLs(6)
 	for _, vnodes := range []int{1, 7, DefaultVirtualNodes} {
 		for removed := range urls {
-			m := rebuilt(workersFor(urls), vnodes)
+			hash := HashRing(removed % 2) // both hashes, alternately
+			m := rebuilt(workersFor(urls), hash, vnodes)
 			before := slices.Clone(m.ring.positions)
 			next := m.withoutWorker(removed)
 			rest := slices.Delete(slices.Clone(urls), removed, removed+1)
-			want := buildRing(rest, vnodes)
-			require.Equal(t, want.positions, next.ring.positions, "removing %d", removed)
-			require.Equal(t, want.owners, next.ring.owners, "removing %d", removed)
+			want := buildRing(hash, rest, vnodes)
+			require.Equal(t, want, next.ring, "removing %d (%s)", removed, hash)
 			require.Equal(t, rest, next.urls)
 			for i, w := range next.workers {
 				require.Equal(t, rest[i], w.url)
@@ -302,20 +318,22 @@ func TestIncrementalRemoveMatchesRebuild(t *testing.T) {
 }
 
 func TestIncrementalSequenceMatchesRebuild(t *testing.T) {
-	// A random sequence of adds and removes always yields the ring of the current list.
-	rng := rand.New(rand.NewPCG(7, 7))
-	m := emptyMembership()
-	next := 0
-	for step := 0; step < 60; step++ {
-		if len(m.workers) == 0 || rng.IntN(3) > 0 {
-			u := "http://n" + strconv.Itoa(next)
-			next++
-			m = m.withWorker(newWorker(u, uint32(next)), 13)
-		} else {
-			m = m.withoutWorker(rng.IntN(len(m.workers)))
+	// A random sequence of adds and removes always yields the ring of the current list, placed
+	// by the hash the ring started with.
+	for _, hash := range []HashRing{HashRingXXH64, HashRingSMG} {
+		rng := rand.New(rand.NewPCG(7, 7))
+		m := emptyMembership(hash)
+		next := 0
+		for step := 0; step < 60; step++ {
+			if len(m.workers) == 0 || rng.IntN(3) > 0 {
+				u := "http://n" + strconv.Itoa(next)
+				next++
+				m = m.withWorker(newWorker(u, uint32(next)), 13)
+			} else {
+				m = m.withoutWorker(rng.IntN(len(m.workers)))
+			}
+			want := buildRing(hash, m.urls, 13)
+			require.Equal(t, want, m.ring, "step %d (%s)", step, hash)
 		}
-		want := buildRing(m.urls, 13)
-		require.Equal(t, want.positions, m.ring.positions, "step %d", step)
-		require.Equal(t, want.owners, m.ring.owners, "step %d", step)
 	}
 }

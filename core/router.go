@@ -36,8 +36,8 @@ func NewRouter(cfg Config) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Router{policy: cfg.Policy, virtualNodes: cfg.VirtualNodes, members: emptyMembership(), view: newView(), keys: newKeyCounts()}
-	r.install(rebuilt(r.newWorkers(cfg.WorkerURLs, r.members), r.virtualNodes))
+	r := &Router{policy: cfg.Policy, virtualNodes: cfg.VirtualNodes, members: emptyMembership(cfg.Policy.HashRing), view: newView(), keys: newKeyCounts()}
+	r.install(rebuilt(r.newWorkers(cfg.WorkerURLs, r.members), r.policy.HashRing, r.virtualNodes))
 	return r, nil
 }
 
@@ -71,7 +71,7 @@ func (r *Router) Route(req *Request) Decision { return r.ReleaseThenRoute(0, req
 // the library cost more than the work behind them uses it to pass a release on with its next
 // route instead of making a call of its own.
 func (r *Router) ReleaseThenRoute(previous LeaseID, req *Request) Decision {
-	key := explicitKeyOf(req.RoutingKey)
+	key := r.explicitKeyOf(req.RoutingKey)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if previous != 0 {
@@ -99,16 +99,17 @@ type explicitKey struct {
 	position uint64
 }
 
-func explicitKeyOf(routingKey []byte) explicitKey {
+// explicitKeyOf hashes a routing key with the hash of the router's ring (the policy's, fixed).
+func (r *Router) explicitKeyOf(routingKey []byte) explicitKey {
 	if len(routingKey) == 0 {
 		return explicitKey{}
 	}
-	return explicitKey{present: true, position: KeyPosition(routingKey)}
+	return explicitKey{present: true, position: r.policy.HashRing.Position(routingKey)}
 }
 
 // Select chooses a worker like Route but counts nothing and takes no lease.
 func (r *Router) Select(req *Request) Decision {
-	key := explicitKeyOf(req.RoutingKey)
+	key := r.explicitKeyOf(req.RoutingKey)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	d, _, _ := r.decide(req, key)
@@ -135,7 +136,7 @@ func (r *Router) decide(req *Request, key explicitKey) (d Decision, chosen, pref
 // Acquire counts a request on a worker chosen elsewhere (a load token without a routing
 // decision). The worker must be a member; it need not be healthy.
 func (r *Router) Acquire(url string, routingKey []byte) (LeaseID, WorkerState, error) {
-	key := explicitKeyOf(routingKey)
+	key := r.explicitKeyOf(routingKey)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w, ok := r.members.lookup(url)
@@ -305,7 +306,7 @@ func (r *Router) SetWorkers(urls []string) error {
 	}
 	r.membershipMu.Lock()
 	defer r.membershipMu.Unlock()
-	r.install(rebuilt(r.newWorkers(urls, r.members), r.virtualNodes))
+	r.install(rebuilt(r.newWorkers(urls, r.members), r.policy.HashRing, r.virtualNodes))
 	return nil
 }
 

@@ -181,8 +181,32 @@ func BenchmarkRingMemory(b *testing.B) {
 	urls := benchWorkerURLs(1024)
 	var rg *ring
 	for i := 0; i < b.N; i++ {
-		rg = buildRing(urls, DefaultVirtualNodes)
+		rg = buildRing(HashRingXXH64, urls, DefaultVirtualNodes)
 	}
 	bytes := cap(rg.positions)*8 + cap(rg.owners)*4 + cap(rg.buckets)*4
 	b.ReportMetric(float64(bytes)/float64(len(rg.positions)), "bytes/vnode")
+}
+
+// BenchmarkRingHashRouteRelease is BenchmarkRouteRelease (idle) with each hash ring: the keys
+// are hashed once per route, with XXH64 or with SMG's BLAKE3.
+func BenchmarkRingHashRouteRelease(b *testing.B) {
+	keys := benchKeys(4096)
+	for _, hash := range []HashRing{HashRingXXH64, HashRingSMG} {
+		for _, n := range []int{8, 1024} {
+			b.Run(fmt.Sprintf("hash_ring=%s/workers=%d", hash, n), func(b *testing.B) {
+				cfg := DefaultConfig(benchWorkerURLs(n)...)
+				cfg.Policy.HashRing = hash
+				r, err := NewRouter(cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					req := KeyRequest(keys[i&4095])
+					r.Release(r.Route(&req).Lease, false)
+				}
+			})
+		}
+	}
 }

@@ -383,7 +383,7 @@ func TestSetWorkers(t *testing.T) {
 	assert.Equal(t, WorkerState{URL: urls[2], ID: idsBefore[urls[2]], Healthy: true, Load: 3}, ws[1])
 	assert.Equal(t, WorkerState{URL: urls[1], ID: idsBefore[urls[1]], Healthy: false, Load: 2}, ws[2])
 	assert.Equal(t, int64(3), r.view.availableLoad)
-	assert.Equal(t, buildRing(next, DefaultVirtualNodes).positions, r.members.ring.positions)
+	assert.Equal(t, buildRing(HashRingXXH64, next, DefaultVirtualNodes).positions, r.members.ring.positions)
 
 	// Rejected lists leave the membership as it was.
 	assert.ErrorIs(t, r.SetWorkers([]string{urls[0], urls[0]}), ErrDuplicateWorker)

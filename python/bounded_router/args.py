@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 from typing import List
 
-from .policy import DEFAULT_MAX_LOAD_SKEW, DEFAULT_MIN_LOAD_GAP, DEFAULT_VIRTUAL_NODES, PolicyType
+from .policy import DEFAULT_HASH_RING, DEFAULT_MAX_LOAD_SKEW, DEFAULT_MIN_LOAD_GAP, DEFAULT_VIRTUAL_NODES, HASH_RINGS, PolicyType
 
 __all__ = ["RouterArgs"]
 
@@ -25,9 +25,10 @@ _POLICY_CHOICES = [member.value for member in PolicyType]
 class RouterArgs:
     """Everything needed to build a :class:`~bounded_router.Router`.
 
-    ``max_load_skew`` and ``min_load_gap`` apply to ``bounded_consistent_hashing`` only; with
-    another policy :meth:`Router.from_args <bounded_router.Router.from_args>` ignores them and
-    warns about values that differ from the defaults (see
+    ``max_load_skew`` and ``min_load_gap`` apply to ``bounded_consistent_hashing`` only, and
+    ``hash_ring`` to both hashing policies; with another policy :meth:`Router.from_args
+    <bounded_router.Router.from_args>` ignores them and warns about values that differ from the
+    defaults (see
     :func:`~bounded_router.policy.resolve_policy`).
     """
 
@@ -36,6 +37,7 @@ class RouterArgs:
     max_load_skew: float = DEFAULT_MAX_LOAD_SKEW
     min_load_gap: int = DEFAULT_MIN_LOAD_GAP
     virtual_nodes: int = DEFAULT_VIRTUAL_NODES
+    hash_ring: str = DEFAULT_HASH_RING
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser, use_router_prefix: bool = False) -> None:
@@ -81,6 +83,14 @@ class RouterArgs:
             type=int,
             default=RouterArgs.virtual_nodes,
             help="hash ring positions per worker (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--%shash-ring" % prefix,
+            type=str,
+            default=RouterArgs.hash_ring,
+            choices=HASH_RINGS,
+            help="consistent_hashing and bounded_consistent_hashing: the ring's hash, xxh64 or smg "
+            "(SMG's BLAKE3 ring: keys go to the same workers as under SMG) (default: %(default)s)",
         )
 
     @classmethod

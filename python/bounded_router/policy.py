@@ -14,7 +14,7 @@ import numbers
 import warnings
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Dict, Mapping, Union
+from typing import Any, Callable, Dict, Mapping, Tuple, Union
 
 __all__ = [
     "PolicyType",
@@ -30,6 +30,8 @@ __all__ = [
     "DEFAULT_MAX_LOAD_SKEW",
     "DEFAULT_MIN_LOAD_GAP",
     "DEFAULT_VIRTUAL_NODES",
+    "DEFAULT_HASH_RING",
+    "HASH_RINGS",
 ]
 
 #: Default relative bound of ``bounded_consistent_hashing`` (docs/contract.md, "The bounded rule").
@@ -38,6 +40,11 @@ DEFAULT_MAX_LOAD_SKEW = 1.5
 DEFAULT_MIN_LOAD_GAP = 2
 #: Ring positions per worker unless configured (as SMG; docs/contract.md, "The hash ring").
 DEFAULT_VIRTUAL_NODES = 150
+#: The rings of the hashing policies: ``"xxh64"`` (this package's, the default) and ``"smg"``
+#: (SMG's BLAKE3 ring: a key goes to the same worker as under SMG's ``consistent_hashing``).
+#: See docs/contract.md, "The ring".
+HASH_RINGS = ("xxh64", "smg")
+DEFAULT_HASH_RING = HASH_RINGS[0]
 
 
 class PolicyType(Enum):
@@ -91,6 +98,12 @@ def _check_min_load_gap(value: Any) -> int:
     return number
 
 
+def _check_hash_ring(value: Any) -> str:
+    if not isinstance(value, str) or value not in HASH_RINGS:
+        raise ValueError("hash_ring must be one of %s, got %r" % (", ".join(map(repr, HASH_RINGS)), value))
+    return value
+
+
 @dataclass(frozen=True)
 class RandomConfig:
     """Policy ``random``: a uniformly random available worker."""
@@ -119,15 +132,24 @@ class RoundRobinConfig:
 
 @dataclass(frozen=True)
 class ConsistentHashingConfig:
-    """Policy ``consistent_hashing``: strict consistent hashing of the routing key, never spills."""
+    """Policy ``consistent_hashing``: strict consistent hashing of the routing key, never spills.
+
+    Attributes:
+        hash_ring: ``"xxh64"`` (default) or ``"smg"``, SMG's ring (see :data:`HASH_RINGS`).
+    """
+
+    hash_ring: str = DEFAULT_HASH_RING
+
+    def __post_init__(self) -> None:
+        _check_hash_ring(self.hash_ring)
 
     @property
     def policy_type(self) -> PolicyType:
         return PolicyType.ConsistentHashing
 
     def to_dict(self) -> Dict[str, Any]:
-        """Return ``{"type": "consistent_hashing"}``."""
-        return {"type": PolicyType.ConsistentHashing.value}
+        """Return ``{"type": "consistent_hashing", "hash_ring": ...}``."""
+        return {"type": PolicyType.ConsistentHashing.value, "hash_ring": self.hash_ring}
 
 
 @dataclass(frozen=True)
@@ -141,6 +163,7 @@ class BoundedConsistentHashingConfig:
     Attributes:
         max_load_skew: the relative bound, a finite number >= 1.0 (stored as a float).
         min_load_gap: the absolute gap in requests, an integer >= 0 (not a bool or a float).
+        hash_ring: ``"xxh64"`` (default) or ``"smg"``, SMG's ring (see :data:`HASH_RINGS`).
 
     Raises:
         ValueError: naming the field and its rule when a value breaks it.
@@ -148,21 +171,24 @@ class BoundedConsistentHashingConfig:
 
     max_load_skew: float = DEFAULT_MAX_LOAD_SKEW
     min_load_gap: int = DEFAULT_MIN_LOAD_GAP
+    hash_ring: str = DEFAULT_HASH_RING
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_load_skew", _check_max_load_skew(self.max_load_skew))
         object.__setattr__(self, "min_load_gap", _check_min_load_gap(self.min_load_gap))
+        _check_hash_ring(self.hash_ring)
 
     @property
     def policy_type(self) -> PolicyType:
         return PolicyType.BoundedConsistentHashing
 
     def to_dict(self) -> Dict[str, Any]:
-        """Return ``{"type": "bounded_consistent_hashing", "max_load_skew": ..., "min_load_gap": ...}``."""
+        """Return ``{"type": "bounded_consistent_hashing", "max_load_skew": ..., "min_load_gap": ..., "hash_ring": ...}``."""
         return {
             "type": PolicyType.BoundedConsistentHashing.value,
             "max_load_skew": self.max_load_skew,
             "min_load_gap": self.min_load_gap,
+            "hash_ring": self.hash_ring,
         }
 
 
@@ -200,38 +226,44 @@ def config_from_dict(data: Mapping[str, Any]) -> PolicyConfig:
         policy = policy_from_str(name)
     except KeyError as e:
         raise ValueError("policy config type: %s" % e.args[0]) from None
-    allowed = ("max_load_skew", "min_load_gap") if policy is PolicyType.BoundedConsistentHashing else ()
+    allowed = [name for name, (_, policies) in _SETTINGS.items() if policy in policies]
     unknown = sorted(set(fields) - set(allowed))
     if unknown:
         raise ValueError("policy %s has no setting %s" % (policy.value, ", ".join(map(repr, unknown))))
     return _CONFIG_CLASSES[policy](**fields)
 
 
-#: The settings of bounded_consistent_hashing and their defaults, in the order they are named.
-_BOUNDED_SETTINGS = (("max_load_skew", DEFAULT_MAX_LOAD_SKEW), ("min_load_gap", DEFAULT_MIN_LOAD_GAP))
+#: The settings passed next to a policy: their defaults and the policies that have them.
+_SETTINGS: Dict[str, Tuple[Any, Tuple[PolicyType, ...]]] = {
+    "max_load_skew": (DEFAULT_MAX_LOAD_SKEW, (PolicyType.BoundedConsistentHashing,)),
+    "min_load_gap": (DEFAULT_MIN_LOAD_GAP, (PolicyType.BoundedConsistentHashing,)),
+    "hash_ring": (DEFAULT_HASH_RING, (PolicyType.ConsistentHashing, PolicyType.BoundedConsistentHashing)),
+}
 
 
-def resolve_policy(policy: Any, max_load_skew: Any = None, min_load_gap: Any = None) -> PolicyConfig:
+def resolve_policy(policy: Any, **settings: Any) -> PolicyConfig:
     """The typed config of ``policy`` (a :class:`PolicyType`, a policy name or a typed config)
-    with the settings given next to it.
+    with the settings given next to it (``max_load_skew``, ``min_load_gap``, ``hash_ring``; None:
+    the default).
 
-    ``max_load_skew`` and ``min_load_gap`` (None: the default) belong to
-    ``bounded_consistent_hashing``. With another policy they are accepted and ignored, as
-    ``sglang_router`` does, so that a launcher can switch ``--policy`` while passing the same
-    flags; one :class:`UserWarning` names those that differ from their defaults.
+    A setting the policy does not have is accepted and ignored, as ``sglang_router`` does, so
+    that a launcher can switch ``--policy`` while passing the same flags; one
+    :class:`UserWarning` names those that differ from their defaults.
 
     Raises:
-        ValueError: an unknown policy, a setting that breaks its rule, or a setting passed both
-            in a bounded config and next to it.
+        ValueError: an unknown policy or setting, a setting that breaks its rule, or a setting
+            passed both in a typed config and next to it.
     """
-    given = {"max_load_skew": max_load_skew, "min_load_gap": min_load_gap}
+    unknown = sorted(set(settings) - set(_SETTINGS))
+    if unknown:
+        raise ValueError("unknown policy setting %s" % ", ".join(map(repr, unknown)))
+    given = {name: value for name, value in settings.items() if value is not None}
     if isinstance(policy, CONFIG_TYPES):
+        kind = policy.policy_type
+        clash = sorted(name for name in given if kind in _SETTINGS[name][1])
+        if clash:
+            raise ValueError("%s cannot be passed next to a %s: set them in the config" % (", ".join(clash), type(policy).__name__))
         config: PolicyConfig = policy
-        if isinstance(policy, BoundedConsistentHashingConfig) and (max_load_skew is not None or min_load_gap is not None):
-            raise ValueError(
-                "max_load_skew and min_load_gap cannot be passed next to a BoundedConsistentHashingConfig: "
-                "set them in the config"
-            )
     else:
         if isinstance(policy, PolicyType):
             kind = policy
@@ -242,20 +274,12 @@ def resolve_policy(policy: Any, max_load_skew: Any = None, min_load_gap: Any = N
                 raise ValueError("policy: %s" % e.args[0]) from None
         else:
             raise ValueError("policy must be a PolicyType, a policy name or a policy config, got %r" % (policy,))
-        if kind is PolicyType.BoundedConsistentHashing:
-            settings: Dict[str, Any] = {name: default if given[name] is None else given[name] for name, default in _BOUNDED_SETTINGS}
-            return BoundedConsistentHashingConfig(**settings)
-        config = default_config(kind)
+        config = _CONFIG_CLASSES[kind](**{name: value for name, value in given.items() if kind in _SETTINGS[name][1]})
     ignored = [
-        "%s=%r" % (name, given[name])
-        for name, default in _BOUNDED_SETTINGS
-        if given[name] is not None and given[name] != default
+        "%s=%r" % (name, value)
+        for name, value in given.items()
+        if kind not in _SETTINGS[name][1] and value != _SETTINGS[name][0]
     ]
     if ignored:
-        warnings.warn(
-            "%s: no effect with policy %s (these settings apply to bounded_consistent_hashing only)"
-            % (", ".join(ignored), config.policy_type.value),
-            UserWarning,
-            stacklevel=3,
-        )
+        warnings.warn("%s: no effect with policy %s" % (", ".join(ignored), kind.value), UserWarning, stacklevel=3)
     return config

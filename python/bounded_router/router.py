@@ -96,10 +96,13 @@ class Router:
             Ignored by the other policies, with a warning when not the default.
         virtual_nodes: ring positions per worker (default 150), from 1 to 65536; the workers
             times the virtual nodes may be at most 4,194,304.
+        hash_ring: the hashing policies' ring, ``"xxh64"`` (default) or ``"smg"`` (SMG's ring:
+            keys go where SMG sends them). Ignored by the other policies, with a warning when
+            not the default.
 
     Raises:
         ValueError: a setting breaks its rule, an unknown policy name, an empty or duplicate
-            URL, or skew/gap given next to a BoundedConsistentHashingConfig.
+            URL, or a setting given both in a typed config and next to it.
         TypeError: a URL is not a str.
 
     All methods are thread-safe. A router is a context manager that closes it on exit; using
@@ -113,9 +116,11 @@ class Router:
         max_load_skew: Optional[float] = None,
         min_load_gap: Optional[int] = None,
         virtual_nodes: int = DEFAULT_VIRTUAL_NODES,
+        *,
+        hash_ring: Optional[str] = None,
     ) -> None:
         urls = _url_list(worker_urls, "worker_urls")
-        self._policy = resolve_policy(policy, max_load_skew, min_load_gap)
+        self._policy = resolve_policy(policy, max_load_skew=max_load_skew, min_load_gap=min_load_gap, hash_ring=hash_ring)
         if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int):
             raise ValueError("virtual_nodes must be an integer, got %r" % (virtual_nodes,))
         config = {"worker_urls": urls, "policy": self._policy.to_dict(), "virtual_nodes": int(virtual_nodes)}
@@ -125,10 +130,12 @@ class Router:
     def from_args(cls, args: RouterArgs) -> Router:
         """Build a router from :class:`RouterArgs` (e.g. parsed command-line flags).
 
-        With a policy other than ``bounded_consistent_hashing``, ``max_load_skew`` and
-        ``min_load_gap`` are ignored, with a warning when they differ from the defaults.
+        Settings the policy does not have are ignored, with a warning when they differ from the
+        defaults.
         """
-        return cls(args.worker_urls, args.policy, args.max_load_skew, args.min_load_gap, args.virtual_nodes)
+        return cls(
+            args.worker_urls, args.policy, args.max_load_skew, args.min_load_gap, args.virtual_nodes, hash_ring=args.hash_ring
+        )
 
     # -- state -------------------------------------------------------------------------------
 

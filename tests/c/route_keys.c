@@ -1,6 +1,6 @@
 // Proves the C API is usable without Python: builds a bounded router over four workers, routes
-// a few keys, checks affinity, spill, release, error handling and JSON output, and exits 0 only
-// when every check holds.
+// a few keys, checks affinity, spill, release, error handling, JSON output and SMG's hash ring,
+// and exits 0 only when every check holds.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +107,23 @@ int main(void) {
 	CHECK(br_router_free(router) == BR_OK, "free");
 	CHECK(br_router_free(router) == BR_ERR_INVALID_HANDLE, "double free");
 	CHECK(route(router, "k", first) == BR_ERR_INVALID_HANDLE, "route on a closed router");
+
+	// hash_ring "smg" through the JSON config: three keys SMG 1.13.0 placed in front of these two
+	// workers (tests/testdata/smg_ring_2.json) land as it placed them: the first two on
+	// :42597, the third on :34219. The default ring would put the first with the third.
+	const char *smg_config =
+		"{\"worker_urls\": [\"http://127.0.0.1:42597\", \"http://127.0.0.1:34219\"],"
+		" \"policy\": {\"type\": \"consistent_hashing\", \"hash_ring\": \"smg\"}}";
+	uint64_t smg_router = 0, a[2], b[2], c[2];
+	CHECK(br_router_new((char *)smg_config, strlen(smg_config), &smg_router) == BR_OK, "router_new with hash_ring smg");
+	CHECK(route(smg_router, "session-509566391", a) >= 0 && route(smg_router, "session-631827746", b) >= 0 &&
+			  route(smg_router, "session-22242603", c) >= 0,
+		  "smg routes");
+	CHECK(chosen(a) == chosen(b) && chosen(a) != chosen(c), "SMG's placement: %u %u %u", chosen(a), chosen(b), chosen(c));
+	CHECK(br_router_free(smg_router) == BR_OK, "free the smg router");
+	const char *bad_ring = "{\"policy\": {\"type\": \"consistent_hashing\", \"hash_ring\": \"md5\"}}";
+	CHECK(br_router_new((char *)bad_ring, strlen(bad_ring), &smg_router) == BR_ERR_INVALID_ARGUMENT, "bad hash_ring");
+	CHECK(strstr(br_last_error(), "hash_ring") != NULL, "error names hash_ring: %s", br_last_error());
 
 	if (failures) {
 		fprintf(stderr, "C API: %d checks failed\n", failures);

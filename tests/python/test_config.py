@@ -23,6 +23,7 @@ from bounded_router import (
     config_from_dict,
     policy_from_str,
 )
+from bounded_router.policy import default_config
 from support import W, urls
 
 NAMES = ["random", "round_robin", "consistent_hashing", "bounded_consistent_hashing"]
@@ -100,14 +101,15 @@ def test_skew_accepted_iff_finite_and_at_least_one(value):
     [
         (RandomConfig(), {"type": "random"}),
         (RoundRobinConfig(), {"type": "round_robin"}),
-        (ConsistentHashingConfig(), {"type": "consistent_hashing"}),
+        (ConsistentHashingConfig(), {"type": "consistent_hashing", "hash_ring": "xxh64"}),
+        (ConsistentHashingConfig(hash_ring="smg"), {"type": "consistent_hashing", "hash_ring": "smg"}),
         (
             BoundedConsistentHashingConfig(),
-            {"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2},
+            {"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2, "hash_ring": "xxh64"},
         ),
         (
-            BoundedConsistentHashingConfig(max_load_skew=3, min_load_gap=0),
-            {"type": "bounded_consistent_hashing", "max_load_skew": 3.0, "min_load_gap": 0},
+            BoundedConsistentHashingConfig(max_load_skew=3, min_load_gap=0, hash_ring="smg"),
+            {"type": "bounded_consistent_hashing", "max_load_skew": 3.0, "min_load_gap": 0, "hash_ring": "smg"},
         ),
     ],
 )
@@ -268,17 +270,47 @@ def test_router_accepts_any_iterable_and_no_workers(make_router):
         assert router.loads() == {}
 
 
+@pytest.mark.parametrize("make", [ConsistentHashingConfig, BoundedConsistentHashingConfig])
+@pytest.mark.parametrize("value", ["SMG", "blake3", "", None, 1, b"smg"])
+def test_hash_ring_must_be_xxh64_or_smg(make, value):
+    with pytest.raises(ValueError, match=r"hash_ring must be one of 'xxh64', 'smg', got "):
+        make(hash_ring=value)
+
+
+@pytest.mark.parametrize("policy", ["random", "round_robin"])
+def test_hash_ring_is_ignored_with_a_warning_by_policies_that_do_not_hash(policy):
+    with pytest.raises(ValueError, match="policy %s has no setting 'hash_ring'" % policy):
+        config_from_dict({"type": policy, "hash_ring": "smg"})
+    with pytest.warns(UserWarning, match="hash_ring='smg': no effect with policy %s" % policy) as caught:
+        router = Router.from_args(RouterArgs(worker_urls=[W[0]], policy=policy, hash_ring="smg"))
+    assert len(caught) == 1
+    with router:
+        assert router.policy == default_config(PolicyType(policy))
+
+
+def test_hash_ring_reaches_the_library(make_router):
+    """The typed config's hash_ring is the library's: a router built from it reports it back,
+    and the two rings place keys differently."""
+    smg = make_router(4, policy=ConsistentHashingConfig(hash_ring="smg"))
+    xxh = make_router(4, policy=ConsistentHashingConfig())
+    assert smg.policy.hash_ring == "smg"
+    keys = ["k%d" % i for i in range(200)]
+    differ = sum(smg.select(k).worker_url != xxh.select(k).worker_url for k in keys)
+    assert differ > 100  # about 3/4 of the keys with 4 workers
+
+
 # -- RouterArgs ----------------------------------------------------------------------------
 
 
 def test_router_args_defaults():
     args = RouterArgs()
-    assert (args.worker_urls, args.policy, args.max_load_skew, args.min_load_gap, args.virtual_nodes) == (
+    assert (args.worker_urls, args.policy, args.max_load_skew, args.min_load_gap, args.virtual_nodes, args.hash_ring) == (
         [],
         "bounded_consistent_hashing",
         1.5,
         2,
         150,
+        "xxh64",
     )
 
 
@@ -316,6 +348,20 @@ def test_cli_bounded_settings(prefix):
     assert (args.policy, args.max_load_skew, args.min_load_gap) == ("bounded_consistent_hashing", 2.5, 4)
     with Router.from_args(args) as router:
         assert router.policy == BoundedConsistentHashingConfig(2.5, 4)
+
+
+@pytest.mark.parametrize("prefix", [False, True])
+@pytest.mark.parametrize("policy, config", [("consistent_hashing", ConsistentHashingConfig), ("bounded_consistent_hashing", BoundedConsistentHashingConfig)])
+def test_cli_hash_ring(prefix, policy, config):
+    parser = argparse.ArgumentParser()
+    RouterArgs.add_cli_args(parser, use_router_prefix=prefix)
+    p = "--router-" if prefix else "--"
+    args = RouterArgs.from_cli_args(parser.parse_args([p + "worker-urls", W[0], p + "policy", policy, p + "hash-ring", "smg"]), use_router_prefix=prefix)
+    assert args.hash_ring == "smg"
+    with Router.from_args(args) as router:
+        assert router.policy == config(hash_ring="smg")
+    with pytest.raises(SystemExit):
+        parser.parse_args([p + "hash-ring", "blake3"])
 
 
 def test_cli_defaults_and_choices():

@@ -87,6 +87,8 @@ def test_python_defaults_are_the_library_defaults(constants):
     assert policy.DEFAULT_MAX_LOAD_SKEW == defaults["max_load_skew"]
     assert policy.DEFAULT_MIN_LOAD_GAP == defaults["min_load_gap"]
     assert policy.DEFAULT_VIRTUAL_NODES == defaults["virtual_nodes"]
+    assert policy.DEFAULT_HASH_RING == defaults["hash_ring"]
+    assert policy.HASH_RINGS == tuple(constants["hash_rings"])
     assert BoundedConsistentHashingConfig() == BoundedConsistentHashingConfig(defaults["max_load_skew"], defaults["min_load_gap"])
     args = RouterArgs()
     assert (args.policy, args.max_load_skew, args.min_load_gap, args.virtual_nodes) == (
@@ -96,7 +98,9 @@ def test_python_defaults_are_the_library_defaults(constants):
     assert signature.parameters["policy"].default.value == defaults["policy"]
     assert signature.parameters["virtual_nodes"].default == defaults["virtual_nodes"]
     with Router(["http://w0"]) as router:
-        assert router.policy.to_dict() == {"type": defaults["policy"], "max_load_skew": 1.5, "min_load_gap": 2}
+        assert router.policy.to_dict() == {
+            "type": defaults["policy"], "max_load_skew": 1.5, "min_load_gap": 2, "hash_ring": defaults["hash_ring"]
+        }
 
 
 def test_python_policies_limits_and_headers_are_the_library_ones(constants):

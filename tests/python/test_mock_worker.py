@@ -6,7 +6,7 @@ from typing import Any, Iterator
 
 import httpx
 import pytest
-from integration_support import completion, events, streamed_text
+from integration_support import completion, events, streamed_text, wait_for
 
 from bounded_router.simulate.model import CostModel
 from bounded_router.testing.fleet import ServerProcess, start_mock_worker
@@ -85,3 +85,105 @@ def test_unknown_endpoint_and_method(client: httpx.Client) -> None:
     assert client.get("/v2/nothing").status_code == 404
     assert client.get("/v1/completions").status_code == 405
     assert client.get("/health").json() == {"healthy": True, "worker": "m"}
+
+
+# -- what SMG and sglang-router probe and send (SMG 1.13.0 asks for /health, /v1/models,
+# /model_info then /get_model_info, /server_info, /version, then polls /loads, /v1/loads and
+# /metrics; it refuses a completion body without "model" and sends unset fields as null) --
+
+
+def test_probes_describe_an_sglang_worker_of_the_model(client: httpx.Client) -> None:
+    models = client.get("/v1/models").json()
+    assert models["object"] == "list"
+    assert [(m["id"], m["owned_by"]) for m in models["data"]] == [("mock-model", "sglang")]
+    for path in ("/model_info", "/get_model_info"):
+        assert client.get(path).json() == {"model_path": "mock-model", "tokenizer_path": "mock-model", "is_generation": True}
+    for path in ("/server_info", "/get_server_info"):
+        info = client.get(path).json()
+        assert (info["served_model_name"], info["model_path"], info["dp_size"], info["page_size"]) == ("mock-model", "mock-model", 1, 4)
+    assert client.get("/version").json() == {"version": "0.0.0-mock"}
+    assert client.get("/health_generate").json() == {"healthy": True, "worker": "m"}
+    for path in ("/v1/models", "/server_info", "/v1/loads", "/metrics"):
+        assert client.get(path).headers["x-mock-worker"] == "m"
+        assert client.post(path).status_code == 404
+
+
+def _loads(client: httpx.Client) -> Any:
+    report = client.get("/v1/loads").json()
+    assert client.get("/loads").json() == report
+    (load,) = report["loads"]
+    metrics = client.get("/metrics")
+    assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
+    running = [line for line in metrics.text.splitlines() if line.startswith("sglang:num_running_reqs{")]
+    assert running == ['sglang:num_running_reqs{model_name="mock-model"} %d' % load["num_running_reqs"]]
+    return load["num_running_reqs"], client.get("/get_load").json()[0]["num_reqs"]
+
+
+def test_loads_count_the_requests_in_flight(client: httpx.Client) -> None:
+    assert _loads(client) == (0, 0)
+    with client.stream("POST", "/v1/completions", json=completion("a b c", 100000)) as r:
+        lines = r.iter_lines()  # kept: a dropped iterator closes the stream
+        assert next(lines).startswith("data: ")  # the first token: the request is being decoded
+        assert _loads(client) == (1, 1)
+    wait_for(lambda: client.get("/stats").json()["active"] == 0, "the cancelled stream to end")
+    assert _loads(client) == (0, 0)
+
+
+def _chat(prompt_parts: Any, **extra: Any) -> Any:
+    return dict({"model": "mock-model", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": prompt_parts}]}, **extra)
+
+
+def test_chat_completion(client: httpx.Client) -> None:
+    r = client.post("/v1/chat/completions", json=_chat("one two", max_tokens=3))
+    assert r.status_code == 200 and r.headers["x-mock-worker"] == "m"
+    answer = r.json()
+    assert (answer["object"], answer["model"]) == ("chat.completion", "mock-model")
+    assert answer["choices"] == [
+        {"index": 0, "message": {"role": "assistant", "content": expected_text("be brief\none two", 3)}, "finish_reason": "length"}
+    ]
+    assert answer["usage"]["prompt_tokens"] == 4 and answer["usage"]["completion_tokens"] == 3
+
+
+def test_chat_completion_streams_deltas(client: httpx.Client) -> None:
+    parts = [{"type": "text", "text": "one"}, {"type": "image_url", "image_url": {"url": "x"}}, {"type": "text", "text": "two"}]
+    with client.stream("POST", "/v1/chat/completions", json=_chat(parts, stream=True, max_completion_tokens=4)) as r:
+        assert r.status_code == 200 and r.headers["content-type"] == "text/event-stream"
+        evs = events(list(r.iter_lines()))
+    assert evs[-1] == "[DONE]"
+    chunks = [e for e in evs[:-1] if e["choices"]]
+    assert all(e["object"] == "chat.completion.chunk" and e["model"] == "mock-model" for e in evs[:-1])
+    assert "".join(c["choices"][0]["delta"]["content"] for c in chunks) == expected_text("be brief\none\ntwo", 4)
+    assert [c["choices"][0]["finish_reason"] for c in chunks] == [None, None, None, "length"]
+    assert evs[-2]["usage"]["completion_tokens"] == 4
+
+
+def test_requests_as_gateways_send_them(client: httpx.Client) -> None:
+    # SMG's re-serialised completion: a model, echo, and unset fields as null (absent).
+    body = {"model": "mock-model", "prompt": "a b", "echo": False, "max_tokens": 2, "stream": False, "n": None, "stop": None}
+    assert client.post("/v1/completions", json=body).json()["choices"][0]["text"] == expected_text("a b", 2)
+    chat = _chat("x y", max_tokens=None, stream=None)  # null: 16 tokens, not streamed
+    assert client.post("/v1/chat/completions", json=chat).json()["usage"]["completion_tokens"] == 16
+
+
+@pytest.mark.parametrize(
+    "path, body, message",
+    [
+        ("/v1/chat/completions", {"model": "m"}, "'messages' must hold some text"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "'messages' must hold some text"),
+        ("/v1/chat/completions", _chat("a", max_completion_tokens=0), "'max_tokens' must be an integer from 1 to 100000"),
+        ("/v1/completions", {"model": 7, "prompt": "a"}, "'model' must be a string"),
+    ],
+)
+def test_bad_chat_and_model_are_400_naming_the_field(client: httpx.Client, path: str, body: Any, message: str) -> None:
+    r = client.post(path, json=body)
+    assert r.status_code == 400
+    assert message in r.json()["error"]
+
+
+def test_model_name_flag() -> None:
+    with start_mock_worker("n", time_scale=0.01, lifetime=60, model_name="org/other-7b") as w:
+        with httpx.Client(base_url=w.url, trust_env=False) as c:
+            assert [m["id"] for m in c.get("/v1/models").json()["data"]] == ["org/other-7b"]
+            assert c.get("/server_info").json()["served_model_name"] == "org/other-7b"
+            assert 'sglang:num_running_reqs{model_name="org/other-7b"} 0' in c.get("/metrics").text
+            assert c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "q"}]}).json()["model"] == "org/other-7b"

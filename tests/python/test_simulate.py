@@ -119,11 +119,22 @@ def test_prefix_cache_is_an_lru_of_block_chains() -> None:
         (lambda: PolicySpec("bounded_consistent_hashing"), "needs min_load_gap and max_load_skew"),
         (lambda: PolicySpec("random", min_load_gap=1), "apply only to bounded_consistent_hashing"),
         (lambda: PolicySpec("least_loaded"), "unknown policy 'least_loaded'"),
+        (lambda: PolicySpec("round_robin", hash_ring="smg"), "hash_ring applies only to consistent_hashing and bounded"),
+        (lambda: PolicySpec("consistent_hashing", hash_ring="blake3").make_router(["http://w"]), "hash_ring must be one of"),
     ],
 )
 def test_bad_settings_are_named(make: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("spec", [PolicySpec("consistent_hashing", hash_ring="smg"), PolicySpec("bounded_consistent_hashing", 2, 1.5, "smg")])
+def test_policy_spec_hash_ring(spec: PolicySpec) -> None:
+    with spec.make_router(["http://w0", "http://w1"]) as router:
+        assert router.policy.hash_ring == "smg"  # type: ignore[union-attr]
+    assert spec.label.endswith(" ring=smg")
+    row = run(spec, replace(SMALL, groups=5)).row()
+    assert row["hash_ring"] == "smg" and row["label"] == spec.label
 
 
 def test_sweep_covers_the_grid_at_each_load() -> None:

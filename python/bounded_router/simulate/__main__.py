@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any, List, Optional, Sequence
 
+from ..policy import DEFAULT_HASH_RING, HASH_RINGS
 from .engine import PolicySpec, Result, run
 from .model import CostModel, Workload
 from .replay_cli import main as replay_main
@@ -56,6 +57,12 @@ def _parser() -> argparse.ArgumentParser:
     pol = parser.add_argument_group("policies (the default run)")
     pol.add_argument("--gaps", type=_list(int, "--gaps"), default=[1, 2, 4], help="min_load_gap values of the bounded rows (default 1,2,4)")
     pol.add_argument("--skew", type=float, default=1.5, help="max_load_skew of the bounded rows (default 1.5)")
+    pol.add_argument(
+        "--hash-ring",
+        choices=HASH_RINGS,
+        default=DEFAULT_HASH_RING,
+        help="the ring of the hashing rows: xxh64 or smg, SMG's (default %(default)s)",
+    )
     sw = parser.add_argument_group("sweep")
     sw.add_argument("--sweep-gaps", type=_list(int, "--sweep-gaps"), default=list(DEFAULT_GAPS), metavar="LIST")
     sw.add_argument("--sweep-skews", type=_list(float, "--sweep-skews"), default=list(DEFAULT_SKEWS), metavar="LIST")
@@ -104,11 +111,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         )
         cost = CostModel.from_args(args)
         if args.sweep:
-            specs = [PolicySpec("bounded_consistent_hashing", g, s) for g in args.sweep_gaps for s in args.sweep_skews]
+            specs = [
+                PolicySpec("bounded_consistent_hashing", g, s, args.hash_ring) for g in args.sweep_gaps for s in args.sweep_skews
+            ]
         else:
             specs = (
-                [PolicySpec("consistent_hashing")]
-                + [PolicySpec("bounded_consistent_hashing", gap, args.skew) for gap in args.gaps]
+                [PolicySpec("consistent_hashing", hash_ring=args.hash_ring)]
+                + [PolicySpec("bounded_consistent_hashing", gap, args.skew, args.hash_ring) for gap in args.gaps]
                 + [PolicySpec("round_robin"), PolicySpec("random")]
             )
         for spec in specs:  # let the library judge the settings before anything runs
@@ -118,7 +127,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     if args.sweep:
         rates = [] if args.no_sweep_rates else args.sweep_rates
-        cells = sweep(workload, cost, args.sweep_gaps, args.sweep_skews, rates)
+        cells = sweep(workload, cost, args.sweep_gaps, args.sweep_skews, rates, args.hash_ring)
         if args.json:
             print(json.dumps([json_value(cell.row()) for cell in cells], indent=1))
         else:

@@ -21,21 +21,26 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, Hashable, List, Optional, Tuple
 
 from ..lease import Lease
+from ..policy import DEFAULT_HASH_RING, BoundedConsistentHashingConfig, ConsistentHashingConfig
 from ..router import Router
 from .model import CostModel, PrefixCache, Workload
 
 __all__ = ["PolicySpec", "Result", "run", "DEFAULT_POLICIES", "placement_label"]
 
-_POLICIES = ("consistent_hashing", "bounded_consistent_hashing", "round_robin", "random")
+_HASHING = ("consistent_hashing", "bounded_consistent_hashing")
+_POLICIES = _HASHING + ("round_robin", "random")
 
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """A routing policy to simulate, with its settings (``bounded_consistent_hashing`` only)."""
+    """A routing policy to simulate, with its settings: ``min_load_gap`` and ``max_load_skew``
+    for ``bounded_consistent_hashing``, ``hash_ring`` (``"xxh64"`` or ``"smg"``) for both
+    hashing policies."""
 
     policy: str
     min_load_gap: Optional[int] = None
     max_load_skew: Optional[float] = None
+    hash_ring: str = DEFAULT_HASH_RING
 
     def __post_init__(self) -> None:
         if self.policy not in _POLICIES:
@@ -45,17 +50,23 @@ class PolicySpec:
             raise ValueError("bounded_consistent_hashing needs min_load_gap and max_load_skew")
         if not bounded and (self.min_load_gap is not None or self.max_load_skew is not None):
             raise ValueError("min_load_gap and max_load_skew apply only to bounded_consistent_hashing, not %s" % self.policy)
+        if self.policy not in _HASHING and self.hash_ring != DEFAULT_HASH_RING:
+            raise ValueError("hash_ring applies only to consistent_hashing and bounded_consistent_hashing, not %s" % self.policy)
 
     @property
     def label(self) -> str:
+        ring = "" if self.hash_ring == DEFAULT_HASH_RING else " ring=%s" % self.hash_ring
         if self.min_load_gap is not None and self.max_load_skew is not None:
-            return "bounded gap=%d skew=%g" % (self.min_load_gap, self.max_load_skew)
-        return self.policy
+            return "bounded gap=%d skew=%g%s" % (self.min_load_gap, self.max_load_skew, ring)
+        return self.policy + ring
 
     def make_router(self, worker_urls: List[str]) -> Router:
         """A router with this policy (validated by the library: a bad setting raises ValueError)."""
         if self.policy == "bounded_consistent_hashing":
-            return Router(worker_urls, policy=self.policy, max_load_skew=self.max_load_skew, min_load_gap=self.min_load_gap)
+            assert self.max_load_skew is not None and self.min_load_gap is not None
+            return Router(worker_urls, BoundedConsistentHashingConfig(self.max_load_skew, self.min_load_gap, self.hash_ring))
+        if self.policy == "consistent_hashing":
+            return Router(worker_urls, ConsistentHashingConfig(self.hash_ring))
         return Router(worker_urls, policy=self.policy)
 
 
@@ -144,6 +155,7 @@ class Result(CacheAndLatency):
             "policy": self.spec.policy,
             "min_load_gap": self.spec.min_load_gap,
             "max_load_skew": self.spec.max_load_skew,
+            "hash_ring": self.spec.hash_ring,
             "label": self.spec.label,
             "requests": self.requests,
             "placement": dict(self.placement),

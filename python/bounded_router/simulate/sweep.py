@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+from ..policy import DEFAULT_HASH_RING
 from .engine import PolicySpec, Result, run
 from .model import CostModel, Workload
 
@@ -49,11 +50,13 @@ def sweep(
     gaps: Sequence[int] = DEFAULT_GAPS,
     skews: Sequence[float] = DEFAULT_SKEWS,
     rates: Optional[Iterable[Optional[float]]] = None,
+    hash_ring: str = DEFAULT_HASH_RING,
 ) -> List[SweepCell]:
     """Simulate every ``min_load_gap`` x ``max_load_skew`` at every load.
 
     Loads: the workload's own arrivals first, then open-loop Poisson arrivals at each of
     ``rates`` groups/s (default :data:`DEFAULT_RATES`; pass ``()`` for the workload alone).
+    Every policy hashes on ``hash_ring``.
     """
     loads: List[Workload] = [workload]
     for rate in DEFAULT_RATES if rates is None else rates:
@@ -61,9 +64,9 @@ def sweep(
             loads.append(replace(workload, rate=rate))
     cells: List[SweepCell] = []
     for load in loads:
-        strict = run(PolicySpec("consistent_hashing"), load, cost)
+        strict = run(PolicySpec("consistent_hashing", hash_ring=hash_ring), load, cost)
         for skew in skews:
             for gap in gaps:
-                result = run(PolicySpec("bounded_consistent_hashing", gap, skew), load, cost)
+                result = run(PolicySpec("bounded_consistent_hashing", gap, skew, hash_ring), load, cost)
                 cells.append(SweepCell(load_label(load), gap, skew, result, strict))
     return cells

@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import List, Optional, Sequence, Type
 
 from ..simulate.model import CostModel
+from .mock_worker import DEFAULT_MODEL_NAME
 
 __all__ = ["ServerProcess", "start_mock_worker", "start_proxy"]
 
@@ -98,10 +99,13 @@ class ServerProcess:
         self._log.close()
 
 
-def start_mock_worker(name: str, cost: CostModel = CostModel(), time_scale: float = 0.01, lifetime: float = 900.0) -> ServerProcess:
+def start_mock_worker(
+    name: str, cost: CostModel = CostModel(), time_scale: float = 0.01, lifetime: float = 900.0, model_name: str = DEFAULT_MODEL_NAME
+) -> ServerProcess:
     """A mock worker process (see :mod:`bounded_router.testing.mock_worker`) on 127.0.0.1."""
     args = [
         "--name", name,
+        "--model-name", model_name,
         "--port", "0",
         "--time-scale", repr(time_scale),
         "--lifetime", repr(lifetime),

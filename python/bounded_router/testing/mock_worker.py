@@ -21,11 +21,26 @@ Endpoints:
   then one with ``"usage"`` (``prompt_tokens``, ``completion_tokens``,
   ``prompt_tokens_details.cached_tokens``), the worker's name and its time to first token, then
   ``data: [DONE]``. Output text is :func:`expected_text`, so a client can check it arrived intact.
-  Every response carries ``X-Mock-Worker: <name>``.
+  Every response carries ``X-Mock-Worker: <name>``. A ``"model"`` and OpenAI's other sampling
+  fields are accepted and ignored; ``null`` counts as absent.
+* ``POST /v1/chat/completions`` -- the same model for OpenAI chat: the prompt is the text of
+  ``"messages"`` (string contents or ``{"type": "text"}`` parts, joined by newlines);
+  ``max_tokens`` or ``max_completion_tokens``; ``stream`` defaults to false, as OpenAI's. The
+  answer is a ``chat.completion`` (or ``chat.completion.chunk`` events with ``delta.content``).
 * ``GET /stats`` -- counters: requests, completed, failed, cancelled (client gone), active,
   prompt/cached/computed prompt tokens.
 * ``POST /reset`` -- empty the prefix cache and zero the counters.
-* ``GET /health`` -- 200.
+* ``GET /health``, ``GET /health_generate`` -- 200.
+
+What gateways probe before they route to a worker, so that SMG (``smg launch``) and
+sglang-router register it as an SGLang worker serving ``--model-name`` (default ``mock-model``):
+
+* ``GET /v1/models`` -- the model, ``owned_by: "sglang"``; ``GET /model_info`` (also
+  ``/get_model_info``) and ``GET /server_info`` (also ``/get_server_info``) -- its path and the
+  server's settings; ``GET /version``.
+* Loads: ``GET /v1/loads`` and ``GET /loads`` (SMG's load report: running and queued requests,
+  token usage), ``GET /get_load`` (SGLang's), ``GET /metrics`` (Prometheus text with SGLang's
+  metric names).
 
 Loopback only by default; it is a test tool, not a server to expose.
 """
@@ -39,14 +54,17 @@ import os
 import sys
 import time
 import zlib
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..simulate.model import CostModel, PrefixCache, text_block_keys
 
-__all__ = ["MockWorker", "expected_text", "make_prompt", "main"]
+__all__ = ["MockWorker", "expected_text", "make_prompt", "main", "DEFAULT_MODEL_NAME"]
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large"}
 _MAX_BODY = 16 * 1024 * 1024
+DEFAULT_MODEL_NAME = "mock-model"
+#: What the mock reports as its version (``/version``, ``/server_info``).
+MOCK_VERSION = "0.0.0-mock"
 
 
 def expected_text(prompt: str, max_tokens: int) -> str:
@@ -86,10 +104,15 @@ class _Job:
 class MockWorker:
     """The server. ``await start()`` binds it (port 0 = any free port), ``await close()`` stops it."""
 
-    def __init__(self, name: str = "mock", cost: CostModel = CostModel(), time_scale: float = 1.0) -> None:
+    def __init__(
+        self, name: str = "mock", cost: CostModel = CostModel(), time_scale: float = 1.0, model_name: str = DEFAULT_MODEL_NAME
+    ) -> None:
         if not (time_scale > 0):
             raise ValueError("time_scale must be > 0, got %r" % (time_scale,))
+        if not model_name:
+            raise ValueError("model_name must not be empty")
         self.name = name
+        self.model_name = model_name
         self.cost = cost
         self.time_scale = time_scale
         self.cache = PrefixCache(cost.cache_tokens, cost.block_size)
@@ -205,40 +228,123 @@ class MockWorker:
         writer.write(self._head(status, "application/json", "content-length: %d\r\n" % len(body), keep_alive) + body)
         await writer.drain()
 
+    async def _send_text(self, writer: asyncio.StreamWriter, content_type: str, text: str) -> None:
+        body = text.encode()
+        writer.write(self._head(200, content_type, "content-length: %d\r\n" % len(body)) + body)
+        await writer.drain()
+
     async def _dispatch(
         self, method: str, path: str, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> bool:
         """Serve one request; return whether the connection can serve another."""
-        if path == "/v1/completions":
+        if path in ("/v1/completions", "/v1/chat/completions"):
             if method != "POST":
-                raise _HttpError(405, "use POST for /v1/completions")
-            return await self._completion(body, reader, writer)
+                raise _HttpError(405, "use POST for %s" % path)
+            return await self._completion(body, reader, writer, chat=path == "/v1/chat/completions")
         if path == "/stats" and method == "GET":
             await self._send_json(writer, 200, dict(self.stats, worker=self.name, cached_blocks=len(self.cache)))
         elif path == "/reset" and method == "POST":
             self.reset()
             await self._send_json(writer, 200, {"reset": True, "worker": self.name})
-        elif path == "/health" and method == "GET":
+        elif path in ("/health", "/health_generate") and method == "GET":
             await self._send_json(writer, 200, {"healthy": True, "worker": self.name})
+        elif path == "/metrics" and method == "GET":
+            await self._send_text(writer, "text/plain; version=0.0.4; charset=utf-8", self._metrics())
+        elif method == "GET" and path in self._INFO:
+            await self._send_json(writer, 200, self._INFO[path](self))
         else:
             raise _HttpError(404, "no endpoint %s %s on the mock worker" % (method, path))
         return True
 
+    # -- what gateways probe -----------------------------------------------------------------
+
+    def _models(self) -> Dict[str, Any]:
+        model = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "sglang", "root": self.model_name}
+        return {"object": "list", "data": [model]}
+
+    def _model_info(self) -> Dict[str, Any]:
+        return {"model_path": self.model_name, "tokenizer_path": self.model_name, "is_generation": True}
+
+    def _server_info(self) -> Dict[str, Any]:
+        return {
+            "model_path": self.model_name,
+            "tokenizer_path": self.model_name,
+            "served_model_name": self.model_name,
+            "version": MOCK_VERSION,
+            "tp_size": 1,
+            "dp_size": 1,
+            "page_size": self.cost.block_size,
+            "max_total_num_tokens": self.cost.cache_tokens,
+            "worker": self.name,
+        }
+
+    def _waiting(self) -> int:
+        return self._queue.qsize() if self._queue is not None else 0
+
+    def _load_report(self) -> Dict[str, Any]:
+        running = self.stats["active"] - self._waiting()
+        usage = len(self.cache) * self.cost.block_size / self.cost.cache_tokens
+        load = {
+            "dp_rank": 0,
+            "num_running_reqs": running,
+            "num_waiting_reqs": self._waiting(),
+            "num_total_reqs": self.stats["active"],
+            "num_used_tokens": len(self.cache) * self.cost.block_size,
+            "max_total_num_tokens": self.cost.cache_tokens,
+            "token_usage": usage,
+        }
+        return {"timestamp": "", "dp_rank_count": 1, "loads": [load]}
+
+    def _get_load(self) -> List[Dict[str, Any]]:
+        return [{"dp_rank": 0, "num_reqs": self.stats["active"], "num_waiting_reqs": self._waiting(), "num_tokens": 0}]
+
+    def _metrics(self) -> str:
+        report = self._load_report()["loads"][0]
+        label = '{model_name="%s"}' % self.model_name.replace("\\", "\\\\").replace('"', '\\"')
+        lines = []
+        for metric, value in (
+            ("num_running_reqs", report["num_running_reqs"]),
+            ("num_queue_reqs", report["num_waiting_reqs"]),
+            ("num_used_tokens", report["num_used_tokens"]),
+            ("token_usage", report["token_usage"]),
+        ):
+            lines += ["# TYPE sglang:%s gauge" % metric, "sglang:%s%s %s" % (metric, label, value)]
+        return "\n".join(lines) + "\n"
+
+    _INFO: Dict[str, Callable[["MockWorker"], Any]] = {
+        "/v1/models": _models,
+        "/model_info": _model_info,
+        "/get_model_info": _model_info,
+        "/server_info": _server_info,
+        "/get_server_info": _server_info,
+        "/version": lambda self: {"version": MOCK_VERSION},
+        "/v1/loads": _load_report,
+        "/loads": _load_report,
+        "/get_load": _get_load,
+    }
+
+    # -- completions -------------------------------------------------------------------------
+
     @staticmethod
-    def _parse_completion(body: bytes) -> Tuple[str, int, bool, Optional[int]]:
+    def _parse_completion(body: bytes, chat: bool) -> Tuple[str, int, bool, Optional[int]]:
         try:
             request = json.loads(body or b"null")
         except ValueError:
             raise _HttpError(400, "the request body is not JSON") from None
         if not isinstance(request, dict):
             raise _HttpError(400, "the request body must be a JSON object")
-        prompt = request.get("prompt")
+        # Gateways re-serialise requests with unset fields as null: null is absent.
+        request = {k: v for k, v in request.items() if v is not None}
+        model = request.get("model", DEFAULT_MODEL_NAME)
+        if not isinstance(model, str):
+            raise _HttpError(400, "'model' must be a string")
+        prompt = _chat_prompt(request.get("messages")) if chat else request.get("prompt")
         if not isinstance(prompt, str) or not prompt.split():
-            raise _HttpError(400, "'prompt' must be a non-empty string")
-        max_tokens = request.get("max_tokens", 16)
+            raise _HttpError(400, "'messages' must hold some text" if chat else "'prompt' must be a non-empty string")
+        max_tokens = request.get("max_completion_tokens", request.get("max_tokens", 16)) if chat else request.get("max_tokens", 16)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= 100000:
             raise _HttpError(400, "'max_tokens' must be an integer from 1 to 100000")
-        stream = request.get("stream", True)
+        stream = request.get("stream", not chat)
         if not isinstance(stream, bool):
             raise _HttpError(400, "'stream' must be true or false")
         fail_after = request.get("fail_after_tokens")
@@ -246,8 +352,11 @@ class MockWorker:
             raise _HttpError(400, "'fail_after_tokens' must be a non-negative integer")
         return prompt, max_tokens, stream, fail_after
 
-    async def _completion(self, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        prompt, max_tokens, stream, fail_after = self._parse_completion(body)
+    def _chat_envelope(self, kind: str, payload: Dict[str, Any]) -> Dict[str, Any]:
+        return dict({"id": "chatcmpl-mock", "object": kind, "created": 0, "model": self.model_name}, **payload)
+
+    async def _completion(self, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, chat: bool) -> bool:
+        prompt, max_tokens, stream, fail_after = self._parse_completion(body, chat)
         assert self._queue is not None
         stats = self.stats
         stats["requests"] += 1
@@ -276,8 +385,10 @@ class MockWorker:
             }
             if not stream:
                 await asyncio.sleep(self._seconds(self.cost.decode_ms_per_token * max_tokens))
-                choice = {"index": 0, "text": "".join(tokens), "finish_reason": "length"}
-                await self._send_json(writer, 200, {"choices": [choice], "usage": usage, "worker": self.name, "ttft_ms": ttft_ms})
+                text = "".join(tokens)
+                choice = {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"index": 0, "text": text}
+                answer = {"choices": [dict(choice, finish_reason="length")], "usage": usage, "worker": self.name, "ttft_ms": ttft_ms}
+                await self._send_json(writer, 200, self._chat_envelope("chat.completion", answer) if chat else answer)
                 outcome = "completed"
                 return True
             loop = asyncio.get_running_loop()
@@ -290,13 +401,18 @@ class MockWorker:
                     return False
                 if reader.at_eof():  # the client closed its side: stop generating
                     return False
-                choice = {"index": 0, "text": token, "finish_reason": "length" if i == max_tokens - 1 else None}
-                await self._send_event(writer, {"choices": [choice]})
+                finish = "length" if i == max_tokens - 1 else None
+                if chat:
+                    choice = {"index": 0, "delta": {"content": token}, "finish_reason": finish}
+                    await self._send_event(writer, self._chat_envelope("chat.completion.chunk", {"choices": [choice]}))
+                else:
+                    await self._send_event(writer, {"choices": [{"index": 0, "text": token, "finish_reason": finish}]})
                 deadline += step
                 delay = deadline - loop.time()
                 if delay > 0 and i < max_tokens - 1:
                     await asyncio.sleep(delay)
-            await self._send_event(writer, {"choices": [], "usage": usage, "worker": self.name, "ttft_ms": ttft_ms})
+            last: Dict[str, Any] = {"choices": [], "usage": usage, "worker": self.name, "ttft_ms": ttft_ms}
+            await self._send_event(writer, self._chat_envelope("chat.completion.chunk", last) if chat else last)
             writer.write(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
             await writer.drain()
             outcome = "completed"
@@ -315,12 +431,27 @@ class MockWorker:
         await writer.drain()
 
 
+def _chat_prompt(messages: Any) -> Optional[str]:
+    """The text of OpenAI chat ``messages``: string contents and text parts, one per line."""
+    if not isinstance(messages, list):
+        return None
+    texts = []
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts += [p["text"] for p in content if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)]
+    return "\n".join(texts)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bounded_router.testing.mock_worker",
         description="A mock LLM worker: streams tokens, keeps a prefix cache, models prefill and decode time.",
     )
     parser.add_argument("--name", default="mock", help="reported in X-Mock-Worker and in every answer")
+    parser.add_argument("--model-name", default=DEFAULT_MODEL_NAME, help="the model it serves (/v1/models; default %(default)s)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port (printed on start)")
     parser.add_argument("--time-scale", type=float, default=1.0, help="multiply every modelled time by this")
@@ -331,7 +462,7 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _serve(args: argparse.Namespace) -> None:
     cost = CostModel.from_args(args)
-    worker = MockWorker(args.name, cost, args.time_scale)
+    worker = MockWorker(args.name, cost, args.time_scale, args.model_name)
     port = await worker.start(args.host, args.port)
     print("mock worker %s listening on http://%s:%d" % (args.name, args.host, port), flush=True)
     parent = os.getppid()
