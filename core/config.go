@@ -25,7 +25,10 @@ const (
 	MaxMinLoadGap   = math.MaxInt64
 )
 
-var virtualNodesRule = fmt.Sprintf("from 1 to %d", MaxVirtualNodes)
+var (
+	virtualNodesRule = fmt.Sprintf("from 1 to %d", MaxVirtualNodes)
+	spillTargetRule  = strings.Join(spillTargetNames[:], ", ")
+)
 
 // checkRingSize refuses a membership of workers whose ring would exceed MaxRingEntries.
 func checkRingSize(workers, virtualNodes int) error {
@@ -80,6 +83,9 @@ func (p *Policy) Validate() error {
 	if p.MinLoadGap < 0 {
 		return invalid("min_load_gap must be an integer >= 0, got %d", p.MinLoadGap)
 	}
+	if int(p.SpillTarget) >= len(spillTargetNames) {
+		return invalid("spill_target must be one of %s, got %d", spillTargetRule, p.SpillTarget)
+	}
 	return nil
 }
 
@@ -116,6 +122,7 @@ type policyJSON struct {
 	Type        string          `json:"type"`
 	MaxLoadSkew json.RawMessage `json:"max_load_skew,omitempty"`
 	MinLoadGap  json.RawMessage `json:"min_load_gap,omitempty"`
+	SpillTarget json.RawMessage `json:"spill_target,omitempty"`
 }
 
 type configJSON struct {
@@ -127,7 +134,8 @@ type configJSON struct {
 // ParseConfig reads a configuration such as
 //
 //	{"worker_urls": ["http://w0:8000"], "virtual_nodes": 150,
-//	 "policy": {"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2}}
+//	 "policy": {"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2,
+//	            "spill_target": "clockwise"}}
 //
 // Omitted settings take their defaults; unknown fields and wrongly typed values are errors.
 func ParseConfig(data []byte) (Config, error) {
@@ -164,6 +172,9 @@ func ParsePolicy(data []byte) (Policy, error) {
 		if raw.MaxLoadSkew != nil || raw.MinLoadGap != nil {
 			return Policy{}, invalid("max_load_skew and min_load_gap apply only to bounded_consistent_hashing, not %s", kind)
 		}
+		if raw.SpillTarget != nil {
+			return Policy{}, invalid("spill_target applies only to bounded_consistent_hashing, not %s", kind)
+		}
 		return Policy{Kind: kind}, nil
 	}
 	if raw.MaxLoadSkew != nil {
@@ -177,7 +188,24 @@ func ParsePolicy(data []byte) (Policy, error) {
 		return Policy{}, err
 	}
 	policy.MinLoadGap = int64(gap)
+	if policy.SpillTarget, err = spillTargetSetting(raw.SpillTarget); err != nil {
+		return Policy{}, err
+	}
 	return policy, policy.Validate()
+}
+
+// spillTargetSetting decodes spill_target, one of the names of SpillTarget.
+func spillTargetSetting(raw json.RawMessage) (SpillTarget, error) {
+	if raw == nil {
+		return SpillClockwise, nil
+	}
+	var name string
+	if json.Unmarshal(raw, &name) == nil {
+		if target, ok := spillTargetByName(name); ok {
+			return target, nil
+		}
+	}
+	return 0, invalid("spill_target must be one of %s, got %s", spillTargetRule, raw)
 }
 
 // ParseWorkerURLs reads a JSON array of worker URLs, as strictly as ParseConfig reads its list.
@@ -242,11 +270,16 @@ func decodeStrict(data []byte, into any) error {
 	return nil
 }
 
-// MarshalJSON writes the {"type": ...} form ParsePolicy reads.
+// MarshalJSON writes the {"type": ...} form ParsePolicy reads. The options of
+// bounded_consistent_hashing appear only when they differ from their defaults, so a default
+// policy is written as before they existed.
 func (p Policy) MarshalJSON() ([]byte, error) {
 	out := map[string]any{"type": p.Kind.String()}
 	if p.Kind == PolicyBoundedConsistentHashing {
 		out["max_load_skew"], out["min_load_gap"] = p.MaxLoadSkew, p.MinLoadGap
+		if p.SpillTarget != SpillClockwise {
+			out["spill_target"] = p.SpillTarget.String()
+		}
 	}
 	return json.Marshal(out)
 }

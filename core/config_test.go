@@ -324,3 +324,29 @@ func TestJSONIsReadExactly(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"http://\U0001F600", `a\ud800`, `"\`}, cfg.WorkerURLs)
 }
+
+func TestParseSpillTarget(t *testing.T) {
+	cfg, err := ParseConfig([]byte(bounded(`"spill_target": "least_loaded"`)))
+	require.NoError(t, err)
+	assert.Equal(t, SpillLeastLoaded, cfg.Policy.SpillTarget)
+	cfg, err = ParseConfig([]byte(bounded(`"spill_target": "clockwise"`)))
+	require.NoError(t, err)
+	assert.Equal(t, DefaultConfig("a"), cfg)
+
+	for _, bad := range []string{`"Least_Loaded"`, `"random"`, `""`, `1`, `null`, `true`, `["clockwise"]`} {
+		requireConfigError(t, bounded(`"spill_target": `+bad), "spill_target must be one of clockwise, least_loaded, got "+bad)
+	}
+	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "consistent_hashing", "spill_target": "clockwise"}}`,
+		"spill_target applies only to bounded_consistent_hashing, not consistent_hashing")
+
+	p := leastLoadedPolicy(1.5, 2)
+	data, err := json.Marshal(p)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2, "spill_target": "least_loaded"}`, string(data))
+	back, err := ParsePolicy(data)
+	require.NoError(t, err)
+	assert.Equal(t, p, back)
+
+	p.SpillTarget = 2
+	assert.ErrorContains(t, p.Validate(), "spill_target must be one of clockwise, least_loaded, got 2")
+}

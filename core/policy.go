@@ -24,12 +24,15 @@ func (k PolicyKind) String() string {
 	return "unknown_policy"
 }
 
-// Policy is a policy kind with its settings. MaxLoadSkew and MinLoadGap are used by
-// bounded_consistent_hashing only.
+// Policy is a policy kind with its settings. MaxLoadSkew, MinLoadGap, SpillTarget and
+// KeyMemory are used by bounded_consistent_hashing only; other policies ignore them.
 type Policy struct {
 	Kind        PolicyKind
 	MaxLoadSkew float64
 	MinLoadGap  int64
+	SpillTarget SpillTarget
+	// KeyMemory is how many routing keys the router remembers the last worker of; 0 is none.
+	KeyMemory int
 }
 
 // selectWorker returns the index of the chosen worker (or -1) and the branch that chose it.

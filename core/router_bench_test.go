@@ -39,9 +39,14 @@ const (
 
 // newBenchRouter builds a bounded router over n workers under the named loads.
 func newBenchRouter(b *testing.B, n int, loads string) *Router {
+	return newBenchRouterWith(b, DefaultConfig().Policy, n, loads)
+}
+
+// newBenchRouterWith builds a router with the policy over n workers under the named loads.
+func newBenchRouterWith(b *testing.B, policy Policy, n int, loads string) *Router {
 	b.Helper()
 	urls := benchWorkerURLs(n)
-	r, err := NewRouter(DefaultConfig(urls...))
+	r, err := NewRouter(Config{WorkerURLs: urls, Policy: policy, VirtualNodes: DefaultVirtualNodes})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -77,6 +82,40 @@ func BenchmarkRouteRelease(b *testing.B) {
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					req := KeyRequest(keys[i&4095])
+					r.Release(r.Route(&req).Lease, false)
+				}
+				b.StopTimer()
+				reportSpills(b, r)
+			})
+		}
+	}
+}
+
+// BenchmarkRouteReleaseOptions is BenchmarkRouteRelease with each option of
+// bounded_consistent_hashing, to compare with the default at the same workers and loads: the
+// least-loaded spill under loads that spill, and weighted leases of 1000 units each.
+func BenchmarkRouteReleaseOptions(b *testing.B) {
+	keys := benchKeys(4096)
+	leastLoaded := DefaultConfig().Policy
+	leastLoaded.SpillTarget = SpillLeastLoaded
+	options := []struct {
+		name   string
+		policy Policy
+		loads  string
+		weight int64
+	}{
+		{"spill_target=least_loaded", leastLoaded, loadsSkewed, 0},
+		{"weight=1000", DefaultConfig().Policy, loadsIdle, 1000},
+		{"weight=1000", DefaultConfig().Policy, loadsSkewed, 1000},
+	}
+	for _, n := range []int{64, 1024} {
+		for _, o := range options {
+			b.Run(fmt.Sprintf("workers=%d/%s/loads=%s", n, o.name, o.loads), func(b *testing.B) {
+				r := newBenchRouterWith(b, o.policy, n, o.loads)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					req := Request{RoutingKey: keys[i&4095], Weight: o.weight}
 					r.Release(r.Route(&req).Lease, false)
 				}
 				b.StopTimer()

@@ -31,14 +31,20 @@ func (v *view) meanLoad() float64 {
 	return float64(v.availableLoad) / float64(len(v.available))
 }
 
-// minLoad is the smallest load among the available workers. It scans them, so callers use it
-// only once cheaper tests have passed.
-func (v *view) minLoad() int64 {
-	least := v.workers[v.available[0]].load
-	for _, i := range v.available[1:] {
-		least = min(least, v.workers[i].load)
+// leastLoaded returns the smallest load among the available workers, the first of them (in
+// membership order) that carries it, and how many do. It scans them, so callers use it only
+// once cheaper tests have passed.
+func (v *view) leastLoaded() (least int64, at int, count int) {
+	least = -1
+	for _, i := range v.available {
+		switch load := v.workers[i].load; {
+		case load == least:
+			count++
+		case load < least || least < 0:
+			least, at, count = load, int(i), 1
+		}
 	}
-	return least
+	return least, at, count
 }
 
 // randomAvailable picks an available worker uniformly.
