@@ -10,11 +10,15 @@ func selectBounded(v *view, req *Request, keyPos uint64, p *Policy) (int, Branch
 
 // selectBoundedExplicit keeps the preferred worker unless it is clearly overloaded (see
 // spillTest). Then the request spills to a worker whose load is at most maxLoadSkew times the
-// mean, chosen as p.SpillTarget says; if none is, it stays. The loads never count the request
-// being routed.
+// mean, chosen as p.SpillTarget says; if none is, it stays. With key memory, a key first goes
+// to its last worker, as long as that worker is not clearly overloaded. The loads never count
+// the request being routed.
 func selectBoundedExplicit(v *view, position uint64, p *Policy) (int, Branch) {
 	preferred := v.preferred(position)
 	test := spillTest{v: v, bound: v.meanLoad() * p.MaxLoadSkew, gap: p.MinLoadGap, least: -1}
+	if last := v.memory.recall(position); last >= 0 && last != preferred && !test.overloaded(v.workers[last].load) {
+		return last, BranchExplicitRoutingKeyRemembered
+	}
 	if !test.overloaded(v.workers[preferred].load) {
 		return preferred, BranchExplicitRoutingKeyHit
 	}

@@ -626,6 +626,7 @@ func TestBranchNames(t *testing.T) {
 		BranchRoutingKeyHit:                         "routing_key_hit",
 		BranchRandom:                                "random",
 		BranchRoundRobin:                            "round_robin",
+		BranchExplicitRoutingKeyRemembered:          "explicit_routing_key_remembered",
 	}
 	require.Len(t, want, int(NumBranches))
 	for b, s := range want {

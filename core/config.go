@@ -23,11 +23,15 @@ const (
 	MaxVirtualNodes = 65536
 	MaxRingEntries  = 1 << 22
 	MaxMinLoadGap   = math.MaxInt64
+	// MaxKeyMemory bounds key_memory, which is allocated when the router is built (about 40
+	// bytes per key).
+	MaxKeyMemory = 1 << 22
 )
 
 var (
 	virtualNodesRule = fmt.Sprintf("from 1 to %d", MaxVirtualNodes)
 	spillTargetRule  = strings.Join(spillTargetNames[:], ", ")
+	keyMemoryRule    = fmt.Sprintf("from 0 to %d", MaxKeyMemory)
 )
 
 // checkRingSize refuses a membership of workers whose ring would exceed MaxRingEntries.
@@ -86,6 +90,9 @@ func (p *Policy) Validate() error {
 	if int(p.SpillTarget) >= len(spillTargetNames) {
 		return invalid("spill_target must be one of %s, got %d", spillTargetRule, p.SpillTarget)
 	}
+	if p.KeyMemory < 0 || p.KeyMemory > MaxKeyMemory {
+		return invalid("key_memory must be an integer %s, got %d", keyMemoryRule, p.KeyMemory)
+	}
 	return nil
 }
 
@@ -123,6 +130,7 @@ type policyJSON struct {
 	MaxLoadSkew json.RawMessage `json:"max_load_skew,omitempty"`
 	MinLoadGap  json.RawMessage `json:"min_load_gap,omitempty"`
 	SpillTarget json.RawMessage `json:"spill_target,omitempty"`
+	KeyMemory   json.RawMessage `json:"key_memory,omitempty"`
 }
 
 type configJSON struct {
@@ -135,7 +143,7 @@ type configJSON struct {
 //
 //	{"worker_urls": ["http://w0:8000"], "virtual_nodes": 150,
 //	 "policy": {"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2,
-//	            "spill_target": "clockwise"}}
+//	            "spill_target": "clockwise", "key_memory": 0}}
 //
 // Omitted settings take their defaults; unknown fields and wrongly typed values are errors.
 func ParseConfig(data []byte) (Config, error) {
@@ -172,8 +180,8 @@ func ParsePolicy(data []byte) (Policy, error) {
 		if raw.MaxLoadSkew != nil || raw.MinLoadGap != nil {
 			return Policy{}, invalid("max_load_skew and min_load_gap apply only to bounded_consistent_hashing, not %s", kind)
 		}
-		if raw.SpillTarget != nil {
-			return Policy{}, invalid("spill_target applies only to bounded_consistent_hashing, not %s", kind)
+		if raw.SpillTarget != nil || raw.KeyMemory != nil {
+			return Policy{}, invalid("spill_target and key_memory apply only to bounded_consistent_hashing, not %s", kind)
 		}
 		return Policy{Kind: kind}, nil
 	}
@@ -189,6 +197,9 @@ func ParsePolicy(data []byte) (Policy, error) {
 	}
 	policy.MinLoadGap = int64(gap)
 	if policy.SpillTarget, err = spillTargetSetting(raw.SpillTarget); err != nil {
+		return Policy{}, err
+	}
+	if policy.KeyMemory, err = intSetting("key_memory", keyMemoryRule, raw.KeyMemory, 0); err != nil {
 		return Policy{}, err
 	}
 	return policy, policy.Validate()
@@ -280,6 +291,9 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 		if p.SpillTarget != SpillClockwise {
 			out["spill_target"] = p.SpillTarget.String()
 		}
+		if p.KeyMemory != 0 {
+			out["key_memory"] = p.KeyMemory
+		}
 	}
 	return json.Marshal(out)
 }
@@ -294,7 +308,8 @@ func (c Config) MarshalJSON() ([]byte, error) {
 }
 
 // fieldNames are the object keys of every JSON form the core reads, spelled exactly.
-var fieldNames = map[string]bool{"worker_urls": true, "policy": true, "virtual_nodes": true, "type": true, "max_load_skew": true, "min_load_gap": true}
+var fieldNames = map[string]bool{"worker_urls": true, "policy": true, "virtual_nodes": true, "type": true, "max_load_skew": true, "min_load_gap": true,
+	"spill_target": true, "key_memory": true}
 
 // checkFieldNames refuses object keys that differ from a field name only in case, which
 // encoding/json would take for that field (keys it does not know at all it reports itself).

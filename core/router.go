@@ -37,6 +37,9 @@ func NewRouter(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	r := &Router{policy: cfg.Policy, virtualNodes: cfg.VirtualNodes, members: emptyMembership(), view: newView(), keys: newKeyCounts()}
+	if cfg.Policy.Kind == PolicyBoundedConsistentHashing && cfg.Policy.KeyMemory > 0 {
+		r.view.memory = newKeyMemory(cfg.Policy.KeyMemory)
+	}
 	r.install(rebuilt(r.newWorkers(cfg.WorkerURLs, r.members), r.virtualNodes))
 	return r, nil
 }
@@ -59,7 +62,9 @@ type Decision struct {
 	Lease LeaseID
 }
 
-// Spilled reports whether the request went to another worker than its key's preferred one.
+// Spilled reports whether the request spilled. A key routed to the worker it remembers
+// (BranchExplicitRoutingKeyRemembered) did not spill, though that worker may not be the
+// preferred one.
 func (d Decision) Spilled() bool { return d.Branch == BranchExplicitRoutingKeySpillover }
 
 // Route chooses a worker for the request and, if one is chosen, counts the request on it under
@@ -90,6 +95,9 @@ func (r *Router) route(req *Request, key explicitKey, weight int64) Decision {
 		// Only round_robin reads the counter; advancing it for every policy keeps this branchless.
 		r.view.roundRobin++
 		d.Lease = r.take(chosen, preferred, key, weight)
+		if r.view.memory != nil && remembers(d.Branch) {
+			r.view.memory.remember(key.position, chosen)
+		}
 	}
 	return d
 }
@@ -125,8 +133,8 @@ func (r *Router) decide(req *Request, key explicitKey) (d Decision, chosen, pref
 		return d, nil, nil
 	}
 	chosen, preferred = r.members.workers[index], r.members.workers[index]
-	if branch == BranchExplicitRoutingKeySpillover {
-		// Spills are rare; finding the preferred worker again is cheaper than carrying it always.
+	if branch == BranchExplicitRoutingKeySpillover || branch == BranchExplicitRoutingKeyRemembered {
+		// These are rare; finding the preferred worker again is cheaper than carrying it always.
 		preferred = r.members.workers[r.view.preferred(key.position)]
 	}
 	d.WorkerURL, d.WorkerID = chosen.url, chosen.id
@@ -272,6 +280,9 @@ func (r *Router) SetHealthy(url string, healthy bool) error {
 	}
 	if w.healthy != healthy {
 		w.healthy = healthy
+		if !healthy {
+			w.outages++
+		}
 		r.refreshAvailable()
 	}
 	return nil
@@ -344,7 +355,11 @@ func (r *Router) install(next *membership) {
 	for _, w := range r.members.workers {
 		if still, ok := next.lookup(w.url); !ok || still != w {
 			w.removed = true
+			w.outages++
 		}
+	}
+	for i, w := range next.workers {
+		w.index = i
 	}
 	r.members = next
 	r.view.workers, r.view.ring = next.workers, next.ring

@@ -14,6 +14,8 @@ type view struct {
 	availableLoad int64
 	// roundRobin is the shared round_robin counter; the router advances it after each route.
 	roundRobin uint64
+	// memory is the key memory of bounded_consistent_hashing; nil when it is off.
+	memory *keyMemory
 	// randomIndex returns a uniform integer in [0, n); tests replace it to make choices repeatable.
 	randomIndex func(n int) int
 }

@@ -10,6 +10,11 @@ type worker struct {
 	healthy bool
 	// removed is set once the worker has left the membership; its leases may still be released.
 	removed bool
+	// outages counts the times the worker stopped being available (turned unhealthy or left);
+	// key memory forgets the keys remembered on it before the latest one.
+	outages uint32
+	// index is the worker's place in the current membership order, while it is a member.
+	index int
 	// load is the sum of the weights of the leases currently held on the worker (their number
 	// when every weight is 1); requests is their number.
 	load     int64
