@@ -37,11 +37,7 @@ type spillTest struct {
 	v     *view
 	bound float64 // the mean load times maxLoadSkew: also the spill target's load bound
 	gap   int64
-	// least is the least load of the available workers, -1 until scanned; leastAt is one worker
-	// carrying it and leastCount how many do.
-	least      int64
-	leastAt    int
-	leastCount int
+	least int64 // the least load of the available workers, -1 until scanned
 }
 
 func (t *spillTest) overloaded(load int64) bool {
@@ -50,7 +46,7 @@ func (t *spillTest) overloaded(load int64) bool {
 
 func (t *spillTest) leastLoad() int64 {
 	if t.least < 0 {
-		t.least, t.leastAt, t.leastCount = t.v.leastLoaded()
+		t.least = t.v.minLoad()
 	}
 	return t.least
 }

@@ -93,33 +93,49 @@ func BenchmarkRouteRelease(b *testing.B) {
 
 // BenchmarkRouteReleaseOptions is BenchmarkRouteRelease with each option of
 // bounded_consistent_hashing, to compare with the default at the same workers and loads: the
-// least-loaded spill under loads that spill, and weighted leases of 1000 units each.
+// least-loaded spill under loads that spill; key memory holding every key of the loop, where
+// each key stays on its ring worker (idle) or goes back to the worker it spilled to (skewed);
+// weighted leases of 1000 units each; and all three at once.
 func BenchmarkRouteReleaseOptions(b *testing.B) {
 	keys := benchKeys(4096)
-	leastLoaded := DefaultConfig().Policy
-	leastLoaded.SpillTarget = SpillLeastLoaded
+	policy := func(target SpillTarget, memory int) Policy {
+		p := DefaultConfig().Policy
+		p.SpillTarget, p.KeyMemory = target, memory
+		return p
+	}
 	options := []struct {
 		name   string
 		policy Policy
 		loads  string
 		weight int64
 	}{
-		{"spill_target=least_loaded", leastLoaded, loadsSkewed, 0},
-		{"weight=1000", DefaultConfig().Policy, loadsIdle, 1000},
-		{"weight=1000", DefaultConfig().Policy, loadsSkewed, 1000},
+		{"spill_target=least_loaded", policy(SpillLeastLoaded, 0), loadsSkewed, 0},
+		{"key_memory=4096", policy(SpillClockwise, 4096), loadsIdle, 0},
+		{"key_memory=4096", policy(SpillClockwise, 4096), loadsSkewed, 0},
+		{"weight=1000", policy(SpillClockwise, 0), loadsIdle, 1000},
+		{"weight=1000", policy(SpillClockwise, 0), loadsSkewed, 1000},
+		{"all", policy(SpillLeastLoaded, 4096), loadsSkewed, 1000},
 	}
 	for _, n := range []int{64, 1024} {
 		for _, o := range options {
 			b.Run(fmt.Sprintf("workers=%d/%s/loads=%s", n, o.name, o.loads), func(b *testing.B) {
 				r := newBenchRouterWith(b, o.policy, n, o.loads)
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
+				routeRelease := func(i int) {
 					req := Request{RoutingKey: keys[i&4095], Weight: o.weight}
 					r.Release(r.Route(&req).Lease, false)
 				}
+				for i := range keys { // every key is remembered before the clock starts
+					routeRelease(i)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					routeRelease(i)
+				}
 				b.StopTimer()
 				reportSpills(b, r)
+				s := r.Stats()
+				b.ReportMetric(float64(s.Branches[BranchExplicitRoutingKeyRemembered])/float64(b.N+len(keys)), "remembered/op")
 			})
 		}
 	}

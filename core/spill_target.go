@@ -9,8 +9,8 @@ const (
 	// SpillClockwise: the first such worker clockwise from the key, the contract's default.
 	SpillClockwise SpillTarget = iota
 	// SpillLeastLoaded: the least loaded such worker, ties broken by the clockwise order from the
-	// key so that every process breaks them the same way. It costs one scan of the available
-	// workers per spill, which the spill test has already made.
+	// key so that every process breaks them the same way. It costs a second scan of the
+	// available workers per spill, after the spill test's, and a ring walk when several tie.
 	SpillLeastLoaded
 )
 
@@ -42,11 +42,12 @@ func (s SpillTarget) find(t *spillTest, position uint64) int {
 		})
 	}
 	least := t.leastLoad()
-	switch {
-	case float64(least) > t.bound:
+	if float64(least) > t.bound {
 		return -1
-	case t.leastCount == 1:
-		return t.leastAt
+	}
+	// A lone least loaded worker needs no ring walk, which would be long to find it among many.
+	if only := v.onlyWithLoad(least); only >= 0 {
+		return only
 	}
 	return v.ring.first(position, func(owner uint32) bool {
 		w := v.workers[owner]

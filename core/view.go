@@ -33,20 +33,29 @@ func (v *view) meanLoad() float64 {
 	return float64(v.availableLoad) / float64(len(v.available))
 }
 
-// leastLoaded returns the smallest load among the available workers, the first of them (in
-// membership order) that carries it, and how many do. It scans them, so callers use it only
-// once cheaper tests have passed.
-func (v *view) leastLoaded() (least int64, at int, count int) {
-	least = -1
+// minLoad is the smallest load among the available workers. It scans them, so callers use it
+// only once cheaper tests have passed.
+func (v *view) minLoad() int64 {
+	least := v.workers[v.available[0]].load
+	for _, i := range v.available[1:] {
+		least = min(least, v.workers[i].load)
+	}
+	return least
+}
+
+// onlyWithLoad returns the only available worker carrying load, or -1 when none or several
+// do; it stops at the second one.
+func (v *view) onlyWithLoad(load int64) int {
+	found := -1
 	for _, i := range v.available {
-		switch load := v.workers[i].load; {
-		case load == least:
-			count++
-		case load < least || least < 0:
-			least, at, count = load, int(i), 1
+		if v.workers[i].load == load {
+			if found >= 0 {
+				return -1
+			}
+			found = int(i)
 		}
 	}
-	return least, at, count
+	return found
 }
 
 // randomAvailable picks an available worker uniformly.
