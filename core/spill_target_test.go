@@ -63,13 +63,17 @@ func TestLeastLoadedSpillVectors(t *testing.T) {
 func TestLeastLoadedSpillSkipsUnavailableWorkers(t *testing.T) {
 	urls := workerURLs(4)
 	key := keyInOrder(t, urls, 0, 1, 2, 3)
-	r, held := routerWithLoads(t, leastLoadedPolicy(1.5, 2), urls, []int{6, 2, 0, 1})
-	require.NoError(t, r.SetHealthy(urls[2], false)) // mean 3 over w0, w1, w3: bound 4.5
-	d := route(r, string(key))
-	assert.Equal(t, BranchExplicitRoutingKeySpillover, d.Branch)
-	assert.Equal(t, urls[3], d.WorkerURL)
-	require.True(t, r.Release(d.Lease, false))
-	releaseAll(t, r, held)
+	for target, want := range map[SpillTarget]string{SpillClockwise: urls[1], SpillLeastLoaded: urls[3]} {
+		p := boundedPolicy(1.5, 2)
+		p.SpillTarget = target
+		r, held := routerWithLoads(t, p, urls, []int{6, 2, 0, 1})
+		require.NoError(t, r.SetHealthy(urls[2], false)) // mean 3 over w0, w1, w3: bound 4.5
+		d := route(r, string(key))
+		assert.Equal(t, BranchExplicitRoutingKeySpillover, d.Branch)
+		assert.Equal(t, want, d.WorkerURL, target.String())
+		require.True(t, r.Release(d.Lease, false))
+		releaseAll(t, r, held)
+	}
 }
 
 // Below a skew of 1 (Go only) even the least loaded worker can be over the bound.
