@@ -54,8 +54,8 @@ type Decision struct {
 	// WorkerURL and WorkerID name the chosen worker; empty and 0 when no worker was chosen.
 	WorkerURL string
 	WorkerID  uint32
-	// PreferredURL and PreferredID name the worker the key prefers; they differ from the
-	// chosen worker only when the request spilled.
+	// PreferredURL and PreferredID name the worker the key prefers on the ring; they differ
+	// from the chosen worker only when the request spilled or went to its remembered worker.
 	PreferredURL string
 	PreferredID  uint32
 	// Lease is the load token of a routed request; 0 for a selection or when no worker was chosen.
@@ -134,7 +134,8 @@ func (r *Router) decide(req *Request, key explicitKey) (d Decision, chosen, pref
 	}
 	chosen, preferred = r.members.workers[index], r.members.workers[index]
 	if branch == BranchExplicitRoutingKeySpillover || branch == BranchExplicitRoutingKeyRemembered {
-		// These are rare; finding the preferred worker again is cheaper than carrying it always.
+		// Only these branches leave the preferred worker; finding it again here is cheaper than
+		// carrying it out of every policy.
 		preferred = r.members.workers[r.view.preferred(key.position)]
 	}
 	d.WorkerURL, d.WorkerID = chosen.url, chosen.id
