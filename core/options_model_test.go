@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -146,4 +147,62 @@ func TestBoundedOptionsMatchAModel(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The options under concurrent routes, releases and membership churn (run with -race): every
+// load and request count returns to zero and the memory stays consistent.
+func TestBoundedOptionsUnderConcurrentChurn(t *testing.T) {
+	pool := workerURLs(6)
+	policy := memoryPolicy(1.25, 4, 16)
+	policy.SpillTarget = SpillLeastLoaded
+	r := newTestRouter(t, policy, pool[:4])
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Add(1)
+	go func() { // churn
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(1, 2))
+		for !stopped(stop) {
+			u := pool[rng.IntN(len(pool))]
+			switch rng.IntN(3) {
+			case 0:
+				_ = r.SetHealthy(u, rng.IntN(2) == 0)
+			case 1:
+				_ = r.RemoveWorker(u)
+			default:
+				_ = r.AddWorker(u)
+			}
+		}
+	}()
+	var routers sync.WaitGroup
+	for g := range 4 {
+		routers.Add(1)
+		go func() {
+			defer routers.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 9))
+			var held []LeaseID
+			for i := 0; i < 3000; i++ {
+				req := Request{RoutingKey: []byte("k" + strconv.Itoa(rng.IntN(40))), Weight: int64(1 + rng.IntN(100))}
+				if d := r.Route(&req); d.Lease != 0 {
+					held = append(held, d.Lease)
+				}
+				if len(held) > 8 {
+					r.Release(held[0], false)
+					held = held[1:]
+				}
+			}
+			r.ReleaseMany(held)
+		}()
+	}
+	routers.Wait()
+	close(stop)
+	wg.Wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.members.workers {
+		require.Zero(t, w.load, w.url)
+		require.Zero(t, w.requests, w.url)
+	}
+	require.Zero(t, r.view.availableLoad)
+	checkKeyMemory(t, r, policy)
 }
