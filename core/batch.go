@@ -35,21 +35,20 @@ func (r *Router) RouteWeightedKeys(n int, key func(i int) []byte, weight func(i 
 		if err := CheckWeight(w); err != nil {
 			return fmt.Errorf("%w (key %d)", err, i)
 		}
-		keys[i] = batchKey{req: KeyRequest(k), key: explicitKeyOf(k), weight: w}
+		keys[i] = batchKey{req: Request{RoutingKey: k, Weight: w}, key: explicitKeyOf(k)}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range keys {
-		decided(i, r.route(&keys[i].req, keys[i].key, keys[i].weight))
+		decided(i, r.route(&keys[i].req, keys[i].key, keys[i].req.Weight))
 	}
 	return nil
 }
 
 // batchKey is one key of a batch, read and hashed before the lock is taken.
 type batchKey struct {
-	req    Request
-	key    explicitKey
-	weight int64
+	req Request
+	key explicitKey
 }
 
 // batches recycles the key buffers of RouteKeys, so a batch allocates nothing.
