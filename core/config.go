@@ -23,8 +23,7 @@ const (
 	MaxVirtualNodes = 65536
 	MaxRingEntries  = 1 << 22
 	MaxMinLoadGap   = math.MaxInt64
-	// MaxKeyMemory bounds key_memory, which is allocated when the router is built (about 40
-	// bytes per key).
+	// MaxKeyMemory bounds key_memory, whose entries are all allocated when the router is built.
 	MaxKeyMemory = 1 << 22
 )
 

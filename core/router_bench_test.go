@@ -35,6 +35,9 @@ const (
 	// so every request whose key prefers a loaded worker (5/8 of them) passes the relative test,
 	// scans for the minimum and walks the ring to spill.
 	loadsSkewed = "skewed"
+	// loadsLone is loadsSkewed with one lease on every other worker but one: the least loaded
+	// worker is alone, which is the least-loaded spill's costliest case (a full second scan).
+	loadsLone = "lone"
 )
 
 // newBenchRouter builds a bounded router over n workers under the named loads.
@@ -50,16 +53,27 @@ func newBenchRouterWith(b *testing.B, policy Policy, n int, loads string) *Route
 	if err != nil {
 		b.Fatal(err)
 	}
-	if loads == loadsSkewed {
-		for i, url := range urls {
-			for j := 0; i%8 < 5 && j < 10; j++ {
-				if _, _, err := r.Acquire(url, nil); err != nil {
-					b.Fatal(err)
-				}
+	for i, url := range urls {
+		for j := 0; j < benchLeases(loads, i); j++ {
+			if _, _, err := r.Acquire(url, nil); err != nil {
+				b.Fatal(err)
 			}
 		}
 	}
 	return r
+}
+
+// benchLeases is the number of leases the named loads hold on worker i.
+func benchLeases(loads string, i int) int {
+	switch {
+	case loads == loadsIdle:
+		return 0
+	case i%8 < 5:
+		return 10
+	case loads == loadsLone && i != 5:
+		return 1
+	}
+	return 0
 }
 
 // reportSpills reports the share of routed requests that spilled, so a reader can check how
@@ -93,7 +107,8 @@ func BenchmarkRouteRelease(b *testing.B) {
 
 // BenchmarkRouteReleaseOptions is BenchmarkRouteRelease with each option of
 // bounded_consistent_hashing, to compare with the default at the same workers and loads: the
-// least-loaded spill under loads that spill; key memory holding every key of the loop, where
+// least-loaded spill under loads that spill (and the default under the loads where the
+// least-loaded spill costs most); key memory holding every key of the loop, where
 // each key stays on its ring worker (idle) or goes back to the worker it spilled to (skewed);
 // weighted leases of 1000 units each; and all three at once.
 func BenchmarkRouteReleaseOptions(b *testing.B) {
@@ -110,6 +125,8 @@ func BenchmarkRouteReleaseOptions(b *testing.B) {
 		weight int64
 	}{
 		{"spill_target=least_loaded", policy(SpillLeastLoaded, 0), loadsSkewed, 0},
+		{"spill_target=least_loaded", policy(SpillLeastLoaded, 0), loadsLone, 0},
+		{"spill_target=clockwise", policy(SpillClockwise, 0), loadsLone, 0},
 		{"key_memory=4096", policy(SpillClockwise, 4096), loadsIdle, 0},
 		{"key_memory=4096", policy(SpillClockwise, 4096), loadsSkewed, 0},
 		{"weight=1000", policy(SpillClockwise, 0), loadsIdle, 1000},

@@ -9,8 +9,8 @@ const (
 	// SpillClockwise: the first such worker clockwise from the key, the contract's default.
 	SpillClockwise SpillTarget = iota
 	// SpillLeastLoaded: the least loaded such worker, ties broken by the clockwise order from the
-	// key so that every process breaks them the same way. It costs a second scan of the
-	// available workers per spill, after the spill test's, and a ring walk when several tie.
+	// key so that every process breaks them the same way. Its spill test counts the ties while
+	// it scans for the least load, and it walks the ring only when several workers tie.
 	SpillLeastLoaded
 )
 
@@ -46,8 +46,8 @@ func (s SpillTarget) find(t *spillTest, position uint64) int {
 		return -1
 	}
 	// A lone least loaded worker needs no ring walk, which would be long to find it among many.
-	if only := v.onlyWithLoad(least); only >= 0 {
-		return only
+	if t.leastCount == 1 {
+		return t.leastAt
 	}
 	return v.ring.first(position, func(owner uint32) bool {
 		w := v.workers[owner]

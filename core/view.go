@@ -43,19 +43,19 @@ func (v *view) minLoad() int64 {
 	return least
 }
 
-// onlyWithLoad returns the only available worker carrying load, or -1 when none or several
-// do; it stops at the second one.
-func (v *view) onlyWithLoad(load int64) int {
-	found := -1
+// leastLoaded is minLoad that also returns the first available worker (in membership order)
+// carrying the least load and how many do, in the same single scan.
+func (v *view) leastLoaded() (least int64, at, count int) {
+	least = -1
 	for _, i := range v.available {
-		if v.workers[i].load == load {
-			if found >= 0 {
-				return -1
-			}
-			found = int(i)
+		switch load := v.workers[i].load; {
+		case load == least:
+			count++
+		case load < least || least < 0:
+			least, at, count = load, int(i), 1
 		}
 	}
-	return found
+	return least, at, count
 }
 
 // randomAvailable picks an available worker uniformly.
