@@ -60,15 +60,10 @@ func remembers(b Branch) bool {
 
 // recall returns the membership index of the key's last worker, or -1 when the key is not
 // remembered, its worker has had an outage since, or there is no memory. It changes nothing.
-// It is small enough to inline, so that a router without memory pays a nil test only.
 func (m *keyMemory) recall(position uint64) int {
 	if m == nil {
 		return -1
 	}
-	return m.lastWorker(position)
-}
-
-func (m *keyMemory) lastWorker(position uint64) int {
 	e := m.slots[m.find(position)]
 	if e == 0 {
 		return -1
