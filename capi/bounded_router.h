@@ -40,7 +40,8 @@
 #define BR_BRANCH_ROUTING_KEY_HIT 8
 #define BR_BRANCH_RANDOM 9
 #define BR_BRANCH_ROUND_ROBIN 10
-#define BR_BRANCH_COUNT 11
+#define BR_BRANCH_EXPLICIT_ROUTING_KEY_REMEMBERED 11
+#define BR_BRANCH_COUNT 12
 
 /* Packed decisions (answers of br_release_then_route_key, br_release_then_route and
  * br_route_keys): the branch code in the low BR_DECISION_BRANCH_BITS bits, the chosen worker's

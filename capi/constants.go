@@ -46,6 +46,7 @@ var (
 	_ = same{}[C.BR_BRANCH_ROUTING_KEY_HIT-core.BranchRoutingKeyHit]
 	_ = same{}[C.BR_BRANCH_RANDOM-core.BranchRandom]
 	_ = same{}[C.BR_BRANCH_ROUND_ROBIN-core.BranchRoundRobin]
+	_ = same{}[C.BR_BRANCH_EXPLICIT_ROUTING_KEY_REMEMBERED-core.BranchExplicitRoutingKeyRemembered]
 	_ = same{}[C.BR_BRANCH_COUNT-core.NumBranches]
 	// Every branch code fits in the decision's branch bits.
 	_ = same{}[core.NumBranches>>decisionBranchBits]

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 )
@@ -14,20 +15,34 @@ import (
 // A batch is all or nothing: with no available worker no key gets a lease, otherwise every
 // key does (an explicit key always finds a worker, and so does an empty one, at random).
 func (r *Router) RouteKeys(n int, key func(i int) []byte, decided func(i int, d Decision)) {
+	_ = r.RouteWeightedKeys(n, key, nil, decided) // weight 1 is valid: no error
+}
+
+// RouteWeightedKeys is RouteKeys with a lease of weight(i) for key i (weight 1 for every key
+// when weight is nil). The weights are read with the keys, before the lock is taken: if one is
+// invalid, no key is routed and the error names its index.
+func (r *Router) RouteWeightedKeys(n int, key func(i int) []byte, weight func(i int) int64, decided func(i int, d Decision)) error {
 	batch := batches.Get().(*[]batchKey)
 	defer batches.Put(batch)
 	keys := slices.Grow((*batch)[:0], n)[:n]
 	*batch = keys
+	defer clear(keys) // the pool must not keep the callers' keys alive
 	for i := range keys {
-		k := key(i)
-		keys[i] = batchKey{req: KeyRequest(k), key: r.explicitKeyOf(k)}
+		k, w := key(i), int64(1)
+		if weight != nil {
+			w = weight(i)
+		}
+		if err := CheckWeight(w); err != nil {
+			return fmt.Errorf("%w (key %d)", err, i)
+		}
+		keys[i] = batchKey{req: Request{RoutingKey: k, Weight: w}, key: r.explicitKeyOf(k)}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range keys {
-		decided(i, r.route(&keys[i].req, keys[i].key))
+		decided(i, r.route(&keys[i].req, keys[i].key, keys[i].req.Weight))
 	}
-	clear(keys) // the pool must not keep the callers' keys alive
+	return nil
 }
 
 // batchKey is one key of a batch, read and hashed before the lock is taken.

@@ -145,3 +145,40 @@ func TestRouteKeysIsAllOrNothing(t *testing.T) {
 	}
 	assert.Equal(t, 3, r.Stats().ActiveLeases)
 }
+
+// With every option on, a weighted batch is still all or nothing, and equals successive routes.
+func TestRouteWeightedKeysWithOptionsIsAllOrNothing(t *testing.T) {
+	urls := workerURLs(3)
+	policy := memoryPolicy(1.5, 2, 4)
+	policy.SpillTarget = SpillLeastLoaded
+	batched, single := newTestRouter(t, policy, urls), newTestRouter(t, policy, urls)
+	keys := [][]byte{[]byte("a"), []byte("a"), []byte("d"), []byte("b"), []byte("a"), []byte("a"), []byte("c")}
+	weights := []int64{5, 1, 2, 7, 3, 3, 1}
+	var got []Decision
+	require.NoError(t, batched.RouteWeightedKeys(len(keys), func(i int) []byte { return keys[i] },
+		func(i int) int64 { return weights[i] }, func(_ int, d Decision) { got = append(got, d) }))
+	for i, d := range got {
+		req := Request{RoutingKey: keys[i], Weight: weights[i]}
+		want := single.Route(&req)
+		assert.NotZero(t, d.Lease)
+		assert.Equal(t, want.Branch, d.Branch, "key %d", i)
+		assert.Equal(t, want.WorkerURL, d.WorkerURL, "key %d", i)
+	}
+	var total int64
+	for _, w := range batched.Workers() {
+		total += w.Load
+	}
+	assert.Equal(t, int64(22), total)
+
+	for _, url := range urls {
+		require.NoError(t, batched.SetHealthy(url, false))
+	}
+	remembered := batched.view.memory.len()
+	require.NoError(t, batched.RouteWeightedKeys(len(keys), func(i int) []byte { return keys[i] },
+		func(i int) int64 { return weights[i] }, func(_ int, d Decision) {
+			assert.Zero(t, d.Lease)
+			assert.Equal(t, BranchNoHealthyWorkers, d.Branch)
+		}))
+	assert.Equal(t, len(keys), batched.Stats().ActiveLeases)
+	assert.Equal(t, remembered, batched.view.memory.len())
+}

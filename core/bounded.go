@@ -4,30 +4,59 @@ package core
 // bounded rule"). Only an explicit routing key may spill; every other input is routed as by strict hashing.
 func selectBounded(v *view, req *Request, keyPos uint64, p *Policy) (int, Branch) {
 	return selectByPrecedence(v, req, keyPos, func(position uint64) (int, Branch) {
-		return selectBoundedExplicit(v, position, p.MaxLoadSkew, p.MinLoadGap)
+		return selectBoundedExplicit(v, position, p)
 	}, BranchImplicitRoutingKeyHit)
 }
 
-// selectBoundedExplicit keeps the preferred worker unless it is clearly overloaded: its load
-// exceeds both the least-loaded available worker's by more than minLoadGap and the mean by
-// more than a factor maxLoadSkew (both strict). Then the request spills to the first worker
-// clockwise that is available and at most maxLoadSkew times the mean; if none is, it stays.
-// The loads never count the request being routed.
-func selectBoundedExplicit(v *view, position uint64, maxLoadSkew float64, minLoadGap int64) (int, Branch) {
+// selectBoundedExplicit keeps the preferred worker unless it is clearly overloaded (see
+// spillTest). Then the request spills to a worker whose load is at most maxLoadSkew times the
+// mean, chosen as p.SpillTarget says; if none is, it stays. With key memory, a key first goes
+// to its last worker, as long as that worker is not clearly overloaded. The loads never count
+// the request being routed.
+func selectBoundedExplicit(v *view, position uint64, p *Policy) (int, Branch) {
 	preferred := v.preferred(position)
-	preferredLoad := v.workers[preferred].load
-	bound := v.meanLoad() * maxLoadSkew
-	// The relative test needs only the running total; the scan for the minimum and the spill
-	// walk run only when it fires.
-	if float64(preferredLoad) <= bound || preferredLoad-v.minLoad() <= minLoadGap {
+	test := spillTest{v: v, target: p.SpillTarget, bound: v.meanLoad() * p.MaxLoadSkew, gap: p.MinLoadGap, least: -1}
+	if last := v.memory.recall(position); last >= 0 && last != preferred && !test.overloaded(v.workers[last].load) {
+		return last, BranchExplicitRoutingKeyRemembered
+	}
+	if !test.overloaded(v.workers[preferred].load) {
 		return preferred, BranchExplicitRoutingKeyHit
 	}
-	target := v.ring.first(position, func(owner uint32) bool {
-		w := v.workers[owner]
-		return w.healthy && float64(w.load) <= bound
-	})
+	target := p.SpillTarget.find(&test, position)
 	if target < 0 {
 		return preferred, BranchExplicitRoutingKeyNoEligibleCandidate
 	}
 	return target, BranchExplicitRoutingKeySpillover
+}
+
+// spillTest tells whether a worker is clearly overloaded: its load exceeds both the least load
+// of the available workers by more than gap and the mean by more than a factor maxLoadSkew
+// (both strict). The relative test needs only the running total; the scan for the least load
+// runs only when it fires, and at most once per decision.
+type spillTest struct {
+	v      *view
+	target SpillTarget
+	bound  float64 // the mean load times maxLoadSkew: also the spill target's load bound
+	gap    int64
+	// least is the least load of the available workers, -1 until scanned. For a least-loaded
+	// spill the same scan finds the first worker carrying it (leastAt) and how many do.
+	least      int64
+	leastAt    int
+	leastCount int
+}
+
+func (t *spillTest) overloaded(load int64) bool {
+	return float64(load) > t.bound && load-t.leastLoad() > t.gap
+}
+
+func (t *spillTest) leastLoad() int64 {
+	switch {
+	case t.least >= 0:
+	case t.target == SpillLeastLoaded:
+		t.least, t.leastAt, t.leastCount = t.v.leastLoaded()
+	default:
+		// The minimum alone is a branchless scan, cheaper than counting ties.
+		t.least = t.v.minLoad()
+	}
+	return t.least
 }

@@ -492,13 +492,13 @@ func TestSelectBoundedExplicitOnHandBuiltView(t *testing.T) {
 	key := newRefRing(urls, 50).keyPreferring(t, urls[0])
 	pos := HashRingXXH64.Position(key)
 
-	idx, b := selectBoundedExplicit(&v, pos, 0.75, 0) // mean 4, bound 3: w0 6 > 3, others 3 <= 3
+	idx, b := selectBoundedExplicit(&v, pos, &Policy{MaxLoadSkew: 0.75, MinLoadGap: 0}) // mean 4, bound 3: w0 6 > 3, others 3 <= 3
 	assert.Equal(t, BranchExplicitRoutingKeySpillover, b)
 	assert.Equal(t, slices.Index(urls, newRefRing(urls, 50).order(key)[1]), idx)
-	idx, b = selectBoundedExplicit(&v, pos, 0.5, 0) // bound 2: nobody
+	idx, b = selectBoundedExplicit(&v, pos, &Policy{MaxLoadSkew: 0.5, MinLoadGap: 0}) // bound 2: nobody
 	assert.Equal(t, BranchExplicitRoutingKeyNoEligibleCandidate, b)
 	assert.Equal(t, 0, idx)
-	idx, b = selectBoundedExplicit(&v, pos, 0.5, 3) // gap 3 is not > 3
+	idx, b = selectBoundedExplicit(&v, pos, &Policy{MaxLoadSkew: 0.5, MinLoadGap: 3}) // gap 3 is not > 3
 	assert.Equal(t, BranchExplicitRoutingKeyHit, b)
 	assert.Equal(t, 0, idx)
 }
@@ -626,6 +626,7 @@ func TestBranchNames(t *testing.T) {
 		BranchRoutingKeyHit:                         "routing_key_hit",
 		BranchRandom:                                "random",
 		BranchRoundRobin:                            "round_robin",
+		BranchExplicitRoutingKeyRemembered:          "explicit_routing_key_remembered",
 	}
 	require.Len(t, want, int(NumBranches))
 	for b, s := range want {

@@ -16,6 +16,7 @@ const (
 	BranchRoutingKeyHit
 	BranchRandom
 	BranchRoundRobin
+	BranchExplicitRoutingKeyRemembered
 	// NumBranches is the number of branches; branch codes are 0..NumBranches-1.
 	NumBranches
 )
@@ -32,6 +33,7 @@ var branchNames = [NumBranches]string{
 	BranchRoutingKeyHit:                         "routing_key_hit",
 	BranchRandom:                                "random",
 	BranchRoundRobin:                            "round_robin",
+	BranchExplicitRoutingKeyRemembered:          "explicit_routing_key_remembered",
 }
 
 func (b Branch) String() string {

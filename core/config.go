@@ -23,9 +23,15 @@ const (
 	MaxVirtualNodes = 65536
 	MaxRingEntries  = 1 << 22
 	MaxMinLoadGap   = math.MaxInt64
+	// MaxKeyMemory bounds key_memory, whose entries are all allocated when the router is built.
+	MaxKeyMemory = 1 << 22
 )
 
-var virtualNodesRule = fmt.Sprintf("from 1 to %d", MaxVirtualNodes)
+var (
+	virtualNodesRule = fmt.Sprintf("from 1 to %d", MaxVirtualNodes)
+	spillTargetRule  = strings.Join(spillTargetNames[:], ", ")
+	keyMemoryRule    = fmt.Sprintf("from 0 to %d", MaxKeyMemory)
+)
 
 // checkRingSize refuses a membership of workers whose ring would exceed MaxRingEntries.
 func checkRingSize(workers, virtualNodes int) error {
@@ -86,6 +92,12 @@ func (p *Policy) Validate() error {
 	if p.MinLoadGap < 0 {
 		return invalid("min_load_gap must be an integer >= 0, got %d", p.MinLoadGap)
 	}
+	if int(p.SpillTarget) >= len(spillTargetNames) {
+		return invalid("spill_target must be one of %s, got %d", spillTargetRule, p.SpillTarget)
+	}
+	if p.KeyMemory < 0 || p.KeyMemory > MaxKeyMemory {
+		return invalid("key_memory must be an integer %s, got %d", keyMemoryRule, p.KeyMemory)
+	}
 	return nil
 }
 
@@ -123,6 +135,8 @@ type policyJSON struct {
 	MaxLoadSkew json.RawMessage `json:"max_load_skew,omitempty"`
 	MinLoadGap  json.RawMessage `json:"min_load_gap,omitempty"`
 	HashRing    json.RawMessage `json:"hash_ring,omitempty"`
+	SpillTarget json.RawMessage `json:"spill_target,omitempty"`
+	KeyMemory   json.RawMessage `json:"key_memory,omitempty"`
 }
 
 type configJSON struct {
@@ -135,7 +149,7 @@ type configJSON struct {
 //
 //	{"worker_urls": ["http://w0:8000"], "virtual_nodes": 150,
 //	 "policy": {"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2,
-//	            "hash_ring": "xxh64"}}
+//	            "hash_ring": "xxh64", "spill_target": "clockwise", "key_memory": 0}}
 //
 // Omitted settings take their defaults; unknown fields and wrongly typed values are errors.
 func ParseConfig(data []byte) (Config, error) {
@@ -179,6 +193,9 @@ func ParsePolicy(data []byte) (Policy, error) {
 		if raw.MaxLoadSkew != nil || raw.MinLoadGap != nil {
 			return Policy{}, invalid("max_load_skew and min_load_gap apply only to bounded_consistent_hashing, not %s", kind)
 		}
+		if raw.SpillTarget != nil || raw.KeyMemory != nil {
+			return Policy{}, invalid("spill_target and key_memory apply only to bounded_consistent_hashing, not %s", kind)
+		}
 		return Policy{Kind: kind, HashRing: hash}, nil
 	}
 	policy.HashRing = hash
@@ -193,6 +210,12 @@ func ParsePolicy(data []byte) (Policy, error) {
 		return Policy{}, err
 	}
 	policy.MinLoadGap = int64(gap)
+	if policy.SpillTarget, err = spillTargetSetting(raw.SpillTarget); err != nil {
+		return Policy{}, err
+	}
+	if policy.KeyMemory, err = intSetting("key_memory", keyMemoryRule, raw.KeyMemory, 0); err != nil {
+		return Policy{}, err
+	}
 	return policy, policy.Validate()
 }
 
@@ -210,6 +233,20 @@ func hashRingSetting(raw json.RawMessage) (HashRing, error) {
 		}
 	}
 	return 0, invalid(`hash_ring must be "xxh64" or "smg", got %s`, raw)
+}
+
+// spillTargetSetting decodes spill_target, one of the names of SpillTarget.
+func spillTargetSetting(raw json.RawMessage) (SpillTarget, error) {
+	if raw == nil {
+		return SpillClockwise, nil
+	}
+	var name string
+	if json.Unmarshal(raw, &name) == nil {
+		if target, ok := spillTargetByName(name); ok {
+			return target, nil
+		}
+	}
+	return 0, invalid("spill_target must be one of %s, got %s", spillTargetRule, raw)
 }
 
 // ParseWorkerURLs reads a JSON array of worker URLs, as strictly as ParseConfig reads its list.
@@ -274,7 +311,9 @@ func decodeStrict(data []byte, into any) error {
 	return nil
 }
 
-// MarshalJSON writes the {"type": ...} form ParsePolicy reads.
+// MarshalJSON writes the {"type": ...} form ParsePolicy reads. The options of
+// bounded_consistent_hashing appear only when they differ from their defaults, so a default
+// policy is written as before they existed.
 func (p Policy) MarshalJSON() ([]byte, error) {
 	out := map[string]any{"type": p.Kind.String()}
 	if p.Kind.hashes() {
@@ -282,6 +321,12 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 	}
 	if p.Kind == PolicyBoundedConsistentHashing {
 		out["max_load_skew"], out["min_load_gap"] = p.MaxLoadSkew, p.MinLoadGap
+		if p.SpillTarget != SpillClockwise {
+			out["spill_target"] = p.SpillTarget.String()
+		}
+		if p.KeyMemory != 0 {
+			out["key_memory"] = p.KeyMemory
+		}
 	}
 	return json.Marshal(out)
 }
@@ -296,7 +341,8 @@ func (c Config) MarshalJSON() ([]byte, error) {
 }
 
 // fieldNames are the object keys of every JSON form the core reads, spelled exactly.
-var fieldNames = map[string]bool{"worker_urls": true, "policy": true, "virtual_nodes": true, "type": true, "max_load_skew": true, "min_load_gap": true}
+var fieldNames = map[string]bool{"worker_urls": true, "policy": true, "virtual_nodes": true, "type": true, "max_load_skew": true, "min_load_gap": true,
+	"spill_target": true, "key_memory": true}
 
 // checkFieldNames refuses object keys that differ from a field name only in case, which
 // encoding/json would take for that field (keys it does not know at all it reports itself).

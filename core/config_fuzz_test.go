@@ -31,6 +31,10 @@ func FuzzParseConfig(f *testing.F) {
 		`{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing", "min_load_gap": true}}`,
 		`{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing", "min_load_gap": 9223372036854775808}}`,
 		`{"worker_urls": ["a"], "policy": {"type": "random", "max_load_skew": 2}}`,
+		`{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing", "spill_target": "least_loaded", "key_memory": 4096}}`,
+		`{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing", "spill_target": "nearest", "key_memory": -1}}`,
+		`{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing", "key_memory": 4194305}}`,
+		`{"worker_urls": ["a"], "policy": {"type": "round_robin", "spill_target": "clockwise"}}`,
 		`{"worker_urls": ["a"], "virtual_nodes": 65537}`,
 		`{"worker_urls": ["a"], "virtual_nodes": null}`,
 		`{"worker_urls": ["a"], "extra": 1}`,
@@ -69,10 +73,11 @@ func FuzzParseConfig(f *testing.F) {
 		}
 		p := cfg.Policy
 		if p.Kind == PolicyBoundedConsistentHashing {
-			if math.IsNaN(p.MaxLoadSkew) || math.IsInf(p.MaxLoadSkew, 0) || p.MaxLoadSkew < 1 || p.MinLoadGap < 0 {
+			if math.IsNaN(p.MaxLoadSkew) || math.IsInf(p.MaxLoadSkew, 0) || p.MaxLoadSkew < 1 || p.MinLoadGap < 0 ||
+				p.SpillTarget > SpillLeastLoaded || p.KeyMemory < 0 || p.KeyMemory > MaxKeyMemory {
 				t.Fatalf("accepted bad settings %+v", p)
 			}
-		} else if p.MaxLoadSkew != 0 || p.MinLoadGap != 0 {
+		} else if p.MaxLoadSkew != 0 || p.MinLoadGap != 0 || p.SpillTarget != SpillClockwise || p.KeyMemory != 0 {
 			t.Fatalf("settings on policy %v: %+v", p.Kind, p)
 		}
 		if cfg.VirtualNodes < 1 || cfg.VirtualNodes > MaxVirtualNodes {
@@ -103,7 +108,7 @@ func FuzzParseConfig(f *testing.F) {
 		if !reflect.DeepEqual(cfg, again) {
 			t.Fatalf("round trip changed the config: %+v -> %s -> %+v", cfg, text, again)
 		}
-		if len(cfg.WorkerURLs)*cfg.VirtualNodes <= 1<<16 {
+		if len(cfg.WorkerURLs)*cfg.VirtualNodes <= 1<<16 && cfg.Policy.KeyMemory <= 1<<16 {
 			r, err := NewRouter(cfg)
 			if err != nil {
 				t.Fatalf("NewRouter of an accepted config: %v", err)

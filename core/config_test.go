@@ -361,3 +361,56 @@ func TestJSONIsReadExactly(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"http://\U0001F600", `a\ud800`, `"\`}, cfg.WorkerURLs)
 }
+
+func TestParseSpillTarget(t *testing.T) {
+	cfg, err := ParseConfig([]byte(bounded(`"spill_target": "least_loaded"`)))
+	require.NoError(t, err)
+	assert.Equal(t, SpillLeastLoaded, cfg.Policy.SpillTarget)
+	cfg, err = ParseConfig([]byte(bounded(`"spill_target": "clockwise"`)))
+	require.NoError(t, err)
+	assert.Equal(t, DefaultConfig("a"), cfg)
+
+	for _, bad := range []string{`"Least_Loaded"`, `"random"`, `""`, `1`, `null`, `true`, `["clockwise"]`} {
+		requireConfigError(t, bounded(`"spill_target": `+bad), "spill_target must be one of clockwise, least_loaded, got "+bad)
+	}
+	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "consistent_hashing", "spill_target": "clockwise"}}`,
+		"spill_target and key_memory apply only to bounded_consistent_hashing, not consistent_hashing")
+
+	p := leastLoadedPolicy(1.5, 2)
+	data, err := json.Marshal(p)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2, "hash_ring": "xxh64", "spill_target": "least_loaded"}`, string(data))
+	back, err := ParsePolicy(data)
+	require.NoError(t, err)
+	assert.Equal(t, p, back)
+
+	p.SpillTarget = 2
+	assert.ErrorContains(t, p.Validate(), "spill_target must be one of clockwise, least_loaded, got 2")
+}
+
+func TestParseKeyMemory(t *testing.T) {
+	for _, n := range []int{0, 1, 100_000, MaxKeyMemory} {
+		cfg, err := ParseConfig([]byte(bounded(`"key_memory": ` + strconv.Itoa(n))))
+		require.NoError(t, err, n)
+		assert.Equal(t, n, cfg.Policy.KeyMemory)
+	}
+	for _, bad := range []string{`-1`, `4194305`, `1.5`, `1e3`, `"10"`, `null`, `true`, `99999999999999999999`} {
+		requireConfigError(t, bounded(`"key_memory": `+bad), "key_memory must be an integer from 0 to 4194304, got "+bad)
+	}
+	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "random", "key_memory": 0}}`,
+		"spill_target and key_memory apply only to bounded_consistent_hashing, not random")
+	requireConfigError(t, bounded(`"Key_Memory": 5`), "case-sensitive")
+	requireConfigError(t, bounded(`"Spill_Target": "clockwise"`), "case-sensitive")
+
+	p := boundedPolicy(1.5, 2)
+	p.KeyMemory, p.SpillTarget = 4096, SpillLeastLoaded
+	data, err := json.Marshal(p)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2, "hash_ring": "xxh64", "spill_target": "least_loaded", "key_memory": 4096}`, string(data))
+	back, err := ParsePolicy(data)
+	require.NoError(t, err)
+	assert.Equal(t, p, back)
+
+	p.KeyMemory = -1
+	assert.ErrorContains(t, p.Validate(), "key_memory must be an integer from 0 to 4194304, got -1")
+}

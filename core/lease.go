@@ -29,6 +29,8 @@ type leaseSlot struct {
 	generation uint32
 	hasKey     bool
 	keyPos     uint64
+	// weight is what the lease counts on its worker's load.
+	weight int64
 	// worker is nil while the slot is free.
 	worker    *worker
 	preferred *worker
@@ -42,7 +44,7 @@ type leaseTable struct {
 	active int
 }
 
-func (t *leaseTable) take(w, preferred *worker, hasKey bool, keyPos uint64) LeaseID {
+func (t *leaseTable) take(w, preferred *worker, hasKey bool, keyPos uint64, weight int64) LeaseID {
 	var i uint32
 	if n := len(t.free); n > 0 {
 		i, t.free = t.free[n-1], t.free[:n-1]
@@ -52,7 +54,7 @@ func (t *leaseTable) take(w, preferred *worker, hasKey bool, keyPos uint64) Leas
 	}
 	s := &t.slots[i]
 	s.generation = nextGeneration()
-	s.worker, s.preferred, s.hasKey, s.keyPos = w, preferred, hasKey, keyPos
+	s.worker, s.preferred, s.hasKey, s.keyPos, s.weight = w, preferred, hasKey, keyPos, weight
 	t.active++
 	return LeaseID(uint64(s.generation)<<32 | uint64(i))
 }

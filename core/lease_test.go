@@ -17,7 +17,7 @@ func TestLeaseIDLayout(t *testing.T) {
 func TestLeaseTableTakeLookupDrop(t *testing.T) {
 	var tbl leaseTable
 	w, p := newWorker("a", 1), newWorker("b", 2)
-	id := tbl.take(w, p, true, 99)
+	id := tbl.take(w, p, true, 99, 1)
 	assert.NotZero(t, id)
 	assert.Equal(t, uint32(0), id.slot())
 	assert.NotZero(t, id.generation())
@@ -36,7 +36,7 @@ func TestLeaseTableTakeLookupDrop(t *testing.T) {
 	assert.Equal(t, []uint32{0}, tbl.free)
 
 	// The slot is reused under a new generation; the old ID stays dead.
-	id2 := tbl.take(w, w, false, 0)
+	id2 := tbl.take(w, w, false, 0, 1)
 	assert.Equal(t, uint32(0), id2.slot())
 	assert.NotEqual(t, id.generation(), id2.generation())
 	assert.NotEqual(t, id, id2)
@@ -51,7 +51,7 @@ func TestLeaseTableUnknownIDs(t *testing.T) {
 	var tbl leaseTable
 	assert.Nil(t, tbl.lookup(0))
 	assert.Nil(t, tbl.lookup(LeaseID(math.MaxUint64)))
-	id := tbl.take(newWorker("a", 1), nil, false, 0)
+	id := tbl.take(newWorker("a", 1), nil, false, 0, 1)
 	assert.Nil(t, tbl.lookup(0), "LeaseID 0 is never valid")
 	assert.Nil(t, tbl.lookup(id+1), "slot out of range")
 	assert.Nil(t, tbl.lookup(id+1<<32), "wrong generation")
@@ -64,12 +64,12 @@ func TestLeaseTableGenerationWrapSkipsZero(t *testing.T) {
 	var tbl leaseTable
 	w := newWorker("a", 1)
 	leaseGenerations.Store(math.MaxUint32 - 1)
-	id := tbl.take(w, w, false, 0)
+	id := tbl.take(w, w, false, 0, 1)
 	assert.Equal(t, uint32(math.MaxUint32), id.generation())
 	s := tbl.lookup(id)
 	require.NotNil(t, s)
 	tbl.drop(id, s)
-	next := tbl.take(w, w, false, 0)
+	next := tbl.take(w, w, false, 0, 1)
 	assert.NotZero(t, next)
 	assert.Equal(t, uint32(1), next.generation(), "generation 0 is skipped")
 	assert.Nil(t, tbl.lookup(id))
@@ -82,7 +82,7 @@ func TestLeaseTableReusesSlots(t *testing.T) {
 	seen := map[LeaseID]bool{}
 	var ids []LeaseID
 	for i := 0; i < 10; i++ {
-		ids = append(ids, tbl.take(w, w, false, 0))
+		ids = append(ids, tbl.take(w, w, false, 0, 1))
 	}
 	for round := 0; round < 50; round++ {
 		for _, id := range ids {
@@ -94,7 +94,7 @@ func TestLeaseTableReusesSlots(t *testing.T) {
 		}
 		require.Equal(t, 0, tbl.active)
 		for i := range ids {
-			ids[i] = tbl.take(w, w, false, 0)
+			ids[i] = tbl.take(w, w, false, 0, 1)
 		}
 		require.Equal(t, 10, tbl.active)
 	}

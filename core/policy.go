@@ -29,14 +29,18 @@ func (k PolicyKind) hashes() bool {
 	return k == PolicyConsistentHashing || k == PolicyBoundedConsistentHashing
 }
 
-// Policy is a policy kind with its settings. MaxLoadSkew and MinLoadGap are used by
-// bounded_consistent_hashing only; HashRing is set by the hashing policies only (the others
-// keep the default, XXH64, which then places only the keys the router counts).
+// Policy is a policy kind with its settings. MaxLoadSkew, MinLoadGap, SpillTarget and
+// KeyMemory are used by bounded_consistent_hashing only; other policies ignore them. HashRing
+// is set by the hashing policies only (the others keep the default, XXH64, which then places
+// only the keys the router counts).
 type Policy struct {
 	Kind        PolicyKind
 	MaxLoadSkew float64
 	MinLoadGap  int64
 	HashRing    HashRing
+	SpillTarget SpillTarget
+	// KeyMemory is how many routing keys the router remembers the last worker of; 0 is none.
+	KeyMemory int
 }
 
 // selectWorker returns the index of the chosen worker (or -1) and the branch that chose it.

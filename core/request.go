@@ -30,6 +30,9 @@ type Request struct {
 	// ImplicitKey comes from the first present of Authorization, X-Forwarded-For, Cookie;
 	// empty means absent.
 	ImplicitKey []byte
+	// Weight is what the request's lease counts on its worker's load (for example its prompt
+	// tokens), from 1 to MaxLeaseWeight; 0 means 1. It plays no part in choosing the worker.
+	Weight int64
 }
 
 // KeyRequest is a request whose only input is an explicit routing key.

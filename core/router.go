@@ -37,6 +37,9 @@ func NewRouter(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	r := &Router{policy: cfg.Policy, virtualNodes: cfg.VirtualNodes, members: emptyMembership(cfg.Policy.HashRing), view: newView(), keys: newKeyCounts()}
+	if cfg.Policy.Kind == PolicyBoundedConsistentHashing && cfg.Policy.KeyMemory > 0 {
+		r.view.memory = newKeyMemory(cfg.Policy.KeyMemory)
+	}
 	r.install(rebuilt(r.newWorkers(cfg.WorkerURLs, r.members), r.policy.HashRing, r.virtualNodes))
 	return r, nil
 }
@@ -51,19 +54,22 @@ type Decision struct {
 	// WorkerURL and WorkerID name the chosen worker; empty and 0 when no worker was chosen.
 	WorkerURL string
 	WorkerID  uint32
-	// PreferredURL and PreferredID name the worker the key prefers; they differ from the
-	// chosen worker only when the request spilled.
+	// PreferredURL and PreferredID name the worker the key prefers on the ring; they differ
+	// from the chosen worker only when the request spilled or went to its remembered worker.
 	PreferredURL string
 	PreferredID  uint32
 	// Lease is the load token of a routed request; 0 for a selection or when no worker was chosen.
 	Lease LeaseID
 }
 
-// Spilled reports whether the request went to another worker than its key's preferred one.
+// Spilled reports whether the request spilled. A key routed to the worker it remembers
+// (BranchExplicitRoutingKeyRemembered) did not spill, though that worker may not be the
+// preferred one.
 func (d Decision) Spilled() bool { return d.Branch == BranchExplicitRoutingKeySpillover }
 
 // Route chooses a worker for the request and, if one is chosen, counts the request on it under
-// a new lease, in one linearizable step. Release the lease when the request has finished.
+// a new lease of req.Weight, in one linearizable step. Release the lease when the request has
+// finished. It panics when req.Weight is outside 0..MaxLeaseWeight (see CheckWeight).
 func (r *Router) Route(req *Request) Decision { return r.ReleaseThenRoute(0, req) }
 
 // ReleaseThenRoute releases the lease previous (as Release does; nothing when it is 0 or not
@@ -71,23 +77,27 @@ func (r *Router) Route(req *Request) Decision { return r.ReleaseThenRoute(0, req
 // the library cost more than the work behind them uses it to pass a release on with its next
 // route instead of making a call of its own.
 func (r *Router) ReleaseThenRoute(previous LeaseID, req *Request) Decision {
-	key := r.explicitKeyOf(req.RoutingKey)
+	key, weight := r.explicitKeyOf(req.RoutingKey), req.leaseWeight()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if previous != 0 {
 		r.release(previous, false)
 	}
-	return r.route(req, key)
+	return r.route(req, key, weight)
 }
 
-// route is Route for a caller that holds r.mu and has hashed the request's explicit key.
-func (r *Router) route(req *Request, key explicitKey) Decision {
+// route is Route for a caller that holds r.mu and has hashed the request's explicit key and
+// checked its weight.
+func (r *Router) route(req *Request, key explicitKey, weight int64) Decision {
 	d, chosen, preferred := r.decide(req, key)
 	r.branches[d.Branch]++
 	if chosen != nil {
 		// Only round_robin reads the counter; advancing it for every policy keeps this branchless.
 		r.view.roundRobin++
-		d.Lease = r.take(chosen, preferred, key)
+		d.Lease = r.take(chosen, preferred, key, weight)
+		if r.view.memory != nil && remembers(d.Branch) {
+			r.view.memory.remember(key.position, chosen)
+		}
 	}
 	return d
 }
@@ -124,8 +134,9 @@ func (r *Router) decide(req *Request, key explicitKey) (d Decision, chosen, pref
 		return d, nil, nil
 	}
 	chosen, preferred = r.members.workers[index], r.members.workers[index]
-	if branch == BranchExplicitRoutingKeySpillover {
-		// Spills are rare; finding the preferred worker again is cheaper than carrying it always.
+	if branch == BranchExplicitRoutingKeySpillover || branch == BranchExplicitRoutingKeyRemembered {
+		// Only these branches leave the preferred worker; finding it again here is cheaper than
+		// carrying it out of every policy.
 		preferred = r.members.workers[r.view.preferred(key.position)]
 	}
 	d.WorkerURL, d.WorkerID = chosen.url, chosen.id
@@ -134,8 +145,16 @@ func (r *Router) decide(req *Request, key explicitKey) (d Decision, chosen, pref
 }
 
 // Acquire counts a request on a worker chosen elsewhere (a load token without a routing
-// decision). The worker must be a member; it need not be healthy.
+// decision) under a lease of weight 1. The worker must be a member; it need not be healthy.
 func (r *Router) Acquire(url string, routingKey []byte) (LeaseID, WorkerState, error) {
+	return r.AcquireWeighted(url, routingKey, 1)
+}
+
+// AcquireWeighted is Acquire with a lease of the given weight (see CheckWeight).
+func (r *Router) AcquireWeighted(url string, routingKey []byte, weight int64) (LeaseID, WorkerState, error) {
+	if err := CheckWeight(weight); err != nil {
+		return 0, WorkerState{}, err
+	}
 	key := r.explicitKeyOf(routingKey)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -143,16 +162,17 @@ func (r *Router) Acquire(url string, routingKey []byte) (LeaseID, WorkerState, e
 	if !ok {
 		return 0, WorkerState{}, unknownWorker(url)
 	}
-	return r.take(w, w, key), w.state(), nil
+	return r.take(w, w, key, weight), w.state(), nil
 }
 
-// take counts a request on w under a new lease; the caller holds r.mu.
-func (r *Router) take(w, preferred *worker, key explicitKey) LeaseID {
+// take counts a request of the given weight on w under a new lease; the caller holds r.mu.
+func (r *Router) take(w, preferred *worker, key explicitKey, weight int64) LeaseID {
 	if key.present && r.keys.add(w.id, key.position) {
 		w.activeKeys++
 	}
-	r.addLoad(w, 1)
-	return r.leases.take(w, preferred, key.present, key.position)
+	w.requests++
+	r.addLoad(w, weight)
+	return r.leases.take(w, preferred, key.present, key.position, weight)
 }
 
 // addLoad changes a worker's load and, while it is an available member, the running total.
@@ -182,7 +202,8 @@ func (r *Router) release(id LeaseID, abandoned bool) bool {
 	if s.hasKey && r.keys.remove(s.worker.id, s.keyPos) {
 		s.worker.activeKeys--
 	}
-	r.addLoad(s.worker, -1)
+	s.worker.requests--
+	r.addLoad(s.worker, -s.weight)
 	if abandoned {
 		r.leaked++
 	}
@@ -261,6 +282,9 @@ func (r *Router) SetHealthy(url string, healthy bool) error {
 	}
 	if w.healthy != healthy {
 		w.healthy = healthy
+		if !healthy {
+			w.outages++
+		}
 		r.refreshAvailable()
 	}
 	return nil
@@ -333,7 +357,11 @@ func (r *Router) install(next *membership) {
 	for _, w := range r.members.workers {
 		if still, ok := next.lookup(w.url); !ok || still != w {
 			w.removed = true
+			w.outages++
 		}
+	}
+	for i, w := range next.workers {
+		w.index = i
 	}
 	r.members = next
 	r.view.workers, r.view.ring = next.workers, next.ring

@@ -35,26 +35,45 @@ const (
 	// so every request whose key prefers a loaded worker (5/8 of them) passes the relative test,
 	// scans for the minimum and walks the ring to spill.
 	loadsSkewed = "skewed"
+	// loadsLone is loadsSkewed with one lease on every other worker but one: the least loaded
+	// worker is alone, which is the least-loaded spill's costliest case (a full second scan).
+	loadsLone = "lone"
 )
 
 // newBenchRouter builds a bounded router over n workers under the named loads.
 func newBenchRouter(b *testing.B, n int, loads string) *Router {
+	return newBenchRouterWith(b, DefaultConfig().Policy, n, loads)
+}
+
+// newBenchRouterWith builds a router with the policy over n workers under the named loads.
+func newBenchRouterWith(b *testing.B, policy Policy, n int, loads string) *Router {
 	b.Helper()
 	urls := benchWorkerURLs(n)
-	r, err := NewRouter(DefaultConfig(urls...))
+	r, err := NewRouter(Config{WorkerURLs: urls, Policy: policy, VirtualNodes: DefaultVirtualNodes})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if loads == loadsSkewed {
-		for i, url := range urls {
-			for j := 0; i%8 < 5 && j < 10; j++ {
-				if _, _, err := r.Acquire(url, nil); err != nil {
-					b.Fatal(err)
-				}
+	for i, url := range urls {
+		for j := 0; j < benchLeases(loads, i); j++ {
+			if _, _, err := r.Acquire(url, nil); err != nil {
+				b.Fatal(err)
 			}
 		}
 	}
 	return r
+}
+
+// benchLeases is the number of leases the named loads hold on worker i.
+func benchLeases(loads string, i int) int {
+	switch {
+	case loads == loadsIdle:
+		return 0
+	case i%8 < 5:
+		return 10
+	case loads == loadsLone && i != 5:
+		return 1
+	}
+	return 0
 }
 
 // reportSpills reports the share of routed requests that spilled, so a reader can check how
@@ -81,6 +100,59 @@ func BenchmarkRouteRelease(b *testing.B) {
 				}
 				b.StopTimer()
 				reportSpills(b, r)
+			})
+		}
+	}
+}
+
+// BenchmarkRouteReleaseOptions is BenchmarkRouteRelease with each option of
+// bounded_consistent_hashing, to compare with the default at the same workers and loads: the
+// least-loaded spill under loads that spill (and the default under the loads where the
+// least-loaded spill costs most); key memory holding every key of the loop, where
+// each key stays on its ring worker (idle) or goes back to the worker it spilled to (skewed);
+// weighted leases of 1000 units each; and all three at once.
+func BenchmarkRouteReleaseOptions(b *testing.B) {
+	keys := benchKeys(4096)
+	policy := func(target SpillTarget, memory int) Policy {
+		p := DefaultConfig().Policy
+		p.SpillTarget, p.KeyMemory = target, memory
+		return p
+	}
+	options := []struct {
+		name   string
+		policy Policy
+		loads  string
+		weight int64
+	}{
+		{"spill_target=least_loaded", policy(SpillLeastLoaded, 0), loadsSkewed, 0},
+		{"spill_target=least_loaded", policy(SpillLeastLoaded, 0), loadsLone, 0},
+		{"spill_target=clockwise", policy(SpillClockwise, 0), loadsLone, 0},
+		{"key_memory=4096", policy(SpillClockwise, 4096), loadsIdle, 0},
+		{"key_memory=4096", policy(SpillClockwise, 4096), loadsSkewed, 0},
+		{"weight=1000", policy(SpillClockwise, 0), loadsIdle, 1000},
+		{"weight=1000", policy(SpillClockwise, 0), loadsSkewed, 1000},
+		{"all", policy(SpillLeastLoaded, 4096), loadsSkewed, 1000},
+	}
+	for _, n := range []int{64, 1024} {
+		for _, o := range options {
+			b.Run(fmt.Sprintf("workers=%d/%s/loads=%s", n, o.name, o.loads), func(b *testing.B) {
+				r := newBenchRouterWith(b, o.policy, n, o.loads)
+				routeRelease := func(i int) {
+					req := Request{RoutingKey: keys[i&4095], Weight: o.weight}
+					r.Release(r.Route(&req).Lease, false)
+				}
+				for i := range keys { // every key is remembered before the clock starts
+					routeRelease(i)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					routeRelease(i)
+				}
+				b.StopTimer()
+				reportSpills(b, r)
+				s := r.Stats()
+				b.ReportMetric(float64(s.Branches[BranchExplicitRoutingKeyRemembered])/float64(b.N+len(keys)), "remembered/op")
 			})
 		}
 	}

@@ -7,15 +7,19 @@ import (
 
 // FuzzRouterOperations runs any sequence of calls on the core API (decoded from the input,
 // two bytes per call) and checks after every call that the router's bookkeeping is intact,
-// that every decision is one the policy may make, and that each worker's load is exactly the
-// number of leases held on it; at the end every lease is released exactly once and every
-// load and key count, on members and on removed workers, is back to zero.
+// that every decision is one the policy may make, that each worker's load is exactly the sum
+// of the weights of the leases held on it and its requests their number, and that the key
+// memory stays within its capacity and recalls only available members; at the end every lease
+// is released exactly once and every load and key count, on members and on removed workers, is
+// back to zero. The first byte also turns on the options of bounded_consistent_hashing.
 func FuzzRouterOperations(f *testing.F) {
 	f.Add([]byte{3, 0, 0, 1, 0, 2, 0, 3, 0, 4, 0, 5})
 	f.Add([]byte{3, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0})
 	f.Add([]byte{0, 0, 0x11, 0, 0x15, 0, 0x24, 0, 0x30, 0, 0x44, 0, 0x50, 0x0f})
 	f.Add([]byte{1, 5, 0x60, 1, 0x61, 2, 0x70, 0, 0x80, 3, 0x90, 0, 0xa0, 1, 0xb0, 0, 0xc0, 0})
 	f.Add([]byte{2, 1, 0x30, 0x00, 0x33, 0x3f, 0x40, 1, 0x42, 0, 0x00, 0, 0x00, 0})
+	f.Add([]byte{3 | 4 | 8 | 16, 3, 0, 1, 1, 2, 2, 3, 0, 4, 0x60, 0, 0, 5, 0xc1, 0, 0, 6, 0xa0, 1, 0x90, 1, 0, 7, 0xf0, 9})
+	f.Add([]byte{3 | 8, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2, 0, 3, 0, 4, 0, 0x60, 0, 0x60, 0, 0x60, 0, 0, 0, 1, 0, 2, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 2 {
 			return
@@ -26,12 +30,29 @@ func FuzzRouterOperations(f *testing.F) {
 			policy.MaxLoadSkew = []float64{0.5, 1, 1.25, 1.5, 2, 3}[data[1]%6] // below 1 too: no_eligible_candidate
 			policy.MinLoadGap = int64(data[1] / 6 % 4)
 		}
+		// The options are set for every policy: the others must ignore them.
+		if data[0]&4 != 0 {
+			policy.SpillTarget = SpillLeastLoaded
+		}
+		const memoryCapacity = 3 // fewer than the keys routed: evictions happen
+		if data[0]&8 != 0 {
+			policy.KeyMemory = memoryCapacity
+		}
+		weighted := data[0]&16 != 0
+		weightOf := func(arg byte) int64 {
+			if !weighted {
+				return 1
+			}
+			return int64(arg%5) + 1
+		}
 		vnodes := []int{1, 2, 10, 40}[data[1]>>6]
 		r, err := NewRouter(Config{WorkerURLs: pool[:4], Policy: policy, VirtualNodes: vnodes})
 		if err != nil {
 			if policy.MaxLoadSkew < 1 && policy.Kind == PolicyBoundedConsistentHashing {
 				// Validate refuses it; build the policy directly as the Go tests do.
-				r, err = NewRouter(Config{WorkerURLs: pool[:4], Policy: Policy{Kind: policy.Kind, MaxLoadSkew: 1, MinLoadGap: policy.MinLoadGap}, VirtualNodes: vnodes})
+				valid := policy
+				valid.MaxLoadSkew = 1
+				r, err = NewRouter(Config{WorkerURLs: pool[:4], Policy: valid, VirtualNodes: vnodes})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -44,6 +65,7 @@ func FuzzRouterOperations(f *testing.F) {
 		type held struct {
 			id     LeaseID
 			worker *worker
+			weight int64
 		}
 		var leases []held
 		var released []LeaseID
@@ -60,7 +82,7 @@ func FuzzRouterOperations(f *testing.F) {
 				if s == nil {
 					t.Fatalf("lease %#x of %+v is not active", d.Lease, d)
 				}
-				leases = append(leases, held{d.Lease, s.worker})
+				leases = append(leases, held{d.Lease, s.worker, s.weight})
 			}
 			if !routed {
 				return
@@ -76,8 +98,12 @@ func FuzzRouterOperations(f *testing.F) {
 				if p, ok := r.members.lookup(d.PreferredURL); !ok || !p.healthy {
 					t.Fatalf("preferred %s is not an available member", d.PreferredURL)
 				}
-				if (d.WorkerURL != d.PreferredURL) != (d.Branch == BranchExplicitRoutingKeySpillover) {
-					t.Fatalf("worker and preferred differ without a spill (or the reverse): %+v", d)
+				offPreferred := d.Branch == BranchExplicitRoutingKeySpillover || d.Branch == BranchExplicitRoutingKeyRemembered
+				if (d.WorkerURL != d.PreferredURL) != offPreferred {
+					t.Fatalf("worker and preferred differ without a spill or a remembered worker (or the reverse): %+v", d)
+				}
+				if d.Branch == BranchExplicitRoutingKeyRemembered && policy.KeyMemory == 0 {
+					t.Fatalf("remembered without key memory: %+v", d)
 				}
 			}
 		}
@@ -88,8 +114,8 @@ func FuzzRouterOperations(f *testing.F) {
 			url := pool[int(arg)%len(pool)]
 			switch op >> 4 {
 			case 0, 1, 2: // route an explicit key (few keys, so loads pile up)
-				d := route(r, "key-"+strconv.Itoa(int(op&0x0f)%5))
-				note(d, true)
+				req := Request{RoutingKey: []byte("key-" + strconv.Itoa(int(op&0x0f)%5)), Weight: weightOf(arg)}
+				note(r.Route(&req), true)
 			case 3: // route from headers
 				names := []string{HeaderTargetWorker, HeaderRoutingKey, HeaderAuthorization, HeaderForwardedFor, HeaderCookie, "Other"}
 				values := []string{"", "0", "+1", "3", "9", "k1", "k2", "bad\x01"}
@@ -100,7 +126,7 @@ func FuzzRouterOperations(f *testing.F) {
 				var req Request
 				note(r.Route(&req), true)
 			case 5: // acquire
-				id, _, err := r.Acquire(url, []byte("acq"))
+				id, _, err := r.AcquireWeighted(url, []byte("acq"), weightOf(arg))
 				if err == nil {
 					note(Decision{Lease: id}, false)
 				}
@@ -135,23 +161,36 @@ func FuzzRouterOperations(f *testing.F) {
 				if err := r.SetWorkers(next); err != nil {
 					t.Fatal(err)
 				}
+			case 15: // a batch of three keys, all or nothing
+				var batch []Decision
+				err := r.RouteWeightedKeys(3, func(i int) []byte { return []byte("key-" + strconv.Itoa((int(op)+i)%5)) },
+					func(i int) int64 { return weightOf(arg + byte(i)) }, func(_ int, d Decision) { batch = append(batch, d) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, d := range batch {
+					note(d, true)
+				}
 			default:
 				_ = r.SetHealthy(url, arg&0x80 == 0)
 			}
 			note(Decision{}, false)
 			checkInvariants(t, r)
-			// Each worker's load is the number of leases held on it.
-			want := map[*worker]int64{}
+			// Each worker's load is the weight of the leases held on it, its requests their number.
+			want, requests := map[*worker]int64{}, map[*worker]int64{}
 			for _, h := range leases {
-				want[h.worker]++
+				want[h.worker] += h.weight
+				requests[h.worker]++
 			}
 			r.mu.Lock()
 			for w := range every {
-				if w.load != want[w] || w.load < 0 {
+				if w.load != want[w] || w.requests != requests[w] {
 					r.mu.Unlock()
-					t.Fatalf("worker %s (removed %v) has load %d, %d leases held", w.url, w.removed, w.load, want[w])
+					t.Fatalf("worker %s (removed %v) has load %d and %d requests, leases held weigh %d and number %d",
+						w.url, w.removed, w.load, w.requests, want[w], requests[w])
 				}
 			}
+			checkKeyMemory(t, r, policy)
 			r.mu.Unlock()
 			if got := r.Stats().ActiveLeases; got != len(leases) {
 				t.Fatalf("%d active leases, %d held", got, len(leases))
@@ -173,4 +212,27 @@ func FuzzRouterOperations(f *testing.F) {
 			t.Fatalf("active %d, leaked %d (want %d), available load %d", r.leases.active, r.leaked, abandoned, r.view.availableLoad)
 		}
 	})
+}
+
+// checkKeyMemory checks that the memory exists exactly when the policy has one, holds at most
+// its capacity, and recalls only available members; the caller holds r.mu.
+func checkKeyMemory(t *testing.T, r *Router, policy Policy) {
+	t.Helper()
+	m := r.view.memory
+	if (m != nil) != (policy.Kind == PolicyBoundedConsistentHashing && policy.KeyMemory > 0) {
+		t.Fatalf("key memory %v with policy %+v", m != nil, policy)
+	}
+	if m == nil {
+		return
+	}
+	if m.len() > policy.KeyMemory {
+		t.Fatalf("%d keys remembered, capacity %d", m.len(), policy.KeyMemory)
+	}
+	for _, e := range m.entries[1:] {
+		if i := m.recall(e.position); i >= 0 {
+			if w := r.members.workers[i]; w != e.worker || !w.healthy || w.removed {
+				t.Fatalf("recalled %s (healthy %v, removed %v)", w.url, w.healthy, w.removed)
+			}
+		}
+	}
 }

@@ -14,6 +14,8 @@ type view struct {
 	availableLoad int64
 	// roundRobin is the shared round_robin counter; the router advances it after each route.
 	roundRobin uint64
+	// memory is the key memory of bounded_consistent_hashing; nil when it is off.
+	memory *keyMemory
 	// randomIndex returns a uniform integer in [0, n); tests replace it to make choices repeatable.
 	randomIndex func(n int) int
 }
@@ -39,6 +41,21 @@ func (v *view) minLoad() int64 {
 		least = min(least, v.workers[i].load)
 	}
 	return least
+}
+
+// leastLoaded is minLoad that also returns the first available worker (in membership order)
+// carrying the least load and how many do, in the same single scan.
+func (v *view) leastLoaded() (least int64, at, count int) {
+	least = -1
+	for _, i := range v.available {
+		switch load := v.workers[i].load; {
+		case load == least:
+			count++
+		case load < least || least < 0:
+			least, at, count = load, int(i), 1
+		}
+	}
+	return least, at, count
 }
 
 // randomAvailable picks an available worker uniformly.

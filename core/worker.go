@@ -10,8 +10,15 @@ type worker struct {
 	healthy bool
 	// removed is set once the worker has left the membership; its leases may still be released.
 	removed bool
-	// load is the number of leases currently held on the worker.
-	load int64
+	// outages counts the times the worker stopped being available (turned unhealthy or left);
+	// key memory forgets the keys remembered on it before the latest one.
+	outages uint32
+	// index is the worker's place in the current membership order, while it is a member.
+	index int
+	// load is the sum of the weights of the leases currently held on the worker (their number
+	// when every weight is 1); requests is their number.
+	load     int64
+	requests int64
 	// activeKeys is the number of distinct explicit routing keys among the worker's leases
 	// (the router's keyCounts counts the leases of each key).
 	activeKeys int
@@ -26,12 +33,15 @@ type WorkerState struct {
 	URL     string `json:"url"`
 	ID      uint32 `json:"id"`
 	Healthy bool   `json:"healthy"`
-	// Load is the number of leases held on the worker.
+	// Load is the sum of the weights of the leases held on the worker: their number when every
+	// lease weighs 1.
 	Load int64 `json:"load"`
+	// Requests is the number of leases held on the worker, whatever their weights.
+	Requests int64 `json:"requests"`
 	// ActiveKeys is the number of distinct explicit routing keys among those leases.
 	ActiveKeys int `json:"active_keys"`
 }
 
 func (w *worker) state() WorkerState {
-	return WorkerState{URL: w.url, ID: w.id, Healthy: w.healthy, Load: w.load, ActiveKeys: w.activeKeys}
+	return WorkerState{URL: w.url, ID: w.id, Healthy: w.healthy, Load: w.load, Requests: w.requests, ActiveKeys: w.activeKeys}
 }

@@ -55,6 +55,7 @@ BRANCHES = (
     "routing_key_hit",
     "random",
     "round_robin",
+    "explicit_routing_key_remembered",
 )
 
 TARGET_HEADER = b"x-smg-target-worker"

@@ -31,6 +31,7 @@ BRANCHES = [
     "routing_key_hit",
     "random",
     "round_robin",
+    "explicit_routing_key_remembered",
 ]
 
 
