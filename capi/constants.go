@@ -80,14 +80,17 @@ func constants() map[string]any {
 		"limits": map[string]int64{
 			"max_virtual_nodes": core.MaxVirtualNodes, "max_ring_entries": core.MaxRingEntries,
 			"max_min_load_gap": core.MaxMinLoadGap, "max_arg_len": maxArgLen,
+			"max_key_memory": core.MaxKeyMemory, "max_lease_weight": core.MaxLeaseWeight,
 		},
 		"defaults": map[string]any{
 			"policy": defaults.Policy.Kind.String(), "max_load_skew": defaults.Policy.MaxLoadSkew,
 			"min_load_gap": defaults.Policy.MinLoadGap, "virtual_nodes": defaults.VirtualNodes,
-			"hash_ring": defaults.Policy.HashRing.String(),
+			"hash_ring": defaults.Policy.HashRing.String(), "spill_target": defaults.Policy.SpillTarget.String(),
+			"key_memory": defaults.Policy.KeyMemory,
 		},
-		"policies":   policies,
-		"hash_rings": core.HashRingNames(),
-		"headers":    core.RoutingHeaders(),
+		"spill_targets": core.SpillTargetNames(),
+		"policies":      policies,
+		"hash_rings":    core.HashRingNames(),
+		"headers":       core.RoutingHeaders(),
 	}
 }

@@ -23,6 +23,9 @@ func (s SpillTarget) String() string {
 	return "unknown_spill_target"
 }
 
+// SpillTargetNames are the names of the spill targets, in the order of their values.
+func SpillTargetNames() []string { return spillTargetNames[:] }
+
 func spillTargetByName(name string) (SpillTarget, bool) {
 	for s, n := range spillTargetNames {
 		if n == name {

@@ -14,7 +14,15 @@ import argparse
 import dataclasses
 from typing import List
 
-from .policy import DEFAULT_HASH_RING, DEFAULT_MAX_LOAD_SKEW, DEFAULT_MIN_LOAD_GAP, DEFAULT_VIRTUAL_NODES, HASH_RINGS, PolicyType
+from .policy import (
+    DEFAULT_HASH_RING,
+    DEFAULT_MAX_LOAD_SKEW,
+    DEFAULT_MIN_LOAD_GAP,
+    DEFAULT_VIRTUAL_NODES,
+    HASH_RINGS,
+    SPILL_TARGETS,
+    PolicyType,
+)
 
 __all__ = ["RouterArgs"]
 
@@ -25,7 +33,8 @@ _POLICY_CHOICES = [member.value for member in PolicyType]
 class RouterArgs:
     """Everything needed to build a :class:`~bounded_router.Router`.
 
-    ``max_load_skew`` and ``min_load_gap`` apply to ``bounded_consistent_hashing`` only, and
+    ``max_load_skew``, ``min_load_gap``, ``spill_target`` and ``key_memory`` apply to
+    ``bounded_consistent_hashing`` only, and
     ``hash_ring`` to both hashing policies; with another policy :meth:`Router.from_args
     <bounded_router.Router.from_args>` ignores them and warns about values that differ from the
     defaults (see
@@ -38,6 +47,8 @@ class RouterArgs:
     min_load_gap: int = DEFAULT_MIN_LOAD_GAP
     virtual_nodes: int = DEFAULT_VIRTUAL_NODES
     hash_ring: str = DEFAULT_HASH_RING
+    spill_target: str = SPILL_TARGETS[0]
+    key_memory: int = 0
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser, use_router_prefix: bool = False) -> None:
@@ -91,6 +102,21 @@ class RouterArgs:
             choices=HASH_RINGS,
             help="consistent_hashing and bounded_consistent_hashing: the ring's hash, xxh64 or smg "
             "(SMG's BLAKE3 ring: keys go to the same workers as under SMG) (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--%sspill-target" % prefix,
+            type=str,
+            default=RouterArgs.spill_target,
+            choices=SPILL_TARGETS,
+            help="bounded_consistent_hashing: where a spill goes, the first eligible worker clockwise "
+            "or the least loaded eligible one (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--%skey-memory" % prefix,
+            type=int,
+            default=RouterArgs.key_memory,
+            help="bounded_consistent_hashing: remember the last worker of this many routing keys and "
+            "send a key back there while it is not overloaded (default: %(default)s, none)",
         )
 
     @classmethod

@@ -32,6 +32,8 @@ __all__ = [
     "DEFAULT_VIRTUAL_NODES",
     "DEFAULT_HASH_RING",
     "HASH_RINGS",
+    "SPILL_TARGETS",
+    "MAX_KEY_MEMORY",
 ]
 
 #: Default relative bound of ``bounded_consistent_hashing`` (docs/contract.md, "The bounded rule").
@@ -45,6 +47,11 @@ DEFAULT_VIRTUAL_NODES = 150
 #: See docs/contract.md, "The ring".
 HASH_RINGS = ("xxh64", "smg")
 DEFAULT_HASH_RING = HASH_RINGS[0]
+#: Where a bounded request that spills goes: the first eligible worker clockwise from the key
+#: (the default) or the least loaded eligible one (docs/contract.md, "Spill target").
+SPILL_TARGETS = ("clockwise", "least_loaded")
+#: The most routing keys a router may remember the last worker of (docs/contract.md, "Key memory").
+MAX_KEY_MEMORY = 1 << 22
 
 
 class PolicyType(Enum):
@@ -102,6 +109,18 @@ def _check_hash_ring(value: Any) -> str:
     if not isinstance(value, str) or value not in HASH_RINGS:
         raise ValueError("hash_ring must be one of %s, got %r" % (", ".join(map(repr, HASH_RINGS)), value))
     return value
+
+
+def _check_spill_target(value: Any) -> str:
+    if not isinstance(value, str) or value not in SPILL_TARGETS:
+        raise ValueError("spill_target must be one of %s, got %r" % (", ".join(map(repr, SPILL_TARGETS)), value))
+    return value
+
+
+def _check_key_memory(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= MAX_KEY_MEMORY:
+        raise ValueError("key_memory must be an integer from 0 to %d, got %r" % (MAX_KEY_MEMORY, value))
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -164,6 +183,8 @@ class BoundedConsistentHashingConfig:
         max_load_skew: the relative bound, a finite number >= 1.0 (stored as a float).
         min_load_gap: the absolute gap in requests, an integer >= 0 (not a bool or a float).
         hash_ring: ``"xxh64"`` (default) or ``"smg"``, SMG's ring (see :data:`HASH_RINGS`).
+        spill_target: ``"clockwise"`` (default) or ``"least_loaded"``: where a spill goes.
+        key_memory: how many routing keys to remember the last worker of (0, the default: none).
 
     Raises:
         ValueError: naming the field and its rule when a value breaks it.
@@ -172,23 +193,29 @@ class BoundedConsistentHashingConfig:
     max_load_skew: float = DEFAULT_MAX_LOAD_SKEW
     min_load_gap: int = DEFAULT_MIN_LOAD_GAP
     hash_ring: str = DEFAULT_HASH_RING
+    spill_target: str = SPILL_TARGETS[0]
+    key_memory: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_load_skew", _check_max_load_skew(self.max_load_skew))
         object.__setattr__(self, "min_load_gap", _check_min_load_gap(self.min_load_gap))
         _check_hash_ring(self.hash_ring)
+        _check_spill_target(self.spill_target)
+        object.__setattr__(self, "key_memory", _check_key_memory(self.key_memory))
 
     @property
     def policy_type(self) -> PolicyType:
         return PolicyType.BoundedConsistentHashing
 
     def to_dict(self) -> Dict[str, Any]:
-        """Return ``{"type": "bounded_consistent_hashing", "max_load_skew": ..., "min_load_gap": ..., "hash_ring": ...}``."""
+        """Return ``{"type": "bounded_consistent_hashing", "max_load_skew": ..., ...}`` with every setting."""
         return {
             "type": PolicyType.BoundedConsistentHashing.value,
             "max_load_skew": self.max_load_skew,
             "min_load_gap": self.min_load_gap,
             "hash_ring": self.hash_ring,
+            "spill_target": self.spill_target,
+            "key_memory": self.key_memory,
         }
 
 
@@ -238,13 +265,15 @@ _SETTINGS: Dict[str, Tuple[Any, Tuple[PolicyType, ...]]] = {
     "max_load_skew": (DEFAULT_MAX_LOAD_SKEW, (PolicyType.BoundedConsistentHashing,)),
     "min_load_gap": (DEFAULT_MIN_LOAD_GAP, (PolicyType.BoundedConsistentHashing,)),
     "hash_ring": (DEFAULT_HASH_RING, (PolicyType.ConsistentHashing, PolicyType.BoundedConsistentHashing)),
+    "spill_target": (SPILL_TARGETS[0], (PolicyType.BoundedConsistentHashing,)),
+    "key_memory": (0, (PolicyType.BoundedConsistentHashing,)),
 }
 
 
 def resolve_policy(policy: Any, **settings: Any) -> PolicyConfig:
     """The typed config of ``policy`` (a :class:`PolicyType`, a policy name or a typed config)
-    with the settings given next to it (``max_load_skew``, ``min_load_gap``, ``hash_ring``; None:
-    the default).
+    with the settings given next to it (``max_load_skew``, ``min_load_gap``, ``hash_ring``,
+    ``spill_target``, ``key_memory``; None: the default).
 
     A setting the policy does not have is accepted and ignored, as ``sglang_router`` does, so
     that a launcher can switch ``--policy`` while passing the same flags; one

@@ -99,6 +99,10 @@ class Router:
         hash_ring: the hashing policies' ring, ``"xxh64"`` (default) or ``"smg"`` (SMG's ring:
             keys go where SMG sends them). Ignored by the other policies, with a warning when
             not the default.
+        spill_target: ``bounded_consistent_hashing``: ``"clockwise"`` (default) or
+            ``"least_loaded"``, where a spill goes (docs/contract.md, "Spill target").
+        key_memory: ``bounded_consistent_hashing``: remember the last worker of this many
+            routing keys (default 0, none; docs/contract.md, "Key memory").
 
     Raises:
         ValueError: a setting breaks its rule, an unknown policy name, an empty or duplicate
@@ -118,9 +122,18 @@ class Router:
         virtual_nodes: int = DEFAULT_VIRTUAL_NODES,
         *,
         hash_ring: Optional[str] = None,
+        spill_target: Optional[str] = None,
+        key_memory: Optional[int] = None,
     ) -> None:
         urls = _url_list(worker_urls, "worker_urls")
-        self._policy = resolve_policy(policy, max_load_skew=max_load_skew, min_load_gap=min_load_gap, hash_ring=hash_ring)
+        self._policy = resolve_policy(
+            policy,
+            max_load_skew=max_load_skew,
+            min_load_gap=min_load_gap,
+            hash_ring=hash_ring,
+            spill_target=spill_target,
+            key_memory=key_memory,
+        )
         if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int):
             raise ValueError("virtual_nodes must be an integer, got %r" % (virtual_nodes,))
         config = {"worker_urls": urls, "policy": self._policy.to_dict(), "virtual_nodes": int(virtual_nodes)}
@@ -134,7 +147,14 @@ class Router:
         defaults.
         """
         return cls(
-            args.worker_urls, args.policy, args.max_load_skew, args.min_load_gap, args.virtual_nodes, hash_ring=args.hash_ring
+            args.worker_urls,
+            args.policy,
+            args.max_load_skew,
+            args.min_load_gap,
+            args.virtual_nodes,
+            hash_ring=args.hash_ring,
+            spill_target=args.spill_target,
+            key_memory=args.key_memory,
         )
 
     # -- state -------------------------------------------------------------------------------

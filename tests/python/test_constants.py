@@ -89,6 +89,9 @@ def test_python_defaults_are_the_library_defaults(constants):
     assert policy.DEFAULT_VIRTUAL_NODES == defaults["virtual_nodes"]
     assert policy.DEFAULT_HASH_RING == defaults["hash_ring"]
     assert policy.HASH_RINGS == tuple(constants["hash_rings"])
+    assert policy.SPILL_TARGETS == tuple(constants["spill_targets"])
+    assert policy.SPILL_TARGETS[0] == defaults["spill_target"] and defaults["key_memory"] == 0
+    assert policy.MAX_KEY_MEMORY == constants["limits"]["max_key_memory"]
     assert BoundedConsistentHashingConfig() == BoundedConsistentHashingConfig(defaults["max_load_skew"], defaults["min_load_gap"])
     args = RouterArgs()
     assert (args.policy, args.max_load_skew, args.min_load_gap, args.virtual_nodes) == (
@@ -99,7 +102,8 @@ def test_python_defaults_are_the_library_defaults(constants):
     assert signature.parameters["virtual_nodes"].default == defaults["virtual_nodes"]
     with Router(["http://w0"]) as router:
         assert router.policy.to_dict() == {
-            "type": defaults["policy"], "max_load_skew": 1.5, "min_load_gap": 2, "hash_ring": defaults["hash_ring"]
+            "type": defaults["policy"], "max_load_skew": 1.5, "min_load_gap": 2, "hash_ring": defaults["hash_ring"],
+            "spill_target": defaults["spill_target"], "key_memory": defaults["key_memory"],
         }
 
 
