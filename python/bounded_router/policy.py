@@ -118,7 +118,7 @@ def _check_spill_target(value: Any) -> str:
 
 
 def _check_key_memory(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= MAX_KEY_MEMORY:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= MAX_KEY_MEMORY:
         raise ValueError("key_memory must be an integer from 0 to %d, got %r" % (MAX_KEY_MEMORY, value))
     return int(value)
 

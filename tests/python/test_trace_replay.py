@@ -320,3 +320,18 @@ def test_cli_trace_bad_file(tmp_path: pathlib.Path, capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit):
         main(["--trace", str(tmp_path / "absent.jsonl")])
     assert "cannot read the trace" in capsys.readouterr().err
+
+
+def test_the_library_options_add_bounded_rows_that_build_routers_with_them():
+    from bounded_router.simulate.replay_cli import replay_policies
+
+    rows = replay_policies([2], 1.5, [8], False, spill_target="least_loaded", key_memory=64)
+    optioned = [r for r in rows if r.key_memory]
+    assert [(r.policy, r.min_load_gap, r.spill_target, r.key_memory) for r in optioned] == [
+        ("bounded_consistent_hashing", 2, "least_loaded", 64)
+    ]
+    spec = optioned[0].library_spec()
+    assert spec is not None and spec.label == "bounded gap=2 skew=1.5 spill=least_loaded memory=64"
+    with spec.make_router(["http://a", "http://b"]) as router:
+        assert (router.policy.spill_target, router.policy.key_memory) == ("least_loaded", 64)
+    assert [r.key_memory for r in replay_policies([2], 1.5, [8], False)] == [0] * 5  # no option, no extra row

@@ -33,14 +33,16 @@ _POLICIES = _HASHING + ("round_robin", "random")
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """A routing policy to simulate, with its settings: ``min_load_gap`` and ``max_load_skew``
-    for ``bounded_consistent_hashing``, ``hash_ring`` (``"xxh64"`` or ``"smg"``) for both
-    hashing policies."""
+    """A routing policy to simulate, with its settings: ``min_load_gap``, ``max_load_skew``,
+    ``spill_target`` and ``key_memory`` for ``bounded_consistent_hashing``, ``hash_ring``
+    (``"xxh64"`` or ``"smg"``) for both hashing policies."""
 
     policy: str
     min_load_gap: Optional[int] = None
     max_load_skew: Optional[float] = None
     hash_ring: str = DEFAULT_HASH_RING
+    spill_target: str = "clockwise"
+    key_memory: int = 0
 
     def __post_init__(self) -> None:
         if self.policy not in _POLICIES:
@@ -48,8 +50,11 @@ class PolicySpec:
         bounded = self.policy == "bounded_consistent_hashing"
         if bounded and (self.min_load_gap is None or self.max_load_skew is None):
             raise ValueError("bounded_consistent_hashing needs min_load_gap and max_load_skew")
-        if not bounded and (self.min_load_gap is not None or self.max_load_skew is not None):
-            raise ValueError("min_load_gap and max_load_skew apply only to bounded_consistent_hashing, not %s" % self.policy)
+        if not bounded and (self.min_load_gap, self.max_load_skew, self.spill_target, self.key_memory) != (None, None, "clockwise", 0):
+            raise ValueError(
+                "min_load_gap, max_load_skew, spill_target and key_memory apply only to bounded_consistent_hashing, not %s"
+                % self.policy
+            )
         if self.policy not in _HASHING and self.hash_ring != DEFAULT_HASH_RING:
             raise ValueError("hash_ring applies only to consistent_hashing and bounded_consistent_hashing, not %s" % self.policy)
 
@@ -57,14 +62,19 @@ class PolicySpec:
     def label(self) -> str:
         ring = "" if self.hash_ring == DEFAULT_HASH_RING else " ring=%s" % self.hash_ring
         if self.min_load_gap is not None and self.max_load_skew is not None:
-            return "bounded gap=%d skew=%g%s" % (self.min_load_gap, self.max_load_skew, ring)
+            spill = "" if self.spill_target == "clockwise" else " spill=%s" % self.spill_target
+            memory = " memory=%d" % self.key_memory if self.key_memory else ""
+            return "bounded gap=%d skew=%g%s%s%s" % (self.min_load_gap, self.max_load_skew, spill, memory, ring)
         return self.policy + ring
 
     def make_router(self, worker_urls: List[str]) -> Router:
         """A router with this policy (validated by the library: a bad setting raises ValueError)."""
         if self.policy == "bounded_consistent_hashing":
             assert self.max_load_skew is not None and self.min_load_gap is not None
-            return Router(worker_urls, BoundedConsistentHashingConfig(self.max_load_skew, self.min_load_gap, self.hash_ring))
+            config = BoundedConsistentHashingConfig(
+                self.max_load_skew, self.min_load_gap, self.hash_ring, self.spill_target, self.key_memory
+            )
+            return Router(worker_urls, config)
         if self.policy == "consistent_hashing":
             return Router(worker_urls, ConsistentHashingConfig(self.hash_ring))
         return Router(worker_urls, policy=self.policy)

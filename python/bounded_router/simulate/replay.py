@@ -156,6 +156,8 @@ class ReplayResult(CacheAndLatency):
             "min_load_gap": self.policy.min_load_gap,
             "max_load_skew": self.policy.max_load_skew,
             "margin": self.policy.margin,
+            "spill_target": self.policy.spill_target,
+            "key_memory": self.policy.key_memory,
             "requests": self.requests,
             "mean_ttft_ms": self.mean_ttft_ms,
             "p99_ttft_ms": self.p99_ttft_ms,

@@ -82,6 +82,13 @@ def _parser() -> argparse.ArgumentParser:
         "loaded (default %d)" % DEFAULT_MARGIN,
     )
     pol.add_argument(
+        "--spill-target",
+        choices=("clockwise", "least_loaded"),
+        default="clockwise",
+        help="with --key-memory or least_loaded: add bounded rows with these library options",
+    )
+    pol.add_argument("--key-memory", type=int, default=0, metavar="N", help="see --spill-target (default 0: none)")
+    pol.add_argument(
         "--prototype",
         action="store_true",
         help="add a row for the prototype of token weights + key memory + least-loaded spill (Python-side, not a library policy)",
@@ -95,10 +102,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def replay_policies(gaps: Sequence[int], skew: float, margins: Sequence[int], prototype: bool) -> List[ReplayPolicy]:
-    """The rows of a replay: the baselines, strict and bounded hashing, the oracles, the prototype."""
+def replay_policies(
+    gaps: Sequence[int], skew: float, margins: Sequence[int], prototype: bool, spill_target: str = "clockwise", key_memory: int = 0
+) -> List[ReplayPolicy]:
+    """The rows of a replay: the baselines, strict and bounded hashing (also with the library's
+    options, when any is set), the oracles, the prototype."""
     rows = [ReplayPolicy("random"), ReplayPolicy("round_robin"), ReplayPolicy("consistent_hashing")]
     rows += [ReplayPolicy("bounded_consistent_hashing", gap, skew) for gap in gaps]
+    if (spill_target, key_memory) != ("clockwise", 0):
+        rows += [
+            ReplayPolicy("bounded_consistent_hashing", gap, skew, spill_target=spill_target, key_memory=key_memory) for gap in gaps
+        ]
     if prototype:
         rows += [ReplayPolicy("prototype", gap, skew) for gap in gaps]
     rows += [ReplayPolicy("oracle", margin=margin) for margin in margins]
@@ -131,7 +145,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             costs=costs,
             seed=args.seed,
         )
-        policies = replay_policies(args.gaps, args.skew, args.oracle_margin, args.prototype)
+        policies = replay_policies(args.gaps, args.skew, args.oracle_margin, args.prototype, args.spill_target, args.key_memory)
         for policy in policies:  # let the library judge the settings before anything runs
             spec = policy.library_spec()
             if spec is not None:

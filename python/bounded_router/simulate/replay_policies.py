@@ -34,13 +34,16 @@ class ReplayPolicy:
     """A row of the replay: a library policy, ``oracle`` (with its margin) or ``prototype``.
 
     ``min_load_gap`` and ``max_load_skew`` apply to ``bounded_consistent_hashing`` and to the
-    ``prototype`` (whose gap is in mean prompts, see :mod:`.prototype`); ``margin`` to the oracle.
+    ``prototype`` (whose gap is in mean prompts, see :mod:`.prototype`), ``spill_target`` and
+    ``key_memory`` to ``bounded_consistent_hashing``; ``margin`` to the oracle.
     """
 
     policy: str
     min_load_gap: Optional[int] = None
     max_load_skew: Optional[float] = None
     margin: Optional[int] = None
+    spill_target: str = "clockwise"
+    key_memory: int = 0
 
     def __post_init__(self) -> None:
         if self.policy not in _LIBRARY + _PSEUDO:
@@ -60,19 +63,18 @@ class ReplayPolicy:
         """The library policy of this row, or None for the oracle and the prototype."""
         if self.policy in _PSEUDO:
             return None
-        return PolicySpec(self.policy, self.min_load_gap, self.max_load_skew)
+        return PolicySpec(
+            self.policy, self.min_load_gap, self.max_load_skew, spill_target=self.spill_target, key_memory=self.key_memory
+        )
 
     @property
     def label(self) -> str:
         if self.policy == "oracle":
             return "oracle margin=%d" % (self.margin or 0)
-        if self.min_load_gap is not None and self.max_load_skew is not None:
-            return "%s gap=%d skew=%g" % (
-                "prototype" if self.policy == "prototype" else "bounded",
-                self.min_load_gap,
-                self.max_load_skew,
-            )
-        return self.policy
+        if self.policy == "prototype":
+            return "prototype gap=%d skew=%g" % (self.min_load_gap or 0, self.max_load_skew or 0)
+        spec = self.library_spec()
+        return spec.label if spec is not None else self.policy
 
 
 #: The rows of the default replay: the baselines, strict and bounded hashing (gap 2, skew 1.5,

@@ -10,6 +10,7 @@ from .sweep import SweepCell
 
 if TYPE_CHECKING:
     from .replay import ReplayResult
+    from .replay_policies import ReplayPolicy
     from .trace import Trace
 
 __all__ = ["placement_columns", "format_table", "format_sweep", "describe", "describe_replay", "format_replay_table"]
@@ -176,7 +177,7 @@ def format_replay_table(results: Sequence["ReplayResult"]) -> str:
         spills = p.policy in ("bounded_consistent_hashing", "prototype", "oracle")
         rows.append(
             [
-                p.policy if p.policy != "oracle" else "oracle (margin %d)" % (p.margin or 0),
+                _replay_name(p),
                 "-" if p.min_load_gap is None else str(p.min_load_gap),
                 "-" if p.max_load_skew is None else "%g" % p.max_load_skew,
                 "%.0f ms" % r.mean_ttft_ms,
@@ -190,6 +191,14 @@ def format_replay_table(results: Sequence["ReplayResult"]) -> str:
             ]
         )
     return _align(header, rows)
+
+
+def _replay_name(p: "ReplayPolicy") -> str:
+    """The policy column of a replay row: the policy, with the options that are not defaults."""
+    if p.policy == "oracle":
+        return "oracle (margin %d)" % (p.margin or 0)
+    options = ([] if p.spill_target == "clockwise" else [p.spill_target]) + (["memory %d" % p.key_memory] if p.key_memory else [])
+    return p.policy + (" (%s)" % ", ".join(options) if options else "")
 
 
 def _align(header: List[str], rows: List[List[str]]) -> str:
