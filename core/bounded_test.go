@@ -534,9 +534,19 @@ func referenceBounded(ref *refRing, key []byte, urls []string, loads []int, heal
 	return target, BranchExplicitRoutingKeySpillover
 }
 
-func TestBoundedMatchesReferenceOnRandomStates(t *testing.T) {
-	rng := rand.New(rand.NewPCG(42, 1))
-	urls := workerURLs(5)
+// referencePolicy is a policy built from a skew and a gap, and the independent rule it must
+// follow: the worker and branch for a key over the given loads and health.
+type referencePolicy struct {
+	policy func(skew float64, gap int64) Policy
+	want   func(ref *refRing, key []byte, urls []string, loads []int, healthy []bool, skew float64, gap int64) (string, Branch)
+}
+
+// checkRandomStates routes keys over 300 random states (loads from load(rng), each worker down
+// with probability 1/down) and compares every decision with the reference; it returns the
+// branches seen.
+func checkRandomStates(t *testing.T, seed uint64, workers, down int, load func(*rand.Rand) int, p referencePolicy) map[Branch]int {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	urls := workerURLs(workers)
 	ref := newRefRing(urls, DefaultVirtualNodes)
 	skews := []float64{1, 1.1, 1.25, 1.5, 2, 3}
 	branches := map[Branch]int{}
@@ -544,23 +554,29 @@ func TestBoundedMatchesReferenceOnRandomStates(t *testing.T) {
 		loads := make([]int, len(urls))
 		healthy := make([]bool, len(urls))
 		for i := range loads {
-			loads[i] = rng.IntN(9)
-			healthy[i] = rng.IntN(5) > 0
+			loads[i] = load(rng)
+			healthy[i] = rng.IntN(down) > 0
 		}
 		skew, gap := skews[rng.IntN(len(skews))], int64(rng.IntN(4))
-		r, _ := routerWithLoads(t, boundedPolicy(skew, gap), urls, loads)
+		r, _ := routerWithLoads(t, p.policy(skew, gap), urls, loads)
 		for i, h := range healthy {
 			require.NoError(t, r.SetHealthy(urls[i], h))
 		}
 		for k := 0; k < 10; k++ {
 			key := []byte("rand-" + strconv.Itoa(trial) + "-" + strconv.Itoa(k))
-			wantURL, wantBranch := referenceBounded(ref, key, urls, loads, healthy, skew, gap)
+			wantURL, wantBranch := p.want(ref, key, urls, loads, healthy, skew, gap)
 			d := selectKey(r, string(key))
 			require.Equal(t, wantBranch, d.Branch, "loads %v healthy %v skew %v gap %d key %s", loads, healthy, skew, gap, key)
 			require.Equal(t, wantURL, d.WorkerURL, "loads %v healthy %v skew %v gap %d key %s", loads, healthy, skew, gap, key)
 			branches[d.Branch]++
 		}
 	}
+	return branches
+}
+
+func TestBoundedMatchesReferenceOnRandomStates(t *testing.T) {
+	load := func(rng *rand.Rand) int { return rng.IntN(9) }
+	branches := checkRandomStates(t, 42, 5, 5, load, referencePolicy{boundedPolicy, referenceBounded})
 	// The random states exercise the interesting branches.
 	assert.Greater(t, branches[BranchExplicitRoutingKeyHit], 100)
 	assert.Greater(t, branches[BranchExplicitRoutingKeySpillover], 100)

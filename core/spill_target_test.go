@@ -3,7 +3,6 @@ package core
 import (
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -114,35 +113,9 @@ func referenceLeastLoaded(ref *refRing, key []byte, urls []string, loads []int, 
 }
 
 func TestLeastLoadedSpillMatchesReferenceOnRandomStates(t *testing.T) {
-	rng := rand.New(rand.NewPCG(43, 1))
-	urls := workerURLs(6)
-	ref := newRefRing(urls, DefaultVirtualNodes)
-	skews := []float64{1, 1.1, 1.25, 1.5, 2, 3}
-	spills := 0
-	for trial := 0; trial < 300; trial++ {
-		loads := make([]int, len(urls))
-		healthy := make([]bool, len(urls))
-		for i := range loads {
-			loads[i] = rng.IntN(5) * rng.IntN(4) // many ties
-			healthy[i] = rng.IntN(6) > 0
-		}
-		skew, gap := skews[rng.IntN(len(skews))], int64(rng.IntN(4))
-		r, _ := routerWithLoads(t, leastLoadedPolicy(skew, gap), urls, loads)
-		for i, h := range healthy {
-			require.NoError(t, r.SetHealthy(urls[i], h))
-		}
-		for k := 0; k < 10; k++ {
-			key := []byte("rand-" + strconv.Itoa(trial) + "-" + strconv.Itoa(k))
-			wantURL, wantBranch := referenceLeastLoaded(ref, key, urls, loads, healthy, skew, gap)
-			d := selectKey(r, string(key))
-			require.Equal(t, wantBranch, d.Branch, "loads %v healthy %v skew %v gap %d key %s", loads, healthy, skew, gap, key)
-			require.Equal(t, wantURL, d.WorkerURL, "loads %v healthy %v skew %v gap %d key %s", loads, healthy, skew, gap, key)
-			if d.Spilled() {
-				spills++
-			}
-		}
-	}
-	assert.Greater(t, spills, 100)
+	load := func(rng *rand.Rand) int { return rng.IntN(5) * rng.IntN(4) } // many ties
+	branches := checkRandomStates(t, 43, 6, 6, load, referencePolicy{leastLoadedPolicy, referenceLeastLoaded})
+	assert.Greater(t, branches[BranchExplicitRoutingKeySpillover], 100)
 }
 
 func TestSpillTargetNames(t *testing.T) {
