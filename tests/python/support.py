@@ -8,6 +8,7 @@ from ctypes import POINTER, c_char_p, c_int32, c_int64, c_size_t, c_uint32, c_ui
 from typing import Any, Iterable, List, Sequence
 
 from bounded_router import Lease, Router, _native
+from reference_model import ReferenceRouter
 
 W = ["http://w%d:8000" % i for i in range(8)]
 
@@ -16,16 +17,23 @@ def urls(n: int) -> List[str]:
     return list(W[:n])
 
 
+def model_of(router: Router, virtual_nodes: int = 150) -> ReferenceRouter:
+    """The reference model over ``router``'s members and their health (idle: loads are not
+    copied; the ring of ``virtual_nodes`` per worker)."""
+    model = ReferenceRouter([w.url for w in router.workers()], virtual_nodes=virtual_nodes)
+    for w in router.workers():
+        model.set_healthy(w.url, w.healthy)
+    return model
+
+
 def key_preferring(router: Router, url: str, prefix: str = "key", skip: Iterable[str] = ()) -> str:
-    """A key whose preferred worker is ``url`` (searched with select on an idle router)."""
+    """A key whose preferred worker is ``url``, searched with the reference model over the
+    router's members (never with the router under test)."""
+    model = model_of(router)
     skipped = set(skip)
     for i in range(100000):
         key = "%s-%d" % (prefix, i)
-        if key in skipped:
-            continue
-        decision = router.select(key)
-        if decision.worker_url == url:
-            assert decision.preferred_url == url
+        if key not in skipped and model.preferred(key.encode()) == url:
             return key
     raise AssertionError("no key prefers %s" % url)
 
