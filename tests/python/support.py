@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import POINTER, c_char_p, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
-from typing import Any, Iterable, List, Sequence
+from typing import Any, Dict, Iterable, List, Sequence, Tuple
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from bounded_router import Lease, Router, _native
 from reference_model import ReferenceRouter
@@ -36,6 +38,19 @@ def key_preferring(router: Router, url: str, prefix: str = "key", skip: Iterable
         if key not in skipped and model.preferred(key.encode()) == url:
             return key
     raise AssertionError("no key prefers %s" % url)
+
+
+def parse_metrics(text: str) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float]:
+    """{(sample name, sorted label pairs): value} of a Prometheus text exposition, read with
+    prometheus_client's parser (the format's reference parser, not bounded_router.metrics.parse);
+    a sample that appears twice is an error."""
+    samples: Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = (sample.name, tuple(sorted(sample.labels.items())))
+            assert key not in samples, "sample %r appears twice" % (key,)
+            samples[key] = sample.value
+    return samples
 
 
 def hold(router: Router, loads: Sequence[int], worker_urls: Sequence[str]) -> List[Lease]:
