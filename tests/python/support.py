@@ -4,8 +4,9 @@ contract (docs/contract.md) is tests/reference_model.py (ReferenceRouter)."""
 from __future__ import annotations
 
 import ctypes
+import math
 from ctypes import POINTER, c_char_p, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
-from typing import Any, Dict, Iterable, List, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -51,6 +52,48 @@ def parse_metrics(text: str) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], fl
             assert key not in samples, "sample %r appears twice" % (key,)
             samples[key] = sample.value
     return samples
+
+
+# The chi-square statistic's critical value for df = k - 1 degrees of freedom at which the
+# chi-square distribution's upper tail is below 1e-9 (checked by chi2_sf in assert_uniform).
+CHI2_CRITICAL = {1: 37.33, 2: 41.45, 3: 44.85, 4: 47.88, 5: 50.72, 6: 53.42, 7: 56.0}
+FALSE_FAILURE = 1e-9
+
+
+def chi2_sf(x: float, df: int) -> float:
+    """P(X > x) for X chi-square with ``df`` degrees of freedom (closed forms for integer df)."""
+    if df % 2 == 0:
+        term, total = 1.0, 0.0
+        for i in range(df // 2):
+            total += term
+            term *= (x / 2) / (i + 1)
+        return math.exp(-x / 2) * total
+    total = math.erfc(math.sqrt(x / 2))
+    term = math.sqrt(2 * x / math.pi) * math.exp(-x / 2)
+    for i in range((df - 1) // 2):
+        total += term
+        term *= x / (2 * i + 3)
+    return total
+
+
+def assert_uniform(counts: Mapping[str, int], categories: Sequence[str]) -> None:
+    """Pearson's chi-square test of ``counts`` against the uniform distribution over
+    ``categories``, at a fixed critical value whose chi-square tail is below 1e-9.
+
+    The library's random choice cannot be seeded, so a uniform choice fails this test with
+    probability about 1e-9 (the chi-square approximation of the multinomial, accurate here because
+    the callers draw at least 500 expected samples per category); a worker that is never chosen,
+    or chosen twice as often as another, fails it with certainty at those sample sizes.
+    """
+    assert set(counts) <= set(categories), counts
+    n = sum(counts.values())
+    expected = n / len(categories)
+    assert expected >= 500, "too few samples for the chi-square approximation"
+    statistic = sum((counts.get(c, 0) - expected) ** 2 / expected for c in categories)
+    df = len(categories) - 1
+    critical = CHI2_CRITICAL[df]
+    assert chi2_sf(critical, df) < FALSE_FAILURE
+    assert statistic < critical, "not uniform: chi-square %.1f >= %.2f (df %d) for %r" % (statistic, critical, df, dict(counts))
 
 
 def hold(router: Router, loads: Sequence[int], worker_urls: Sequence[str]) -> List[Lease]:

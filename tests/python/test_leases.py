@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from bounded_router import Lease
+from reference_model import ReferenceRouter
 from support import W, key_preferring
 
 W0, W1 = W[0], W[1]
@@ -50,10 +51,10 @@ def test_route_without_key_counts_no_active_key(router):
 @pytest.mark.parametrize("key", ["k", b"k", "\u00e9t\u00e9", b"\xff\x00binary"])
 def test_str_and_bytes_keys(router, key):
     raw = key.encode("utf-8") if isinstance(key, str) else key
-    assert router.select(key) == router.select(raw)
+    expected = ReferenceRouter(W[:4]).preferred(raw)  # a str key is hashed as its UTF-8 bytes
+    assert router.select(key).worker_url == router.select(raw).worker_url == expected
     with router.route(key) as lease:
-        assert lease.worker_url == router.select(raw).worker_url
-        assert lease.branch == "explicit_routing_key_hit"
+        assert (lease.worker_url, lease.branch) == (expected, "explicit_routing_key_hit")
 
 
 @pytest.mark.parametrize("key", ["", b""])
@@ -78,7 +79,9 @@ def test_str_subclass_key(router):
     class Key(str):
         pass
 
-    assert router.route(Key("abc")).worker_url == router.select("abc").worker_url
+    with router.route(Key("abc")) as lease:
+        assert (lease.worker_url, lease.branch) == (ReferenceRouter(W[:4]).preferred(b"abc"), "explicit_routing_key_hit")
+    assert router.active_leases() == 0 and router.leaked_leases() == 0
 
 
 def test_acquire(router):

@@ -17,7 +17,7 @@ from bounded_router import (
     RouterClosedError,
     WorkerInfo,
 )
-from support import W, key_preferring, urls
+from support import W, assert_uniform, key_preferring, urls
 
 BRANCHES = [
     "no_healthy_workers",
@@ -250,11 +250,25 @@ def test_round_robin(make_router):
 def test_random(make_router):
     router = make_router(4, policy="random")
     counts = collections.Counter()
-    for _ in range(400):
+    for _ in range(4000):
         with router.route("same-key") as lease:
             assert lease.branch == "random" and lease.preferred_url == lease.worker_url
             counts[lease.worker_url] += 1
-    assert set(counts) == set(W[:4]) and min(counts.values()) > 40
+    assert_uniform(counts, W[:4])
+
+
+@pytest.mark.parametrize("policy", ["random", "bounded_consistent_hashing", "consistent_hashing"])
+def test_random_choices_are_uniform_over_the_available_workers_only(make_router, policy):
+    # contract: "Inputs and precedence": without a key the choice is uniform over the available
+    # (healthy) workers; an unhealthy worker is never chosen.
+    router = make_router(4, policy=policy)
+    router.set_healthy(W[2], False)
+    counts = collections.Counter()
+    for _ in range(3000):
+        with router.route() as lease:
+            counts[lease.worker_url] += 1
+    assert W[2] not in counts
+    assert_uniform(counts, [W[0], W[1], W[3]])
 
 
 def test_consistent_hashing_never_spills(make_router):
