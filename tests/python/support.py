@@ -3,10 +3,12 @@ contract (docs/contract.md) is tests/reference_model.py (ReferenceRouter)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
+import sys
 from ctypes import POINTER, c_char_p, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
-from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Sequence, Tuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -94,6 +96,19 @@ def assert_uniform(counts: Mapping[str, int], categories: Sequence[str]) -> None
     critical = CHI2_CRITICAL[df]
     assert chi2_sf(critical, df) < FALSE_FAILURE
     assert statistic < critical, "not uniform: chi-square %.1f >= %.2f (df %d) for %r" % (statistic, critical, df, dict(counts))
+
+
+@contextlib.contextmanager
+def unraisable_exceptions() -> Iterator[List[Any]]:
+    """Collect what reaches sys.unraisablehook (exceptions in __del__, weakref callbacks and the
+    like, which Python only prints) in the list yielded, for the test to assert on."""
+    raised: List[Any] = []
+    previous = sys.unraisablehook
+    sys.unraisablehook = lambda info: raised.append((info.exc_type, info.exc_value, info.object))
+    try:
+        yield raised
+    finally:
+        sys.unraisablehook = previous
 
 
 def hold(router: Router, loads: Sequence[int], worker_urls: Sequence[str]) -> List[Lease]:

@@ -10,7 +10,7 @@ import pytest
 
 from bounded_router import Lease
 from reference_model import ReferenceRouter
-from support import W, key_preferring
+from support import W, key_preferring, unraisable_exceptions
 
 W0, W1 = W[0], W[1]
 
@@ -200,7 +200,7 @@ def test_lease_keeps_router_alive_and_releasable():
     assert lease.release() is True  # the router was not collected while the lease held it
 
 
-def test_release_after_close_returns_false(make_router):
+def test_release_after_close_returns_false(make_router, capfd):
     router = make_router(2)
     lease = router.route("k")
     router.close()
@@ -208,8 +208,12 @@ def test_release_after_close_returns_false(make_router):
     assert lease.release() is False
     unreleased = make_router(2).route("k")
     unreleased._native.close()
-    del unreleased  # the safety net of a lease of a closed router is quiet
-    gc.collect()
+    capfd.readouterr()
+    with unraisable_exceptions() as raised:
+        del unreleased  # the safety net of a lease of a closed router is quiet
+        gc.collect()
+    assert raised == []
+    assert capfd.readouterr() == ("", "")
 
 
 def test_with_releases_on_exception(router):
@@ -377,13 +381,16 @@ class AsyncSource:
     def __init__(self, items, fail_at=None, block_at=None):
         self.items, self.fail_at, self.block_at = items, fail_at, block_at
         self.closed = self.finished = self.cancelled = False
+        self.blocked = None  # an asyncio.Event, set once the source waits at block_at
 
     async def __call__(self):
+        self.blocked = asyncio.Event()
         try:
             for i, item in enumerate(self.items):
                 if i == self.fail_at:
                     raise RuntimeError("upstream failed")
                 if i == self.block_at:
+                    self.blocked.set()
                     await asyncio.Event().wait()  # never set: only cancellation ends it
                 await asyncio.sleep(0)
                 yield item
@@ -459,10 +466,12 @@ def test_wrap_aiter_task_cancellation(router):
 
     async def main():
         task = asyncio.ensure_future(consume())
-        while not received:
+        for _ in range(1000):  # bounded: the task starts the source within a few turns
+            if source.blocked is not None:
+                break
             await asyncio.sleep(0)
-        await asyncio.sleep(0.01)  # the consumer now waits inside the source
-        assert not lease.released
+        await asyncio.wait_for(source.blocked.wait(), 10)  # the consumer now waits inside the source
+        assert received == [1] and not lease.released
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
