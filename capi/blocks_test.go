@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"unsafe"
 
@@ -189,6 +190,14 @@ func TestBytesArgChecksPointerAndLength(t *testing.T) {
 	assert.Contains(t, err.Error(), "key_len is")
 	assert.Contains(t, err.Error(), "more than the largest accepted length")
 	assert.Nil(t, got)
+	// The largest accepted length itself is accepted: a view over 2 GiB - 1 of memory reserved
+	// (never touched) outside Go's heap.
+	reserved, err := syscall.Mmap(-1, 0, maxArgLen, syscall.PROT_NONE, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_NORESERVE)
+	require.NoError(t, err)
+	defer syscall.Munmap(reserved)
+	got, err = callBytesArg(unsafe.Pointer(&reserved[0]), maxArgLen, "key")
+	require.NoError(t, err)
+	assert.Equal(t, maxArgLen, len(got))
 	// 2^63 and more: a length that is negative as a signed size must not wrap to a small one
 	_, err = callBytesArg(unsafe.Pointer(&buf[0]), 1<<63, "key")
 	require.ErrorIs(t, err, errInvalidArgument)
