@@ -193,8 +193,8 @@ MUTANTS: List[Mutant] = [
     Mutant(
         "capi-key-block-32-bit",
         "capi/batch.go",
-        "\ttotal := uint64(0)\n\tfor _, n := range lengths {\n\t\ttotal += uint64(n)\n\t}",
-        "\ttotal := uint32(0)\n\tfor _, n := range lengths {\n\t\ttotal += n\n\t}",
+        "\ttotal := uint64(0)\n\tfor _, n := range lengths {\n\t\ttotal += uint64(n)\n\t}\n\tif total != uint64(len(block)) {",
+        "\ttotal := uint32(0)\n\tfor _, n := range lengths {\n\t\ttotal += n\n\t}\n\tif uint64(total) != uint64(len(block)) {",
         ("python/test_batch.py",),
         ("./capi",),
         why="br_route_keys adds the key lengths in 32 bits: lengths that overflow pass the check",
