@@ -9,6 +9,7 @@ import threading
 import pytest
 
 from bounded_router import Router, _native
+from reference_model import ReferenceRouter
 from support import W, hold, key_preferring, urls
 
 
@@ -165,7 +166,8 @@ def test_decision_cache_follows_membership(make_router):
     router.remove_worker(W[1])
     assert router._native.decided == {}  # started again with the membership
     lease = router.route(key)
-    assert lease.worker_url != W[1] and lease.preferred_url == lease.worker_url
+    expected = ReferenceRouter([W[0], W[2]]).preferred(key.encode())
+    assert (lease.worker_url, lease.preferred_url) == (expected, expected)
     router.add_worker(W[1])
     assert router.route(key).worker_url == W[1]  # a new worker id, looked up afresh
     lease.release()
