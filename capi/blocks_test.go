@@ -210,3 +210,23 @@ func TestOutArgRefusesNull(t *testing.T) {
 	require.ErrorIs(t, err, errInvalidArgument)
 	assert.Equal(t, "invalid argument: io must not be NULL", err.Error())
 }
+
+// callTakePrevious calls takePrevious on io (or NULL), typed as its *C.uint64_t parameter.
+func callTakePrevious(io []uint64) uint64 {
+	fn := reflect.ValueOf(takePrevious)
+	ptr := reflect.Zero(fn.Type().In(0))
+	if io != nil {
+		ptr = reflect.NewAt(fn.Type().In(0).Elem(), unsafe.Pointer(&io[0]))
+	}
+	return fn.Call([]reflect.Value{ptr})[0].Uint()
+}
+
+func TestTakePreviousClearsTheLeaseSlots(t *testing.T) {
+	// io[2] is the lease to release first; it and io[0] are cleared before anything can fail, so
+	// a failed br_release_then_* call leaves no lease id for the caller to take as its own.
+	io := []uint64{7, 8, 9}
+	assert.Equal(t, uint64(9), callTakePrevious(io))
+	assert.Equal(t, []uint64{0, 8, 0}, io)
+	assert.Zero(t, callTakePrevious(io), "nothing to release the second time")
+	assert.Zero(t, callTakePrevious(nil), "NULL io: nothing released")
+}
