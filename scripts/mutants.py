@@ -37,7 +37,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 import xml.etree.ElementTree as ET

@@ -11,7 +11,7 @@ from typing import Any, List
 import httpx
 from echo_worker import EchoWorker
 from edge_support import connect, http_request
-from integration_support import aiohttp_app, completion, serve_aiohttp, wait_for, wait_released
+from integration_support import aiohttp_app, serve_aiohttp, wait_for, wait_released
 from integration_support import client, endings, fast_worker, slow_worker  # noqa: F401 - fixtures
 
 from bounded_router import Router

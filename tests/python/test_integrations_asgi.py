@@ -11,8 +11,8 @@ from typing import Any, List
 import httpx
 import pytest
 from edge_support import connect, http_request
-from integration_support import client, endings, fast_worker, slow_worker  # noqa: F401 - fixtures
-from integration_support import completion, fastapi_app, serve_asgi, streamed_text, wait_for, wait_released
+from integration_support import client, endings, fast_worker  # noqa: F401 - fixtures
+from integration_support import completion, serve_asgi, streamed_text, wait_for, wait_released
 from starlette.requests import Request
 
 from echo_worker import EchoWorker
