@@ -342,6 +342,7 @@ def main() -> int:
     parser.add_argument("--tests", nargs="+", metavar="ARG", help="pytest arguments (from tests/) for every mutant")
     parser.add_argument("--list", action="store_true", help="list the mutants and whether each applies; run nothing")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    parser.add_argument("--verbose", action="store_true", help="after the table, every failing test of each mutant")
     args = parser.parse_args()
 
     mutants = MUTANTS
@@ -415,6 +416,9 @@ def main() -> int:
     for m, status, failed, problem in rows:
         example = ", ".join(sorted(failed)[:2]) + (" ..." if len(failed) > 2 else "")
         print("| %s | %s | %s | %d | %s |" % (m.name, m.path, status, len(failed), example or problem))
+    if args.verbose:
+        for m, _, failed, _ in rows:
+            print("\n%s:\n  %s" % (m.name, "\n  ".join(sorted(failed)) or "(none)"))
     for m, status, failed, _ in rows:
         if status == "caught" and len(failed) < 2:
             print("%s: caught by one test; %s" % (m.name, m.one_is_enough or "add a second test"))
