@@ -1,5 +1,7 @@
-"""Helpers shared by the Python tests: worker URLs, key search, holding loads. The model of the
-contract (docs/contract.md) is tests/reference_model.py (ReferenceRouter)."""
+"""Helpers shared by the Python tests: worker URLs, key search (with the reference model), holding
+loads, reading metrics with prometheus_client, a chi-square uniformity check, collecting
+unraisable exceptions. The model of the contract (docs/contract.md) is tests/reference_model.py
+(ReferenceRouter)."""
 
 from __future__ import annotations
 
