@@ -45,12 +45,7 @@ func br_route_keys(router C.uint64_t, keys *C.char, keysLen C.size_t, lengths *C
 		return fail(err)
 	}
 	leases, decisions, ids := o[:n], o[n:2*n], o[2*n:]
-	rest := block
-	r.RouteKeys(int(n), func(i int) []byte { // called for i = 0, 1, ... in order
-		key := rest[:sizes[i]]
-		rest = rest[sizes[i]:]
-		return key
-	}, func(i int, d core.Decision) {
+	r.RouteKeys(int(n), keySplitter(block, sizes), func(i int, d core.Decision) {
 		leases[i], decisions[i], ids[i] = C.uint64_t(d.Lease), C.uint64_t(packDecision(d)), workerIDs(d)
 	})
 	return statusOK
@@ -73,6 +68,17 @@ func br_release_many(router C.uint64_t, leases *C.uint64_t, n C.uint32_t) (statu
 		return fail(invalidArgument("leases must not be NULL"))
 	}
 	return C.int32_t(r.ReleaseMany(unsafe.Slice((*core.LeaseID)(unsafe.Pointer(leases)), n)))
+}
+
+// keySplitter returns the function that gives key i of a block checkKeyBlock accepted; it must be
+// called for i = 0, 1, ... in order (as core.RouteKeys does), each key following the last.
+func keySplitter(block []byte, lengths []uint32) func(i int) []byte {
+	rest := block
+	return func(i int) []byte {
+		key := rest[:lengths[i]]
+		rest = rest[lengths[i]:]
+		return key
+	}
 }
 
 // checkKeyBlock verifies that the key lengths of br_route_keys exactly cover the key block.

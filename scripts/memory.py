@@ -9,7 +9,8 @@ cycles), and during 10,000 membership changes (new URLs added and removed, whole
 health flipped, leases held on workers that leave). Prints the figures; exits non-zero if the
 RSS grew by more than --limit-mib between the end of the warm-up and the end of a phase.
 
-tests/python/test_conformance_memory.py runs a small version in CI.
+tests/python/test_conformance_memory.py runs a small version in CI and checks its bookkeeping
+only: the RSS figures depend on the allocators, so they are measured here, not asserted in CI.
 """
 
 from __future__ import annotations

@@ -36,3 +36,13 @@ def _check_installed_package() -> None:
 
 # At import, before tests/python/conftest.py (which imports the package) is loaded.
 _check_installed_package()
+
+
+# Hypothesis: the same examples on every run (derandomize: examples derived from each test's
+# code, no example database), so a run that passes in CI passes again and a failure reproduces.
+# HYPOTHESIS_PROFILE=explore draws new examples each run, for looking for bugs by hand.
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("fixed", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))

@@ -24,6 +24,7 @@ from bounded_router import (
     policy_from_str,
 )
 from bounded_router.policy import default_config
+from reference_model import ReferenceRouter
 from support import W, urls
 
 NAMES = ["random", "round_robin", "consistent_hashing", "bounded_consistent_hashing"]
@@ -248,7 +249,12 @@ def test_router_virtual_nodes_changes_the_ring(make_router):
     keys = ["k%d" % i for i in range(200)]
     a = make_router(4, policy="consistent_hashing", virtual_nodes=1)
     b = make_router(4, policy="consistent_hashing", virtual_nodes=150)
-    assert [a.select(k).worker_url for k in keys] != [b.select(k).worker_url for k in keys]
+    for router, n in ((a, 1), (b, 150)):
+        model = ReferenceRouter(urls(4), virtual_nodes=n)
+        assert [router.select(k).worker_url for k in keys] == [model.preferred(k.encode()) for k in keys]
+    # the two rings are not the same ring: the models differ on these keys
+    one, many = ReferenceRouter(urls(4), virtual_nodes=1), ReferenceRouter(urls(4), virtual_nodes=150)
+    assert any(one.preferred(k.encode()) != many.preferred(k.encode()) for k in keys)
 
 
 @pytest.mark.parametrize("worker_urls", [["http://a", "http://a"], ["http://a", ""], [""]])

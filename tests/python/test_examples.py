@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 from integration_support import completion, fast_worker, streamed_text, wait_for  # noqa: F401
+from support import parse_metrics as parse
 
-from bounded_router.metrics import parse
 from bounded_router.testing.mock_worker import expected_text
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")

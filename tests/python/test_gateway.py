@@ -29,9 +29,9 @@ from integration_support import (  # noqa: F401 - client, fast_worker, slow_work
     wait_released,
 )
 from support import key_preferring
+from support import parse_metrics as parse
 
 from bounded_router import Router, RouterClosedError
-from bounded_router.metrics import parse
 from bounded_router.testing.fleet import ServerProcess
 from bounded_router.testing.mock_worker import expected_text
 
@@ -146,6 +146,9 @@ def test_metrics_on_their_own_port_with_the_python_names(fast_worker: Any, clien
         served = parse(client.get(gateway.metrics_url).text)
         assert served == parse(router.metrics_text())
         assert served[("bounded_router_requests_total", (("branch", "random_fallback"),))] == 1
+        assert sum(v for (name, _), v in served.items() if name == "bounded_router_requests_total") == 1
+        assert served[("bounded_router_worker_load", (("worker", fast_worker.url),))] == 0
+        assert served[("bounded_router_leaked_leases_total", ())] == 0
         # /metrics on the proxy port is a request like any other: it goes to the worker.
         assert "bounded_router_" not in client.get(gateway.url + "/metrics").text
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from bounded_router import NoWorkerAvailableError, Router
 from reference_model import ReferenceRouter
-from support import W, key_preferring, urls
+from support import W, assert_uniform, key_preferring, urls
 
 TARGET = "X-SMG-Target-Worker"
 ROUTING_KEY = "X-SMG-Routing-Key"
@@ -43,9 +43,8 @@ def test_target_index_miss_is_strict(router, keys, value):
     with pytest.raises(NoWorkerAvailableError) as info:
         router.route(headers=headers)
     assert info.value.branch == "target_worker_miss"
-    assert router.select(headers=headers) == router.select(headers=headers)
     decision = router.select(headers=headers)
-    assert (decision.worker_url, decision.branch) == (None, "target_worker_miss")
+    assert (decision.worker_url, decision.preferred_url, decision.branch) == (None, None, "target_worker_miss")
     assert router.branch_counts()["target_worker_miss"] == 1
     assert router.active_leases() == 0
 
@@ -149,19 +148,23 @@ def test_repeated_names_first_wins(router, keys):
 
 def test_random_fallback(router):
     counts = {url: 0 for url in urls(4)}
-    for _ in range(400):
+    for _ in range(4000):
         lease = router.route(headers={"Content-Type": "application/json", "X-Other": "1"})
         assert lease.branch == "random_fallback"
         counts[lease.worker_url] += 1
         lease.release()
-    assert all(n > 40 for n in counts.values()), counts  # uniform: ~100 each
-    assert router.branch_counts()["random_fallback"] == 400
+    assert_uniform(counts, urls(4))
+    assert router.branch_counts()["random_fallback"] == 4000
     assert router.route(headers={}).branch == "random_fallback"
     assert router.route(headers=[]).branch == "random_fallback"
 
 
 def test_values_are_not_trimmed(router, keys):
-    assert router.select(headers={ROUTING_KEY: " " + keys[1]}).worker_url == router.select(" " + keys[1]).worker_url
+    model = ReferenceRouter(urls(4))
+    spaced = next(" key-%d" % i for i in range(1000) if model.preferred(b" key-%d" % i) != model.preferred(b"key-%d" % i))
+    decision = router.select(headers={ROUTING_KEY: spaced})
+    assert (decision.worker_url, decision.branch) == (model.preferred(spaced.encode()), "explicit_routing_key_hit")
+    assert decision.worker_url != model.preferred(spaced.strip().encode())  # a trimmed key would go elsewhere
     # a tab is a valid header value byte
     assert router.select(headers={ROUTING_KEY: "a\tb"}).branch == "explicit_routing_key_hit"
 

@@ -28,6 +28,7 @@ from integration_support import (  # noqa: F401 - client, endings, fast_worker, 
     wait_released,
     worker_stats,
 )
+from reference_model import ReferenceRouter
 
 from bounded_router.testing.mock_worker import expected_text
 
@@ -93,11 +94,14 @@ def test_routes_from_the_incoming_headers(fast_worker: Any, slow_worker: Any, se
         assert r.headers["x-bounded-router-branch"] == "target_worker_hit"
         r = client.post(url + "/v1/completions", json=body, headers={"x-smg-routing-key": "session-9"})
         assert r.headers["x-bounded-router-branch"] == "explicit_routing_key_hit"
-        assert r.headers["x-bounded-router-worker"] == router.select("session-9").worker_url
+        model = ReferenceRouter([fast_worker.url, slow_worker.url])
+        assert r.headers["x-bounded-router-worker"] == model.preferred(b"session-9")
         r = client.post(url + "/v1/completions", json=body, headers={"Authorization": "Bearer t"})
         assert r.headers["x-bounded-router-branch"] == "implicit_routing_key_hit"
+        assert r.headers["x-bounded-router-worker"] == model.preferred(b"Bearer t")
         r = client.post(url + "/v1/completions", json=body, headers={"Cookie": "c=1"})
         assert r.headers["x-bounded-router-branch"] == "implicit_routing_key_hit"
+        assert r.headers["x-bounded-router-worker"] == model.preferred(b"c=1")
         r = client.post(url + "/v1/completions", json=body)
         assert r.headers["x-bounded-router-branch"] == "random_fallback"
         wait_released(router)

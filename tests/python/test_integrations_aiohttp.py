@@ -5,26 +5,36 @@ test_integrations.py."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, List
 
 import httpx
-from integration_support import aiohttp_app, completion, serve_aiohttp, wait_released
+from echo_worker import EchoWorker
+from edge_support import connect, http_request
+from integration_support import aiohttp_app, serve_aiohttp, wait_for, wait_released
 from integration_support import client, endings, fast_worker, slow_worker  # noqa: F401 - fixtures
 
 from bounded_router import Router
 
 
-def test_client_disconnecting_before_the_first_token_releases_with_handler_cancellation(
-    slow_worker: Any, client: httpx.Client, endings: List[str]) -> None:
-    prompt = " ".join("v%d" % i for i in range(2048))  # 2 s of prefill on the slow worker
-    with Router([slow_worker.url]) as router:
-        app, proxy = aiohttp_app(router)
-        with serve_aiohttp(app, handler_cancellation=True) as url:
-            with client.stream("POST", url + "/v1/completions", json=completion(prompt, 4)) as r:
-                assert r.status_code == 200
-                assert router.active_leases() == 1
-            wait_released(router)
-            assert endings == ["disconnected"]
+def test_client_disconnecting_before_the_worker_answers_releases_with_handler_cancellation(
+    client: httpx.Client, endings: List[str]) -> None:
+    # The echo worker never answers /v1/_hang: the client leaves while the proxy waits for the
+    # response head, and the server's handler cancellation releases at once.
+    worker = EchoWorker().start()
+    try:
+        with Router([worker.url]) as router:
+            app, proxy = aiohttp_app(router)
+            with serve_aiohttp(app, handler_cancellation=True) as url:
+                with contextlib.closing(connect(url)) as sock:
+                    sock.sendall(http_request("POST", "/v1/_hang", body=b"{}"))
+                    wait_for(lambda: len(worker.received) == 1, "the request to reach the worker")
+                    assert router.active_leases() == 1
+                wait_released(router)  # and no lease released by the safety net
+                assert endings == ["disconnected"]
+            worker.wait_connections_closed(1)  # the request to the worker was cancelled
+    finally:
+        worker.stop()
 
 
 def test_forwards_any_path_and_method_with_its_query(fast_worker: Any, slow_worker: Any, client: httpx.Client) -> None:

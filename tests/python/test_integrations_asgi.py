@@ -5,11 +5,15 @@ ends, routing from headers, 502 and 503) for it as well."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, List
 
 import httpx
-from integration_support import client, endings, fast_worker, slow_worker  # noqa: F401 - fixtures
-from integration_support import completion, fastapi_app, serve_asgi, streamed_text, wait_released
+import pytest
+from edge_support import connect, http_request
+from integration_support import client, endings, fast_worker  # noqa: F401 - fixtures
+from integration_support import completion, serve_asgi, streamed_text, wait_for, wait_released
+from starlette.requests import Request
 
 from echo_worker import EchoWorker
 from fastapi import FastAPI
@@ -19,18 +23,33 @@ from bounded_router.integrations.asgi import ASGIProxy
 from bounded_router.testing.mock_worker import expected_text
 
 
-def test_client_disconnecting_before_the_first_token_releases(slow_worker: Any, client: httpx.Client, endings: List[str]) -> None:
-    # A 2,048-token prompt takes 2 s to prefill on the slow worker; the client leaves as soon as
-    # the headers arrive, while the proxy is still waiting for the first token.
-    prompt = " ".join("w%d" % i for i in range(2048))
-    with Router([slow_worker.url]) as router:
-        app, proxy = fastapi_app(router)
-        with serve_asgi(app) as url:
-            with client.stream("POST", url + "/v1/completions", json=completion(prompt, 4)) as r:
-                assert r.status_code == 200
-                assert router.active_leases() == 1
-            wait_released(router)
-            assert endings == ["disconnected"]
+@pytest.mark.parametrize("phase, ending", [("_hang", []), ("_stream", ["disconnected"])])
+def test_client_disconnecting_releases_in_every_phase(client: httpx.Client, endings: List[str], phase: str, ending: List[str]) -> None:
+    # Through FastAPI and proxy.forward(), with an echo worker that never finishes: /v1/_hang never
+    # answers (the client leaves while the proxy waits for the response head), /v1/_stream sends
+    # its head and one chunk, then nothing (the client leaves mid-stream). No timing is involved.
+    worker = EchoWorker().start()
+    try:
+        with Router([worker.url]) as router:
+            proxy = ASGIProxy(router)
+            app = FastAPI()
+
+            @app.api_route("/v1/{name}", methods=["GET", "POST"])
+            async def forward(request: Request) -> Any:
+                return await proxy.forward(request)
+
+            with serve_asgi(app) as url:
+                with contextlib.closing(connect(url)) as sock:
+                    sock.sendall(http_request("POST", "/v1/" + phase, body=b"{}"))
+                    wait_for(lambda: len(worker.received) == 1, "the request to reach the worker")
+                    if phase == "_stream":
+                        assert sock.recv(12) == b"HTTP/1.1 200"
+                    assert router.active_leases() == 1
+                wait_released(router)  # and no lease released by the safety net
+                assert endings == ending  # a stream that had begun logs how it ended
+            worker.wait_connections_closed(1)  # the request to the worker was cancelled
+    finally:
+        worker.stop()
 
 
 def test_asgi_app_forwards_everything_and_serves_metrics(fast_worker: Any, client: httpx.Client) -> None:

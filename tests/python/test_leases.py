@@ -9,7 +9,8 @@ import threading
 import pytest
 
 from bounded_router import Lease
-from support import W, key_preferring
+from reference_model import ReferenceRouter
+from support import W, key_preferring, unraisable_exceptions
 
 W0, W1 = W[0], W[1]
 
@@ -50,10 +51,10 @@ def test_route_without_key_counts_no_active_key(router):
 @pytest.mark.parametrize("key", ["k", b"k", "\u00e9t\u00e9", b"\xff\x00binary"])
 def test_str_and_bytes_keys(router, key):
     raw = key.encode("utf-8") if isinstance(key, str) else key
-    assert router.select(key) == router.select(raw)
+    expected = ReferenceRouter(W[:4]).preferred(raw)  # a str key is hashed as its UTF-8 bytes
+    assert router.select(key).worker_url == router.select(raw).worker_url == expected
     with router.route(key) as lease:
-        assert lease.worker_url == router.select(raw).worker_url
-        assert lease.branch == "explicit_routing_key_hit"
+        assert (lease.worker_url, lease.branch) == (expected, "explicit_routing_key_hit")
 
 
 @pytest.mark.parametrize("key", ["", b""])
@@ -78,7 +79,9 @@ def test_str_subclass_key(router):
     class Key(str):
         pass
 
-    assert router.route(Key("abc")).worker_url == router.select("abc").worker_url
+    with router.route(Key("abc")) as lease:
+        assert (lease.worker_url, lease.branch) == (ReferenceRouter(W[:4]).preferred(b"abc"), "explicit_routing_key_hit")
+    assert router.active_leases() == 0 and router.leaked_leases() == 0
 
 
 def test_acquire(router):
@@ -197,7 +200,7 @@ def test_lease_keeps_router_alive_and_releasable():
     assert lease.release() is True  # the router was not collected while the lease held it
 
 
-def test_release_after_close_returns_false(make_router):
+def test_release_after_close_returns_false(make_router, capfd):
     router = make_router(2)
     lease = router.route("k")
     router.close()
@@ -205,8 +208,12 @@ def test_release_after_close_returns_false(make_router):
     assert lease.release() is False
     unreleased = make_router(2).route("k")
     unreleased._native.close()
-    del unreleased  # the safety net of a lease of a closed router is quiet
-    gc.collect()
+    capfd.readouterr()
+    with unraisable_exceptions() as raised:
+        del unreleased  # the safety net of a lease of a closed router is quiet
+        gc.collect()
+    assert raised == []
+    assert capfd.readouterr() == ("", "")
 
 
 def test_with_releases_on_exception(router):
@@ -374,13 +381,16 @@ class AsyncSource:
     def __init__(self, items, fail_at=None, block_at=None):
         self.items, self.fail_at, self.block_at = items, fail_at, block_at
         self.closed = self.finished = self.cancelled = False
+        self.blocked = None  # an asyncio.Event, set once the source waits at block_at
 
     async def __call__(self):
+        self.blocked = asyncio.Event()
         try:
             for i, item in enumerate(self.items):
                 if i == self.fail_at:
                     raise RuntimeError("upstream failed")
                 if i == self.block_at:
+                    self.blocked.set()
                     await asyncio.Event().wait()  # never set: only cancellation ends it
                 await asyncio.sleep(0)
                 yield item
@@ -456,10 +466,12 @@ def test_wrap_aiter_task_cancellation(router):
 
     async def main():
         task = asyncio.ensure_future(consume())
-        while not received:
+        for _ in range(1000):  # bounded: the task starts the source within a few turns
+            if source.blocked is not None:
+                break
             await asyncio.sleep(0)
-        await asyncio.sleep(0.01)  # the consumer now waits inside the source
-        assert not lease.released
+        await asyncio.wait_for(source.blocked.wait(), 10)  # the consumer now waits inside the source
+        assert received == [1] and not lease.released
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -1,4 +1,9 @@
-"""Router.metrics_text(): the Prometheus text exposition of branch counters, loads and leases."""
+"""Router.metrics_text(): the Prometheus text exposition of branch counters, loads and leases.
+
+Every exposition is read with prometheus_client's parser (the reference parser of the format, a
+test-only dependency), never with bounded_router.metrics.parse, and compared with counts the test
+kept itself or with the reference model (tests/reference_model.py), never with router.loads().
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,33 @@ import re
 import threading
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from reference_model import ReferenceRouter
+from support import parse_metrics as parse
 from support import urls
 
 from bounded_router import Router, RouterClosedError
-from bounded_router.metrics import CONTENT_TYPE, parse, render_all
+from bounded_router.metrics import CONTENT_TYPE, render_all
 
 _SAMPLE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? -?[0-9.e+]+$')
+
+
+def by_label(m: dict, name: str, label: str) -> dict:
+    return {dict(labels)[label]: v for (n, labels), v in m.items() if n == name}
+
+
+def test_families_and_types_by_the_reference_parser() -> None:
+    with Router(urls(2)) as router:
+        families = {f.name: f.type for f in text_string_to_metric_families(router.metrics_text())}
+    # prometheus_client names a counter family without its _total suffix
+    assert families == {
+        "bounded_router_requests": "counter",
+        "bounded_router_worker_load": "gauge",
+        "bounded_router_worker_active_keys": "gauge",
+        "bounded_router_worker_healthy": "gauge",
+        "bounded_router_active_leases": "gauge",
+        "bounded_router_leaked_leases": "counter",
+    }
 
 
 def test_every_line_is_valid_exposition_and_each_family_is_declared_once() -> None:
@@ -34,29 +60,50 @@ def test_every_line_is_valid_exposition_and_each_family_is_declared_once() -> No
 
 
 def test_counts_branches_loads_active_keys_and_health() -> None:
+    w0, w1 = urls(2)
+    model = ReferenceRouter(urls(2))
+    key = next("group-%d" % i for i in range(1000) if model.preferred(b"group-%d" % i) == w0)
+    cookie = next("c%d" % i for i in range(1000) if model.preferred(b"c%d" % i) == w1)
     with Router(urls(2), policy="bounded_consistent_hashing", max_load_skew=1.5, min_load_gap=2) as router:
-        leases = [router.route("group-1") for _ in range(4)]  # 3 hits, then the 4th spills (3 > 2)
-        leases.append(router.route(headers={"Cookie": "c"}))
-        router.set_healthy(urls(2)[1], False)
+        leases = [router.route(key) for _ in range(4)]  # 3 hits on w0, then the 4th spills to w1 (3 > 2)
+        leases.append(router.route(headers={"Cookie": cookie}))  # w1, no explicit key
+        router.set_healthy(w1, False)
         m = parse(router.metrics_text())
-        branches = {labels[0][1]: v for (name, labels), v in m.items() if name == "bounded_router_requests_total"}
-        assert branches["explicit_routing_key_hit"] == 3
-        assert branches["explicit_routing_key_spillover"] == 1
-        assert branches["implicit_routing_key_hit"] == 1
-        assert set(branches) >= {"no_healthy_workers", "target_worker_miss", "random_fallback"}  # zeros are present
-        loads = {labels[0][1]: v for (name, labels), v in m.items() if name == "bounded_router_worker_load"}
-        assert loads == {url: float(n) for url, n in router.loads().items()}
-        assert sum(loads.values()) == 5
-        keys = {labels[0][1]: v for (name, labels), v in m.items() if name == "bounded_router_worker_active_keys"}
-        assert keys == {w.url: float(w.active_keys) for w in router.workers()}
-        healthy = {labels[0][1]: v for (name, labels), v in m.items() if name == "bounded_router_worker_healthy"}
-        assert healthy == {urls(2)[0]: 1.0, urls(2)[1]: 0.0}
+        branches = by_label(m, "bounded_router_requests_total", "branch")
+        expected = {name: 0.0 for name in ("no_healthy_workers", "target_worker_hit", "target_worker_miss",
+                                           "explicit_routing_key_no_eligible_candidate", "random_fallback")}
+        expected.update(explicit_routing_key_hit=3.0, explicit_routing_key_spillover=1.0, implicit_routing_key_hit=1.0)
+        assert {b: branches[b] for b in expected} == expected
+        assert sum(branches.values()) == 5
+        assert by_label(m, "bounded_router_worker_load", "worker") == {w0: 3.0, w1: 2.0}
+        assert by_label(m, "bounded_router_worker_active_keys", "worker") == {w0: 1.0, w1: 1.0}
+        assert by_label(m, "bounded_router_worker_healthy", "worker") == {w0: 1.0, w1: 0.0}
         assert m[("bounded_router_active_leases", ())] == 5
-        for lease in leases:
+        assert m[("bounded_router_leaked_leases_total", ())] == 0
+        leases[0].release()
+        leases[4].release()
+        m = parse(router.metrics_text())
+        assert by_label(m, "bounded_router_worker_load", "worker") == {w0: 2.0, w1: 1.0}
+        assert m[("bounded_router_active_leases", ())] == 3
+        for lease in leases[1:4]:
             lease.release()
         m = parse(router.metrics_text())
+        assert by_label(m, "bounded_router_worker_load", "worker") == {w0: 0.0, w1: 0.0}
+        assert by_label(m, "bounded_router_worker_active_keys", "worker") == {w0: 0.0, w1: 0.0}
         assert m[("bounded_router_active_leases", ())] == 0
         assert m[("bounded_router_leaked_leases_total", ())] == 0
+
+
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_each_worker_load_is_what_the_test_put_there(n: int) -> None:
+    # acquire() puts a chosen number of leases on each worker: i + 1 on worker i
+    with Router(urls(n)) as router:
+        held = [router.acquire(url) for i, url in enumerate(urls(n)) for _ in range(i + 1)]
+        m = parse(router.metrics_text())
+        assert by_label(m, "bounded_router_worker_load", "worker") == {url: float(i + 1) for i, url in enumerate(urls(n))}
+        assert m[("bounded_router_active_leases", ())] == len(held) == n * (n + 1) // 2
+        for lease in held:
+            lease.release()
 
 
 def test_leaked_leases_are_counted() -> None:
@@ -111,17 +158,6 @@ def test_closed_router_and_content_type() -> None:
     assert CONTENT_TYPE == "text/plain; version=0.0.4; charset=utf-8"
 
 
-def _samples(text: str) -> dict:
-    """{name + labels: value} of an exposition, read with a regular expression of the format
-    (independent of bounded_router.metrics.parse)."""
-    samples = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            head, _, value = line.rpartition(" ")
-            samples[head] = float(value)
-    return samples
-
-
 def test_one_scrape_is_one_snapshot_while_requests_flow() -> None:
     # Another thread routes and releases without pause; in every scrape the active leases equal
     # the sum of the worker loads (no worker is removed) and the routed requests add up.
@@ -140,14 +176,15 @@ def test_one_scrape_is_one_snapshot_while_requests_flow() -> None:
         thread.start()
         try:
             for _ in range(300):
-                samples = _samples(router.metrics_text())
-                loads = sum(v for k, v in samples.items() if k.startswith("bounded_router_worker_load{"))
-                assert samples["bounded_router_active_leases"] == loads
+                m = parse(router.metrics_text())
+                loads = by_label(m, "bounded_router_worker_load", "worker")
+                assert m[("bounded_router_active_leases", ())] == sum(loads.values())
         finally:
             stop.set()
             thread.join()
-        total = sum(v for k, v in _samples(router.metrics_text()).items() if k.startswith("bounded_router_requests_total{"))
-        assert total == routed[0]
+        m = parse(router.metrics_text())
+        assert sum(by_label(m, "bounded_router_requests_total", "branch").values()) == routed[0]
+        assert m[("bounded_router_active_leases", ())] == 0
 
 
 @pytest.mark.parametrize("labels", [({"router": "a"}, {"router": "a"}), (None, None), ({}, None)])

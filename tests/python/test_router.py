@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import gc
 import threading
-import time
 
 import pytest
 
@@ -17,7 +16,7 @@ from bounded_router import (
     RouterClosedError,
     WorkerInfo,
 )
-from support import W, key_preferring, urls
+from support import W, assert_uniform, key_preferring, unraisable_exceptions, urls
 
 BRANCHES = [
     "no_healthy_workers",
@@ -251,11 +250,25 @@ def test_round_robin(make_router):
 def test_random(make_router):
     router = make_router(4, policy="random")
     counts = collections.Counter()
-    for _ in range(400):
+    for _ in range(4000):
         with router.route("same-key") as lease:
             assert lease.branch == "random" and lease.preferred_url == lease.worker_url
             counts[lease.worker_url] += 1
-    assert set(counts) == set(W[:4]) and min(counts.values()) > 40
+    assert_uniform(counts, W[:4])
+
+
+@pytest.mark.parametrize("policy", ["random", "bounded_consistent_hashing", "consistent_hashing"])
+def test_random_choices_are_uniform_over_the_available_workers_only(make_router, policy):
+    # contract: "Inputs and precedence": without a key the choice is uniform over the available
+    # (healthy) workers; an unhealthy worker is never chosen.
+    router = make_router(4, policy=policy)
+    router.set_healthy(W[2], False)
+    counts = collections.Counter()
+    for _ in range(3000):
+        with router.route() as lease:
+            counts[lease.worker_url] += 1
+    assert W[2] not in counts
+    assert_uniform(counts, [W[0], W[1], W[3]])
 
 
 def test_consistent_hashing_never_spills(make_router):
@@ -319,11 +332,14 @@ def test_context_manager():
         router.route("k")
 
 
-def test_garbage_collected_router_is_closed_quietly():
+def test_garbage_collected_router_is_closed_quietly(capfd):
     router = Router(urls(2))
     handle, lib = router._native.handle, router._native.lib
-    del router
-    gc.collect()
+    capfd.readouterr()
+    with unraisable_exceptions() as raised:
+        del router
+        gc.collect()
+    assert raised == [] and capfd.readouterr() == ("", "")
     assert lib.br_router_free(handle) == -1  # already freed by __del__
 
 
@@ -363,41 +379,54 @@ def test_route_with_a_stale_url_map_asks_the_lease(make_router):
 
 
 def test_routing_during_membership_churn(make_router):
+    # A fixed amount of work on each side, no timer: the churn thread makes ROUNDS membership
+    # rounds; each routing thread routes until the churn is done and at least ROUTES times (at most
+    # a bounded number), so both sides overlap whatever the machine's speed.
+    ROUNDS, ROUTES, CAP = 100, 300, 10**6
     router = make_router(4, policy="consistent_hashing")
     stable = set(W[:2])
-    stop = threading.Event()
+    churned = threading.Event()
     errors = []
+    done = {"churn": 0}
 
     def churn():
         try:
-            while not stop.is_set():
+            for _ in range(ROUNDS):
                 router.set_workers(W[:2] + W[4:6])
                 router.remove_worker(W[4])
                 router.add_worker(W[6])
                 router.set_workers(W[:4])
+                done["churn"] += 1
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
+        finally:
+            churned.set()
 
-    def route():
+    def route(name):
+        n = 0
         try:
-            while not stop.is_set():
-                with router.route("key-%d" % time.monotonic_ns()) as lease:
+            while n < CAP and (n < ROUTES or not churned.is_set()):
+                with router.route("key-%s-%d" % (name, n)) as lease:
                     assert lease.worker_url in W[:7] and lease.preferred_url in W[:7]
                 decision = router.select("abc")
                 assert decision.worker_url in W[:7]
+                n += 1
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
+        done[name] = n
 
-    threads = [threading.Thread(target=churn)] + [threading.Thread(target=route) for _ in range(3)]
+    threads = [threading.Thread(target=churn)] + [threading.Thread(target=route, args=(i,)) for i in range(3)]
     for t in threads:
         t.start()
-    time.sleep(0.5)
-    stop.set()
     for t in threads:
         t.join()
     assert errors == []
-    assert router.active_leases() == 0
+    assert done["churn"] == ROUNDS
+    assert all(ROUTES <= done[i] < CAP for i in range(3)), done
+    assert router.active_leases() == 0 and router.leaked_leases() == 0
+    assert router.loads() == {url: 0 for url in W[:4]}
     assert stable <= set(router.loads())
+    assert router.branch_counts()["routing_key_hit"] == sum(done[i] for i in range(3))
 
 
 def test_threads_route_in_parallel_with_their_own_results(make_router):

@@ -108,6 +108,14 @@ class _DisconnectWatch:
         finally:
             del self._watched[task]
 
+    async def stop(self) -> None:
+        """End the checking task, if it runs (when the proxy closes)."""
+        checker = self._checker
+        if checker is not None:
+            checker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await checker
+
     async def _check(self) -> None:
         try:
             while self._watched:
@@ -156,7 +164,8 @@ class AiohttpProxy:
         return self._session
 
     async def close(self) -> None:
-        """Close the client session if the proxy created it."""
+        """Stop watching for disconnects; close the client session if the proxy created it."""
+        await self._disconnects.stop()
         if self._own_session and self._session is not None:
             session, self._session = self._session, None
             await session.close()
