@@ -35,7 +35,9 @@ def worker() -> Iterator[EchoWorker]:
         (["--port", "99999"], "--port"),
         (["--port", "-1"], "--port"),
         (["--metrics-port", "http"], "--metrics-port"),
-        (["--host", "no-such-host.invalid"], "no-such-host.invalid"),
+        # An address this machine does not have: binding fails at once, no packet is sent (a name
+        # would be looked up through the DNS server, which is not on loopback).
+        (["--host", "192.0.2.1"], "192.0.2.1"),
         (["--log-level", "nonsense"], "--log-level"),
         (["--lifetime", "-5"], "--lifetime"),
         (["--lifetime", "nan"], "--lifetime"),
