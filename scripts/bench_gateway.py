@@ -42,7 +42,10 @@ import sys
 import tempfile
 import time
 import urllib.request
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from record_smg_ring import Gateway as SmgGateway  # noqa: E402  the one way this project launches SMG
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICK = os.sysconf("SC_CLK_TCK")
@@ -52,20 +55,17 @@ KEYS = "64"
 class Process:
     """A server process; ``url`` is where it listens, ``pid`` its process id."""
 
-    def __init__(self, name: str, argv: List[str], ready_marker: Optional[str] = " listening on ") -> None:
+    def __init__(self, name: str, argv: List[str]) -> None:
         self.name = name
         self.log = tempfile.TemporaryFile(mode="w+")
-        stdout = subprocess.PIPE if ready_marker is not None else self.log
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=self.log, text=True, start_new_session=True)
-        self.url = ""
-        if ready_marker is not None:
-            assert self.proc.stdout is not None
-            line = self.proc.stdout.readline()
-            if ready_marker not in line:
-                self.stop()
-                self.log.seek(0)
-                raise RuntimeError("%s did not start: %r %s" % (name, line, self.log.read()[-2000:]))
-            self.url = line.rsplit(ready_marker, 1)[1].strip()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if " listening on " not in line:
+            self.stop()
+            self.log.seek(0)
+            raise RuntimeError("%s did not start: %r %s" % (name, line, self.log.read()[-2000:]))
+        self.url = line.rsplit(" listening on ", 1)[1].strip()
 
     @property
     def pid(self) -> int:
@@ -79,14 +79,6 @@ class Process:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -173,7 +165,7 @@ def main() -> int:
     tool_path = os.path.join(scratch, "bench_gateway_tool")
     subprocess.run([os.environ.get("GO", "go"), "build", "-o", tool_path, os.path.join(ROOT, "scripts", "bench_gateway_tool.go")], check=True, cwd=ROOT)
 
-    processes: List[Process] = []
+    processes: List[Union[Process, SmgGateway]] = []
     try:
         workers = [Process("worker %d" % i, [tool_path, "worker"]) for i in range(args.workers)]
         processes += workers
@@ -187,19 +179,11 @@ def main() -> int:
         targets["python-proxy"] = (proxy.url, proxy.pid)
         smg_note = ""
         if args.smg:
-            port = free_port()
-            smg = Process(
-                "smg",
-                [args.smg, "launch", "--host", "127.0.0.1", "--port", str(port), "--policy", "consistent_hashing",
-                 "--log-level", "error", "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
-                 "--worker-urls"] + urls,
-                ready_marker=None,
-            )  # fmt: skip
+            smg = SmgGateway(args.smg, urls)
             processes.append(smg)
-            smg.url = "http://127.0.0.1:%d" % port
             wait_http(smg.url)
             smg_note = subprocess.run([args.smg, "--version"], capture_output=True, text=True).stdout.strip()
-            targets["smg"] = (smg.url, smg.pid)
+            targets["smg"] = (smg.url, smg.process.pid)
         else:
             smg_note = "not measured: no smg executable (pass --smg)"
         for name, (url, _) in targets.items():
