@@ -46,7 +46,8 @@ class RawResponse:
         return [v for n, v in self.headers if n.lower() == name.lower()]
 
 
-def _read_response(sock: socket.socket, head_only: bool = False) -> RawResponse:
+def read_response(sock: socket.socket, head_only: bool = False) -> RawResponse:
+    """Read one response from ``sock``: all of its body, or with ``head_only`` what came with the head."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
@@ -98,7 +99,7 @@ def raw_request(base_url: str, request: bytes, head_only: bool = False) -> RawRe
     """Send ``request`` (bytes, as they go on the wire) and read one response."""
     with contextlib.closing(connect(base_url)) as sock:
         sock.sendall(request)
-        return _read_response(sock, head_only)
+        return read_response(sock, head_only)
 
 
 def http_request(method: str, target: str, headers: Sequence[Tuple[str, str]] = (), body: bytes = b"") -> bytes:

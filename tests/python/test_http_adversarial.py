@@ -14,7 +14,7 @@ from typing import Any, Iterator, List
 
 import pytest
 from echo_worker import EchoWorker
-from edge_support import KINDS, Edge, connect, http_request, raw_request, start_edge, wait_until
+from edge_support import KINDS, Edge, connect, http_request, raw_request, read_response, start_edge, wait_until
 
 pytestmark = pytest.mark.parametrize("kind", KINDS)
 
@@ -139,7 +139,7 @@ def test_the_raw_path_and_query_reach_the_worker_byte_for_byte(edge: Edge, worke
 def test_a_declared_body_over_the_limit_is_refused_without_reading_it(edge: Edge, workers: List[EchoWorker]) -> None:
     with contextlib.closing(connect(edge.url)) as sock:
         sock.sendall(b"POST /v1/big HTTP/1.1\r\nHost: e\r\nContent-Length: 52428800\r\n\r\n" + b"x" * 1000)
-        response = _read(sock)
+        response = read_response(sock)
     assert response.status == 413
     assert "max_body_size" in json.loads(response.body)["error"]
     assert received_count(workers) == 0 and edge.routed() == 0
@@ -152,7 +152,7 @@ def test_a_chunked_body_over_the_limit_is_refused(edge: Edge, workers: List[Echo
         with contextlib.suppress(OSError):  # the edge may answer and close before it is all sent
             for _ in range(8):  # 128 KiB, twice the test limit
                 sock.sendall(chunk)
-        response = _read(sock)
+        response = read_response(sock)
     assert response.status == 413
     assert received_count(workers) == 0 and edge.routed() == 0
 
@@ -167,7 +167,7 @@ def test_a_body_still_arriving_holds_no_lease(edge: Edge, workers: List[EchoWork
         edge.wait_released()
         assert edge.routed() == 1, "only the probe was routed"
         sock.sendall(body[5:])
-        got = echoed(_read(sock))
+        got = echoed(read_response(sock))
     assert got["body"] == body.decode()
     edge.wait_released()
 
@@ -176,7 +176,7 @@ def test_a_body_that_never_finishes_times_out_with_408(kind: str, workers: List[
     with start_edge(kind, [w.url for w in workers], body_timeout=1.0) as edge:
         with contextlib.closing(connect(edge.url)) as sock:
             sock.sendall(b"POST /v1/slow HTTP/1.1\r\nHost: e\r\nContent-Length: 100\r\n\r\npartial")
-            response = _read(sock)
+            response = read_response(sock)
         assert response.status == 408
         assert "body_timeout" in json.loads(response.body)["error"]
         assert received_count(workers) == 0 and edge.routed() == 0
@@ -217,7 +217,7 @@ def test_a_client_leaving_while_the_worker_thinks_releases_and_cancels(edge: Edg
 def test_a_client_leaving_mid_stream_releases_and_cancels(edge: Edge, workers: List[EchoWorker]) -> None:
     with contextlib.closing(connect(edge.url)) as sock:
         sock.sendall(http_request("GET", "/v1/_stream", to_worker(1)))
-        response = _read(sock, head_only=True)
+        response = read_response(sock, head_only=True)
         assert response.status == 200
         assert edge.active_leases() == 1
     edge.wait_released()
@@ -237,7 +237,7 @@ def test_a_stream_idle_past_the_idle_timeout_is_cut_and_released(kind: str, work
     with start_edge(kind, [workers[0].url], idle_timeout=0.5) as edge:
         with contextlib.closing(connect(edge.url)) as sock:
             sock.sendall(http_request("GET", "/v1/_stream"))
-            response = _read(sock, head_only=True)
+            response = read_response(sock, head_only=True)
             assert response.status == 200
             rest = _read_until_closed(sock)
         assert not rest.endswith(b"0\r\n\r\n"), "an idle stream must be cut, not ended as if complete"
@@ -311,12 +311,6 @@ def test_a_smuggled_request_never_reaches_a_worker_as_its_own(edge: Edge, worker
             assert request.header("transfer-encoding") == []
             assert b"/v1/admin" not in request.body, "a request was forwarded inside another's body"
     edge.wait_released()
-
-
-def _read(sock: socket.socket, head_only: bool = False) -> Any:
-    from edge_support import _read_response
-
-    return _read_response(sock, head_only)
 
 
 def _read_until_closed(sock: socket.socket, limit_s: float = 30.0) -> bytes:
