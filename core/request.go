@@ -33,6 +33,10 @@ type Request struct {
 	// Weight is what the request's lease counts on its worker's load (for example its prompt
 	// tokens), from 1 to MaxLeaseWeight; 0 means 1. It plays no part in choosing the worker.
 	Weight int64
+	// PrefixBlocks is the request's prefix as block hashes in order, block i naming the whole
+	// prefix up to and including block i (chained hashes); at most MaxPrefixBlocks. Only
+	// cache_aware reads it; the other policies ignore it.
+	PrefixBlocks []uint64
 }
 
 // KeyRequest is a request whose only input is an explicit routing key.
