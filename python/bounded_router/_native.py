@@ -279,13 +279,13 @@ class Library:
         """Route n keys as one step: leases, packed decisions and worker ids in out."""
         raise NotImplementedError
 
-    @_export(c_int32, c_uint64, _requestp, c_int32, _u64p)
-    def br_route_request(self, router: int, request: Any, take_lease: int, out: Any) -> int:
+    @_export(c_int32, c_uint64, _requestp, c_int32, _u64p, holds_gil=True)
+    def br_route_request(self, router: Any, request: Any, take_lease: int, out: Any) -> int:
         """Route (or, with take_lease 0, select) from a :class:`BrRequest`: the branch code."""
         raise NotImplementedError
 
-    @_export(c_int32, c_uint64, _requestp, c_uint32, _u64p)
-    def br_route_requests(self, router: int, requests: Any, n: int, out: Any) -> int:
+    @_export(c_int32, c_uint64, _requestp, c_uint32, _u64p, holds_gil=True)
+    def br_route_requests(self, router: Any, requests: Any, n: int, out: Any) -> int:
         """Route n :class:`BrRequest` as one step: leases, packed decisions and worker ids in out."""
         raise NotImplementedError
 
