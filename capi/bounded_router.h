@@ -96,7 +96,8 @@ int64_t br_constants_json(char *buf, size_t capacity);
 
 /* Builds a router from a JSON configuration, e.g. {"worker_urls": ["http://w0:8000"],
  * "virtual_nodes": 150, "policy": {"type": "bounded_consistent_hashing", "max_load_skew": 1.5,
- * "min_load_gap": 2}}, and stores its handle in *out_router. */
+ * "min_load_gap": 2}} or {"policy": {"type": "random", "seed": 7}}, and stores its handle in
+ * *out_router. */
 int32_t br_router_new(const char *config_json, size_t config_len, uint64_t *out_router);
 /* Closes a router; its handle becomes invalid (closing twice is BR_ERR_INVALID_HANDLE). */
 int32_t br_router_free(uint64_t router);

@@ -83,6 +83,9 @@ func (p *Policy) Validate() error {
 	if p.HashRing != HashRingXXH64 && !p.Kind.hashes() {
 		return invalid("hash_ring applies only to consistent_hashing and bounded_consistent_hashing, not %s", p.Kind)
 	}
+	if p.HasSeed && p.Kind != PolicyRandom {
+		return invalid("seed applies only to random, not %s", p.Kind)
+	}
 	if p.Kind != PolicyBoundedConsistentHashing {
 		return nil
 	}
@@ -137,6 +140,7 @@ type policyJSON struct {
 	HashRing    json.RawMessage `json:"hash_ring,omitempty"`
 	SpillTarget json.RawMessage `json:"spill_target,omitempty"`
 	KeyMemory   json.RawMessage `json:"key_memory,omitempty"`
+	Seed        json.RawMessage `json:"seed,omitempty"`
 }
 
 type configJSON struct {
@@ -189,6 +193,12 @@ func ParsePolicy(data []byte) (Policy, error) {
 	if err != nil {
 		return Policy{}, err
 	}
+	if raw.Seed != nil {
+		if kind != PolicyRandom {
+			return Policy{}, invalid("seed applies only to random, not %s", kind)
+		}
+		return seededRandom(raw.Seed)
+	}
 	if kind != PolicyBoundedConsistentHashing {
 		if raw.MaxLoadSkew != nil || raw.MinLoadGap != nil {
 			return Policy{}, invalid("max_load_skew and min_load_gap apply only to bounded_consistent_hashing, not %s", kind)
@@ -233,6 +243,15 @@ func hashRingSetting(raw json.RawMessage) (HashRing, error) {
 		}
 	}
 	return 0, invalid(`hash_ring must be "xxh64" or "smg", got %s`, raw)
+}
+
+// seededRandom is the random policy with the seed setting raw, an integer from 0 to 2^64-1.
+func seededRandom(raw json.RawMessage) (Policy, error) {
+	p := Policy{Kind: PolicyRandom, HasSeed: true}
+	if isNull(raw) || bytes.ContainsAny(raw, ".eE") || json.Unmarshal(raw, &p.Seed) != nil {
+		return Policy{}, invalid("seed must be an integer from 0 to %d, got %s", uint64(math.MaxUint64), raw)
+	}
+	return p, nil
 }
 
 // spillTargetSetting decodes spill_target, one of the names of SpillTarget.
@@ -319,6 +338,9 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 	if p.Kind.hashes() {
 		out["hash_ring"] = p.HashRing.String()
 	}
+	if p.HasSeed {
+		out["seed"] = p.Seed
+	}
 	if p.Kind == PolicyBoundedConsistentHashing {
 		out["max_load_skew"], out["min_load_gap"] = p.MaxLoadSkew, p.MinLoadGap
 		if p.SpillTarget != SpillClockwise {
@@ -342,7 +364,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 
 // fieldNames are the object keys of every JSON form the core reads, spelled exactly.
 var fieldNames = map[string]bool{"worker_urls": true, "policy": true, "virtual_nodes": true, "type": true, "max_load_skew": true, "min_load_gap": true,
-	"spill_target": true, "key_memory": true}
+	"spill_target": true, "key_memory": true, "seed": true}
 
 // checkFieldNames refuses object keys that differ from a field name only in case, which
 // encoding/json would take for that field (keys it does not know at all it reports itself).

@@ -41,6 +41,10 @@ type Policy struct {
 	SpillTarget SpillTarget
 	// KeyMemory is how many routing keys the router remembers the last worker of; 0 is none.
 	KeyMemory int
+	// Seed seeds the random policy's choices when HasSeed is set: routers of one seed make the
+	// same choices for the same calls. Without it (the default) each router draws its own.
+	Seed    uint64
+	HasSeed bool
 }
 
 // selectWorker returns the index of the chosen worker (or -1) and the branch that chose it.

@@ -40,6 +40,9 @@ func NewRouter(cfg Config) (*Router, error) {
 	if cfg.Policy.Kind == PolicyBoundedConsistentHashing && cfg.Policy.KeyMemory > 0 {
 		r.view.memory = newKeyMemory(cfg.Policy.KeyMemory)
 	}
+	if cfg.Policy.HasSeed {
+		r.view.randomIndex = seededIndex(cfg.Policy.Seed)
+	}
 	r.install(rebuilt(r.newWorkers(cfg.WorkerURLs, r.members), r.policy.HashRing, r.virtualNodes))
 	return r, nil
 }

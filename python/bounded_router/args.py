@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import List
+from typing import List, Optional
 
 from .policy import (
     DEFAULT_HASH_RING,
@@ -34,8 +34,8 @@ class RouterArgs:
     """Everything needed to build a :class:`~bounded_router.Router`.
 
     ``max_load_skew``, ``min_load_gap``, ``spill_target`` and ``key_memory`` apply to
-    ``bounded_consistent_hashing`` only, and
-    ``hash_ring`` to both hashing policies; with another policy :meth:`Router.from_args
+    ``bounded_consistent_hashing`` only, ``hash_ring`` to both hashing policies and
+    ``random_seed`` to ``random``; with another policy :meth:`Router.from_args
     <bounded_router.Router.from_args>` ignores them and warns about values that differ from the
     defaults (see
     :func:`~bounded_router.policy.resolve_policy`).
@@ -49,6 +49,7 @@ class RouterArgs:
     hash_ring: str = DEFAULT_HASH_RING
     spill_target: str = SPILL_TARGETS[0]
     key_memory: int = 0
+    random_seed: Optional[int] = None
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser, use_router_prefix: bool = False) -> None:
@@ -117,6 +118,13 @@ class RouterArgs:
             default=RouterArgs.key_memory,
             help="bounded_consistent_hashing: remember the last worker of this many routing keys and "
             "send a key back there while it is not overloaded (default: %(default)s, none)",
+        )
+        parser.add_argument(
+            "--%srandom-seed" % prefix,
+            type=int,
+            default=RouterArgs.random_seed,
+            help="random: seed the router's choices (an integer from 0 to 2**64-1), so that runs "
+            "given the same requests choose the same workers (default: unseeded)",
         )
 
     @classmethod

@@ -14,7 +14,7 @@ import numbers
 import warnings
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Dict, Mapping, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 __all__ = [
     "PolicyType",
@@ -34,6 +34,7 @@ __all__ = [
     "HASH_RINGS",
     "SPILL_TARGETS",
     "MAX_KEY_MEMORY",
+    "MAX_SEED",
 ]
 
 #: Default relative bound of ``bounded_consistent_hashing`` (docs/contract.md, "The bounded rule").
@@ -52,6 +53,8 @@ DEFAULT_HASH_RING = HASH_RINGS[0]
 SPILL_TARGETS = ("clockwise", "least_loaded")
 #: The most routing keys a router may remember the last worker of (docs/contract.md, "Key memory").
 MAX_KEY_MEMORY = 1 << 22
+#: The largest seed of the ``random`` policy (seeds are unsigned 64-bit integers).
+MAX_SEED = 2**64 - 1
 
 
 class PolicyType(Enum):
@@ -123,17 +126,39 @@ def _check_key_memory(value: Any) -> int:
     return int(value)
 
 
+def _check_seed(value: Any) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= MAX_SEED:
+        raise ValueError("seed must be an integer from 0 to %d or None, got %r" % (MAX_SEED, value))
+    return int(value)
+
+
 @dataclass(frozen=True)
 class RandomConfig:
-    """Policy ``random``: a uniformly random available worker."""
+    """Policy ``random``: a uniformly random available worker.
+
+    Attributes:
+        seed: None (the default): each router draws its own choices. An integer from 0 to
+            2**64-1: the router's choices come from a generator of its own seeded with it, so
+            routers of one seed given the same calls choose the same workers
+            (docs/contract.md, "Random seed").
+    """
+
+    seed: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seed", _check_seed(self.seed))
 
     @property
     def policy_type(self) -> PolicyType:
         return PolicyType.Random
 
     def to_dict(self) -> Dict[str, Any]:
-        """Return ``{"type": "random"}``."""
-        return {"type": PolicyType.Random.value}
+        """Return ``{"type": "random"}``, with ``"seed"`` when one is set."""
+        if self.seed is None:
+            return {"type": PolicyType.Random.value}
+        return {"type": PolicyType.Random.value, "seed": self.seed}
 
 
 @dataclass(frozen=True)
@@ -267,13 +292,14 @@ _SETTINGS: Dict[str, Tuple[Any, Tuple[PolicyType, ...]]] = {
     "hash_ring": (DEFAULT_HASH_RING, (PolicyType.ConsistentHashing, PolicyType.BoundedConsistentHashing)),
     "spill_target": (SPILL_TARGETS[0], (PolicyType.BoundedConsistentHashing,)),
     "key_memory": (0, (PolicyType.BoundedConsistentHashing,)),
+    "seed": (None, (PolicyType.Random,)),
 }
 
 
 def resolve_policy(policy: Any, **settings: Any) -> PolicyConfig:
     """The typed config of ``policy`` (a :class:`PolicyType`, a policy name or a typed config)
     with the settings given next to it (``max_load_skew``, ``min_load_gap``, ``hash_ring``,
-    ``spill_target``, ``key_memory``; None: the default).
+    ``spill_target``, ``key_memory``, ``seed``; None: the default).
 
     A setting the policy does not have is accepted and ignored, as ``sglang_router`` does, so
     that a launcher can switch ``--policy`` while passing the same flags; one
