@@ -3,10 +3,8 @@
 
 Every routing decision is the library's: each request takes a lease with ``router.route(key)``
 when it arrives and releases it after its last output token, so the router sees exactly the
-loads a proxy in front of real workers would. The one exception is the ``random`` policy, whose
-native generator cannot be seeded: the simulator draws the worker from its own seeded generator
-and counts the request with ``router.acquire`` (same distribution: uniform over the workers), so
-that every run prints the same figures.
+loads a proxy in front of real workers would. The ``random`` policy's router is seeded from the
+workload's seed (``RandomConfig(seed=...)``), so that every run prints the same figures.
 
 Time is simulated (milliseconds), so a run of 3,200 requests takes well under a second.
 """
@@ -21,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, Hashable, List, Optional, Tuple
 
 from ..lease import Lease
-from ..policy import DEFAULT_HASH_RING, BoundedConsistentHashingConfig, ConsistentHashingConfig
+from ..policy import DEFAULT_HASH_RING, BoundedConsistentHashingConfig, ConsistentHashingConfig, RandomConfig
 from ..router import Router
 from .model import CostModel, PrefixCache, Workload
 
@@ -67,8 +65,9 @@ class PolicySpec:
             return "bounded gap=%d skew=%g%s%s%s" % (self.min_load_gap, self.max_load_skew, spill, memory, ring)
         return self.policy + ring
 
-    def make_router(self, worker_urls: List[str]) -> Router:
-        """A router with this policy (validated by the library: a bad setting raises ValueError)."""
+    def make_router(self, worker_urls: List[str], seed: Optional[int] = None) -> Router:
+        """A router with this policy (validated by the library: a bad setting raises ValueError);
+        ``seed`` seeds a ``random`` router's choices and is ignored by the other policies."""
         if self.policy == "bounded_consistent_hashing":
             assert self.max_load_skew is not None and self.min_load_gap is not None
             config = BoundedConsistentHashingConfig(
@@ -77,6 +76,8 @@ class PolicySpec:
             return Router(worker_urls, config)
         if self.policy == "consistent_hashing":
             return Router(worker_urls, ConsistentHashingConfig(self.hash_ring))
+        if self.policy == "random":
+            return Router(worker_urls, RandomConfig(seed=seed))
         return Router(worker_urls, policy=self.policy)
 
 
@@ -233,7 +234,6 @@ def run(spec: PolicySpec, workload: Workload = Workload(), cost: CostModel = Cos
     urls = ["http://sim-worker-%d" % i for i in range(workload.workers)]
     index = {url: i for i, url in enumerate(urls)}
     rng = random.Random(workload.seed)
-    pick_rng = random.Random(workload.seed * 1000003 + 17)
     workers = [_Worker(cost) for _ in urls]
     events: List[Tuple[float, int, Callable[[Any], None], Any]] = []
     seq = 0
@@ -250,7 +250,7 @@ def run(spec: PolicySpec, workload: Workload = Workload(), cost: CostModel = Cos
         seq += 1
         heapq.heappush(events, (at, seq, action, arg))
 
-    with spec.make_router(urls) as router:
+    with spec.make_router(urls, seed=workload.seed * 1000003 + 17) as router:
 
         def start_group(_: Any) -> None:
             group = stats.next_group
@@ -266,10 +266,7 @@ def run(spec: PolicySpec, workload: Workload = Workload(), cost: CostModel = Cos
         def arrive(request: _Request) -> None:
             request.arrival = now
             key = "group-%d" % request.group
-            if spec.policy == "random":
-                lease = router.acquire(urls[pick_rng.randrange(len(urls))], key)
-            else:
-                lease = router.route(key)
+            lease = router.route(key)
             request.lease = lease
             stats.spilled += lease.spilled
             w = index[lease.worker_url]

@@ -3,8 +3,8 @@
 Every row counts its requests in a real :class:`~bounded_router.Router` (a lease from arrival to
 the last output token), so the library's policies see the loads a proxy would. The library's
 policies choose with ``router.route(key)``. ``random`` draws from the replay's seeded generator
-and counts with ``router.acquire`` (the native generator cannot be seeded: same distribution,
-repeatable figures). The ``oracle`` and the ``prototype`` choose in Python and count with
+and counts with ``router.acquire`` (same distribution, repeatable figures; it predates
+``RandomConfig(seed=...)``, and is kept so the figures of docs/trace-replay.md stay reproducible). The ``oracle`` and the ``prototype`` choose in Python and count with
 ``acquire`` on a ``consistent_hashing`` router, whose ring also names the key's preferred worker.
 """
 
