@@ -1,8 +1,9 @@
 """An independent reference model of bounded-router, written from docs/contract.md alone.
 
-Pure Python: the ring positions come from the ``xxhash`` package on PyPI (a test-only
-dependency), everything else from the contract's words (sections "Workers and membership", "The
-hash ring", "Inputs and precedence", "The bounded rule", "Leases"). It mirrors the public
+Pure Python: the ring positions come from the ``xxhash`` and ``blake3`` packages on PyPI
+(test-only dependencies), everything else from the contract's words (sections "Workers and
+membership", "The hash ring", "Inputs and precedence", "The bounded rule", "Leases", "The ring",
+"Spill target", "Key memory", "Weighted leases"). It mirrors the public
 ``bounded_router.Router`` API so that the differential tests can run the same operations on both
 and compare every decision and every load, and so that scripts/bench.py can time it as the pure-Python implementation of the policy.
 
@@ -23,9 +24,11 @@ import bisect
 import itertools
 import math
 import random as _random
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
+import blake3
 import xxhash
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "BRANCHES",
     "POLICIES",
     "xxh64",
+    "smg_position",
     "valid_header_value",
     "parse_target_index",
 ]
@@ -78,13 +82,26 @@ class NoWorkerAvailableError(RuntimeError):
         self.branch = branch
 
 
+def smg_position(data: bytes) -> int:
+    """SMG's ring position: the first 8 bytes of BLAKE3, little-endian (contract: "The ring")."""
+    return int.from_bytes(blake3.blake3(data).digest()[:8], "little")
+
+
+RINGS: Dict[str, Callable[[bytes], int]] = {"xxh64": lambda data: xxh64(data), "smg": smg_position}
+SPILL_TARGETS = ("clockwise", "least_loaded")
+MAX_LEASE_WEIGHT = 1 << 30
+
+
 @dataclass
 class ModelWorker:
-    """One worker. A removed worker object lives on in the leases that point at it."""
+    """One worker. A removed worker object lives on in the leases that point at it; a worker
+    re-added under the same URL is a new object."""
 
     url: str
     healthy: bool = True
-    load: int = 0
+    load: int = 0  # the sum of the weights of its leases
+    requests: int = 0  # the number of its leases
+    outages: int = 0  # how many times it turned unhealthy: a remembered worker counts only within one
     keys: Dict[bytes, int] = field(default_factory=dict)  # explicit key -> leases holding it
 
     @property
@@ -110,6 +127,7 @@ class ModelDecision:
 class ModelLease:
     worker: ModelWorker
     key: Optional[bytes]
+    weight: int
 
 
 # -- request inputs (contract: "Inputs and precedence") ------------------------------------------
@@ -179,6 +197,9 @@ class ReferenceRouter:
         min_load_gap: int = 2,
         virtual_nodes: int = 150,
         seed: Optional[int] = None,
+        hash_ring: str = "xxh64",
+        spill_target: str = "clockwise",
+        key_memory: int = 0,
     ) -> None:
         policy = getattr(policy, "value", policy)  # accept a PolicyType too
         if policy not in POLICIES:
@@ -191,6 +212,17 @@ class ReferenceRouter:
             raise ValueError("min_load_gap must be an integer >= 0, got %r" % (min_load_gap,))
         if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int) or virtual_nodes < 1:
             raise ValueError("virtual_nodes must be an integer >= 1, got %r" % (virtual_nodes,))
+        if hash_ring not in RINGS:
+            raise ValueError("hash_ring must be one of %s, got %r" % (", ".join(RINGS), hash_ring))
+        if spill_target not in SPILL_TARGETS:
+            raise ValueError("spill_target must be one of %s, got %r" % (", ".join(SPILL_TARGETS), spill_target))
+        if isinstance(key_memory, bool) or not isinstance(key_memory, int) or key_memory < 0:
+            raise ValueError("key_memory must be an integer >= 0, got %r" % (key_memory,))
+        self.position = RINGS[hash_ring]
+        self.spill_target = spill_target
+        # key position -> (worker, its outages then), least recently routed first
+        self.memory_capacity = key_memory if policy == "bounded_consistent_hashing" else 0
+        self.memory: "OrderedDict[int, Tuple[ModelWorker, int]]" = OrderedDict()
         self.policy = policy
         self.max_load_skew = float(max_load_skew)
         self.min_load_gap = min_load_gap
@@ -217,9 +249,9 @@ class ReferenceRouter:
         return url
 
     def _rebuild_ring(self) -> None:
-        """Entries (XXH64(url + "#" + i), url) for the SET of URLs, sorted by (position, url)."""
+        """Entries (hash(url + "#" + i), url) for the SET of URLs, sorted by (position, url)."""
         entries = sorted(
-            (xxh64(("%s#%d" % (url, i)).encode("utf-8")), url)
+            (self.position(("%s#%d" % (url, i)).encode("utf-8")), url)
             for url in self._workers
             for i in range(self.virtual_nodes)
         )
@@ -255,7 +287,10 @@ class ReferenceRouter:
     def set_healthy(self, url: str, healthy: bool) -> None:
         if url not in self._workers:
             raise KeyError(url)
-        self._workers[url].healthy = bool(healthy)
+        worker = self._workers[url]
+        if worker.healthy and not healthy:
+            worker.outages += 1
+        worker.healthy = bool(healthy)
 
     # -- statistics ------------------------------------------------------------------------------
 
@@ -265,6 +300,10 @@ class ReferenceRouter:
     def workers(self) -> List[Tuple[str, bool, int, int]]:
         """(url, healthy, load, active_keys) of every member, in membership order."""
         return [(w.url, w.healthy, w.load, w.active_keys) for w in (self._workers[u] for u in self._order)]
+
+    def in_flight(self) -> Dict[str, int]:
+        """The number of leases of every member, whatever their weights."""
+        return {url: self._workers[url].requests for url in self._order}
 
     def active_leases(self) -> int:
         return len(self._leases)
@@ -280,7 +319,7 @@ class ReferenceRouter:
         n = len(self._positions)
         if n == 0:
             return
-        start = bisect.bisect_left(self._positions, xxh64(key))
+        start = bisect.bisect_left(self._positions, self.position(key))
         seen = set()
         for j in range(n):
             url = self._owners[(start + j) % n]
@@ -363,19 +402,54 @@ class ReferenceRouter:
         return url, url, "random_fallback", None
 
     def _bounded(self, key: bytes, preferred: str, available: Sequence[str]) -> Tuple[str, str, str]:
-        """contract: "The bounded rule", steps 2-6, over the available workers, not counting this request."""
+        """contract: "The bounded rule", steps 2-6, over the available workers, not counting this
+        request, with "Key memory" before it and "Spill target" for step 4. Loads are weighted
+        sums (contract: "Weighted leases")."""
         loads = [self._workers[url].load for url in available]
         min_load = min(loads)
         mean_load = sum(loads) / len(loads)
         bound = mean_load * self.max_load_skew
-        preferred_load = self._workers[preferred].load
-        if not (preferred_load - min_load > self.min_load_gap and preferred_load > bound):
+
+        def overloaded(url: str) -> bool:
+            load = self._workers[url].load
+            return load - min_load > self.min_load_gap and load > bound
+
+        last = self._remembered(key)
+        if last is not None and last != preferred and not overloaded(last):
+            return last, preferred, "explicit_routing_key_remembered"
+        if not overloaded(preferred):
             return preferred, preferred, "explicit_routing_key_hit"
-        for url in self.clockwise(key):
-            worker = self._workers[url]
-            if worker.healthy and worker.load <= bound:
-                return url, preferred, "explicit_routing_key_spillover"
-        return preferred, preferred, "explicit_routing_key_no_eligible_candidate"
+        eligible = [url for url in self.clockwise(key) if self._workers[url].healthy and self._workers[url].load <= bound]
+        if not eligible:
+            return preferred, preferred, "explicit_routing_key_no_eligible_candidate"
+        if self.spill_target == "clockwise":
+            return eligible[0], preferred, "explicit_routing_key_spillover"
+        least = min(self._workers[url].load for url in eligible)
+        return next(url for url in eligible if self._workers[url].load == least), preferred, "explicit_routing_key_spillover"
+
+    # -- key memory (contract: "Key memory") -------------------------------------------------------
+
+    def _remembered(self, key: bytes) -> Optional[str]:
+        """The key's last worker while it is valid: the same worker object still a member, healthy,
+        and not unhealthy in between."""
+        entry = self.memory.get(self.position(key))
+        if entry is None:
+            return None
+        worker, outages = entry
+        if self._workers.get(worker.url) is worker and worker.healthy and worker.outages == outages:
+            return worker.url
+        return None
+
+    def _remember(self, key: bytes, url: str) -> None:
+        if not self.memory_capacity:
+            return
+        position = self.position(key)
+        if position in self.memory:
+            self.memory.move_to_end(position)
+        elif len(self.memory) == self.memory_capacity:
+            self.memory.popitem(last=False)
+        worker = self._workers[url]
+        self.memory[position] = (worker, worker.outages)
 
     # -- the public API --------------------------------------------------------------------------
 
@@ -394,28 +468,34 @@ class ReferenceRouter:
         routing_key: Union[str, bytes, None] = None,
         headers: Optional[HeadersLike] = None,
         random_choice: Optional[str] = None,
+        weight: int = 1,
     ) -> ModelDecision:
         """Choose and count in one step; raises NoWorkerAvailableError (with .branch) if none."""
+        _check_weight(weight)
         worker, preferred, branch, explicit = self.decide(routing_key, headers, random_choice)
         self.branch_counts[branch] += 1
         if worker is None:
             raise NoWorkerAvailableError(branch)
         self._rr += 1  # the round-robin counter advances with every route that chose a worker
-        lease_id = self._take(self._workers[worker], explicit)
+        if explicit is not None and branch.startswith("explicit_routing_key_"):
+            self._remember(explicit, worker)
+        lease_id = self._take(self._workers[worker], explicit, weight)
         return ModelDecision(worker, preferred, branch, lease_id)
 
-    def acquire(self, worker_url: str, routing_key: Union[str, bytes, None] = None) -> int:
+    def acquire(self, worker_url: str, routing_key: Union[str, bytes, None] = None, weight: int = 1) -> int:
         """Count a request on a member chosen elsewhere (healthy or not); the lease id."""
+        _check_weight(weight)
         if worker_url not in self._workers:
             raise KeyError(worker_url)
-        return self._take(self._workers[worker_url], _key_bytes(routing_key) or None)
+        return self._take(self._workers[worker_url], _key_bytes(routing_key) or None, weight)
 
-    def _take(self, worker: ModelWorker, key: Optional[bytes]) -> int:
-        worker.load += 1
+    def _take(self, worker: ModelWorker, key: Optional[bytes], weight: int) -> int:
+        worker.load += weight
+        worker.requests += 1
         if key is not None:
             worker.keys[key] = worker.keys.get(key, 0) + 1
         lease_id = next(self._ids)
-        self._leases[lease_id] = ModelLease(worker, key)
+        self._leases[lease_id] = ModelLease(worker, key, weight)
         return lease_id
 
     def release(self, lease_id: int) -> bool:
@@ -424,8 +504,9 @@ class ReferenceRouter:
         if lease is None:
             return False
         worker = lease.worker
-        worker.load -= 1
-        assert worker.load >= 0, "negative load on %s" % worker.url
+        worker.load -= lease.weight
+        worker.requests -= 1
+        assert worker.load >= 0 and worker.requests >= 0, "negative load on %s" % worker.url
         if lease.key is not None:
             count = worker.keys[lease.key] - 1
             if count:
@@ -433,3 +514,11 @@ class ReferenceRouter:
             else:
                 del worker.keys[lease.key]
         return True
+
+
+def _check_weight(weight: object) -> None:
+    """contract: "Weighted leases": an integer from 1 to 2^30."""
+    if isinstance(weight, bool) or not isinstance(weight, int):
+        raise TypeError("weight must be an integer from 1 to %d, got %r" % (MAX_LEASE_WEIGHT, weight))
+    if not 1 <= weight <= MAX_LEASE_WEIGHT:
+        raise ValueError("weight must be an integer from 1 to %d, got %d" % (MAX_LEASE_WEIGHT, weight))

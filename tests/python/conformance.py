@@ -4,17 +4,24 @@
 Operations are plain tuples so that hypothesis can generate and shrink them and a seeded
 ``random.Random`` can produce long sequences:
 
-    ("route", key)                   route(key); key None means no key
+    ("route", key[, weight])         route(key, weight=weight); key None means no key, weight
+                                     None (or absent) the key-only path
     ("route_h", key, headers)        route(key, headers=headers)
-    ("route_many", keys)             route_many(keys): as successive routes, in one step
+    ("route_many", keys[, weights])  route_many(keys, weights=weights): as successive routes, in
+                                     one step; weights None: the key-only batch
     ("select", key, headers)         select(key, headers=headers); headers may be None
     ("release", i)                   release held lease number i (mod the number held)
     ("rerelease", i)                 release an already released lease again (a no-op)
     ("release_many", indices)        release_many of those held leases (and a released one)
-    ("acquire", url, key)            acquire(url, key)
+    ("acquire", url, key[, weight])  acquire(url, key, weight=weight or 1)
     ("add", url) / ("remove", url)   add_worker / remove_worker
     ("set", urls)                    set_workers(urls) (may hold duplicates: an error)
     ("health", url, healthy)         set_healthy
+
+A configuration is (worker_urls, policy, max_load_skew, min_load_gap, virtual_nodes) and, for
+the options, (hash_ring, spill_target, key_memory), each passed only to the policies that have
+it (contract: "The ring", "Spill target", "Key memory"). Weights are the contract's "Weighted
+leases": every load compared is a weighted sum, and the lease counts (in_flight) are compared too.
 """
 
 from __future__ import annotations
@@ -59,6 +66,11 @@ HEADER_VALUES: List[Any] = [
 POLICIES = ["bounded_consistent_hashing"] * 3 + ["consistent_hashing", "random", "round_robin"]
 SKEWS = [1.0, 1.1, 1.25, 1.5, 2.0, 3.0]
 VIRTUAL_NODES = [1, 3, 20, 150]
+HASH_RINGS = ["xxh64", "smg"]
+SPILL_TARGETS = ["clockwise", "least_loaded"]
+KEY_MEMORIES = [0, 0, 1, 3, 16]
+# Weights: mostly small, sometimes large enough to dwarf every gap, and the largest accepted.
+WEIGHTS = [None, None, 1, 2, 3, 5, 8, 40, 1000, 1 << 30]
 RANDOM_BRANCHES = {"random_fallback", "random"}
 
 
@@ -69,10 +81,22 @@ class Mismatch(AssertionError):
 class Differential:
     """A library router and a model router fed the same operations."""
 
-    def __init__(self, worker_urls: Sequence[str], policy: str, skew: float, gap: int, virtual_nodes: int) -> None:
+    def __init__(
+        self,
+        worker_urls: Sequence[str],
+        policy: str,
+        skew: float,
+        gap: int,
+        virtual_nodes: int,
+        hash_ring: str = "xxh64",
+        spill_target: str = "clockwise",
+        key_memory: int = 0,
+    ) -> None:
         kwargs: dict = {}
         if policy == "bounded_consistent_hashing":
-            kwargs = {"max_load_skew": skew, "min_load_gap": gap}
+            kwargs = {"max_load_skew": skew, "min_load_gap": gap, "spill_target": spill_target, "key_memory": key_memory}
+        if policy in ("consistent_hashing", "bounded_consistent_hashing"):
+            kwargs["hash_ring"] = hash_ring
         self.lib = Router(list(worker_urls), policy=policy, virtual_nodes=virtual_nodes, **kwargs)
         self.model = ReferenceRouter(list(worker_urls), policy=policy, virtual_nodes=virtual_nodes, **kwargs)
         self.held: List[Tuple[Lease, int]] = []
@@ -94,11 +118,11 @@ class Differential:
         self.log.append(repr(op))
         kind = op[0]
         if kind == "route":
-            self._route(op[1], None)
+            self._route(op[1], None, op[2] if len(op) > 2 else None)
         elif kind == "route_h":
             self._route(op[1], op[2])
         elif kind == "route_many":
-            self._route_many(op[1])
+            self._route_many(op[1], op[2] if len(op) > 2 else None)
         elif kind == "release_many":
             self._release_many(op[1])
         elif kind == "select":
@@ -116,7 +140,8 @@ class Differential:
                 self.check(lease.release() is False, "a second release reported it released")
                 self.check(self.model.release(model_id) is False, "model: a second release")
         elif kind == "acquire":
-            self._both(lambda r: r.acquire(op[1], op[2]), lambda m: m.acquire(op[1], op[2]), keep=True)
+            weight = op[3] if len(op) > 3 and op[3] is not None else 1
+            self._both(lambda r: r.acquire(op[1], op[2], weight=weight), lambda m: m.acquire(op[1], op[2], weight), keep=True)
         elif kind == "add":
             self._both(lambda r: r.add_worker(op[1]), lambda m: m.add_worker(op[1]))
         elif kind == "remove":
@@ -147,15 +172,15 @@ class Differential:
             self.check(lib_result.branch is None, "an acquired lease has a branch")
             self.held.append((lib_result, model_result))
 
-    def _route(self, key: Any, headers: Optional[list]) -> None:
+    def _route(self, key: Any, headers: Optional[list], weight: Optional[int] = None) -> None:
         try:
-            lease: Optional[Lease] = self.lib.route(key, headers=headers)
+            lease: Optional[Lease] = self.lib.route(key, headers=headers, weight=weight)
             lib = (lease.worker_url, lease.preferred_url, lease.branch)
         except NoWorkerAvailableError as e:
             lease, lib = None, (None, None, e.branch)
         choice = lib[0] if lib[2] in RANDOM_BRANCHES else None
         try:
-            decision = self.model.route(key, headers, random_choice=choice)
+            decision = self.model.route(key, headers, random_choice=choice, weight=weight or 1)
             model = (decision.worker_url, decision.preferred_url, decision.branch)
         except ModelNoWorker as e:
             decision, model = None, (None, None, e.branch)
@@ -164,9 +189,9 @@ class Differential:
             self.check(lease.spilled == (lib[2] == "explicit_routing_key_spillover"), "spilled flag")
             self.held.append((lease, decision.lease_id))
 
-    def _route_many(self, keys: List[Any]) -> None:
+    def _route_many(self, keys: List[Any], weights: Optional[List[int]] = None) -> None:
         try:
-            leases: List[Lease] = self.lib.route_many(keys)
+            leases: List[Lease] = self.lib.route_many(keys, weights=weights)
             lib_error = None
         except NoWorkerAvailableError as e:
             leases, lib_error = [], e.branch
@@ -175,7 +200,7 @@ class Differential:
             lib = (leases[i].worker_url, leases[i].preferred_url, leases[i].branch) if leases else None
             choice = lib[0] if lib is not None and lib[2] in RANDOM_BRANCHES else None
             try:
-                decisions.append(self.model.route(key, random_choice=choice))
+                decisions.append(self.model.route(key, random_choice=choice, weight=1 if weights is None else weights[i]))
             except ModelNoWorker as e:
                 self.check(lib_error == e.branch, "route_many(%r): key %d: model found no worker (%s), library %r" % (keys, i, e.branch, lib or lib_error))
                 continue
@@ -212,6 +237,7 @@ class Differential:
         lib = [(w.url, w.healthy, w.load, w.active_keys) for w in self.lib.workers()]
         model = self.model.workers()
         self.check(lib == model, "workers (url, healthy, load, active keys): library %r, model %r" % (lib, model))
+        self.check(self.lib.in_flight() == self.model.in_flight(), "in flight: library %r, model %r" % (self.lib.in_flight(), self.model.in_flight()))
         self.check(
             self.lib.active_leases() == self.model.active_leases() == len(self.held),
             "active leases: library %d, model %d, held %d"
@@ -232,9 +258,12 @@ class Differential:
 # -- a seeded generator of long sequences (hypothesis generates the short, shrinkable ones) ------
 
 
-def random_config(rng: random.Random) -> Tuple[List[str], str, float, int, int]:
+def random_config(rng: random.Random) -> Tuple[Any, ...]:
     workers = rng.sample(URLS, rng.randint(0, 6))
-    return workers, rng.choice(POLICIES), rng.choice(SKEWS), rng.randint(0, 4), rng.choice(VIRTUAL_NODES)
+    return (
+        workers, rng.choice(POLICIES), rng.choice(SKEWS), rng.randint(0, 4), rng.choice(VIRTUAL_NODES),
+        rng.choice(HASH_RINGS), rng.choice(SPILL_TARGETS), rng.choice(KEY_MEMORIES),
+    )  # fmt: skip
 
 
 def random_headers(rng: random.Random) -> list:
@@ -254,19 +283,20 @@ def random_operation(rng: random.Random) -> Tuple[Any, ...]:
     key = rng.choice(KEYS + [None])
     url = rng.choice(URLS + [""])  # "" is never a member: an error everywhere
     if kind == "route":
-        return ("route", key)
+        return ("route", key, rng.choice(WEIGHTS))
     if kind == "route_h":
         return ("route_h", rng.choice([None, None, key]), random_headers(rng))
     if kind == "select":
         return ("select", key, rng.choice([None, random_headers(rng)]))
     if kind == "route_many":
-        return ("route_many", [rng.choice(KEYS + [None]) for _ in range(rng.randint(0, 8))])
+        keys = [rng.choice(KEYS + [None]) for _ in range(rng.randint(0, 8))]
+        return ("route_many", keys, None if rng.random() < 0.5 else [rng.choice(WEIGHTS) or 1 for _ in keys])
     if kind == "release_many":
         return ("release_many", [rng.randrange(1000) for _ in range(rng.randint(0, 6))])
     if kind in ("release", "rerelease"):
         return (kind, rng.randrange(1000))
     if kind == "acquire":
-        return ("acquire", url, key)
+        return ("acquire", url, key, rng.choice(WEIGHTS))
     if kind in ("add", "remove"):
         return (kind, url)
     if kind == "set":

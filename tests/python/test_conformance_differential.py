@@ -4,7 +4,8 @@
 Every decision (worker, preferred worker and branch; for random choices the branch, the model
 then taking the library's worker), every error, and every worker's health, load and active key
 count after every step must agree. Hypothesis generates short sequences it can shrink to a
-minimal failing one; a seeded generator adds long ones. Together well over 10,000 operations.
+minimal failing one; a seeded generator adds long ones: 40,000 operations in CI, with random
+weights, every option of bounded_consistent_hashing and both rings.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conformance import (
+    HASH_RINGS,
     HEADER_NAMES,
+    KEY_MEMORIES,
     HEADER_VALUES,
     KEYS,
     POLICIES,
     SKEWS,
+    SPILL_TARGETS,
     URLS,
     VIRTUAL_NODES,
     Differential,
@@ -34,7 +38,8 @@ header_names = st.sampled_from(HEADER_NAMES).flatmap(lambda n: st.sampled_from([
 headers = st.lists(st.tuples(header_names, st.sampled_from(HEADER_VALUES)), max_size=4)
 index = st.integers(0, 1000)
 
-route = st.tuples(st.just("route"), keys)
+weights = st.one_of(st.none(), st.integers(1, 12), st.sampled_from([1000, 1 << 30]))
+route = st.tuples(st.just("route"), keys, weights)
 operations = st.one_of(
     # routing first and often, so loads build up and the bounded rule is exercised
     route,
@@ -42,12 +47,13 @@ operations = st.one_of(
     route,
     st.tuples(st.just("route_h"), st.one_of(st.none(), keys), headers),
     st.tuples(st.just("route_many"), st.lists(keys, max_size=8)),
+    st.lists(st.tuples(keys, st.integers(1, 12)), max_size=8).map(lambda pairs: ("route_many", [k for k, _ in pairs], [w for _, w in pairs])),
     st.tuples(st.just("select"), keys, st.one_of(st.none(), headers)),
     st.tuples(st.just("release_many"), st.lists(index, max_size=6)),
     st.tuples(st.just("release"), index),
     st.tuples(st.just("release"), index),
     st.tuples(st.just("rerelease"), index),
-    st.tuples(st.just("acquire"), urls, keys),
+    st.tuples(st.just("acquire"), urls, keys, weights),
     st.tuples(st.just("add"), urls),
     st.tuples(st.just("remove"), urls),
     st.tuples(st.just("set"), st.lists(st.sampled_from(URLS), max_size=6)),  # duplicates possible
@@ -59,6 +65,9 @@ configs = st.tuples(
     st.sampled_from(SKEWS),
     st.integers(0, 4),
     st.sampled_from(VIRTUAL_NODES),
+    st.sampled_from(HASH_RINGS),
+    st.sampled_from(SPILL_TARGETS),
+    st.sampled_from(KEY_MEMORIES),
 )
 
 HYPOTHESIS_EXAMPLES = 300
@@ -73,11 +82,12 @@ def run_sequence(config, ops):
     try:
         for op in ops:
             differential.run(op)
+        operations = differential.operations
         branches = {branch for branch, n in differential.lib.branch_counts().items() if n}
         differential.finish()
     finally:
         differential.close()
-    return differential.operations, branches
+    return operations, branches
 
 
 @settings(
@@ -98,7 +108,7 @@ def test_long_seeded_sequences_match_the_model():
         operations, branches = run_sequence(config, [random_operation(rng) for _ in range(SEEDED_LENGTH)])
         total += operations
         seen |= branches
-    assert total >= 10000  # operations compared (not counting the final releases)
+    assert total >= 40000  # operations compared (not counting the final releases)
     # The comparison is only as good as the decisions it reaches: every branch but
     # explicit_routing_key_no_eligible_candidate, which needs a skew below 1 (contract: "The bounded rule") and is
     # covered by the Go tests, must have been taken.
@@ -113,5 +123,6 @@ def test_long_seeded_sequences_match_the_model():
         "routing_key_hit",
         "random",
         "round_robin",
+        "explicit_routing_key_remembered",
     }
     assert expected <= seen, expected - seen
