@@ -106,11 +106,11 @@ func BenchmarkRouteRelease(b *testing.B) {
 }
 
 // BenchmarkRouteReleaseOptions is BenchmarkRouteRelease with each option of
-// bounded_consistent_hashing, to compare with the default at the same workers and loads: the
-// least-loaded spill under loads that spill (and the default under the loads where the
+// bounded_consistent_hashing, next to the default at the same workers and loads, in the same
+// run: the least-loaded spill under loads that spill (and the default under the loads where the
 // least-loaded spill costs most); key memory holding every key of the loop, where
 // each key stays on its ring worker (idle) or goes back to the worker it spilled to (skewed);
-// weighted leases of 1000 units each; and all three at once.
+// weighted leases of 1000 units each; SMG's ring; and the first three at once.
 func BenchmarkRouteReleaseOptions(b *testing.B) {
 	keys := benchKeys(4096)
 	policy := func(target SpillTarget, memory int) Policy {
@@ -118,12 +118,16 @@ func BenchmarkRouteReleaseOptions(b *testing.B) {
 		p.SpillTarget, p.KeyMemory = target, memory
 		return p
 	}
+	smg := DefaultConfig().Policy
+	smg.HashRing = HashRingSMG
 	options := []struct {
 		name   string
 		policy Policy
 		loads  string
 		weight int64
 	}{
+		{"default", policy(SpillClockwise, 0), loadsIdle, 0},
+		{"default", policy(SpillClockwise, 0), loadsSkewed, 0},
 		{"spill_target=least_loaded", policy(SpillLeastLoaded, 0), loadsSkewed, 0},
 		{"spill_target=least_loaded", policy(SpillLeastLoaded, 0), loadsLone, 0},
 		{"spill_target=clockwise", policy(SpillClockwise, 0), loadsLone, 0},
@@ -131,6 +135,8 @@ func BenchmarkRouteReleaseOptions(b *testing.B) {
 		{"key_memory=4096", policy(SpillClockwise, 4096), loadsSkewed, 0},
 		{"weight=1000", policy(SpillClockwise, 0), loadsIdle, 1000},
 		{"weight=1000", policy(SpillClockwise, 0), loadsSkewed, 1000},
+		{"hash_ring=smg", smg, loadsIdle, 0},
+		{"hash_ring=smg", smg, loadsSkewed, 0},
 		{"all", policy(SpillLeastLoaded, 4096), loadsSkewed, 1000},
 	}
 	for _, n := range []int{64, 1024} {

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequ
 from . import _native
 from ._encoding import HeadersLike, encode_headers, key_bytes, url_bytes
 from ._native_router import NativeRouter
-from ._request import check_weight, pack_requests, prefix_block_array
+from ._request import check_weight, one_request, pack_requests, prefix_block_array
 from .args import RouterArgs
 from .errors import NoWorkerAvailableError
 from .gateway import Gateway
@@ -579,12 +579,12 @@ def _batch_leases(native: NativeRouter, out: Any, n: int) -> List[Lease]:
 
 
 def _request(routing_key: Union[str, bytes, None], headers: Optional[HeadersLike], weight: Any, prefix_blocks: Any) -> Any:
-    """A one-request ``br_request`` array of checked inputs."""
-    return pack_requests(
-        [key_bytes(routing_key)],
-        [b"" if headers is None else encode_headers(headers)],
-        [1 if weight is None else check_weight(weight)],
-        [_blocks(prefix_blocks, "prefix_blocks")],
+    """A ``br_request`` of checked inputs, valid until this thread's next one (see one_request)."""
+    return one_request(
+        key_bytes(routing_key),
+        b"" if headers is None else encode_headers(headers),
+        1 if weight is None else check_weight(weight),
+        _blocks(prefix_blocks, "prefix_blocks"),
     )
 
 

@@ -1,0 +1,94 @@
+"""The request path of weighted leases and prefix blocks from Python, next to the key-only path.
+
+    .venv/bin/python scripts/bench_weights.py [--rounds 15] [--plain-only]
+
+One request's life at 64 workers (route, then release; the release travels with the next call
+into the library): ``route(key)``, the key-only path; ``route(key, weight=...)`` and
+``route(key, prefix_blocks=<16 blocks>)``, which go through ``br_route_request``; and batches of
+64 keys, ``route_many(keys)`` against ``route_many(keys, weights=...)``. Cases run one after
+another in rounds (a noisy neighbour slows every case of a round alike); the median over the
+rounds is printed, and each case's ratio to ``route(key)`` taken within each round, then its
+median. ``--plain-only`` measures ``route(key)`` alone, for comparing builds of the package
+(``PYTHONPATH``/``BOUNDED_ROUTER_LIBRARY``) that lack the weighted path. Figures: BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Callable, Dict, List, Tuple
+
+from bounded_router import Router
+
+WORKERS = 64
+BATCH = 64
+
+
+def per_call_ns(call: Callable[[], None], seconds: float) -> float:
+    """Nanoseconds per call of ``call``, timed over about ``seconds``."""
+    n, elapsed = 1, 0.0
+    while elapsed < seconds / 4:  # find a count that takes a measurable time
+        n *= 4
+        start = time.perf_counter()
+        for _ in range(n):
+            call()
+        elapsed = time.perf_counter() - start
+    n = max(1, int(n * seconds / elapsed))
+    start = time.perf_counter()
+    for _ in range(n):
+        call()
+    return (time.perf_counter() - start) / n * 1e9
+
+
+def cases(router: Router, plain_only: bool) -> List[Tuple[str, Callable[[], None]]]:
+    keys = ["session-%d" % i for i in range(4096)]
+    batch = keys[:BATCH]
+    weights = [1 + 37 * i for i in range(BATCH)]
+    blocks = list(range(1 << 40, (1 << 40) + 16))
+    counter = [0]
+
+    def key() -> str:
+        counter[0] = (counter[0] + 1) & 4095
+        return keys[counter[0]]
+
+    found: List[Tuple[str, Callable[[], None]]] = [("route(key)", lambda: router.route(key()).release())]
+    if plain_only:
+        return found
+    found += [
+        ("route(key, weight=1000)", lambda: router.route(key(), weight=1000).release()),
+        ("route(key, prefix_blocks=16 blocks)", lambda: router.route(key(), prefix_blocks=blocks).release()),
+        ("route_many(64 keys) / key", lambda: router.release_many(router.route_many(batch))),
+        ("route_many(64 keys, weights) / key", lambda: router.release_many(router.route_many(batch, weights=weights))),
+    ]
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--seconds", type=float, default=0.2, help="length of one measurement")
+    parser.add_argument("--plain-only", action="store_true")
+    args = parser.parse_args()
+    with Router(["http://w%d:8000" % i for i in range(WORKERS)]) as router:
+        measured = cases(router, args.plain_only)
+        times: Dict[str, List[float]] = {name: [] for name, _ in measured}
+        ratios: Dict[str, List[float]] = {name: [] for name, _ in measured}
+        for _ in range(args.rounds):
+            this_round = {}
+            for name, call in measured:
+                ns = per_call_ns(call, args.seconds)
+                this_round[name] = ns / BATCH if name.startswith("route_many") else ns
+                times[name].append(this_round[name])
+            for name in this_round:
+                ratios[name].append(this_round[name] / this_round["route(key)"])
+    print("%d workers, %d rounds, medians" % (WORKERS, args.rounds))
+    print("%-38s %10s %10s" % ("case (route + release)", "ns", "x route"))
+    for name, _ in measured:
+        print("%-38s %10.0f %10.2f" % (name, statistics.median(times[name]), statistics.median(ratios[name])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
