@@ -231,6 +231,32 @@ MUTANTS: List[Mutant] = [
         ("./capi",),
         why="a failed br_release_then_* call leaves the previous lease id in io[0]",
     ),
+    Mutant(
+        "capi-acquire-ignores-weight",
+        "capi/exports.go",
+        "\t\tlease, w, err := r.AcquireWeighted(u, k, leaseWeight(weight))",
+        "\t\tlease, w, err := r.AcquireWeighted(u, k, 1)",
+        ("python/test_weights.py",),
+        ("./capi",),
+        why="br_acquire counts weight 1 whatever its weight argument",
+    ),
+    Mutant(
+        "core-batch-skips-request-checks",
+        "core/batch.go",
+        "\t\tif err == nil {\n\t\t\terr = CheckRequest(&req)\n\t\t}",
+        "",
+        ("python/test_weights.py",),
+        ("./core", "./capi"),
+        why="a batch routes requests with too many prefix blocks (and panics on a bad weight)",
+    ),
+    Mutant(
+        "python-weight-bool-accepted",
+        PACKAGE + "_request.py",
+        "    if isinstance(weight, bool) or not isinstance(weight, numbers.Integral):",
+        "    if not isinstance(weight, numbers.Integral):",
+        ("python/test_weights.py",),
+        why="route(weight=True) counts a lease of weight 1 instead of refusing a bool",
+    ),
 ]
 
 

@@ -50,8 +50,9 @@ _buf = POINTER(c_char)
 
 class BrRequest(ctypes.Structure):
     """``br_request``: every routing input of one request (key, header block, lease weight,
-    prefix blocks), for ``br_route_request`` and ``br_route_requests``. Assigning bytes or a
-    ctypes array to a pointer field keeps it alive as long as the struct."""
+    prefix blocks), for ``br_route_request`` and ``br_route_requests``. The binding packs these
+    structs itself (``_request``); the fields name the layout, which the tests check against the
+    header."""
 
     _fields_ = [
         ("key", c_char_p),
