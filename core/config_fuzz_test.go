@@ -31,6 +31,9 @@ func FuzzParseConfig(f *testing.F) {
 		`{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing", "min_load_gap": true}}`,
 		`{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing", "min_load_gap": 9223372036854775808}}`,
 		`{"worker_urls": ["a"], "policy": {"type": "random", "max_load_skew": 2}}`,
+		`{"worker_urls": ["a"], "policy": {"type": "random", "seed": 18446744073709551615}}`,
+		`{"worker_urls": ["a"], "policy": {"type": "random", "seed": -1}}`,
+		`{"worker_urls": ["a"], "policy": {"type": "consistent_hashing", "seed": 7}}`,
 		`{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing", "spill_target": "least_loaded", "key_memory": 4096}}`,
 		`{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing", "spill_target": "nearest", "key_memory": -1}}`,
 		`{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing", "key_memory": 4194305}}`,
@@ -79,6 +82,9 @@ func FuzzParseConfig(f *testing.F) {
 			}
 		} else if p.MaxLoadSkew != 0 || p.MinLoadGap != 0 || p.SpillTarget != SpillClockwise || p.KeyMemory != 0 {
 			t.Fatalf("settings on policy %v: %+v", p.Kind, p)
+		}
+		if (p.HasSeed || p.Seed != 0) && p.Kind != PolicyRandom {
+			t.Fatalf("a seed on policy %v: %+v", p.Kind, p)
 		}
 		if cfg.VirtualNodes < 1 || cfg.VirtualNodes > MaxVirtualNodes {
 			t.Fatalf("accepted virtual_nodes %d", cfg.VirtualNodes)
