@@ -4,6 +4,7 @@ loads() as weighted sums and in_flight() as counts, and errors that name the fie
 
 from __future__ import annotations
 
+import threading
 from array import array
 from fractions import Fraction
 
@@ -177,3 +178,40 @@ def test_acquire_with_a_weight(make_router):
     assert router.loads() == {W[0]: 0, W[1]: 40} and router.in_flight() == {W[0]: 0, W[1]: 1}
     lease.release()
     assert router.loads()[W[1]] == 0
+
+
+def test_long_keys_and_headers_take_the_weighted_path_like_the_key_path(make_router):
+    # The weighted path copies the key and the headers into a per-thread buffer, which grows for
+    # long ones: the decisions must still be the key path's.
+    router = make_router(8, min_load_gap=NO_SPILL)
+    for n in (1, 4000, 4097, 70000):
+        key = "k" * n
+        headers = {"Cookie": "c" * n}
+        assert router.route(key, weight=3, headers=headers).worker_url == router.select(key).worker_url
+        assert router.route(headers=headers, weight=2).worker_url == router.select(headers=headers).worker_url
+    assert router.leaked_leases() == 2 * 4  # every lease above was dropped: the safety net released them
+
+
+def test_threads_routing_with_weights_leave_nothing_behind(make_router):
+    router = make_router(6, min_load_gap=50)
+    errors = []
+
+    def work(seed: int) -> None:
+        try:
+            for i in range(400):
+                key = "t%d-%d" % (seed, i % 13)
+                with router.route(key, weight=1 + (i * seed) % 97, prefix_blocks=[seed, i]) as lease:
+                    assert lease.worker_url in W[:6]
+                    decision = router.select(key, prefix_blocks=[i])
+                    assert decision.worker_url in W[:6]
+        except BaseException as e:  # reported below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(1, 5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sum(router.loads().values()) == 0 and sum(router.in_flight().values()) == 0
+    assert router.active_leases() == 0 and router.leaked_leases() == 0
