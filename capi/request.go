@@ -48,7 +48,10 @@ func br_route_requests(router C.uint64_t, requests *C.br_request, n C.uint32_t, 
 		return fail(err)
 	}
 	batch := unsafe.Slice(requests, n)
-	err = r.RouteRequests(int(n), func(i int) (core.Request, error) { return requestArg(&batch[i]) }, decidedInto(o, int(n)))
+	err = r.RouteRequests(int(n), func(i int, req *core.Request) (err error) {
+		*req, err = requestArg(&batch[i])
+		return err
+	}, decidedInto(o, int(n)))
 	if err != nil {
 		return fail(err)
 	}

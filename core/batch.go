@@ -15,45 +15,46 @@ import (
 // A batch is all or nothing: with no available worker no key gets a lease, otherwise every
 // key does (an explicit key always finds a worker, and so does an empty one, at random).
 func (r *Router) RouteKeys(n int, key func(i int) []byte, decided func(i int, d Decision)) {
-	_ = r.RouteWeightedKeys(n, key, nil, decided) // weight 1 is valid: no error
+	// A key request is always valid: no error.
+	_ = r.RouteRequests(n, func(i int, req *Request) error { *req = KeyRequest(key(i)); return nil }, decided)
 }
 
 // RouteWeightedKeys is RouteKeys with a lease of weight(i) for key i (weight 1 for every key
 // when weight is nil). The weights are read with the keys, before the lock is taken: if one is
 // invalid (0 included), no key is routed and the error names its index.
 func (r *Router) RouteWeightedKeys(n int, key func(i int) []byte, weight func(i int) int64, decided func(i int, d Decision)) error {
-	return r.RouteRequests(n, func(i int) (Request, error) {
-		req := KeyRequest(key(i))
-		if weight != nil {
-			req.Weight = weight(i)
-			if err := CheckWeight(req.Weight); err != nil {
-				return Request{}, err
-			}
+	return r.RouteRequests(n, func(i int, req *Request) error {
+		*req = KeyRequest(key(i))
+		if weight == nil {
+			return nil
 		}
-		return req, nil
+		req.Weight = weight(i)
+		return CheckWeight(req.Weight)
 	}, decided)
 }
 
-// RouteRequests routes the n requests request(0), request(1), ... in order, exactly as n
-// successive Route calls would, under one acquisition of the router's lock (see RouteKeys). The
-// requests are read, their keys hashed and their weights and prefix blocks checked before the
-// lock is taken: if request returns an error or a request is invalid, no request is routed and
-// the error names its index. The requests' slices must stay unchanged until it returns.
-func (r *Router) RouteRequests(n int, request func(i int) (Request, error), decided func(i int, d Decision)) error {
+// RouteRequests routes n requests in order, exactly as n successive Route calls would, under
+// one acquisition of the router's lock (see RouteKeys). request(i, req) sets *req, a zero Request,
+// to request i (in place: a batch copies no request). The requests are read, their keys hashed
+// and their weights and prefix blocks checked before the lock is taken: if request returns an
+// error or a request is invalid, no request is routed and the error names its index. The
+// requests' slices must stay unchanged until it returns.
+func (r *Router) RouteRequests(n int, request func(i int, req *Request) error, decided func(i int, d Decision)) error {
 	batch := batches.Get().(*[]batchKey)
 	defer batches.Put(batch)
 	keys := slices.Grow((*batch)[:0], n)[:n]
 	*batch = keys
-	defer clear(keys) // the pool must not keep the callers' keys alive
+	defer clear(keys) // the pool must not keep the callers' keys alive (and hands out zero entries)
 	for i := range keys {
-		req, err := request(i)
+		req := &keys[i].req
+		err := request(i, req)
 		if err == nil {
-			err = CheckRequest(&req)
+			err = CheckRequest(req)
 		}
 		if err != nil {
 			return fmt.Errorf("%w (request %d)", err, i)
 		}
-		keys[i] = batchKey{req: req, key: r.explicitKeyOf(req.RoutingKey)}
+		keys[i].key = r.explicitKeyOf(req.RoutingKey)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -197,7 +197,7 @@ func TestRouteRequestsEqualsSuccessiveRoutesAndRefusesInvalidOnes(t *testing.T) 
 		{RoutingKey: []byte("a"), Weight: MaxLeaseWeight},
 	}
 	var got []Decision
-	require.NoError(t, batched.RouteRequests(len(requests), func(i int) (Request, error) { return requests[i], nil },
+	require.NoError(t, batched.RouteRequests(len(requests), func(i int, req *Request) error { *req = requests[i]; return nil },
 		func(_ int, d Decision) { got = append(got, d) }))
 	require.Len(t, got, len(requests))
 	for i := range requests {
@@ -216,11 +216,12 @@ func TestRouteRequestsEqualsSuccessiveRoutesAndRefusesInvalidOnes(t *testing.T) 
 		{Request{Weight: MaxLeaseWeight + 1}, "got 1073741825 (request 1)"},
 		{Request{PrefixBlocks: make([]uint64, MaxPrefixBlocks+1)}, "prefix_blocks may hold at most 65536 blocks, got 65537 (request 1)"},
 	} {
-		err := batched.RouteRequests(2, func(i int) (Request, error) {
+		err := batched.RouteRequests(2, func(i int, req *Request) error {
+			*req = Request{RoutingKey: []byte("a")}
 			if i == 1 {
-				return bad.req, nil
+				*req = bad.req
 			}
-			return Request{RoutingKey: []byte("a")}, nil
+			return nil
 		}, func(int, Decision) { t.Fatal("a batch with an invalid request routed one") })
 		require.ErrorIs(t, err, ErrInvalidConfig)
 		assert.Contains(t, err.Error(), bad.want)

@@ -173,12 +173,12 @@ func FuzzRouterOperations(f *testing.F) {
 			case 15: // a batch of three requests, all or nothing; arg's top bit makes the last one invalid
 				invalid := arg&0x80 != 0
 				var batch []Decision
-				err := r.RouteRequests(3, func(i int) (Request, error) {
-					req := Request{RoutingKey: []byte("key-" + strconv.Itoa((int(op)+i)%5)), Weight: weightOf(arg + byte(i)), PrefixBlocks: prefixBlocksOf(arg + byte(i))}
+				err := r.RouteRequests(3, func(i int, req *Request) error {
+					*req = Request{RoutingKey: []byte("key-" + strconv.Itoa((int(op)+i)%5)), Weight: weightOf(arg + byte(i)), PrefixBlocks: prefixBlocksOf(arg + byte(i))}
 					if invalid && i == 2 {
 						req.Weight = -int64(arg)
 					}
-					return req, nil
+					return nil
 				}, func(_ int, d Decision) { batch = append(batch, d) })
 				if (err != nil) != invalid || (invalid && len(batch) > 0) {
 					t.Fatalf("batch (last invalid: %v): error %v, %d decisions", invalid, err, len(batch))
