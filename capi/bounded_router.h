@@ -152,7 +152,8 @@ int32_t br_release_many(uint64_t router, const uint64_t *leases, uint32_t n);
 
 /* JSON reports, answered as br_constants_json. br_lease_workers_json: {"worker_url",
  * "preferred_url"} of an active lease. br_workers_json: [{"url", "id", "healthy", "load",
- * "active_keys"}] in membership order. br_stats_json: {"branches": {name: count}, "leaked",
+ * "requests", "active_keys"}] in membership order ("load" the weights of the worker's leases,
+ * "requests" their number). br_stats_json: {"branches": {name: count}, "leaked",
  * "active_leases", "policy", "workers"}, all read in one snapshot. */
 int64_t br_lease_workers_json(uint64_t router, uint64_t lease, char *buf, size_t capacity);
 int64_t br_workers_json(uint64_t router, char *buf, size_t capacity);
