@@ -158,6 +158,7 @@ class ReplayResult(CacheAndLatency):
             "margin": self.policy.margin,
             "spill_target": self.policy.spill_target,
             "key_memory": self.policy.key_memory,
+            "weights": self.policy.weights,
             "requests": self.requests,
             "mean_ttft_ms": self.mean_ttft_ms,
             "p99_ttft_ms": self.p99_ttft_ms,
@@ -198,8 +199,7 @@ class _Run:
         self.events = [((r.timestamp_ms - start) * self.scale, i, _ARRIVE, i, 0) for i, r in enumerate(trace.requests)]
         heapq.heapify(self.events)
         self.order = len(self.events)
-        mean_prompt = trace.prompt_tokens / len(trace.requests)
-        self.routing = make_routing(policy, urls, self.workers, config.seed, mean_prompt)
+        self.routing = make_routing(policy, urls, self.workers, config.seed)
         self.ttfts: List[float] = []
         self.placements = [-1] * len(trace.requests)
         self.cached = self.prompt = 0

@@ -174,7 +174,7 @@ def format_replay_table(results: Sequence["ReplayResult"]) -> str:
     rows: List[List[str]] = []
     for r in results:
         p = r.policy
-        spills = p.policy in ("bounded_consistent_hashing", "prototype", "oracle")
+        spills = p.policy in ("bounded_consistent_hashing", "oracle")
         rows.append(
             [
                 _replay_name(p),
@@ -198,6 +198,7 @@ def _replay_name(p: "ReplayPolicy") -> str:
     if p.policy == "oracle":
         return "oracle (margin %d)" % (p.margin or 0)
     options = ([] if p.spill_target == "clockwise" else [p.spill_target]) + (["memory %d" % p.key_memory] if p.key_memory else [])
+    options += ["token weights"] if p.weights == "tokens" else []
     return p.policy + (" (%s)" % ", ".join(options) if options else "")
 
 
