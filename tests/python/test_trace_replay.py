@@ -206,6 +206,22 @@ def test_replay_is_repeatable_for_a_seed() -> None:
     assert replay(ReplayPolicy("random"), trace, config).placements != replay(ReplayPolicy("random"), trace, other).placements
 
 
+def test_a_ring_layout_renames_the_workers_and_redraws_the_ring() -> None:
+    trace = load_trace(FIXTURE)
+
+    def run(policy: str, layout: int) -> ReplayResult:
+        return replay(ReplayPolicy(policy), trace, ReplayConfig(workers=4, load=0.8, cache_blocks=64, ring_layout=layout))
+
+    hashed = {layout: run("consistent_hashing", layout) for layout in (0, 1)}
+    assert sorted(hashed[0].final_loads) == ["http://replay-worker-%d" % i for i in range(4)]
+    assert sorted(hashed[1].final_loads) == ["http://replay-worker-%d.1" % i for i in range(4)]
+    assert hashed[0].placements != hashed[1].placements  # the keys land elsewhere on another ring
+    assert run("round_robin", 0).placements == run("round_robin", 1).placements  # no ring, no change
+    assert hashed[1].row()["config"]["ring_layout"] == 1
+    with pytest.raises(ValueError, match="ring_layout"):
+        ReplayConfig(ring_layout=-1)
+
+
 def test_every_row_serves_every_request_and_releases_every_lease() -> None:
     trace = load_trace(FIXTURE)
     config = ReplayConfig(workers=3, load=0.9, cache_fraction=0.1)

@@ -75,6 +75,13 @@ def _parser() -> argparse.ArgumentParser:
         help="or: each worker caches this fraction of the trace's distinct blocks (default %g)" % DEFAULT_CACHE_FRACTION,
     )
     fl.add_argument("--seed", type=int, default=r.seed, help="seeds the random row")
+    fl.add_argument(
+        "--ring-layout",
+        type=int,
+        default=r.ring_layout,
+        metavar="N",
+        help="another naming of the workers, hence another draw of the hashing ring (default 0)",
+    )
     pol = parser.add_argument_group("rows")
     pol.add_argument("--gaps", type=_int_list, default=[2], help="min_load_gap of the bounded rows (default 2)")
     pol.add_argument("--skew", type=float, default=1.5, help="max_load_skew of the bounded rows (default 1.5)")
@@ -183,6 +190,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             cache_fraction=args.cache_fraction,
             costs=costs,
             seed=args.seed,
+            ring_layout=args.ring_layout,
         )
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be >= 1, got %d" % args.limit)

@@ -143,7 +143,7 @@ def describe_replay(path: str, trace: "Trace", result: "ReplayResult") -> str:
     load = "as recorded" if config.load is None else "offered prefill load %g" % config.load
     return (
         "%s: %d requests, %d distinct blocks of %d tokens, routing key: %s\n"
-        "%d workers, %s (arrivals over %.0f s), cache %d blocks/worker, seed %d\n"
+        "%d workers, %s (arrivals over %.0f s), cache %d blocks/worker, seed %d%s\n"
         "step %g ms + prefill %g ms/token (chunks of %d) + decode %g ms/request + %g ms/context token"
         % (
             path,
@@ -156,6 +156,7 @@ def describe_replay(path: str, trace: "Trace", result: "ReplayResult") -> str:
             result.arrival_span_ms / 1000.0,
             result.cache_blocks,
             config.seed,
+            ", ring layout %d" % config.ring_layout if config.ring_layout else "",
             costs.step_ms,
             costs.prefill_ms_per_token,
             costs.chunk_tokens,
