@@ -48,6 +48,8 @@ var (
 	_ = same{}[C.BR_BRANCH_ROUND_ROBIN-core.BranchRoundRobin]
 	_ = same{}[C.BR_BRANCH_EXPLICIT_ROUTING_KEY_REMEMBERED-core.BranchExplicitRoutingKeyRemembered]
 	_ = same{}[C.BR_BRANCH_COUNT-core.NumBranches]
+	_ = same{}[C.BR_MAX_LEASE_WEIGHT-core.MaxLeaseWeight]
+	_ = same{}[C.BR_MAX_PREFIX_BLOCKS-core.MaxPrefixBlocks]
 	// Every branch code fits in the decision's branch bits.
 	_ = same{}[core.NumBranches>>decisionBranchBits]
 	// The worker id field ends where the preferred id's begins.
@@ -81,6 +83,7 @@ func constants() map[string]any {
 			"max_virtual_nodes": core.MaxVirtualNodes, "max_ring_entries": core.MaxRingEntries,
 			"max_min_load_gap": core.MaxMinLoadGap, "max_arg_len": maxArgLen,
 			"max_key_memory": core.MaxKeyMemory, "max_lease_weight": core.MaxLeaseWeight,
+			"max_prefix_blocks": core.MaxPrefixBlocks,
 		},
 		"defaults": map[string]any{
 			"policy": defaults.Policy.Kind.String(), "max_load_skew": defaults.Policy.MaxLoadSkew,
