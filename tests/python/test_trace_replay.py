@@ -23,7 +23,6 @@ from bounded_router.simulate import (
 )
 from bounded_router.simulate.__main__ import main
 from bounded_router.simulate.oracle import oracle_choice
-from bounded_router.simulate.prototype import PrototypeRouting
 from bounded_router.simulate.replay import arrival_scale
 from bounded_router.simulate.trace import Trace, build_trace, parse_trace, routing_keys, shared_leading_blocks
 
@@ -240,7 +239,7 @@ def test_every_row_serves_every_request_and_releases_every_lease() -> None:
     assert min(bounded.spill_excess) >= 0 and 0 <= bounded.spills_to_least_loaded <= 1
 
 
-# -- the oracle and the token-weighted rule ---------------------------------------------------------
+# -- the oracle and token weights ------------------------------------------------------------------
 
 
 def test_oracle_choice_longest_prefix_within_the_margin() -> None:
@@ -260,29 +259,6 @@ def test_oracle_sends_a_request_where_its_prefix_is_cached() -> None:
     result = _replay(lines, workers=2, policy="oracle", margin=1)
     assert result.placements == [0, 1, 1]
     assert result.cached_tokens == 4  # C reuses B's two blocks
-
-
-def test_weighted_rule_remembers_a_key_and_spills_to_the_least_loaded() -> None:
-    rule = PrototypeRouting(3, min_load_gap=100, max_load_skew=1.5, key_memory=16)
-    assert rule.choose("k", preferred=0, weight=1000) == (0, False)
-    # Worker 0 carries 1000 tokens: more than 100 above the least and 1.5 x the mean (500).
-    assert rule.choose("k", preferred=0, weight=10) == (1, True)  # the least loaded; ties counted up from 0
-    assert rule.choose("j", preferred=2, weight=5) == (2, False)
-    # k is remembered on worker 1 (10 tokens), which passes the test: it stays there, not a spill.
-    assert rule.choose("k", preferred=0, weight=10) == (1, False)
-    assert rule.loads == [1000, 20, 5]
-    rule.finished(0, 1000)
-    assert rule.loads == [0, 20, 5]
-    # The gap is strict: 100 above the least is not overloaded, 101 is.
-    edge = PrototypeRouting(2, min_load_gap=100, max_load_skew=1.0, key_memory=0)
-    edge.loads = [100, 0]
-    assert edge.choose("a", 0, 1) == (0, False)
-    edge.loads = [101, 0]
-    assert edge.choose("a", 0, 1) == (1, True) and edge.last == {}  # no memory: nothing remembered
-    small = PrototypeRouting(2, min_load_gap=0, max_load_skew=1.0, key_memory=1)
-    small.choose("a", 0, 1)
-    small.choose("b", 1, 1)
-    assert list(small.last) == ["b"]  # the memory holds one key
 
 
 def _weighted_rows(weights: str) -> ReplayResult:
@@ -311,7 +287,6 @@ def test_token_weights_spill_a_request_that_request_counts_keep() -> None:
     [
         (dict(policy="bounded_consistent_hashing", min_load_gap=2, max_load_skew=1.5, weights="bytes"), "weights must be one of requests, tokens"),
         (dict(policy="consistent_hashing", weights="tokens"), "weights apply only to bounded_consistent_hashing"),
-        (dict(policy="bounded_consistent_hashing", min_load_gap=2, max_load_skew=1.5, weights="tokens"), "needs spill_target least_loaded"),
     ],
 )
 def test_bad_weights_are_refused_naming_the_setting(settings: Dict[str, object], message: str) -> None:
@@ -359,8 +334,8 @@ def test_cli_trace_json_and_plot(tmp_path: pathlib.Path, capsys: pytest.CaptureF
         (["--routing-key-field", "session"], "line 1: routing key field 'session' is missing"),
         (["--limit", "0"], "--limit must be >= 1"),
         (["--chunk-tokens", "0"], "chunk_tokens must be >= 1"),
-        (["--weights", "tokens"], "weights=tokens needs spill_target least_loaded"),
-        (["--weights", "tokens", "--spill-target", "least_loaded", "--token-skew", "0.5"], "max_load_skew must be a finite number >= 1.0"),
+        (["--weights", "tokens", "--token-skew", "0.5"], "max_load_skew must be a finite number >= 1.0"),
+        (["--weights", "tokens", "--token-gaps", "-1"], "min_load_gap"),
     ],
 )
 def test_cli_trace_errors_name_the_setting(extra: List[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

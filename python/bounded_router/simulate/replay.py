@@ -247,7 +247,7 @@ class _Run:
             self.prompt += job.input_tokens
         for job in finished:
             job.payload.release()
-            self.routing.finished(w, job.input_tokens)
+            self.routing.finished(w)
             self.in_flight[w] -= 1
             self.last = now
         self.schedule(w, worker.start(now))

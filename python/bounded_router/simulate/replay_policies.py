@@ -7,9 +7,8 @@ and counts with ``router.acquire`` (the native generator cannot be seeded: same 
 repeatable figures). The ``oracle`` chooses in Python and counts with ``acquire`` on a
 ``consistent_hashing`` router, whose ring also names the key's preferred worker.
 
-A ``bounded_consistent_hashing`` row with ``weights="tokens"`` takes each request's prompt tokens
-as its lease weight. Until the Python binding takes weights, :class:`_TokenWeightedRouting`
-routes it with the library's rule in Python (:mod:`.prototype`).
+A ``bounded_consistent_hashing`` row with ``weights="tokens"`` routes with
+``router.route(key, weight=prompt tokens)``: the request's ``input_length`` is its lease weight.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from ..lease import Lease
 from ..router import Router
 from .engine import PolicySpec
 from .oracle import DEFAULT_MARGIN, oracle_choice
-from .prototype import PrototypeRouting
 
 if TYPE_CHECKING:
     from .batching import BatchingWorker
@@ -64,8 +62,6 @@ class ReplayPolicy:
         elif self.margin is not None:
             raise ValueError("margin applies only to the oracle, not %s" % self.policy)
         self.library_spec()  # validates the gap and skew of the library's rows
-        if self.weights == "tokens" and self.spill_target != "least_loaded":
-            raise ValueError("weights=tokens needs spill_target least_loaded until the Python binding takes weights")
 
     def library_spec(self) -> Optional[PolicySpec]:
         """The library policy of this row, or None for the oracle."""
@@ -96,18 +92,21 @@ DEFAULT_REPLAY_POLICIES: Tuple[ReplayPolicy, ...] = (
 
 
 class Routing:
-    """How a row routes: :meth:`route` at arrival returns the lease and whether the request spilled."""
+    """How a row routes: :meth:`route` at arrival returns the lease and whether the request spilled.
 
-    def __init__(self, router: Router, urls: List[str]) -> None:
+    ``token_weights``: each lease weighs the request's prompt tokens, not 1."""
+
+    def __init__(self, router: Router, urls: List[str], token_weights: bool = False) -> None:
         self.router = router
         self.urls = urls
+        self.token_weights = token_weights
 
     def route(self, key: str, blocks: Sequence[Hashable], input_tokens: int) -> Tuple[Lease, bool]:
-        lease = self.router.route(key)
+        lease = self.router.route(key, weight=input_tokens if self.token_weights else None)
         return lease, lease.spilled
 
-    def finished(self, worker: int, input_tokens: int) -> None:
-        """A request of ``input_tokens`` prompt tokens left ``worker``."""
+    def finished(self, worker: int) -> None:
+        """A request left ``worker`` (its lease is released by the caller)."""
 
     def ring_worker(self, key: str) -> str:
         """The worker the key's ring position names (for rows that route on a strict hashing router)."""
@@ -139,37 +138,15 @@ class _OracleRouting(Routing):
         url = self.urls[chosen]
         return self.router.acquire(url, key), url != self.ring_worker(key)
 
-    def finished(self, worker: int, input_tokens: int) -> None:
+    def finished(self, worker: int) -> None:
         self.loads[worker] -= 1
-
-
-class _TokenWeightedRouting(Routing):
-    """Weighted bounded hashing with prompt tokens as weights, by the library's rule in Python
-    (the binding's ``route`` takes no weight yet): leases are taken with ``acquire`` on a strict
-    hashing router, whose ring names the key's preferred worker."""
-
-    def __init__(self, router: Router, urls: List[str], rule: PrototypeRouting) -> None:
-        super().__init__(router, urls)
-        self.rule = rule
-        self.index = {url: i for i, url in enumerate(urls)}
-
-    def route(self, key: str, blocks: Sequence[Hashable], input_tokens: int) -> Tuple[Lease, bool]:
-        chosen, spilled = self.rule.choose(key, self.index[self.ring_worker(key)], input_tokens)
-        return self.router.acquire(self.urls[chosen], key), spilled
-
-    def finished(self, worker: int, input_tokens: int) -> None:
-        self.rule.finished(worker, input_tokens)
 
 
 def make_routing(policy: ReplayPolicy, urls: List[str], workers: "Sequence[BatchingWorker]", seed: int) -> Routing:
     """The routing of a row over ``urls`` (the caller closes ``routing.router``)."""
     spec = policy.library_spec()
-    if spec is not None and policy.weights == "tokens":
-        assert policy.min_load_gap is not None and policy.max_load_skew is not None
-        rule = PrototypeRouting(len(urls), policy.min_load_gap, policy.max_load_skew, policy.key_memory)
-        return _TokenWeightedRouting(Router(urls, policy="consistent_hashing"), urls, rule)
     if spec is not None and spec.policy != "random":
-        return Routing(spec.make_router(urls), urls)
+        return Routing(spec.make_router(urls), urls, token_weights=policy.weights == "tokens")
     router = Router(urls, policy="consistent_hashing")
     if policy.policy == "random":
         return _RandomRouting(router, urls, seed)
