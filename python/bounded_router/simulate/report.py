@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .replay_policies import ReplayPolicy
     from .trace import Trace
 
-__all__ = ["placement_columns", "format_table", "format_sweep", "describe", "describe_replay", "format_replay_table"]
+__all__ = ["placement_columns", "format_table", "format_sweep", "describe", "describe_replay", "format_replay_table", "replay_options"]
 
 
 def placement_columns(results: Sequence[Result]) -> List[str]:
@@ -194,12 +194,17 @@ def format_replay_table(results: Sequence["ReplayResult"]) -> str:
     return _align(header, rows)
 
 
+def replay_options(p: "ReplayPolicy") -> List[str]:
+    """The options of a replay row that are not the library's defaults, as short phrases."""
+    options = ([] if p.spill_target == "clockwise" else [p.spill_target]) + (["memory %d" % p.key_memory] if p.key_memory else [])
+    return options + (["token weights"] if p.weights == "tokens" else [])
+
+
 def _replay_name(p: "ReplayPolicy") -> str:
     """The policy column of a replay row: the policy, with the options that are not defaults."""
     if p.policy == "oracle":
         return "oracle (margin %d)" % (p.margin or 0)
-    options = ([] if p.spill_target == "clockwise" else [p.spill_target]) + (["memory %d" % p.key_memory] if p.key_memory else [])
-    options += ["token weights"] if p.weights == "tokens" else []
+    options = replay_options(p)
     return p.policy + (" (%s)" % ", ".join(options) if options else "")
 
 
