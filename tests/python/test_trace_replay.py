@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Sequence
 
 import pytest
 
+from bounded_router import MAX_LEASE_WEIGHT
 from bounded_router.simulate import (
     DEFAULT_REPLAY_POLICIES,
     PrefixCache,
@@ -285,7 +286,10 @@ def test_token_weights_spill_a_request_that_request_counts_keep() -> None:
 @pytest.mark.parametrize(
     "settings, message",
     [
-        (dict(policy="bounded_consistent_hashing", min_load_gap=2, max_load_skew=1.5, weights="bytes"), "weights must be one of requests, tokens"),
+        (
+            dict(policy="bounded_consistent_hashing", min_load_gap=2, max_load_skew=1.5, weights="bytes"),
+            "weights must be one of requests, tokens",
+        ),
         (dict(policy="consistent_hashing", weights="tokens"), "weights apply only to bounded_consistent_hashing"),
     ],
 )
@@ -388,3 +392,16 @@ def test_cli_token_weights_add_rows_with_their_gaps_in_tokens(capsys: pytest.Cap
     assert [(r["min_load_gap"], r["max_load_skew"]) for r in rows if r["weights"] == "tokens"] == [(1000, 1.2), (8000, 1.2)]
     assert main(argv + ["--token-gaps", "1000"]) == 0  # without --weights tokens: no weighted row
     assert all(r["weights"] == "requests" for r in json.loads(capsys.readouterr().out))
+
+
+def test_cli_token_weights_refuse_a_prompt_over_the_largest_weight(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    big = tmp_path / "big.jsonl"
+    block = MAX_LEASE_WEIGHT  # two blocks hold a prompt one token over the largest weight
+    big.write_text(_line(0, 4, 1, [1]) + "\n" + _line(1, MAX_LEASE_WEIGHT + 1, 1, [3, 4]) + "\n")
+    argv = ["--trace", str(big), "--block-size", str(block), "--weights", "tokens", "--json"]
+    with pytest.raises(SystemExit):
+        main(argv)
+    message = "--weights tokens: a prompt of %d tokens is over the largest lease weight, %d"
+    assert message % (MAX_LEASE_WEIGHT + 1, MAX_LEASE_WEIGHT) in capsys.readouterr().err

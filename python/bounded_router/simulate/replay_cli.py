@@ -7,6 +7,7 @@ import json
 import sys
 from typing import List, Optional, Sequence
 
+from .._request import MAX_LEASE_WEIGHT
 from .batching import StepCosts
 from .oracle import DEFAULT_MARGIN
 from .replay import DEFAULT_CACHE_FRACTION, DEFAULT_LOAD, ReplayConfig, ReplayResult, arrival_scale, replay
@@ -157,9 +158,12 @@ def replay_policies(
 
 def token_gaps(args: argparse.Namespace, trace: Trace) -> List[int]:
     """The gaps of the token-weighted rows: none without ``--weights tokens``, else ``--token-gaps``
-    or the default, a multiple of the trace's mean prompt."""
+    or the default, a multiple of the trace's mean prompt. Every prompt must fit in a lease weight."""
     if args.weights != "tokens":
         return []
+    longest = max(r.input_tokens for r in trace.requests)
+    if longest > MAX_LEASE_WEIGHT:
+        raise ValueError("--weights tokens: a prompt of %d tokens is over the largest lease weight, %d" % (longest, MAX_LEASE_WEIGHT))
     if args.token_gaps is not None:
         return list(args.token_gaps)
     return [int(round(TOKEN_GAP_MEAN_PROMPTS * trace.prompt_tokens / len(trace.requests)))]
