@@ -156,7 +156,7 @@ def replay_policies(
     return rows
 
 
-def token_gaps(args: argparse.Namespace, trace: Trace) -> List[int]:
+def _token_gaps(args: argparse.Namespace, trace: Trace) -> List[int]:
     """The gaps of the token-weighted rows: none without ``--weights tokens``, else ``--token-gaps``
     or the default, a multiple of the trace's mean prompt. Every prompt must fit in a lease weight."""
     if args.weights != "tokens":
@@ -201,7 +201,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         trace = load_trace(args.trace, args.block_size, args.routing_key_field, args.limit)
         arrival_scale(trace, config)  # a trace whose arrivals span no time cannot be scaled to a load
         policies = replay_policies(
-            args.gaps, args.skew, args.oracle_margin, args.spill_target, args.key_memory, token_gaps(args, trace), args.token_skew
+            args.gaps, args.skew, args.oracle_margin, args.spill_target, args.key_memory, _token_gaps(args, trace), args.token_skew
         )
         for policy in policies:  # let the library judge the settings before anything runs
             spec = policy.library_spec()
