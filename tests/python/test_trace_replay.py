@@ -6,10 +6,11 @@ import json
 import pathlib
 import random
 import re
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 
+from bounded_router import MAX_LEASE_WEIGHT
 from bounded_router.simulate import (
     DEFAULT_REPLAY_POLICIES,
     PrefixCache,
@@ -23,7 +24,6 @@ from bounded_router.simulate import (
 )
 from bounded_router.simulate.__main__ import main
 from bounded_router.simulate.oracle import oracle_choice
-from bounded_router.simulate.prototype import PrototypeRouting
 from bounded_router.simulate.replay import arrival_scale
 from bounded_router.simulate.trace import Trace, build_trace, parse_trace, routing_keys, shared_leading_blocks
 
@@ -206,10 +206,27 @@ def test_replay_is_repeatable_for_a_seed() -> None:
     assert replay(ReplayPolicy("random"), trace, config).placements != replay(ReplayPolicy("random"), trace, other).placements
 
 
+def test_a_ring_layout_renames_the_workers_and_redraws_the_ring() -> None:
+    trace = load_trace(FIXTURE)
+
+    def run(policy: str, layout: int) -> ReplayResult:
+        return replay(ReplayPolicy(policy), trace, ReplayConfig(workers=4, load=0.8, cache_blocks=64, ring_layout=layout))
+
+    hashed = {layout: run("consistent_hashing", layout) for layout in (0, 1)}
+    assert sorted(hashed[0].final_loads) == ["http://replay-worker-%d" % i for i in range(4)]
+    assert sorted(hashed[1].final_loads) == ["http://replay-worker-%d.1" % i for i in range(4)]
+    assert hashed[0].placements != hashed[1].placements  # the keys land elsewhere on another ring
+    assert run("round_robin", 0).placements == run("round_robin", 1).placements  # no ring, no change
+    assert hashed[1].row()["config"]["ring_layout"] == 1
+    with pytest.raises(ValueError, match="ring_layout"):
+        ReplayConfig(ring_layout=-1)
+
+
 def test_every_row_serves_every_request_and_releases_every_lease() -> None:
     trace = load_trace(FIXTURE)
     config = ReplayConfig(workers=3, load=0.9, cache_fraction=0.1)
-    results = {p.policy: replay(p, trace, config) for p in DEFAULT_REPLAY_POLICIES + (ReplayPolicy("prototype", 2, 1.5),)}
+    weighted = ReplayPolicy("bounded_consistent_hashing", 5000, 1.35, spill_target="least_loaded", key_memory=64, weights="tokens")
+    results = {p.label: replay(p, trace, config) for p in DEFAULT_REPLAY_POLICIES + (weighted,)}
     for result in results.values():
         assert result.requests == len(result.ttft_ms) == 35
         assert -1 not in result.placements
@@ -218,12 +235,12 @@ def test_every_row_serves_every_request_and_releases_every_lease() -> None:
     # The seven conversations' later turns find their prefix where strict hashing sent the first.
     assert results["consistent_hashing"].cached_token_fraction > results["random"].cached_token_fraction
     assert results["consistent_hashing"].spill_fraction == 0
-    bounded = results["bounded_consistent_hashing"]
+    bounded = results["bounded gap=2 skew=1.5"]
     assert bounded.branches["explicit_routing_key_spillover"] == bounded.spilled == len(bounded.spill_excess) > 0
     assert min(bounded.spill_excess) >= 0 and 0 <= bounded.spills_to_least_loaded <= 1
 
 
-# -- the oracle and the prototype ------------------------------------------------------------------
+# -- the oracle and token weights ------------------------------------------------------------------
 
 
 def test_oracle_choice_longest_prefix_within_the_margin() -> None:
@@ -245,35 +262,54 @@ def test_oracle_sends_a_request_where_its_prefix_is_cached() -> None:
     assert result.cached_tokens == 4  # C reuses B's two blocks
 
 
-def test_prototype_remembers_a_key_and_spills_to_the_least_loaded() -> None:
-    rule = PrototypeRouting(3, gap_tokens=100, max_load_skew=1.5)
-    assert rule.choose("k", preferred=0, weight=1000) == 0
-    # Worker 0 carries 1000 tokens: more than 100 above the least and 1.5 x the mean (500).
-    assert rule.choose("k", preferred=0, weight=10) == 1  # the least loaded; ties counted up from 0
-    assert rule.choose("j", preferred=2, weight=5) == 2
-    # k is remembered on worker 1 (10 tokens), which passes the test: it stays there.
-    assert rule.choose("k", preferred=0, weight=10) == 1
-    assert rule.loads == [1000, 20, 5]
-    rule.finished(0, 1000)
-    assert rule.loads == [0, 20, 5]
-    small = PrototypeRouting(2, gap_tokens=0, max_load_skew=1.0, key_memory=1)
-    small.choose("a", 0, 1)
-    small.choose("b", 1, 1)
-    assert list(small.last) == ["b"]  # the memory holds one key
+def _weighted_rows(weights: str) -> ReplayResult:
+    # Three requests of one key on two workers: a long prompt that stays in flight, a short one
+    # arriving while it runs, and another once both have finished.
+    lines = [_line(0, 40, 50, range(20), session="a"), _line(1, 4, 1, [90, 91], session="a"), _line(1000, 4, 1, [90, 91], session="a")]
+    config = ReplayConfig(workers=2, load=None, cache_blocks=64, costs=SIMPLE)
+    policy = ReplayPolicy("bounded_consistent_hashing", 10, 1.35, spill_target="least_loaded", key_memory=8, weights=weights)
+    return replay(policy, _trace(lines, key_field="session"), config)
+
+
+def test_token_weights_spill_a_request_that_request_counts_keep() -> None:
+    by_requests, by_tokens = _weighted_rows("requests"), _weighted_rows("tokens")
+    # Counted in requests, the key's worker carries 1 against 0, within the gap of 10: it stays.
+    first = by_requests.placements[0]
+    assert by_requests.placements == [first] * 3 and by_requests.spilled == 0
+    # In tokens it carries 40 against 0: more than 10 above the least and 1.35 x the mean (20).
+    # The second request spills; the third goes where the key was last placed, not a spill.
+    assert by_tokens.placements == [first, 1 - first, 1 - first] and by_tokens.spilled == 1
+    assert by_tokens.row()["weights"] == "tokens" and by_requests.row()["weights"] == "requests"
+    assert by_tokens.leaked_leases == 0 and set(by_tokens.final_loads.values()) == {0}
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (
+            dict(policy="bounded_consistent_hashing", min_load_gap=2, max_load_skew=1.5, weights="bytes"),
+            "weights must be one of requests, tokens",
+        ),
+        (dict(policy="consistent_hashing", weights="tokens"), "weights apply only to bounded_consistent_hashing"),
+    ],
+)
+def test_bad_weights_are_refused_naming_the_setting(settings: Dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ReplayPolicy(**settings)  # type: ignore[arg-type]
 
 
 # -- the command line ----------------------------------------------------------------------------
 
 
 def test_cli_trace_table(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--trace", FIXTURE, "--workers", "4", "--load", "0.8", "--prototype"]) == 0
+    assert main(["--trace", FIXTURE, "--workers", "4", "--load", "0.8"]) == 0
     out = capsys.readouterr().out
     assert "35 requests" in out and "4 workers, offered prefill load 0.8" in out
     header = next(line for line in out.splitlines() if line.startswith("policy"))
     for column in ("mean TTFT", "p99 TTFT", "cached", "spill", "util"):
         assert column in header
     names = [line.split()[0] for line in out.splitlines()[5:]]
-    assert names == ["random", "round_robin", "consistent_hashing", "bounded_consistent_hashing", "prototype", "oracle"]
+    assert names == ["random", "round_robin", "consistent_hashing", "bounded_consistent_hashing", "oracle"]
 
 
 def test_cli_trace_json_and_plot(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -302,6 +338,8 @@ def test_cli_trace_json_and_plot(tmp_path: pathlib.Path, capsys: pytest.CaptureF
         (["--routing-key-field", "session"], "line 1: routing key field 'session' is missing"),
         (["--limit", "0"], "--limit must be >= 1"),
         (["--chunk-tokens", "0"], "chunk_tokens must be >= 1"),
+        (["--weights", "tokens", "--token-skew", "0.5"], "max_load_skew must be a finite number >= 1.0"),
+        (["--weights", "tokens", "--token-gaps", "-1"], "min_load_gap"),
     ],
 )
 def test_cli_trace_errors_name_the_setting(extra: List[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -325,7 +363,7 @@ def test_cli_trace_bad_file(tmp_path: pathlib.Path, capsys: pytest.CaptureFixtur
 def test_the_library_options_add_bounded_rows_that_build_routers_with_them():
     from bounded_router.simulate.replay_cli import replay_policies
 
-    rows = replay_policies([2], 1.5, [8], False, spill_target="least_loaded", key_memory=64)
+    rows = replay_policies([2], 1.5, [8], spill_target="least_loaded", key_memory=64)
     optioned = [r for r in rows if r.key_memory]
     assert [(r.policy, r.min_load_gap, r.spill_target, r.key_memory) for r in optioned] == [
         ("bounded_consistent_hashing", 2, "least_loaded", 64)
@@ -334,4 +372,36 @@ def test_the_library_options_add_bounded_rows_that_build_routers_with_them():
     assert spec is not None and spec.label == "bounded gap=2 skew=1.5 spill=least_loaded memory=64"
     with spec.make_router(["http://a", "http://b"]) as router:
         assert (router.policy.spill_target, router.policy.key_memory) == ("least_loaded", 64)
-    assert [r.key_memory for r in replay_policies([2], 1.5, [8], False)] == [0] * 5  # no option, no extra row
+    assert [r.key_memory for r in replay_policies([2], 1.5, [8])] == [0] * 5  # no option, no extra row
+
+
+def test_cli_token_weights_add_rows_with_their_gaps_in_tokens(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--trace", FIXTURE, "--workers", "3", "--spill-target", "least_loaded", "--key-memory", "64", "--json"]
+    assert main(argv + ["--weights", "tokens"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    weighted = [r for r in rows if r["weights"] == "tokens"]
+    mean_prompt = sum(r.input_tokens for r in load_trace(FIXTURE).requests) / 35
+    # One row by default, its gap 4 mean prompts of the trace, beside the same options in requests.
+    assert [(r["min_load_gap"], r["max_load_skew"], r["key_memory"]) for r in weighted] == [(round(4 * mean_prompt), 1.35, 64)]
+    assert [r["label"] for r in rows if r["key_memory"]] == [
+        "bounded gap=2 skew=1.5 spill=least_loaded memory=64",
+        "bounded gap=%d skew=1.35 spill=least_loaded memory=64 weights=tokens" % round(4 * mean_prompt),
+    ]
+    assert main(argv + ["--weights", "tokens", "--token-gaps", "1000,8000", "--token-skew", "1.2"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["min_load_gap"], r["max_load_skew"]) for r in rows if r["weights"] == "tokens"] == [(1000, 1.2), (8000, 1.2)]
+    assert main(argv + ["--token-gaps", "1000"]) == 0  # without --weights tokens: no weighted row
+    assert all(r["weights"] == "requests" for r in json.loads(capsys.readouterr().out))
+
+
+def test_cli_token_weights_refuse_a_prompt_over_the_largest_weight(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    big = tmp_path / "big.jsonl"
+    block = MAX_LEASE_WEIGHT  # two blocks hold a prompt one token over the largest weight
+    big.write_text(_line(0, 4, 1, [1]) + "\n" + _line(1, MAX_LEASE_WEIGHT + 1, 1, [3, 4]) + "\n")
+    argv = ["--trace", str(big), "--block-size", str(block), "--weights", "tokens", "--json"]
+    with pytest.raises(SystemExit):
+        main(argv)
+    message = "--weights tokens: a prompt of %d tokens is over the largest lease weight, %d"
+    assert message % (MAX_LEASE_WEIGHT + 1, MAX_LEASE_WEIGHT) in capsys.readouterr().err

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, List, Sequence
 
 from .engine import Result
-from .report import placement_columns
+from .report import placement_columns, replay_options
 from .sweep import SweepCell
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ def _replay_label(result: "ReplayResult") -> str:
         return "oracle\nmargin %d" % (p.margin or 0)
     if p.min_load_gap is not None:
         name = "bounded" if p.policy == "bounded_consistent_hashing" else p.policy
-        return "%s\ngap %d\nskew %g" % (name, p.min_load_gap, p.max_load_skew or 0)
+        return "\n".join(["%s" % name, "gap %d" % p.min_load_gap, "skew %g" % (p.max_load_skew or 0)] + replay_options(p))
     return p.policy.replace("_", "\n", 1)
 
 

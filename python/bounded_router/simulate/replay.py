@@ -43,6 +43,9 @@ class ReplayConfig:
         cache_fraction: see ``cache_blocks``.
         costs: what a step costs.
         seed: seeds the ``random`` row.
+        ring_layout: names the workers ``http://replay-worker-<i>`` (0) or
+            ``http://replay-worker-<i>.<ring_layout>``; the hashing policies place workers on the ring
+            by URL, so each layout is another draw of the ring (how much a figure owes to one draw).
     """
 
     workers: int = 8
@@ -51,6 +54,7 @@ class ReplayConfig:
     cache_fraction: float = DEFAULT_CACHE_FRACTION
     costs: StepCosts = StepCosts()
     seed: int = 1
+    ring_layout: int = 0
 
     def __post_init__(self) -> None:
         _check_number("workers", self.workers, 1, integer=True)
@@ -60,6 +64,7 @@ class ReplayConfig:
             _check_number("cache_blocks", self.cache_blocks, 0, integer=True)
         _check_number("cache_fraction", self.cache_fraction, 0.0)
         _check_number("seed", self.seed, 0, integer=True)
+        _check_number("ring_layout", self.ring_layout, 0, integer=True)
 
     def cache_capacity(self, trace: Trace) -> int:
         """Blocks each worker's cache holds for ``trace``."""
@@ -75,7 +80,13 @@ class ReplayConfig:
             "cache_fraction": self.cache_fraction,
             "costs": self.costs.to_dict(),
             "seed": self.seed,
+            "ring_layout": self.ring_layout,
         }
+
+    def worker_urls(self) -> List[str]:
+        """The simulated workers' URLs (see ``ring_layout``)."""
+        suffix = ".%d" % self.ring_layout if self.ring_layout else ""
+        return ["http://replay-worker-%d%s" % (i, suffix) for i in range(self.workers)]
 
 
 def arrival_scale(trace: Trace, config: ReplayConfig) -> float:
@@ -158,6 +169,7 @@ class ReplayResult(CacheAndLatency):
             "margin": self.policy.margin,
             "spill_target": self.policy.spill_target,
             "key_memory": self.policy.key_memory,
+            "weights": self.policy.weights,
             "requests": self.requests,
             "mean_ttft_ms": self.mean_ttft_ms,
             "p99_ttft_ms": self.p99_ttft_ms,
@@ -188,7 +200,7 @@ class _Run:
 
     def __init__(self, policy: ReplayPolicy, trace: Trace, config: ReplayConfig) -> None:
         self.trace = trace
-        urls = ["http://replay-worker-%d" % i for i in range(config.workers)]
+        urls = config.worker_urls()
         self.index = {url: i for i, url in enumerate(urls)}
         self.capacity = config.cache_capacity(trace)
         self.workers = [BatchingWorker(config.costs, self.capacity, trace.block_size) for _ in urls]
@@ -198,8 +210,7 @@ class _Run:
         self.events = [((r.timestamp_ms - start) * self.scale, i, _ARRIVE, i, 0) for i, r in enumerate(trace.requests)]
         heapq.heapify(self.events)
         self.order = len(self.events)
-        mean_prompt = trace.prompt_tokens / len(trace.requests)
-        self.routing = make_routing(policy, urls, self.workers, config.seed, mean_prompt)
+        self.routing = make_routing(policy, urls, self.workers, config.seed)
         self.ttfts: List[float] = []
         self.placements = [-1] * len(trace.requests)
         self.cached = self.prompt = 0
@@ -236,7 +247,7 @@ class _Run:
             self.prompt += job.input_tokens
         for job in finished:
             job.payload.release()
-            self.routing.finished(w, job.input_tokens)
+            self.routing.finished(w)
             self.in_flight[w] -= 1
             self.last = now
         self.schedule(w, worker.start(now))

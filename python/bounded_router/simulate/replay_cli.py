@@ -7,14 +7,20 @@ import json
 import sys
 from typing import List, Optional, Sequence
 
+from .._request import MAX_LEASE_WEIGHT
 from .batching import StepCosts
 from .oracle import DEFAULT_MARGIN
 from .replay import DEFAULT_CACHE_FRACTION, DEFAULT_LOAD, ReplayConfig, ReplayResult, arrival_scale, replay
-from .replay_policies import ReplayPolicy
+from .replay_policies import WEIGHTS, ReplayPolicy
 from .report import json_value
-from .trace import TraceError, load_trace
+from .trace import Trace, TraceError, load_trace
 
 __all__ = ["main", "replay_policies", "wants_replay"]
+
+#: The token-weighted rows' min_load_gap unless --token-gaps: this many mean prompts of the trace.
+TOKEN_GAP_MEAN_PROMPTS = 4
+#: The token-weighted rows' max_load_skew unless --token-skew.
+DEFAULT_TOKEN_SKEW = 1.35
 
 
 def _int_list(text: str) -> List[int]:
@@ -70,6 +76,13 @@ def _parser() -> argparse.ArgumentParser:
         help="or: each worker caches this fraction of the trace's distinct blocks (default %g)" % DEFAULT_CACHE_FRACTION,
     )
     fl.add_argument("--seed", type=int, default=r.seed, help="seeds the random row")
+    fl.add_argument(
+        "--ring-layout",
+        type=int,
+        default=r.ring_layout,
+        metavar="N",
+        help="another naming of the workers, hence another draw of the hashing ring (default 0)",
+    )
     pol = parser.add_argument_group("rows")
     pol.add_argument("--gaps", type=_int_list, default=[2], help="min_load_gap of the bounded rows (default 2)")
     pol.add_argument("--skew", type=float, default=1.5, help="max_load_skew of the bounded rows (default 1.5)")
@@ -89,9 +102,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     pol.add_argument("--key-memory", type=int, default=0, metavar="N", help="see --spill-target (default 0: none)")
     pol.add_argument(
-        "--prototype",
-        action="store_true",
-        help="add a row for the prototype of token weights + key memory + least-loaded spill (Python-side, not a library policy)",
+        "--weights",
+        choices=WEIGHTS,
+        default="requests",
+        help="tokens: add bounded rows with --spill-target and --key-memory whose leases weigh the request's "
+        "prompt tokens (input_length), with --token-gaps and --token-skew (default: requests, no such rows)",
+    )
+    pol.add_argument(
+        "--token-gaps",
+        type=_int_list,
+        default=None,
+        metavar="LIST",
+        help="min_load_gap of the token-weighted rows, in tokens (default: %g times the trace's mean prompt)"
+        % TOKEN_GAP_MEAN_PROMPTS,
+    )
+    pol.add_argument(
+        "--token-skew",
+        type=float,
+        default=DEFAULT_TOKEN_SKEW,
+        help="max_load_skew of the token-weighted rows (default %g)" % DEFAULT_TOKEN_SKEW,
     )
     costs = parser.add_argument_group("step costs (ms)")
     costs.add_argument("--step-ms", type=float, default=c.step_ms, help="fixed cost of a step")
@@ -103,20 +132,41 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def replay_policies(
-    gaps: Sequence[int], skew: float, margins: Sequence[int], prototype: bool, spill_target: str = "clockwise", key_memory: int = 0
+    gaps: Sequence[int],
+    skew: float,
+    margins: Sequence[int],
+    spill_target: str = "clockwise",
+    key_memory: int = 0,
+    token_gaps: Sequence[int] = (),
+    token_skew: float = DEFAULT_TOKEN_SKEW,
 ) -> List[ReplayPolicy]:
     """The rows of a replay: the baselines, strict and bounded hashing (also with the library's
-    options, when any is set), the oracles, the prototype."""
+    options, when any is set, and with token weights for each of ``token_gaps``), the oracles."""
     rows = [ReplayPolicy("random"), ReplayPolicy("round_robin"), ReplayPolicy("consistent_hashing")]
     rows += [ReplayPolicy("bounded_consistent_hashing", gap, skew) for gap in gaps]
     if (spill_target, key_memory) != ("clockwise", 0):
         rows += [
             ReplayPolicy("bounded_consistent_hashing", gap, skew, spill_target=spill_target, key_memory=key_memory) for gap in gaps
         ]
-    if prototype:
-        rows += [ReplayPolicy("prototype", gap, skew) for gap in gaps]
+    rows += [
+        ReplayPolicy("bounded_consistent_hashing", gap, token_skew, spill_target=spill_target, key_memory=key_memory, weights="tokens")
+        for gap in token_gaps
+    ]
     rows += [ReplayPolicy("oracle", margin=margin) for margin in margins]
     return rows
+
+
+def _token_gaps(args: argparse.Namespace, trace: Trace) -> List[int]:
+    """The gaps of the token-weighted rows: none without ``--weights tokens``, else ``--token-gaps``
+    or the default, a multiple of the trace's mean prompt. Every prompt must fit in a lease weight."""
+    if args.weights != "tokens":
+        return []
+    longest = max(r.input_tokens for r in trace.requests)
+    if longest > MAX_LEASE_WEIGHT:
+        raise ValueError("--weights tokens: a prompt of %d tokens is over the largest lease weight, %d" % (longest, MAX_LEASE_WEIGHT))
+    if args.token_gaps is not None:
+        return list(args.token_gaps)
+    return [int(round(TOKEN_GAP_MEAN_PROMPTS * trace.prompt_tokens / len(trace.requests)))]
 
 
 def _json_rows(results: Sequence[ReplayResult]) -> str:
@@ -144,16 +194,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             cache_fraction=args.cache_fraction,
             costs=costs,
             seed=args.seed,
+            ring_layout=args.ring_layout,
         )
-        policies = replay_policies(args.gaps, args.skew, args.oracle_margin, args.prototype, args.spill_target, args.key_memory)
-        for policy in policies:  # let the library judge the settings before anything runs
-            spec = policy.library_spec()
-            if spec is not None:
-                spec.make_router(["http://check"]).close()
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be >= 1, got %d" % args.limit)
         trace = load_trace(args.trace, args.block_size, args.routing_key_field, args.limit)
         arrival_scale(trace, config)  # a trace whose arrivals span no time cannot be scaled to a load
+        policies = replay_policies(
+            args.gaps, args.skew, args.oracle_margin, args.spill_target, args.key_memory, _token_gaps(args, trace), args.token_skew
+        )
+        for policy in policies:  # let the library judge the settings before anything runs
+            spec = policy.library_spec()
+            if spec is not None:
+                spec.make_router(["http://check"]).close()
     except OSError as e:
         parser.error("cannot read the trace: %s" % e)
     except (TraceError, ValueError) as e:

@@ -1,11 +1,15 @@
-"""The rows of a trace replay: the library's policies, the oracle and the prototype, and how each routes.
+"""The rows of a trace replay: the library's policies and the oracle, and how each routes.
 
 Every row counts its requests in a real :class:`~bounded_router.Router` (a lease from arrival to
 the last output token), so the library's policies see the loads a proxy would. The library's
 policies choose with ``router.route(key)``. ``random`` draws from the replay's seeded generator
 and counts with ``router.acquire`` (same distribution, repeatable figures; it predates
-``RandomConfig(seed=...)``, and is kept so the figures of docs/trace-replay.md stay reproducible). The ``oracle`` and the ``prototype`` choose in Python and count with
-``acquire`` on a ``consistent_hashing`` router, whose ring also names the key's preferred worker.
+``RandomConfig(seed=...)`` and is kept so the figures of docs/trace-replay.md stay reproducible).
+The ``oracle`` chooses in Python and counts with ``acquire`` on a ``consistent_hashing`` router,
+whose ring also names the key's preferred worker.
+
+A ``bounded_consistent_hashing`` row with ``weights="tokens"`` routes with
+``router.route(key, weight=prompt tokens)``: the request's ``input_length`` is its lease weight.
 """
 
 from __future__ import annotations
@@ -18,24 +22,24 @@ from ..lease import Lease
 from ..router import Router
 from .engine import PolicySpec
 from .oracle import DEFAULT_MARGIN, oracle_choice
-from .prototype import PrototypeRouting
 
 if TYPE_CHECKING:
     from .batching import BatchingWorker
 
-__all__ = ["ReplayPolicy", "DEFAULT_REPLAY_POLICIES", "Routing", "make_routing"]
+__all__ = ["ReplayPolicy", "DEFAULT_REPLAY_POLICIES", "Routing", "WEIGHTS", "make_routing"]
 
 _LIBRARY = ("random", "round_robin", "consistent_hashing", "bounded_consistent_hashing")
-_PSEUDO = ("oracle", "prototype")
+#: What a lease weighs: one unit per request (the library's default), or the request's prompt tokens.
+WEIGHTS = ("requests", "tokens")
 
 
 @dataclass(frozen=True)
 class ReplayPolicy:
-    """A row of the replay: a library policy, ``oracle`` (with its margin) or ``prototype``.
+    """A row of the replay: a library policy, or ``oracle`` (with its margin).
 
-    ``min_load_gap`` and ``max_load_skew`` apply to ``bounded_consistent_hashing`` and to the
-    ``prototype`` (whose gap is in mean prompts, see :mod:`.prototype`), ``spill_target`` and
-    ``key_memory`` to ``bounded_consistent_hashing``; ``margin`` to the oracle.
+    ``min_load_gap``, ``max_load_skew``, ``spill_target``, ``key_memory`` and ``weights`` apply to
+    ``bounded_consistent_hashing`` (with ``weights="tokens"`` the gap is in prompt tokens);
+    ``margin`` to the oracle.
     """
 
     policy: str
@@ -44,24 +48,25 @@ class ReplayPolicy:
     margin: Optional[int] = None
     spill_target: str = "clockwise"
     key_memory: int = 0
+    weights: str = "requests"
 
     def __post_init__(self) -> None:
-        if self.policy not in _LIBRARY + _PSEUDO:
-            raise ValueError("unknown replay policy %r: expected one of %s" % (self.policy, ", ".join(_LIBRARY + _PSEUDO)))
+        if self.policy not in _LIBRARY + ("oracle",):
+            raise ValueError("unknown replay policy %r: expected one of %s, oracle" % (self.policy, ", ".join(_LIBRARY)))
+        if self.weights not in WEIGHTS:
+            raise ValueError("weights must be one of %s, got %r" % (", ".join(WEIGHTS), self.weights))
+        if self.weights != "requests" and self.policy != "bounded_consistent_hashing":
+            raise ValueError("weights apply only to bounded_consistent_hashing, not %s" % self.policy)
         if self.policy == "oracle":
             if self.margin is None or isinstance(self.margin, bool) or not isinstance(self.margin, int) or self.margin < 0:
                 raise ValueError("the oracle's margin must be an integer >= 0, got %r" % (self.margin,))
         elif self.margin is not None:
             raise ValueError("margin applies only to the oracle, not %s" % self.policy)
-        if self.policy == "prototype":
-            if self.min_load_gap is None or self.max_load_skew is None:
-                raise ValueError("prototype needs min_load_gap and max_load_skew")
-        else:
-            self.library_spec()  # validates the gap and skew of the library's rows
+        self.library_spec()  # validates the gap and skew of the library's rows
 
     def library_spec(self) -> Optional[PolicySpec]:
-        """The library policy of this row, or None for the oracle and the prototype."""
-        if self.policy in _PSEUDO:
+        """The library policy of this row, or None for the oracle."""
+        if self.policy == "oracle":
             return None
         return PolicySpec(
             self.policy, self.min_load_gap, self.max_load_skew, spill_target=self.spill_target, key_memory=self.key_memory
@@ -71,10 +76,9 @@ class ReplayPolicy:
     def label(self) -> str:
         if self.policy == "oracle":
             return "oracle margin=%d" % (self.margin or 0)
-        if self.policy == "prototype":
-            return "prototype gap=%d skew=%g" % (self.min_load_gap or 0, self.max_load_skew or 0)
         spec = self.library_spec()
-        return spec.label if spec is not None else self.policy
+        label = spec.label if spec is not None else self.policy
+        return label + " weights=tokens" if self.weights == "tokens" else label
 
 
 #: The rows of the default replay: the baselines, strict and bounded hashing (gap 2, skew 1.5,
@@ -89,21 +93,24 @@ DEFAULT_REPLAY_POLICIES: Tuple[ReplayPolicy, ...] = (
 
 
 class Routing:
-    """How a row routes: :meth:`route` at arrival returns the lease and whether the request spilled."""
+    """How a row routes: :meth:`route` at arrival returns the lease and whether the request spilled.
 
-    def __init__(self, router: Router, urls: List[str]) -> None:
+    ``token_weights``: each lease weighs the request's prompt tokens, not 1."""
+
+    def __init__(self, router: Router, urls: List[str], token_weights: bool = False) -> None:
         self.router = router
         self.urls = urls
+        self.token_weights = token_weights
 
     def route(self, key: str, blocks: Sequence[Hashable], input_tokens: int) -> Tuple[Lease, bool]:
-        lease = self.router.route(key)
+        lease = self.router.route(key, weight=input_tokens if self.token_weights else None)
         return lease, lease.spilled
 
-    def finished(self, worker: int, input_tokens: int) -> None:
-        """A request of ``input_tokens`` prompt tokens left ``worker``."""
+    def finished(self, worker: int) -> None:
+        """A request left ``worker`` (its lease is released by the caller)."""
 
     def ring_worker(self, key: str) -> str:
-        """The worker the key's ring position names (the router of the oracle and the prototype is strict hashing)."""
+        """The worker the key's ring position names (for rows that route on a strict hashing router)."""
         url = self.router.select(key).worker_url
         assert url is not None  # every simulated worker is healthy
         return url
@@ -132,38 +139,17 @@ class _OracleRouting(Routing):
         url = self.urls[chosen]
         return self.router.acquire(url, key), url != self.ring_worker(key)
 
-    def finished(self, worker: int, input_tokens: int) -> None:
+    def finished(self, worker: int) -> None:
         self.loads[worker] -= 1
 
 
-class _PrototypeRouting(Routing):
-    def __init__(self, router: Router, urls: List[str], rule: PrototypeRouting) -> None:
-        super().__init__(router, urls)
-        self.rule = rule
-        self.index = {url: i for i, url in enumerate(urls)}
-
-    def route(self, key: str, blocks: Sequence[Hashable], input_tokens: int) -> Tuple[Lease, bool]:
-        preferred = self.index[self.ring_worker(key)]
-        chosen = self.rule.choose(key, preferred, input_tokens)
-        return self.router.acquire(self.urls[chosen], key), chosen != preferred
-
-    def finished(self, worker: int, input_tokens: int) -> None:
-        self.rule.finished(worker, input_tokens)
-
-
-def make_routing(
-    policy: ReplayPolicy, urls: List[str], workers: "Sequence[BatchingWorker]", seed: int, mean_prompt: float
-) -> Routing:
+def make_routing(policy: ReplayPolicy, urls: List[str], workers: "Sequence[BatchingWorker]", seed: int) -> Routing:
     """The routing of a row over ``urls`` (the caller closes ``routing.router``)."""
     spec = policy.library_spec()
     if spec is not None and spec.policy != "random":
-        return Routing(spec.make_router(urls), urls)
+        return Routing(spec.make_router(urls), urls, token_weights=policy.weights == "tokens")
     router = Router(urls, policy="consistent_hashing")
     if policy.policy == "random":
         return _RandomRouting(router, urls, seed)
-    if policy.policy == "oracle":
-        assert policy.margin is not None
-        return _OracleRouting(router, urls, workers, policy.margin)
-    assert policy.min_load_gap is not None and policy.max_load_skew is not None
-    rule = PrototypeRouting(len(urls), policy.min_load_gap * mean_prompt, policy.max_load_skew)
-    return _PrototypeRouting(router, urls, rule)
+    assert policy.margin is not None
+    return _OracleRouting(router, urls, workers, policy.margin)

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from .replay_policies import ReplayPolicy
     from .trace import Trace
 
-__all__ = ["placement_columns", "format_table", "format_sweep", "describe", "describe_replay", "format_replay_table"]
+__all__ = ["placement_columns", "format_table", "format_sweep", "describe", "describe_replay", "format_replay_table", "replay_options"]
 
 
 def placement_columns(results: Sequence[Result]) -> List[str]:
@@ -143,7 +143,7 @@ def describe_replay(path: str, trace: "Trace", result: "ReplayResult") -> str:
     load = "as recorded" if config.load is None else "offered prefill load %g" % config.load
     return (
         "%s: %d requests, %d distinct blocks of %d tokens, routing key: %s\n"
-        "%d workers, %s (arrivals over %.0f s), cache %d blocks/worker, seed %d\n"
+        "%d workers, %s (arrivals over %.0f s), cache %d blocks/worker, seed %d%s\n"
         "step %g ms + prefill %g ms/token (chunks of %d) + decode %g ms/request + %g ms/context token"
         % (
             path,
@@ -156,6 +156,7 @@ def describe_replay(path: str, trace: "Trace", result: "ReplayResult") -> str:
             result.arrival_span_ms / 1000.0,
             result.cache_blocks,
             config.seed,
+            ", ring layout %d" % config.ring_layout if config.ring_layout else "",
             costs.step_ms,
             costs.prefill_ms_per_token,
             costs.chunk_tokens,
@@ -174,7 +175,7 @@ def format_replay_table(results: Sequence["ReplayResult"]) -> str:
     rows: List[List[str]] = []
     for r in results:
         p = r.policy
-        spills = p.policy in ("bounded_consistent_hashing", "prototype", "oracle")
+        spills = p.policy in ("bounded_consistent_hashing", "oracle")
         rows.append(
             [
                 _replay_name(p),
@@ -193,11 +194,17 @@ def format_replay_table(results: Sequence["ReplayResult"]) -> str:
     return _align(header, rows)
 
 
+def replay_options(p: "ReplayPolicy") -> List[str]:
+    """The options of a replay row that are not the library's defaults, as short phrases."""
+    options = ([] if p.spill_target == "clockwise" else [p.spill_target]) + (["memory %d" % p.key_memory] if p.key_memory else [])
+    return options + (["token weights"] if p.weights == "tokens" else [])
+
+
 def _replay_name(p: "ReplayPolicy") -> str:
     """The policy column of a replay row: the policy, with the options that are not defaults."""
     if p.policy == "oracle":
         return "oracle (margin %d)" % (p.margin or 0)
-    options = ([] if p.spill_target == "clockwise" else [p.spill_target]) + (["memory %d" % p.key_memory] if p.key_memory else [])
+    options = replay_options(p)
     return p.policy + (" (%s)" % ", ".join(options) if options else "")
 
 
