@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 /* The version of this API; br_abi_version() returns the one the library implements. */
-#define BR_ABI_VERSION 3
+#define BR_ABI_VERSION 4
 
 /* Status codes: 0 or more is success. */
 #define BR_OK 0
@@ -41,20 +41,26 @@
 #define BR_BRANCH_RANDOM 9
 #define BR_BRANCH_ROUND_ROBIN 10
 #define BR_BRANCH_EXPLICIT_ROUTING_KEY_REMEMBERED 11
-#define BR_BRANCH_COUNT 12
+#define BR_BRANCH_POWER_OF_TWO 12
+#define BR_BRANCH_LEAST_LOAD 13
+#define BR_BRANCH_MANUAL_OCCUPIED_HIT 14
+#define BR_BRANCH_MANUAL_OCCUPIED_MISS 15
+#define BR_BRANCH_MANUAL_VACANT 16
+#define BR_BRANCH_MANUAL_NO_ROUTING_KEY 17
+#define BR_BRANCH_COUNT 18
 
 /* Packed decisions (answers of br_release_then_route_key, br_release_then_route and
  * br_route_keys): the branch code in the low BR_DECISION_BRANCH_BITS bits, the chosen worker's
  * id from bit BR_DECISION_WORKER_SHIFT and the preferred worker's id from bit
  * BR_DECISION_PREFERRED_SHIFT, each below BR_DECISION_ID_LIMIT. Both ids are 0 when no worker was
- * chosen, so such a decision is below 16. Ids that do not fit (a router 2^28 workers have
+ * chosen, so such a decision is below 64. Ids that do not fit (a router 2^28 workers have
  * joined) are left out and BR_DECISION_IDS_DONT_FIT is set; the call's other output has them. */
-#define BR_DECISION_BRANCH_BITS 4
-#define BR_DECISION_WORKER_SHIFT 4
-#define BR_DECISION_PREFERRED_SHIFT 32
+#define BR_DECISION_BRANCH_BITS 6
+#define BR_DECISION_WORKER_SHIFT 6
+#define BR_DECISION_PREFERRED_SHIFT 34
 #define BR_DECISION_ID_LIMIT (1 << 28)
-#define BR_DECISION_IDS_DONT_FIT ((int64_t)1 << 60)
-#define BR_DECISION_BRANCH(d) ((int32_t)((d) & 0xF))
+#define BR_DECISION_IDS_DONT_FIT ((int64_t)1 << 62)
+#define BR_DECISION_BRANCH(d) ((int32_t)((d) & 0x3F))
 #define BR_DECISION_WORKER_ID(d) ((uint32_t)(((d) >> BR_DECISION_WORKER_SHIFT) & 0xFFFFFFF))
 #define BR_DECISION_PREFERRED_ID(d) ((uint32_t)(((d) >> BR_DECISION_PREFERRED_SHIFT) & 0xFFFFFFF))
 

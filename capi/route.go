@@ -105,7 +105,7 @@ func routeHeaders(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.ch
 		r.Release(previous, false)
 		return core.Decision{}, nil, err
 	}
-	req := core.RequestFrom(k, headerPairs(block))
+	req := r.RequestFrom(k, headerPairs(block))
 	if takeLease {
 		return r.ReleaseThenRoute(previous, &req), o, nil
 	}

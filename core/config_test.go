@@ -242,7 +242,7 @@ func TestValidateDirectly(t *testing.T) {
 	}
 
 	cfg = valid
-	cfg.Policy.Kind = PolicyKind(4)
+	cfg.Policy.Kind = PolicyManual + 1
 	err = cfg.Validate()
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "policy")

@@ -38,7 +38,7 @@ __all__ = ["ABI_VERSION", "LIBRARY_ENV", "LIBRARY_NAME", "Library", "library", "
 
 #: The ABI version this binding implements (``BR_ABI_VERSION`` of the header): the one constant
 #: a binding must hold itself, to know whether it can read the others.
-ABI_VERSION = 3
+ABI_VERSION = 4
 #: Environment variable naming another build of the library to load.
 LIBRARY_ENV = "BOUNDED_ROUTER_LIBRARY"
 #: File name of the library inside the package.

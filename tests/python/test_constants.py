@@ -78,7 +78,7 @@ def test_status_codes_abi_and_decision_layout_match_the_header(constants, header
     assert decision["branch_bits"] == header["BR_DECISION_BRANCH_BITS"]
     assert decision["worker_shift"] == header["BR_DECISION_WORKER_SHIFT"]
     assert decision["preferred_shift"] == header["BR_DECISION_PREFERRED_SHIFT"]
-    assert decision["id_limit"] == 1 << 28 and decision["ids_dont_fit"] == 1 << 60  # the header's casts
+    assert decision["id_limit"] == 1 << 28 and decision["ids_dont_fit"] == 1 << 62  # the header's casts
     assert constants["limits"]["max_arg_len"] == header["BR_MAX_ARG_LEN"]
 
 
