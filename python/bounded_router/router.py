@@ -12,10 +12,10 @@ from array import array
 from ctypes import c_size_t, c_uint64
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Dict, Iterable, List, NoReturn, Optional, Type, Union
+from typing import Any, Dict, Iterable, List, NoReturn, Optional, Sequence, Type, Union
 
 from . import _native
-from ._encoding import HeadersLike, encode_headers, key_bytes, url_bytes
+from ._encoding import DEFAULT_FILTER, DEFAULT_ROUTING_KEY_HEADERS, HeaderFilter, HeadersLike, encode_headers, key_bytes, url_bytes
 from ._native_router import NativeRouter
 from .args import RouterArgs
 from .errors import NoWorkerAvailableError
@@ -79,6 +79,17 @@ def _url_list(urls: Any, what: str) -> List[str]:
     return [str.__str__(url) for url in items]
 
 
+def _header_names(names: Any) -> List[str]:
+    """routing_key_headers as a list of str; the library checks the names themselves."""
+    if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
+        raise TypeError("routing_key_headers must be a list of header names, got %s" % type(names).__name__)
+    items = list(names)
+    for name in items:
+        if not isinstance(name, str):
+            raise TypeError("routing_key_headers must hold str header names, got %r" % (name,))
+    return [str.__str__(name) for name in items]
+
+
 def _json(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
 
@@ -103,6 +114,12 @@ class Router:
             ``"least_loaded"``, where a spill goes (docs/contract.md, "Spill target").
         key_memory: ``bounded_consistent_hashing``: remember the last worker of this many
             routing keys (default 0, none; docs/contract.md, "Key memory").
+        assignment_mode: ``manual``: ``"random"`` (default) or ``"min_load"``, how a new key
+            gets its worker (docs/contract.md, "manual").
+        max_keys: ``manual``: how many keys it keeps the worker of (default 65536).
+        routing_key_headers: the names of the headers that carry the routing key, in order;
+            the first with a valid value wins (default ``["X-SMG-Routing-Key"]``; as SMG's
+            ``--routing-key-headers``; docs/contract.md, "Inputs and precedence").
 
     Raises:
         ValueError: a setting breaks its rule, an unknown policy name, an empty or duplicate
@@ -124,6 +141,9 @@ class Router:
         hash_ring: Optional[str] = None,
         spill_target: Optional[str] = None,
         key_memory: Optional[int] = None,
+        assignment_mode: Optional[str] = None,
+        max_keys: Optional[int] = None,
+        routing_key_headers: Optional[Sequence[str]] = None,
     ) -> None:
         urls = _url_list(worker_urls, "worker_urls")
         self._policy = resolve_policy(
@@ -133,11 +153,20 @@ class Router:
             hash_ring=hash_ring,
             spill_target=spill_target,
             key_memory=key_memory,
+            assignment_mode=assignment_mode,
+            max_keys=max_keys,
         )
         if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int):
             raise ValueError("virtual_nodes must be an integer, got %r" % (virtual_nodes,))
-        config = {"worker_urls": urls, "policy": self._policy.to_dict(), "virtual_nodes": int(virtual_nodes)}
+        config: Dict[str, Any] = {"worker_urls": urls, "policy": self._policy.to_dict(), "virtual_nodes": int(virtual_nodes)}
+        if routing_key_headers is not None:
+            config["routing_key_headers"] = _header_names(routing_key_headers)
         self._native = NativeRouter(_json(config))
+        self._routing_key_headers = tuple(config.get("routing_key_headers", DEFAULT_ROUTING_KEY_HEADERS))
+        # Built once the library has accepted the names (tokens, hence ASCII).
+        self._header_filter = (
+            DEFAULT_FILTER if routing_key_headers is None else HeaderFilter.for_key_headers(config["routing_key_headers"])
+        )
 
     @classmethod
     def from_args(cls, args: RouterArgs) -> Router:
@@ -155,6 +184,9 @@ class Router:
             hash_ring=args.hash_ring,
             spill_target=args.spill_target,
             key_memory=args.key_memory,
+            assignment_mode=args.assignment_mode,
+            max_keys=args.max_keys,
+            routing_key_headers=args.routing_key_headers,
         )
 
     # -- state -------------------------------------------------------------------------------
@@ -163,6 +195,11 @@ class Router:
     def policy(self) -> PolicyConfig:
         """The policy in force and its settings, as a typed config (readable after close too)."""
         return self._policy
+
+    @property
+    def routing_key_headers(self) -> List[str]:
+        """The names of the headers that carry the routing key, in order."""
+        return list(self._routing_key_headers)
 
     @property
     def closed(self) -> bool:
@@ -243,7 +280,7 @@ class Router:
                 key = key_bytes(key)
         else:
             key = key_bytes(routing_key)
-            block = encode_headers(headers)
+            block = encode_headers(headers, self._header_filter)
         released = native.released
         if released:
             try:
@@ -366,7 +403,7 @@ class Router:
         native = self._native
         native.check_open()
         key = key_bytes(routing_key)
-        block = b"" if headers is None else encode_headers(headers)
+        block = b"" if headers is None else encode_headers(headers, self._header_filter)
         native.hand_over()
         out = _native.thread_buffers()[0]
         lib = native.lib
