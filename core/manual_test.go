@@ -127,3 +127,23 @@ func TestManualSettingsAreValidated(t *testing.T) {
 	p := Policy{Kind: PolicyLeastLoad, MaxKeys: 4}
 	assert.ErrorContains(t, p.Validate(), "apply only to manual")
 }
+
+// TestManualContractVector is the vector of docs/contract.md, "manual".
+func TestManualContractVector(t *testing.T) {
+	urls := workerURLs(3)
+	r := newTestRouter(t, manualPolicy(AssignMinLoad, 16), urls)
+	check := func(key string, wantURL string, want Branch) {
+		t.Helper()
+		d := r.Route(&Request{RoutingKey: []byte(key)})
+		assert.Equal(t, want, d.Branch)
+		assert.Equal(t, wantURL, d.WorkerURL)
+	}
+	check("a", urls[0], BranchManualVacant)
+	check("b", urls[1], BranchManualVacant)
+	check("a", urls[0], BranchManualOccupiedHit)
+	require.NoError(t, r.SetHealthy(urls[0], false))
+	check("a", urls[2], BranchManualOccupiedMiss)
+	require.NoError(t, r.SetHealthy(urls[0], true))
+	check("a", urls[2], BranchManualOccupiedHit)
+	check("", urls[1], BranchManualNoRoutingKey)
+}

@@ -115,6 +115,15 @@ def test_python_policies_limits_and_headers_are_the_library_ones(constants):
     assert _encoding.ROUTING_HEADERS == {name.lower().encode() for name in constants["headers"]}
 
 
+def test_manual_and_routing_key_header_constants_are_the_library_ones(constants):
+    assert list(policy.ASSIGNMENT_MODES) == constants["assignment_modes"]
+    assert policy.ASSIGNMENT_MODES[0] == constants["defaults"]["assignment_mode"]
+    assert (policy.DEFAULT_MAX_KEYS, policy.MAX_KEYS) == (constants["defaults"]["max_keys"], constants["limits"]["max_keys"])
+    assert list(_encoding.DEFAULT_ROUTING_KEY_HEADERS) == constants["defaults"]["routing_key_headers"]
+    assert RouterArgs().routing_key_headers == constants["defaults"]["routing_key_headers"]
+    assert constants["limits"]["max_routing_key_headers"] == 8
+
+
 def test_each_export_is_declared_once_with_the_header_types():
     # The binding's declarations against the public header, parameter by parameter.
     c_types = {
