@@ -2,13 +2,16 @@
 
 Pure Python: the ring positions come from the ``xxhash`` package on PyPI (a test-only
 dependency), everything else from the contract's words (sections "Workers and membership", "The
-hash ring", "Inputs and precedence", "The bounded rule", "Leases"). It mirrors the public
+hash ring", "Inputs and precedence", "The bounded rule", "Leases", "power_of_two",
+"least_load", "manual"). It mirrors the public
 ``bounded_router.Router`` API so that the differential tests can run the same operations on both
 and compare every decision and every load, and so that scripts/bench.py can time it as the pure-Python implementation of the policy.
 
-Random choices (``random_fallback`` and the ``random`` policy) cannot be reproduced from
-outside, so ``route``/``select`` take ``random_choice=url``: the worker the library chose, which
-the model checks is an available worker and then uses, keeping loads comparable. Without it the
+Random choices (``random_fallback``, the ``random`` policy, ``power_of_two``'s draw and
+``manual``'s random assignment) cannot be reproduced from outside, so ``route``/``select`` take
+``random_choice=url``: the worker the library chose, which the model checks is one the rule
+allows (an available worker; for ``power_of_two`` one that some other available worker's load
+is at least equal to) and then uses, keeping loads comparable. Without it the
 model picks with its own ``random.Random``. ``round_robin`` is modelled exactly: the shared
 counter counts the routes that chose a worker, and a route takes available worker number
 ``counter % len(available)``.
@@ -20,6 +23,7 @@ with ``bisect``, plain dicts for workers, a list for the membership order.
 from __future__ import annotations
 
 import bisect
+import collections
 import itertools
 import math
 import random as _random
@@ -41,7 +45,7 @@ __all__ = [
     "parse_target_index",
 ]
 
-POLICIES = ("random", "round_robin", "consistent_hashing", "bounded_consistent_hashing")
+POLICIES = ("random", "round_robin", "consistent_hashing", "bounded_consistent_hashing", "power_of_two", "least_load", "manual")
 
 BRANCHES = (
     "no_healthy_workers",
@@ -56,6 +60,12 @@ BRANCHES = (
     "random",
     "round_robin",
     "explicit_routing_key_remembered",
+    "power_of_two",
+    "least_load",
+    "manual_occupied_hit",
+    "manual_occupied_miss",
+    "manual_vacant",
+    "manual_no_routing_key",
 )
 
 TARGET_HEADER = b"x-smg-target-worker"
@@ -86,6 +96,7 @@ class ModelWorker:
     healthy: bool = True
     load: int = 0
     keys: Dict[bytes, int] = field(default_factory=dict)  # explicit key -> leases holding it
+    outages: int = 0  # times it turned unhealthy (manual forgets keys held on it before)
 
     @property
     def active_keys(self) -> int:
@@ -179,6 +190,9 @@ class ReferenceRouter:
         min_load_gap: int = 2,
         virtual_nodes: int = 150,
         seed: Optional[int] = None,
+        assignment_mode: str = "random",
+        max_keys: int = 65536,
+        routing_key_headers: Sequence[str] = ("X-SMG-Routing-Key",),
     ) -> None:
         policy = getattr(policy, "value", policy)  # accept a PolicyType too
         if policy not in POLICIES:
@@ -191,7 +205,14 @@ class ReferenceRouter:
             raise ValueError("min_load_gap must be an integer >= 0, got %r" % (min_load_gap,))
         if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int) or virtual_nodes < 1:
             raise ValueError("virtual_nodes must be an integer >= 1, got %r" % (virtual_nodes,))
+        if assignment_mode not in ("random", "min_load"):
+            raise ValueError("assignment_mode: %r" % (assignment_mode,))
         self.policy = policy
+        self.assignment_mode = assignment_mode
+        self.max_keys = max_keys
+        # manual's held keys, least recently routed first: key -> (worker, its outages then)
+        self._held: "collections.OrderedDict[bytes, Tuple[ModelWorker, int]]" = collections.OrderedDict()
+        self.key_headers = [name.lower().encode("ascii") for name in routing_key_headers]
         self.max_load_skew = float(max_load_skew)
         self.min_load_gap = min_load_gap
         self.virtual_nodes = virtual_nodes
@@ -255,7 +276,10 @@ class ReferenceRouter:
     def set_healthy(self, url: str, healthy: bool) -> None:
         if url not in self._workers:
             raise KeyError(url)
-        self._workers[url].healthy = bool(healthy)
+        worker = self._workers[url]
+        if worker.healthy and not healthy:
+            worker.outages += 1
+        worker.healthy = bool(healthy)
 
     # -- statistics ------------------------------------------------------------------------------
 
@@ -316,10 +340,12 @@ class ReferenceRouter:
         key = _key_bytes(routing_key)
         first = _first_headers(headers) if headers is not None else {}
         explicit: Optional[bytes] = key or None
-        if explicit is None:
-            header_key = first.get(ROUTING_KEY_HEADER)
+        # The routing-key headers in their configured order: the first usable value is the key.
+        for name in self.key_headers if explicit is None else ():
+            header_key = first.get(name)
             if header_key is not None and valid_header_value(header_key):
                 explicit = header_key
+                break
         available = self.available()
         if not available:
             return None, None, "no_healthy_workers", explicit
@@ -329,6 +355,15 @@ class ReferenceRouter:
         if self.policy == "round_robin":
             url = available[self._rr % len(available)]
             return url, url, "round_robin", explicit
+        if self.policy == "power_of_two":
+            url = self._power_of_two(available, random_choice)
+            return url, url, "power_of_two", explicit
+        if self.policy == "least_load":
+            url = self._least_loaded(available)
+            return url, url, "least_load", explicit
+        if self.policy == "manual":
+            url, branch = self._manual(explicit, available, random_choice)
+            return url, url, branch, explicit
 
         # 1. X-SMG-Target-Worker: strict, no fallback.
         target = first.get(TARGET_HEADER)
@@ -377,6 +412,49 @@ class ReferenceRouter:
                 return url, preferred, "explicit_routing_key_spillover"
         return preferred, preferred, "explicit_routing_key_no_eligible_candidate"
 
+    def _least_loaded(self, available: Sequence[str]) -> str:
+        """contract: "least_load": the least load, the first in membership order among ties."""
+        return min(available, key=lambda url: self._workers[url].load)  # min keeps the first of equals
+
+    def _power_of_two(self, available: Sequence[str], choice: Optional[str]) -> str:
+        """contract: "power_of_two": the less loaded of two distinct random workers, ties to the
+        first drawn. Any worker can be drawn first, so a worker can be chosen exactly when it is
+        alone or some other available worker carries at least its load."""
+        load = {url: self._workers[url].load for url in available}
+        allowed = [url for url in available if len(available) == 1 or any(load[o] >= load[url] for o in available if o != url)]
+        if choice is not None:
+            if choice not in allowed:
+                raise AssertionError("power_of_two chose %r (loads %r): not the less loaded of any pair" % (choice, load))
+            return choice
+        first, second = self._rng.sample(list(available), 2) if len(available) > 1 else (available[0], available[0])
+        return second if load[second] < load[first] else first
+
+    def _manual(self, key: Optional[bytes], available: Sequence[str], choice: Optional[str]) -> Tuple[str, str]:
+        """contract: "manual": a held key keeps its worker while that worker stays available."""
+        if key is None:
+            return self._assign(available, choice), "manual_no_routing_key"
+        held = self._held.get(key)
+        if held is None:
+            return self._assign(available, choice), "manual_vacant"
+        worker, outages = held
+        if self._workers.get(worker.url) is worker and worker.outages == outages:
+            return worker.url, "manual_occupied_hit"
+        return self._assign(available, choice), "manual_occupied_miss"
+
+    def _assign(self, available: Sequence[str], choice: Optional[str]) -> str:
+        if self.assignment_mode == "min_load":
+            return self._least_loaded(available)
+        return self._random_pick(available, choice)
+
+    def _hold(self, key: bytes, url: str) -> None:
+        """The key's worker is url now, and the key the most recently routed; beyond max_keys the
+        least recently routed key is forgotten."""
+        worker = self._workers[url]
+        self._held[key] = (worker, worker.outages)
+        self._held.move_to_end(key)
+        if len(self._held) > self.max_keys:
+            self._held.popitem(last=False)
+
     # -- the public API --------------------------------------------------------------------------
 
     def select(
@@ -401,6 +479,8 @@ class ReferenceRouter:
         if worker is None:
             raise NoWorkerAvailableError(branch)
         self._rr += 1  # the round-robin counter advances with every route that chose a worker
+        if self.policy == "manual" and explicit is not None:
+            self._hold(explicit, worker)
         lease_id = self._take(self._workers[worker], explicit)
         return ModelDecision(worker, preferred, branch, lease_id)
 

@@ -35,6 +35,7 @@ HEADER_NAMES = [
     "X-Forwarded-For",
     "Cookie",
     "Content-Type",
+    "X-Session-Id",
 ]
 HEADER_VALUES: List[Any] = [
     "",
@@ -56,10 +57,24 @@ HEADER_VALUES: List[Any] = [
     b"\xff",
     "Bearer abc",
 ]
-POLICIES = ["bounded_consistent_hashing"] * 3 + ["consistent_hashing", "random", "round_robin"]
+# A policy name, or name/assignment_mode/max_keys for manual; "+session" makes the router read
+# the key from X-Session-Id, then X-SMG-Routing-Key (routing_key_headers).
+POLICIES = ["bounded_consistent_hashing"] * 3 + [
+    "consistent_hashing",
+    "random",
+    "round_robin",
+    "power_of_two",
+    "least_load",
+    "manual/random/3",
+    "manual/min_load/3",
+    "manual/min_load/64+session",
+    "consistent_hashing+session",
+]
 SKEWS = [1.0, 1.1, 1.25, 1.5, 2.0, 3.0]
 VIRTUAL_NODES = [1, 3, 20, 150]
-RANDOM_BRANCHES = {"random_fallback", "random"}
+# Branches whose worker may be a random draw: the model checks the library's is allowed, then uses it.
+RANDOM_BRANCHES = {"random_fallback", "random", "power_of_two", "manual_vacant", "manual_occupied_miss", "manual_no_routing_key"}
+SESSION_HEADERS = ["X-Session-Id", "X-SMG-Routing-Key"]
 
 
 class Mismatch(AssertionError):
@@ -71,8 +86,14 @@ class Differential:
 
     def __init__(self, worker_urls: Sequence[str], policy: str, skew: float, gap: int, virtual_nodes: int) -> None:
         kwargs: dict = {}
+        policy, _, session = policy.partition("+")
+        if session:
+            kwargs["routing_key_headers"] = SESSION_HEADERS
         if policy == "bounded_consistent_hashing":
-            kwargs = {"max_load_skew": skew, "min_load_gap": gap}
+            kwargs.update(max_load_skew=skew, min_load_gap=gap)
+        if policy.startswith("manual/"):
+            policy, mode, max_keys = policy.split("/")
+            kwargs.update(assignment_mode=mode, max_keys=int(max_keys))
         self.lib = Router(list(worker_urls), policy=policy, virtual_nodes=virtual_nodes, **kwargs)
         self.model = ReferenceRouter(list(worker_urls), policy=policy, virtual_nodes=virtual_nodes, **kwargs)
         self.held: List[Tuple[Lease, int]] = []
