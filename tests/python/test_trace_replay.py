@@ -335,3 +335,14 @@ def test_the_library_options_add_bounded_rows_that_build_routers_with_them():
     with spec.make_router(["http://a", "http://b"]) as router:
         assert (router.policy.spill_target, router.policy.key_memory) == ("least_loaded", 64)
     assert [r.key_memory for r in replay_policies([2], 1.5, [8], False)] == [0] * 5  # no option, no extra row
+
+
+def test_replay_runs_smg_policies(capsys: pytest.CaptureFixture[str]) -> None:
+    trace = load_trace(FIXTURE)
+    config = ReplayConfig(workers=3, load=0.9, cache_fraction=0.1)
+    for name in ("power_of_two", "least_load", "manual"):
+        result = replay(ReplayPolicy(name), trace, config)
+        assert result.requests == 35 and result.leaked_leases == 0 and set(result.final_loads.values()) == {0}
+        assert sum(result.branches.values()) == 35
+    assert main(["--trace", FIXTURE, "--workers", "3", "--smg-policies", "manual"]) == 0
+    assert any(line.startswith("manual") for line in capsys.readouterr().out.splitlines())

@@ -89,6 +89,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     pol.add_argument("--key-memory", type=int, default=0, metavar="N", help="see --spill-target (default 0: none)")
     pol.add_argument(
+        "--smg-policies",
+        type=lambda text: [name for name in text.split(",") if name],
+        default=[],
+        metavar="LIST",
+        help="also replay these of SMG's policies, e.g. power_of_two,least_load,manual (default: none)",
+    )
+    pol.add_argument(
         "--prototype",
         action="store_true",
         help="add a row for the prototype of token weights + key memory + least-loaded spill (Python-side, not a library policy)",
@@ -103,11 +110,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def replay_policies(
-    gaps: Sequence[int], skew: float, margins: Sequence[int], prototype: bool, spill_target: str = "clockwise", key_memory: int = 0
+    gaps: Sequence[int],
+    skew: float,
+    margins: Sequence[int],
+    prototype: bool,
+    spill_target: str = "clockwise",
+    key_memory: int = 0,
+    smg_policies: Sequence[str] = (),
 ) -> List[ReplayPolicy]:
-    """The rows of a replay: the baselines, strict and bounded hashing (also with the library's
-    options, when any is set), the oracles, the prototype."""
+    """The rows of a replay: the baselines, SMG's policies asked for, strict and bounded hashing
+    (also with the library's options, when any is set), the oracles, the prototype."""
     rows = [ReplayPolicy("random"), ReplayPolicy("round_robin"), ReplayPolicy("consistent_hashing")]
+    rows += [ReplayPolicy(name) for name in smg_policies]
     rows += [ReplayPolicy("bounded_consistent_hashing", gap, skew) for gap in gaps]
     if (spill_target, key_memory) != ("clockwise", 0):
         rows += [
@@ -145,7 +159,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             costs=costs,
             seed=args.seed,
         )
-        policies = replay_policies(args.gaps, args.skew, args.oracle_margin, args.prototype, args.spill_target, args.key_memory)
+        policies = replay_policies(args.gaps, args.skew, args.oracle_margin, args.prototype, args.spill_target, args.key_memory, args.smg_policies)
         for policy in policies:  # let the library judge the settings before anything runs
             spec = policy.library_spec()
             if spec is not None:

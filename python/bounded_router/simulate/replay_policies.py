@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ReplayPolicy", "DEFAULT_REPLAY_POLICIES", "Routing", "make_routing"]
 
-_LIBRARY = ("random", "round_robin", "consistent_hashing", "bounded_consistent_hashing")
+_LIBRARY = ("random", "round_robin", "consistent_hashing", "bounded_consistent_hashing", "power_of_two", "least_load", "manual")
 _PSEUDO = ("oracle", "prototype")
 
 
