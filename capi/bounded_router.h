@@ -79,14 +79,19 @@ const char *br_last_error(void);
 uint32_t br_abi_version(void);
 
 /* The library's constants as JSON: {"abi_version", "status": {name: code}, "branches": [name
- * by code], "decision": {...}, "limits": {...}, "defaults": {...}, "policies": [...]}. Like every
+ * by code], "decision": {...}, "limits": {...}, "defaults": {...}, "policies": [...],
+ * "assignment_modes": [...], ...}. Like every
  * *_json function it returns the length of the whole text and writes it to buf only when it fits
  * in capacity bytes (call again with a larger buffer otherwise), or a negative status. */
 int64_t br_constants_json(char *buf, size_t capacity);
 
 /* Builds a router from a JSON configuration, e.g. {"worker_urls": ["http://w0:8000"],
  * "virtual_nodes": 150, "policy": {"type": "bounded_consistent_hashing", "max_load_skew": 1.5,
- * "min_load_gap": 2}}, and stores its handle in *out_router. */
+ * "min_load_gap": 2}}, and stores its handle in *out_router. Other policies: "random",
+ * "round_robin", "consistent_hashing", "power_of_two", "least_load", "manual" (settings
+ * "assignment_mode", "max_keys"); SMG's "bucket", "prefix_hash", "passthrough" are refused as not
+ * implemented. "routing_key_headers": [...] names the headers of the routing key (docs/contract.md,
+ * "Inputs and precedence"). */
 int32_t br_router_new(const char *config_json, size_t config_len, uint64_t *out_router);
 /* Closes a router; its handle becomes invalid (closing twice is BR_ERR_INVALID_HANDLE). */
 int32_t br_router_free(uint64_t router);
@@ -102,8 +107,9 @@ int32_t br_set_healthy(uint64_t router, const char *url, size_t url_len, int32_t
  * chosen), out[1] the chosen worker's id in its low 32 bits and the preferred one's above. */
 int32_t br_route_key(uint64_t router, const char *key, size_t key_len, uint64_t *out);
 /* Routes from a header block (for each header: a little-endian uint32 name length, the name, a
- * uint32 value length, the value) and an explicit key that, when non-empty, overrides
- * X-SMG-Routing-Key. take_lease 0 only selects (out[0] is 0). Answers as br_route_key. */
+ * uint32 value length, the value) and an explicit key that, when non-empty, overrides the
+ * router's routing-key headers (X-SMG-Routing-Key unless configured). take_lease 0 only selects
+ * (out[0] is 0). Answers as br_route_key. */
 int32_t br_route(uint64_t router, const char *key, size_t key_len, const char *headers, size_t headers_len,
                  int32_t take_lease, uint64_t *out);
 /* Release the lease in io[2] (nothing when 0 or not active), then route like br_route_key /
