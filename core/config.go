@@ -216,7 +216,7 @@ func ParsePolicy(data []byte) (Policy, error) {
 	}
 	kind, ok := policyKindByName(raw.Type)
 	if !ok && smgOnly(raw.Type) {
-		return Policy{}, invalid("policy type %q is an SMG policy that bounded-router does not implement; use one of %s", raw.Type, policyRule)
+		return Policy{}, invalid("policy type %q exists in SMG but is not implemented by bounded-router: use one of %s", raw.Type, policyRule)
 	}
 	if !ok {
 		return Policy{}, invalid("policy type must be one of %s, got %q", policyRule, raw.Type)
@@ -292,7 +292,7 @@ func assignmentModeSetting(raw json.RawMessage) (AssignmentMode, error) {
 		}
 		for _, n := range smgOnlyAssignmentModes {
 			if n == name {
-				return 0, invalid("assignment_mode %q is an SMG mode that bounded-router does not implement; use one of %s", name, assignmentModeRule)
+				return 0, invalid("assignment_mode %q exists in SMG but is not implemented by bounded-router: use one of %s", name, assignmentModeRule)
 			}
 		}
 	}

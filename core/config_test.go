@@ -440,13 +440,13 @@ func TestParseRefusesSMGOnlyNamesSayingSo(t *testing.T) {
 	for _, name := range []string{"bucket", "prefix_hash", "passthrough"} {
 		_, err := ParsePolicy([]byte(`{"type": "` + name + `"}`))
 		require.ErrorIs(t, err, ErrInvalidConfig)
-		assert.Contains(t, err.Error(), `"`+name+`" is an SMG policy that bounded-router does not implement`)
+		assert.Contains(t, err.Error(), `policy type "`+name+`" exists in SMG but is not implemented by bounded-router`)
 	}
 	_, err := ParsePolicy([]byte(`{"type": "nonsense"}`))
 	assert.ErrorContains(t, err, "policy type must be one of random, round_robin, consistent_hashing, bounded_consistent_hashing, power_of_two, least_load, manual")
 	for _, mode := range []string{"min_group", "delegate"} {
 		_, err := ParsePolicy([]byte(`{"type": "manual", "assignment_mode": "` + mode + `"}`))
-		assert.ErrorContains(t, err, `assignment_mode "`+mode+`" is an SMG mode that bounded-router does not implement`)
+		assert.ErrorContains(t, err, `assignment_mode "`+mode+`" exists in SMG but is not implemented by bounded-router`)
 	}
 }
 

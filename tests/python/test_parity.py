@@ -52,7 +52,7 @@ def test_smg_only_policy_in_the_cli_error(capsys):
 def test_smg_only_policy_in_the_c_configuration():
     from bounded_router._native_router import NativeRouter
 
-    with pytest.raises(ValueError, match='"prefix_hash" is an SMG policy that bounded-router does not implement'):
+    with pytest.raises(ValueError, match='policy type "prefix_hash" exists in SMG but is not implemented by bounded-router'):
         NativeRouter(json.dumps({"worker_urls": [W[0]], "policy": {"type": "prefix_hash"}}).encode())
 
 
