@@ -245,9 +245,10 @@ class Router:
 
         Args:
             routing_key: the explicit routing key (``str``, UTF-8 encoded, or ``bytes``); empty
-                or None means no key. It overrides an ``X-SMG-Routing-Key`` header.
+                or None means no key. It overrides the routing-key headers.
             headers: the request's HTTP headers (any mapping, or an iterable of ``(name,
-                value)`` pairs); ``X-SMG-Target-Worker``, ``X-SMG-Routing-Key``,
+                value)`` pairs); ``X-SMG-Target-Worker``, the routing-key headers
+                (``X-SMG-Routing-Key`` unless ``routing_key_headers`` says otherwise),
                 ``Authorization``, ``X-Forwarded-For`` and ``Cookie`` are used as
                 docs/contract.md, "Inputs and precedence", says.
 
