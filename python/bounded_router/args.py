@@ -110,7 +110,8 @@ class RouterArgs:
             parser.add_argument(
                 "--port", type=port_number, default=RouterArgs.port, help="port to listen on; 0 picks a free one (default: %(default)s)"
             )
-        parser.add_argument("--worker-urls", type=str, nargs="*", default=[], help="URLs of the backend workers")
+        # The list flags accumulate over repeated occurrences (action="extend"), as SMG's do.
+        parser.add_argument("--worker-urls", type=str, nargs="*", action="extend", default=[], help="URLs of the backend workers")
 
         def add(name: str, **kwargs: Any) -> None:
             parser.add_argument("--" + prefix + name, **kwargs)
@@ -178,6 +179,7 @@ class RouterArgs:
             "routing-key-headers",
             type=str,
             nargs="*",
+            action="extend",
             help="names of the headers that carry the routing key, in order: the first present with a "
             "valid value wins (default: %s)" % " ".join(DEFAULT_ROUTING_KEY_HEADERS),
         )

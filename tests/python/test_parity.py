@@ -166,3 +166,8 @@ def test_routing_key_headers_flag():
     with Router.from_args(args) as router:
         assert router.routing_key_headers == ["X-A", "X-B"]
     assert RouterArgs.from_cli_args(parser.parse_args([])).routing_key_headers == ["X-SMG-Routing-Key"]
+    # Repeated list flags accumulate, as SMG's.
+    repeated = parser.parse_args(["--worker-urls", W[0], "--worker-urls", W[1], "--routing-key-headers", "X-A", "--routing-key-headers", "X-B"])
+    args = RouterArgs.from_cli_args(repeated)
+    assert (args.worker_urls, args.routing_key_headers) == ([W[0], W[1]], ["X-A", "X-B"])
+    assert RouterArgs.from_cli_args(parser.parse_args([])).worker_urls == []  # the default list is not shared
