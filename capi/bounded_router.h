@@ -41,20 +41,26 @@
 #define BR_BRANCH_RANDOM 9
 #define BR_BRANCH_ROUND_ROBIN 10
 #define BR_BRANCH_EXPLICIT_ROUTING_KEY_REMEMBERED 11
-#define BR_BRANCH_COUNT 12
+#define BR_BRANCH_POWER_OF_TWO 12
+#define BR_BRANCH_LEAST_LOAD 13
+#define BR_BRANCH_MANUAL_OCCUPIED_HIT 14
+#define BR_BRANCH_MANUAL_OCCUPIED_MISS 15
+#define BR_BRANCH_MANUAL_VACANT 16
+#define BR_BRANCH_MANUAL_NO_ROUTING_KEY 17
+#define BR_BRANCH_COUNT 18
 
 /* Packed decisions (answers of br_release_then_route_key, br_release_then_route and
  * br_route_keys): the branch code in the low BR_DECISION_BRANCH_BITS bits, the chosen worker's
  * id from bit BR_DECISION_WORKER_SHIFT and the preferred worker's id from bit
  * BR_DECISION_PREFERRED_SHIFT, each below BR_DECISION_ID_LIMIT. Both ids are 0 when no worker was
- * chosen, so such a decision is below 16. Ids that do not fit (a router 2^28 workers have
+ * chosen, so such a decision is below 64. Ids that do not fit (a router 2^28 workers have
  * joined) are left out and BR_DECISION_IDS_DONT_FIT is set; the call's other output has them. */
-#define BR_DECISION_BRANCH_BITS 4
-#define BR_DECISION_WORKER_SHIFT 4
-#define BR_DECISION_PREFERRED_SHIFT 32
+#define BR_DECISION_BRANCH_BITS 6
+#define BR_DECISION_WORKER_SHIFT 6
+#define BR_DECISION_PREFERRED_SHIFT 34
 #define BR_DECISION_ID_LIMIT (1 << 28)
-#define BR_DECISION_IDS_DONT_FIT ((int64_t)1 << 60)
-#define BR_DECISION_BRANCH(d) ((int32_t)((d) & 0xF))
+#define BR_DECISION_IDS_DONT_FIT ((int64_t)1 << 62)
+#define BR_DECISION_BRANCH(d) ((int32_t)((d) & 0x3F))
 #define BR_DECISION_WORKER_ID(d) ((uint32_t)(((d) >> BR_DECISION_WORKER_SHIFT) & 0xFFFFFFF))
 #define BR_DECISION_PREFERRED_ID(d) ((uint32_t)(((d) >> BR_DECISION_PREFERRED_SHIFT) & 0xFFFFFFF))
 
@@ -88,16 +94,20 @@ const char *br_last_error(void);
 uint32_t br_abi_version(void);
 
 /* The library's constants as JSON: {"abi_version", "status": {name: code}, "branches": [name
- * by code], "decision": {...}, "limits": {...}, "defaults": {...}, "policies": [...]}; "limits"
- * holds BR_MAX_ARG_LEN, BR_MAX_LEASE_WEIGHT and BR_MAX_PREFIX_BLOCKS among others. Like every
+ * by code], "decision": {...}, "limits": {...}, "defaults": {...}, "policies": [...],
+ * "assignment_modes": [...], ...}; "limits" holds BR_MAX_ARG_LEN, BR_MAX_LEASE_WEIGHT and
+ * BR_MAX_PREFIX_BLOCKS among others. Like every
  * *_json function it returns the length of the whole text and writes it to buf only when it fits
  * in capacity bytes (call again with a larger buffer otherwise), or a negative status. */
 int64_t br_constants_json(char *buf, size_t capacity);
 
 /* Builds a router from a JSON configuration, e.g. {"worker_urls": ["http://w0:8000"],
  * "virtual_nodes": 150, "policy": {"type": "bounded_consistent_hashing", "max_load_skew": 1.5,
- * "min_load_gap": 2}} or {"policy": {"type": "random", "seed": 7}}, and stores its handle in
- * *out_router. */
+ * "min_load_gap": 2}}, and stores its handle in *out_router. Other policies: "random" (setting
+ * "seed"), "round_robin", "consistent_hashing", "power_of_two", "least_load", "manual" (settings
+ * "assignment_mode", "max_keys"); SMG's "bucket", "prefix_hash", "passthrough" are refused as not
+ * implemented. "routing_key_headers": [...] names the headers of the routing key (docs/contract.md,
+ * "Inputs and precedence"). */
 int32_t br_router_new(const char *config_json, size_t config_len, uint64_t *out_router);
 /* Closes a router; its handle becomes invalid (closing twice is BR_ERR_INVALID_HANDLE). */
 int32_t br_router_free(uint64_t router);
@@ -113,8 +123,9 @@ int32_t br_set_healthy(uint64_t router, const char *url, size_t url_len, int32_t
  * chosen), out[1] the chosen worker's id in its low 32 bits and the preferred one's above. */
 int32_t br_route_key(uint64_t router, const char *key, size_t key_len, uint64_t *out);
 /* Routes from a header block (for each header: a little-endian uint32 name length, the name, a
- * uint32 value length, the value) and an explicit key that, when non-empty, overrides
- * X-SMG-Routing-Key. take_lease 0 only selects (out[0] is 0). Answers as br_route_key. */
+ * uint32 value length, the value) and an explicit key that, when non-empty, overrides the
+ * router's routing-key headers (X-SMG-Routing-Key unless configured). take_lease 0 only selects
+ * (out[0] is 0). Answers as br_route_key. */
 int32_t br_route(uint64_t router, const char *key, size_t key_len, const char *headers, size_t headers_len,
                  int32_t take_lease, uint64_t *out);
 /* Release the lease in io[2] (nothing when 0 or not active), then route like br_route_key /

@@ -25,7 +25,7 @@ const (
 	decisionWorkerShift    = C.BR_DECISION_WORKER_SHIFT
 	decisionPreferredShift = C.BR_DECISION_PREFERRED_SHIFT
 	packedIDLimit          = C.BR_DECISION_ID_LIMIT
-	packedIDsDontFit       = 1 << 60 // BR_DECISION_IDS_DONT_FIT, a cast cgo cannot evaluate
+	packedIDsDontFit       = 1 << 62 // BR_DECISION_IDS_DONT_FIT, a cast cgo cannot evaluate
 
 	maxArgLen = C.BR_MAX_ARG_LEN
 )
@@ -47,6 +47,12 @@ var (
 	_ = same{}[C.BR_BRANCH_RANDOM-core.BranchRandom]
 	_ = same{}[C.BR_BRANCH_ROUND_ROBIN-core.BranchRoundRobin]
 	_ = same{}[C.BR_BRANCH_EXPLICIT_ROUTING_KEY_REMEMBERED-core.BranchExplicitRoutingKeyRemembered]
+	_ = same{}[C.BR_BRANCH_POWER_OF_TWO-core.BranchPowerOfTwo]
+	_ = same{}[C.BR_BRANCH_LEAST_LOAD-core.BranchLeastLoad]
+	_ = same{}[C.BR_BRANCH_MANUAL_OCCUPIED_HIT-core.BranchManualOccupiedHit]
+	_ = same{}[C.BR_BRANCH_MANUAL_OCCUPIED_MISS-core.BranchManualOccupiedMiss]
+	_ = same{}[C.BR_BRANCH_MANUAL_VACANT-core.BranchManualVacant]
+	_ = same{}[C.BR_BRANCH_MANUAL_NO_ROUTING_KEY-core.BranchManualNoRoutingKey]
 	_ = same{}[C.BR_BRANCH_COUNT-core.NumBranches]
 	_ = same{}[C.BR_MAX_LEASE_WEIGHT-core.MaxLeaseWeight]
 	_ = same{}[C.BR_MAX_PREFIX_BLOCKS-core.MaxPrefixBlocks]
@@ -62,10 +68,6 @@ func constants() map[string]any {
 	branches := make([]string, core.NumBranches)
 	for b := range branches {
 		branches[b] = core.Branch(b).String()
-	}
-	policies := make([]string, 0, 4)
-	for k := core.PolicyRandom; k <= core.PolicyBoundedConsistentHashing; k++ {
-		policies = append(policies, k.String())
 	}
 	defaults := core.DefaultConfig()
 	return map[string]any{
@@ -84,16 +86,19 @@ func constants() map[string]any {
 			"max_min_load_gap": core.MaxMinLoadGap, "max_arg_len": maxArgLen,
 			"max_key_memory": core.MaxKeyMemory, "max_lease_weight": core.MaxLeaseWeight,
 			"max_prefix_blocks": core.MaxPrefixBlocks,
+			"max_keys":          core.MaxManualKeys, "max_routing_key_headers": core.MaxRoutingKeyHeaders,
 		},
 		"defaults": map[string]any{
 			"policy": defaults.Policy.Kind.String(), "max_load_skew": defaults.Policy.MaxLoadSkew,
 			"min_load_gap": defaults.Policy.MinLoadGap, "virtual_nodes": defaults.VirtualNodes,
 			"hash_ring": defaults.Policy.HashRing.String(), "spill_target": defaults.Policy.SpillTarget.String(),
-			"key_memory": defaults.Policy.KeyMemory,
+			"key_memory": defaults.Policy.KeyMemory, "assignment_mode": core.AssignRandom.String(),
+			"max_keys": core.DefaultMaxKeys, "routing_key_headers": core.DefaultRoutingKeyHeaders(),
 		},
-		"spill_targets": core.SpillTargetNames(),
-		"policies":      policies,
-		"hash_rings":    core.HashRingNames(),
-		"headers":       core.RoutingHeaders(),
+		"assignment_modes": core.AssignmentModeNames(),
+		"spill_targets":    core.SpillTargetNames(),
+		"policies":         core.PolicyNames(),
+		"hash_rings":       core.HashRingNames(),
+		"headers":          core.RoutingHeaders(),
 	}
 }

@@ -20,7 +20,7 @@ import (
 //export br_route_request
 func br_route_request(router C.uint64_t, request *C.br_request, takeLease C.int32_t, out *C.uint64_t) (status C.int32_t) {
 	defer guard(&status)
-	d, o, err := routeRequest(router, out, "out", 0, takeLease != 0, func() (core.Request, error) { return requestArg(request) })
+	d, o, err := routeRequest(router, out, "out", 0, takeLease != 0, func(r *core.Router) (core.Request, error) { return requestArg(r, request) })
 	if err != nil {
 		return fail(err)
 	}
@@ -49,7 +49,7 @@ func br_route_requests(router C.uint64_t, requests *C.br_request, n C.uint32_t, 
 	}
 	batch := unsafe.Slice(requests, n)
 	err = r.RouteRequests(int(n), func(i int, req *core.Request) (err error) {
-		*req, err = requestArg(&batch[i])
+		*req, err = requestArg(r, &batch[i])
 		return err
 	}, decidedInto(o, int(n)))
 	if err != nil {
@@ -60,11 +60,11 @@ func br_route_requests(router C.uint64_t, requests *C.br_request, n C.uint32_t, 
 
 // requestArg reads a br_request. Its prefix blocks are viewed, not copied: the router reads them
 // during the call only.
-func requestArg(p *C.br_request) (core.Request, error) {
+func requestArg(r *core.Router, p *C.br_request) (core.Request, error) {
 	if p == nil {
 		return core.Request{}, invalidArgument("request must not be NULL")
 	}
-	req, err := requestFrom(p.key, p.key_len, p.headers, p.headers_len)
+	req, err := requestFrom(r, p.key, p.key_len, p.headers, p.headers_len)
 	if err != nil {
 		return core.Request{}, err
 	}

@@ -133,7 +133,7 @@ func TestRouteRequestRefusesBadInputsNamingTheField(t *testing.T) {
 	} {
 		assert.EqualValues(t, statusInvalidArgument, call(br_route_request, h, unsafe.Pointer(&c.req), 1, unsafe.Pointer(&out[0])), c.want)
 		fn := reflect.ValueOf(requestArg)
-		res := fn.Call([]reflect.Value{reflect.NewAt(fn.Type().In(0).Elem(), unsafe.Pointer(&c.req))})
+		res := fn.Call([]reflect.Value{reflect.ValueOf(r), reflect.NewAt(fn.Type().In(1).Elem(), unsafe.Pointer(&c.req))})
 		err, _ := res[1].Interface().(error)
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), c.want)

@@ -86,14 +86,14 @@ func routeKey(router C.uint64_t, key *C.char, keyLen C.size_t, out *C.uint64_t, 
 // routeHeaders releases previous and routes (or only selects) a request from an explicit key
 // and a header block.
 func routeHeaders(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t, takeLease bool, out *C.uint64_t, outName string, previous core.LeaseID) (core.Decision, []C.uint64_t, error) {
-	return routeRequest(router, out, outName, previous, takeLease, func() (core.Request, error) {
-		return requestFrom(key, keyLen, headers, headersLen)
+	return routeRequest(router, out, outName, previous, takeLease, func(r *core.Router) (core.Request, error) {
+		return requestFrom(r, key, keyLen, headers, headersLen)
 	})
 }
 
 // routeRequest releases previous and routes (or only selects) the request read builds from the
 // export's arguments; previous is released even when they are rejected.
-func routeRequest(router C.uint64_t, out *C.uint64_t, outName string, previous core.LeaseID, takeLease bool, read func() (core.Request, error)) (core.Decision, []C.uint64_t, error) {
+func routeRequest(router C.uint64_t, out *C.uint64_t, outName string, previous core.LeaseID, takeLease bool, read func(*core.Router) (core.Request, error)) (core.Decision, []C.uint64_t, error) {
 	r, err := lookupRouter(uint64(router))
 	if err != nil {
 		return core.Decision{}, nil, err
@@ -101,7 +101,7 @@ func routeRequest(router C.uint64_t, out *C.uint64_t, outName string, previous c
 	o, err := outArg(out, 2, outName)
 	var req core.Request
 	if err == nil {
-		req, err = read()
+		req, err = read(r)
 	}
 	if err != nil {
 		r.Release(previous, false)
@@ -113,8 +113,9 @@ func routeRequest(router C.uint64_t, out *C.uint64_t, outName string, previous c
 	return r.Select(&req), o, nil
 }
 
-// requestFrom reads the routing inputs of an explicit key and a header block argument.
-func requestFrom(key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t) (core.Request, error) {
+// requestFrom reads the routing inputs of an explicit key and a header block argument, with the
+// router's routing-key header names.
+func requestFrom(r *core.Router, key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t) (core.Request, error) {
 	k, err := bytesArg(key, keyLen, "key")
 	if err != nil {
 		return core.Request{}, err
@@ -126,7 +127,7 @@ func requestFrom(key *C.char, keyLen C.size_t, headers *C.char, headersLen C.siz
 	if err != nil {
 		return core.Request{}, err
 	}
-	return core.RequestFrom(k, headerPairs(block)), nil
+	return r.RequestFrom(k, headerPairs(block)), nil
 }
 
 // writeDecision answers as br_route_key does: the branch code, out[0] the lease, out[1] the ids.

@@ -643,6 +643,12 @@ func TestBranchNames(t *testing.T) {
 		BranchRandom:                                "random",
 		BranchRoundRobin:                            "round_robin",
 		BranchExplicitRoutingKeyRemembered:          "explicit_routing_key_remembered",
+		BranchPowerOfTwo:                            "power_of_two",
+		BranchLeastLoad:                             "least_load",
+		BranchManualOccupiedHit:                     "manual_occupied_hit",
+		BranchManualOccupiedMiss:                    "manual_occupied_miss",
+		BranchManualVacant:                          "manual_vacant",
+		BranchManualNoRoutingKey:                    "manual_no_routing_key",
 	}
 	require.Len(t, want, int(NumBranches))
 	for b, s := range want {

@@ -17,6 +17,12 @@ const (
 	BranchRandom
 	BranchRoundRobin
 	BranchExplicitRoutingKeyRemembered
+	BranchPowerOfTwo
+	BranchLeastLoad
+	BranchManualOccupiedHit
+	BranchManualOccupiedMiss
+	BranchManualVacant
+	BranchManualNoRoutingKey
 	// NumBranches is the number of branches; branch codes are 0..NumBranches-1.
 	NumBranches
 )
@@ -34,6 +40,12 @@ var branchNames = [NumBranches]string{
 	BranchRandom:                                "random",
 	BranchRoundRobin:                            "round_robin",
 	BranchExplicitRoutingKeyRemembered:          "explicit_routing_key_remembered",
+	BranchPowerOfTwo:                            "power_of_two",
+	BranchLeastLoad:                             "least_load",
+	BranchManualOccupiedHit:                     "manual_occupied_hit",
+	BranchManualOccupiedMiss:                    "manual_occupied_miss",
+	BranchManualVacant:                          "manual_vacant",
+	BranchManualNoRoutingKey:                    "manual_no_routing_key",
 }
 
 func (b Branch) String() string {

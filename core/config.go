@@ -28,9 +28,12 @@ const (
 )
 
 var (
-	virtualNodesRule = fmt.Sprintf("from 1 to %d", MaxVirtualNodes)
-	spillTargetRule  = strings.Join(spillTargetNames[:], ", ")
-	keyMemoryRule    = fmt.Sprintf("from 0 to %d", MaxKeyMemory)
+	virtualNodesRule   = fmt.Sprintf("from 1 to %d", MaxVirtualNodes)
+	spillTargetRule    = strings.Join(spillTargetNames[:], ", ")
+	keyMemoryRule      = fmt.Sprintf("from 0 to %d", MaxKeyMemory)
+	maxKeysRule        = fmt.Sprintf("from 1 to %d", MaxManualKeys)
+	assignmentModeRule = strings.Join(assignmentModeNames[:], ", ")
+	policyRule         = strings.Join(policyNames[:], ", ")
 )
 
 // checkRingSize refuses a membership of workers whose ring would exceed MaxRingEntries.
@@ -42,11 +45,15 @@ func checkRingSize(workers, virtualNodes int) error {
 	return nil
 }
 
-// Config describes a router: its workers, its policy and the ring's virtual nodes per worker.
+// Config describes a router: its workers, its policy, the ring's virtual nodes per worker and
+// the names of the headers that carry the explicit routing key.
 type Config struct {
 	WorkerURLs   []string
 	Policy       Policy
 	VirtualNodes int
+	// RoutingKeyHeaders are the header names consulted for the explicit routing key, in order
+	// (see CheckRoutingKeyHeaders); nil is DefaultRoutingKeyHeaders.
+	RoutingKeyHeaders []string
 }
 
 // DefaultConfig is a bounded_consistent_hashing router with the default settings.
@@ -66,6 +73,11 @@ func (c *Config) Validate() error {
 	if err := c.Policy.Validate(); err != nil {
 		return err
 	}
+	if c.RoutingKeyHeaders != nil {
+		if err := CheckRoutingKeyHeaders(c.RoutingKeyHeaders); err != nil {
+			return err
+		}
+	}
 	if err := checkRingSize(len(c.WorkerURLs), c.VirtualNodes); err != nil {
 		return err
 	}
@@ -74,7 +86,7 @@ func (c *Config) Validate() error {
 
 // Validate checks the policy's settings.
 func (p *Policy) Validate() error {
-	if p.Kind > PolicyBoundedConsistentHashing {
+	if p.Kind > PolicyManual {
 		return invalid("unknown policy kind %d", p.Kind)
 	}
 	if int(p.HashRing) >= len(hashRingNames) {
@@ -85,6 +97,12 @@ func (p *Policy) Validate() error {
 	}
 	if p.HasSeed && p.Kind != PolicyRandom {
 		return invalid("seed applies only to random, not %s", p.Kind)
+	}
+	if p.Kind == PolicyManual {
+		return p.validateManual()
+	}
+	if p.AssignmentMode != AssignRandom || p.MaxKeys != 0 {
+		return invalid("assignment_mode and max_keys apply only to manual, not %s", p.Kind)
 	}
 	if p.Kind != PolicyBoundedConsistentHashing {
 		return nil
@@ -100,6 +118,16 @@ func (p *Policy) Validate() error {
 	}
 	if p.KeyMemory < 0 || p.KeyMemory > MaxKeyMemory {
 		return invalid("key_memory must be an integer %s, got %d", keyMemoryRule, p.KeyMemory)
+	}
+	return nil
+}
+
+func (p *Policy) validateManual() error {
+	if int(p.AssignmentMode) >= len(assignmentModeNames) {
+		return invalid("assignment_mode must be one of %s, got %d", assignmentModeRule, p.AssignmentMode)
+	}
+	if p.MaxKeys < 1 || p.MaxKeys > MaxManualKeys {
+		return invalid("max_keys must be an integer %s, got %d", maxKeysRule, p.MaxKeys)
 	}
 	return nil
 }
@@ -141,19 +169,24 @@ type policyJSON struct {
 	SpillTarget json.RawMessage `json:"spill_target,omitempty"`
 	KeyMemory   json.RawMessage `json:"key_memory,omitempty"`
 	Seed        json.RawMessage `json:"seed,omitempty"`
+	// AssignmentMode and MaxKeys are manual's.
+	AssignmentMode json.RawMessage `json:"assignment_mode,omitempty"`
+	MaxKeys        json.RawMessage `json:"max_keys,omitempty"`
 }
 
 type configJSON struct {
-	WorkerURLs   []string        `json:"worker_urls"`
-	Policy       json.RawMessage `json:"policy"`
-	VirtualNodes json.RawMessage `json:"virtual_nodes,omitempty"`
+	WorkerURLs        []string        `json:"worker_urls"`
+	Policy            json.RawMessage `json:"policy"`
+	VirtualNodes      json.RawMessage `json:"virtual_nodes,omitempty"`
+	RoutingKeyHeaders json.RawMessage `json:"routing_key_headers,omitempty"`
 }
 
 // ParseConfig reads a configuration such as
 //
 //	{"worker_urls": ["http://w0:8000"], "virtual_nodes": 150,
 //	 "policy": {"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2,
-//	            "hash_ring": "xxh64", "spill_target": "clockwise", "key_memory": 0}}
+//	            "hash_ring": "xxh64", "spill_target": "clockwise", "key_memory": 0},
+//	 "routing_key_headers": ["X-SMG-Routing-Key"]}
 //
 // Omitted settings take their defaults; unknown fields and wrongly typed values are errors.
 func ParseConfig(data []byte) (Config, error) {
@@ -167,6 +200,9 @@ func ParseConfig(data []byte) (Config, error) {
 		return Config{}, err
 	}
 	if cfg.Policy, err = ParsePolicy(raw.Policy); err != nil {
+		return Config{}, err
+	}
+	if cfg.RoutingKeyHeaders, err = routingKeyHeadersSetting(raw.RoutingKeyHeaders); err != nil {
 		return Config{}, err
 	}
 	return cfg, cfg.Validate()
@@ -183,8 +219,14 @@ func ParsePolicy(data []byte) (Policy, error) {
 		return Policy{}, invalid("policy: %v", err)
 	}
 	kind, ok := policyKindByName(raw.Type)
+	if !ok && smgOnly(raw.Type) {
+		return Policy{}, invalid("policy type %q exists in SMG but is not implemented by bounded-router: use one of %s", raw.Type, policyRule)
+	}
 	if !ok {
-		return Policy{}, invalid("policy type must be one of random, round_robin, consistent_hashing, bounded_consistent_hashing, got %q", raw.Type)
+		return Policy{}, invalid("policy type must be one of %s, got %q", policyRule, raw.Type)
+	}
+	if kind != PolicyManual && (raw.AssignmentMode != nil || raw.MaxKeys != nil) {
+		return Policy{}, invalid("assignment_mode and max_keys apply only to manual, not %s", kind)
 	}
 	if raw.HashRing != nil && !kind.hashes() {
 		return Policy{}, invalid("hash_ring applies only to consistent_hashing and bounded_consistent_hashing, not %s", kind)
@@ -205,6 +247,9 @@ func ParsePolicy(data []byte) (Policy, error) {
 		}
 		if raw.SpillTarget != nil || raw.KeyMemory != nil {
 			return Policy{}, invalid("spill_target and key_memory apply only to bounded_consistent_hashing, not %s", kind)
+		}
+		if kind == PolicyManual {
+			return manualSettings(&raw)
 		}
 		return Policy{Kind: kind, HashRing: hash}, nil
 	}
@@ -227,6 +272,57 @@ func ParsePolicy(data []byte) (Policy, error) {
 		return Policy{}, err
 	}
 	return policy, policy.Validate()
+}
+
+// manualSettings decodes manual's settings; absent ones take their defaults.
+func manualSettings(raw *policyJSON) (Policy, error) {
+	policy := Policy{Kind: PolicyManual}
+	var err error
+	if policy.AssignmentMode, err = assignmentModeSetting(raw.AssignmentMode); err != nil {
+		return Policy{}, err
+	}
+	if policy.MaxKeys, err = intSetting("max_keys", maxKeysRule, raw.MaxKeys, DefaultMaxKeys); err != nil {
+		return Policy{}, err
+	}
+	return policy, policy.Validate()
+}
+
+// assignmentModeSetting decodes assignment_mode, one of the names of AssignmentMode; SMG's other
+// modes are refused with an error that says so.
+func assignmentModeSetting(raw json.RawMessage) (AssignmentMode, error) {
+	if raw == nil {
+		return AssignRandom, nil
+	}
+	var name string
+	if json.Unmarshal(raw, &name) == nil {
+		for m, n := range assignmentModeNames {
+			if n == name {
+				return AssignmentMode(m), nil
+			}
+		}
+		for _, n := range smgOnlyAssignmentModes {
+			if n == name {
+				return 0, invalid("assignment_mode %q exists in SMG but is not implemented by bounded-router: use one of %s", name, assignmentModeRule)
+			}
+		}
+	}
+	return 0, invalid("assignment_mode must be one of %s, got %s", assignmentModeRule, raw)
+}
+
+// routingKeyHeadersSetting decodes routing_key_headers, a JSON array of header names; absent
+// is nil (the default names). CheckRoutingKeyHeaders checks the names.
+func routingKeyHeadersSetting(raw json.RawMessage) ([]string, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	var names []string
+	if isNull(raw) || json.Unmarshal(raw, &names) != nil {
+		return nil, invalid("routing_key_headers must be a JSON array of header names, got %s", raw)
+	}
+	if names == nil {
+		names = []string{}
+	}
+	return names, CheckRoutingKeyHeaders(names)
 }
 
 // hashRingSetting decodes hash_ring: absent is the default ring, else one of hashRingNames.
@@ -350,6 +446,9 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 			out["key_memory"] = p.KeyMemory
 		}
 	}
+	if p.Kind == PolicyManual {
+		out["assignment_mode"], out["max_keys"] = p.AssignmentMode.String(), p.MaxKeys
+	}
 	return json.Marshal(out)
 }
 
@@ -359,12 +458,17 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	if urls == nil {
 		urls = []string{}
 	}
-	return json.Marshal(map[string]any{"worker_urls": urls, "policy": c.Policy, "virtual_nodes": c.VirtualNodes})
+	out := map[string]any{"worker_urls": urls, "policy": c.Policy, "virtual_nodes": c.VirtualNodes}
+	// Only names that were set appear, so a default config is written as before.
+	if c.RoutingKeyHeaders != nil {
+		out["routing_key_headers"] = c.RoutingKeyHeaders
+	}
+	return json.Marshal(out)
 }
 
 // fieldNames are the object keys of every JSON form the core reads, spelled exactly.
 var fieldNames = map[string]bool{"worker_urls": true, "policy": true, "virtual_nodes": true, "type": true, "max_load_skew": true, "min_load_gap": true,
-	"spill_target": true, "key_memory": true, "seed": true}
+	"spill_target": true, "key_memory": true, "seed": true, "assignment_mode": true, "max_keys": true, "routing_key_headers": true}
 
 // checkFieldNames refuses object keys that differ from a field name only in case, which
 // encoding/json would take for that field (keys it does not know at all it reports itself).

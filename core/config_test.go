@@ -242,7 +242,7 @@ func TestValidateDirectly(t *testing.T) {
 	}
 
 	cfg = valid
-	cfg.Policy.Kind = PolicyKind(4)
+	cfg.Policy.Kind = PolicyManual + 1
 	err = cfg.Validate()
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "policy")
@@ -413,4 +413,57 @@ func TestParseKeyMemory(t *testing.T) {
 
 	p.KeyMemory = -1
 	assert.ErrorContains(t, p.Validate(), "key_memory must be an integer from 0 to 4194304, got -1")
+}
+
+func TestParseNewPolicies(t *testing.T) {
+	for _, c := range []struct {
+		json string
+		want Policy
+	}{
+		{`{"type": "power_of_two"}`, Policy{Kind: PolicyPowerOfTwo}},
+		{`{"type": "least_load"}`, Policy{Kind: PolicyLeastLoad}},
+		{`{"type": "manual"}`, Policy{Kind: PolicyManual, AssignmentMode: AssignRandom, MaxKeys: DefaultMaxKeys}},
+		{`{"type": "manual", "assignment_mode": "min_load", "max_keys": 7}`, Policy{Kind: PolicyManual, AssignmentMode: AssignMinLoad, MaxKeys: 7}},
+	} {
+		p, err := ParsePolicy([]byte(c.json))
+		require.NoError(t, err, c.json)
+		assert.Equal(t, c.want, p, c.json)
+		out, err := p.MarshalJSON()
+		require.NoError(t, err)
+		again, err := ParsePolicy(out)
+		require.NoError(t, err)
+		assert.Equal(t, p, again, string(out))
+	}
+}
+
+func TestParseRefusesSMGOnlyNamesSayingSo(t *testing.T) {
+	for _, name := range []string{"bucket", "prefix_hash", "passthrough"} {
+		_, err := ParsePolicy([]byte(`{"type": "` + name + `"}`))
+		require.ErrorIs(t, err, ErrInvalidConfig)
+		assert.Contains(t, err.Error(), `policy type "`+name+`" exists in SMG but is not implemented by bounded-router`)
+	}
+	_, err := ParsePolicy([]byte(`{"type": "nonsense"}`))
+	assert.ErrorContains(t, err, "policy type must be one of random, round_robin, consistent_hashing, bounded_consistent_hashing, power_of_two, least_load, manual")
+	for _, mode := range []string{"min_group", "delegate"} {
+		_, err := ParsePolicy([]byte(`{"type": "manual", "assignment_mode": "` + mode + `"}`))
+		assert.ErrorContains(t, err, `assignment_mode "`+mode+`" exists in SMG but is not implemented by bounded-router`)
+	}
+}
+
+func TestParseManualSettingsErrors(t *testing.T) {
+	cases := map[string]string{
+		`{"type": "manual", "assignment_mode": "fastest"}`:      "assignment_mode must be one of random, min_load",
+		`{"type": "manual", "assignment_mode": 1}`:              "assignment_mode must be one of",
+		`{"type": "manual", "max_keys": 0}`:                     "max_keys must be an integer from 1 to",
+		`{"type": "manual", "max_keys": 1.5}`:                   "max_keys must be an integer",
+		`{"type": "least_load", "max_keys": 4}`:                 "apply only to manual, not least_load",
+		`{"type": "power_of_two", "assignment_mode": "random"}`: "apply only to manual, not power_of_two",
+		`{"type": "manual", "hash_ring": "smg"}`:                "hash_ring applies only to",
+		`{"type": "manual", "key_memory": 3}`:                   "apply only to bounded_consistent_hashing, not manual",
+	}
+	for in, want := range cases {
+		_, err := ParsePolicy([]byte(in))
+		require.ErrorIs(t, err, ErrInvalidConfig, in)
+		assert.Contains(t, err.Error(), want, in)
+	}
 }

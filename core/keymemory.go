@@ -48,11 +48,13 @@ func newKeyMemory(capacity int) *keyMemory {
 
 // remembers reports whether a decision of this branch is remembered: every decision of an
 // explicit key under bounded_consistent_hashing, including those that stay on the ring's worker
-// (the ring's worker may change later, and the key should stay where its prefix is).
+// (the ring's worker may change later, and the key should stay where its prefix is), and every
+// keyed decision of manual (a hit refreshes the key's recency).
 func remembers(b Branch) bool {
 	switch b {
 	case BranchExplicitRoutingKeyHit, BranchExplicitRoutingKeySpillover,
-		BranchExplicitRoutingKeyNoEligibleCandidate, BranchExplicitRoutingKeyRemembered:
+		BranchExplicitRoutingKeyNoEligibleCandidate, BranchExplicitRoutingKeyRemembered,
+		BranchManualOccupiedHit, BranchManualOccupiedMiss, BranchManualVacant:
 		return true
 	}
 	return false
@@ -74,6 +76,9 @@ func (m *keyMemory) recall(position uint64) int {
 	}
 	return entry.worker.index
 }
+
+// holds reports whether the key has an entry, even one whose worker has had an outage since.
+func (m *keyMemory) holds(position uint64) bool { return m.slots[m.find(position)] != 0 }
 
 // remember records w as the key's last worker and makes the key the most recently routed.
 func (m *keyMemory) remember(position uint64, w *worker) {

@@ -8,6 +8,9 @@ const (
 	PolicyRoundRobin
 	PolicyConsistentHashing
 	PolicyBoundedConsistentHashing
+	PolicyPowerOfTwo
+	PolicyLeastLoad
+	PolicyManual
 )
 
 var policyNames = [...]string{
@@ -15,7 +18,27 @@ var policyNames = [...]string{
 	PolicyRoundRobin:               "round_robin",
 	PolicyConsistentHashing:        "consistent_hashing",
 	PolicyBoundedConsistentHashing: "bounded_consistent_hashing",
+	PolicyPowerOfTwo:               "power_of_two",
+	PolicyLeastLoad:                "least_load",
+	PolicyManual:                   "manual",
 }
+
+// smgOnlyPolicies are SMG's policies this package does not implement: naming one is refused
+// with an error that says so, not as an unknown policy.
+var smgOnlyPolicies = [...]string{"bucket", "prefix_hash", "passthrough"}
+
+// smgOnly reports whether name is a policy SMG has and this package does not implement.
+func smgOnly(name string) bool {
+	for _, n := range smgOnlyPolicies {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// PolicyNames are the names of the policies, in the order of their kinds.
+func PolicyNames() []string { return policyNames[:] }
 
 func (k PolicyKind) String() string {
 	if int(k) < len(policyNames) {
@@ -30,7 +53,8 @@ func (k PolicyKind) hashes() bool {
 }
 
 // Policy is a policy kind with its settings. MaxLoadSkew, MinLoadGap, SpillTarget and
-// KeyMemory are used by bounded_consistent_hashing only; other policies ignore them. HashRing
+// KeyMemory are used by bounded_consistent_hashing only, AssignmentMode and MaxKeys by manual
+// only; other policies leave them zero. HashRing
 // is set by the hashing policies only (the others keep the default, XXH64, which then places
 // only the keys the router counts).
 type Policy struct {
@@ -45,6 +69,10 @@ type Policy struct {
 	// same choices for the same calls. Without it (the default) each router draws its own.
 	Seed    uint64
 	HasSeed bool
+	// AssignmentMode is how manual assigns a worker to a new key (and to keyless requests).
+	AssignmentMode AssignmentMode
+	// MaxKeys is how many routing keys manual keeps the worker of (1..MaxManualKeys).
+	MaxKeys int
 }
 
 // selectWorker returns the index of the chosen worker (or -1) and the branch that chose it.
@@ -61,6 +89,12 @@ func (p *Policy) selectWorker(v *view, req *Request, keyPos uint64) (int, Branch
 		return selectRoundRobin(v)
 	case PolicyConsistentHashing:
 		return selectConsistent(v, req, keyPos)
+	case PolicyPowerOfTwo:
+		return selectPowerOfTwo(v)
+	case PolicyLeastLoad:
+		return selectLeastLoad(v)
+	case PolicyManual:
+		return selectManual(v, req, keyPos, p.AssignmentMode)
 	default:
 		return selectBounded(v, req, keyPos, p)
 	}

@@ -11,10 +11,12 @@ const (
 	HeaderCookie        = "Cookie"
 )
 
+// The default name of the header of the explicit key; routing_key_headers may name others.
 // implicitKeyHeaders are consulted in this order; only the first one present counts.
 var implicitKeyHeaders = [...]string{HeaderAuthorization, HeaderForwardedFor, HeaderCookie}
 
-// RoutingHeaders returns the names of the headers that carry routing inputs, in precedence order.
+// RoutingHeaders returns the names of the headers that carry routing inputs by default, in
+// precedence order.
 func RoutingHeaders() []string {
 	return append([]string{HeaderTargetWorker, HeaderRoutingKey}, implicitKeyHeaders[:]...)
 }
@@ -54,52 +56,64 @@ func CheckRequest(req *Request) error {
 // KeyRequest is a request whose only input is an explicit routing key.
 func KeyRequest(key []byte) Request { return Request{RoutingKey: key} }
 
-// RequestFrom is the request of a key passed directly and request headers: a non-empty
-// explicit key overrides X-SMG-Routing-Key (docs/contract.md, "Inputs and precedence").
+// RequestFrom is the request of a key passed directly and request headers, with the default
+// routing-key header: a non-empty explicit key overrides X-SMG-Routing-Key (docs/contract.md,
+// "Inputs and precedence"). Router.RequestFrom uses the router's routing_key_headers.
 func RequestFrom(explicitKey []byte, headers iter.Seq2[[]byte, []byte]) Request {
-	req := RequestFromHeaders(headers)
+	return requestFrom(defaultKeyHeaders[:], explicitKey, headers)
+}
+
+var defaultKeyHeaders = [...]string{HeaderRoutingKey}
+
+func requestFrom(keyHeaders []string, explicitKey []byte, headers iter.Seq2[[]byte, []byte]) Request {
+	req := requestFromHeaders(keyHeaders, headers)
 	if len(explicitKey) > 0 {
 		req.RoutingKey = explicitKey
 	}
 	return req
 }
 
-// RequestFromHeaders extracts the routing inputs from request headers. The first occurrence
-// of a header name wins; values are used as given (never trimmed) and only when valid.
+// RequestFromHeaders extracts the routing inputs from request headers, with the default
+// routing-key header. The first occurrence of a header name wins; values are used as given
+// (never trimmed) and only when valid.
 func RequestFromHeaders(headers iter.Seq2[[]byte, []byte]) Request {
+	return requestFromHeaders(defaultKeyHeaders[:], headers)
+}
+
+// requestFromHeaders is RequestFromHeaders with the routing-key header names keyHeaders, which
+// CheckRoutingKeyHeaders accepted. As in SMG, the first of them, in their order, whose value is
+// valid gives the explicit key.
+func requestFromHeaders(keyHeaders []string, headers iter.Seq2[[]byte, []byte]) Request {
+	// Slots: 0 the target, then the key headers, then the implicit key headers.
+	const slots = 1 + MaxRoutingKeyHeaders + len(implicitKeyHeaders)
 	var (
-		req              Request
-		seen             [len(implicitKeyHeaders) + 2]bool
-		implicit         [len(implicitKeyHeaders)][]byte
-		target, explicit []byte
+		req    Request
+		seen   [slots]bool
+		values [slots][]byte
 	)
 	for name, value := range headers {
-		slot := headerSlot(name)
+		slot := headerSlot(name, keyHeaders)
 		if slot < 0 || seen[slot] {
 			continue
 		}
-		seen[slot] = true
-		switch slot {
-		case 0:
-			target = value
-		case 1:
-			explicit = value
-		default:
-			implicit[slot-2] = value
+		seen[slot], values[slot] = true, value
+	}
+	if seen[0] && ValidHeaderValue(values[0]) {
+		req.HasTarget = true
+		req.TargetIndex = ParseTargetIndex(values[0])
+	}
+	implicitAt := 1 + len(keyHeaders)
+	for i := 1; i < implicitAt; i++ {
+		if seen[i] && ValidHeaderValue(values[i]) {
+			req.RoutingKey = values[i]
+			break
 		}
 	}
-	if seen[0] && ValidHeaderValue(target) {
-		req.HasTarget = true
-		req.TargetIndex = ParseTargetIndex(target)
-	}
-	if seen[1] && ValidHeaderValue(explicit) {
-		req.RoutingKey = explicit
-	}
-	for i := range implicit {
-		if seen[i+2] {
+	for i := implicitAt; i < implicitAt+len(implicitKeyHeaders); i++ {
+		if seen[i] {
 			// The first present header decides; an empty or invalid one does not fall through.
-			if ValidHeaderValue(implicit[i]) {
-				req.ImplicitKey = implicit[i]
+			if ValidHeaderValue(values[i]) {
+				req.ImplicitKey = values[i]
 			}
 			break
 		}
@@ -107,18 +121,20 @@ func RequestFromHeaders(headers iter.Seq2[[]byte, []byte]) Request {
 	return req
 }
 
-// headerSlot maps a header name to 0 (target), 1 (routing key), 2.. (implicit keys in order),
-// or -1 for a header that carries no routing input.
-func headerSlot(name []byte) int {
-	switch {
-	case equalFoldASCII(name, HeaderTargetWorker):
+// headerSlot maps a header name to 0 (target), 1.. (the routing-key headers in order), then the
+// implicit keys in order, or -1 for a header that carries no routing input.
+func headerSlot(name []byte, keyHeaders []string) int {
+	if equalFoldASCII(name, HeaderTargetWorker) {
 		return 0
-	case equalFoldASCII(name, HeaderRoutingKey):
-		return 1
+	}
+	for i, h := range keyHeaders {
+		if equalFoldASCII(name, h) {
+			return 1 + i
+		}
 	}
 	for i, h := range implicitKeyHeaders {
 		if equalFoldASCII(name, h) {
-			return i + 2
+			return 1 + len(keyHeaders) + i
 		}
 	}
 	return -1

@@ -109,6 +109,8 @@ func FuzzRequestFromHeaders(f *testing.F) {
 		{"X-Forwarded-For", "1.2.3.4", "Cookie", "c"},
 		{"Coo\xe2\x84\xaaie", "k"},
 		{"X-SMG-Target-Worker", "-1", "X-SMG-Routing-Key", "k\x00"},
+		{"X-SMG-Routing-Key", "b", "x-session-id", "a"},
+		{"X-Session-Id", "", "X-SMG-Routing-Key", "b", "X-Session-Id", "late"},
 	} {
 		f.Add(encodeHeaderPairs(pairs...))
 	}
@@ -147,6 +149,28 @@ func FuzzRequestFromHeaders(f *testing.F) {
 		}
 		if !bytes.Equal(req.RoutingKey, wantKey) {
 			t.Fatalf("RoutingKey %q, want %q", req.RoutingKey, wantKey)
+		}
+		// With routing_key_headers, the first configured name whose first value is valid gives
+		// the key; the other inputs are read as before.
+		configured := requestFromHeaders([]string{"X-Session-Id", "X-SMG-Routing-Key"}, func(yield func([]byte, []byte) bool) {
+			for i := range names {
+				if !yield(names[i], values[i]) {
+					return
+				}
+			}
+		})
+		var wantConfigured []byte
+		for _, name := range []string{"x-session-id", "x-smg-routing-key"} {
+			if v, ok := first[name]; ok && refValid(v) {
+				wantConfigured = v
+				break
+			}
+		}
+		if !bytes.Equal(configured.RoutingKey, wantConfigured) {
+			t.Fatalf("RoutingKey with routing_key_headers %q, want %q", configured.RoutingKey, wantConfigured)
+		}
+		if configured.HasTarget != req.HasTarget || configured.TargetIndex != req.TargetIndex || !bytes.Equal(configured.ImplicitKey, req.ImplicitKey) {
+			t.Fatalf("routing_key_headers changed another input: %+v vs %+v", configured, req)
 		}
 		var wantImplicit []byte
 		for _, name := range []string{"authorization", "x-forwarded-for", "cookie"} {

@@ -5,6 +5,7 @@ package core
 
 import (
 	"fmt"
+	"iter"
 	"sync"
 	"sync/atomic"
 )
@@ -14,6 +15,8 @@ import (
 type Router struct {
 	policy       Policy
 	virtualNodes int
+	// keyHeaders are the routing_key_headers, fixed when the router is built.
+	keyHeaders []string
 
 	// membershipMu serialises membership changes; the new ring is built while holding only it,
 	// so routing continues on the old snapshot until the new one is installed.
@@ -36,9 +39,13 @@ func NewRouter(cfg Config) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Router{policy: cfg.Policy, virtualNodes: cfg.VirtualNodes, members: emptyMembership(cfg.Policy.HashRing), view: newView(), keys: newKeyCounts()}
-	if cfg.Policy.Kind == PolicyBoundedConsistentHashing && cfg.Policy.KeyMemory > 0 {
+	r := &Router{policy: cfg.Policy, virtualNodes: cfg.VirtualNodes, keyHeaders: keyHeadersOrDefault(cfg.RoutingKeyHeaders), members: emptyMembership(cfg.Policy.HashRing), view: newView(), keys: newKeyCounts()}
+	switch {
+	case cfg.Policy.Kind == PolicyBoundedConsistentHashing && cfg.Policy.KeyMemory > 0:
 		r.view.memory = newKeyMemory(cfg.Policy.KeyMemory)
+	case cfg.Policy.Kind == PolicyManual:
+		// manual keeps its keys' workers in the same bounded, recency-ordered memory.
+		r.view.memory = newKeyMemory(cfg.Policy.MaxKeys)
 	}
 	if cfg.Policy.HasSeed {
 		r.view.randomIndex = seededIndex(cfg.Policy.Seed)
@@ -49,6 +56,19 @@ func NewRouter(cfg Config) (*Router, error) {
 
 // Policy returns the router's policy and its settings.
 func (r *Router) Policy() Policy { return r.policy }
+
+// RoutingKeyHeaders returns the names of the headers that carry the explicit routing key, in order.
+func (r *Router) RoutingKeyHeaders() []string { return append([]string(nil), r.keyHeaders...) }
+
+// RequestFrom is core.RequestFrom with the router's routing-key header names.
+func (r *Router) RequestFrom(explicitKey []byte, headers iter.Seq2[[]byte, []byte]) Request {
+	return requestFrom(r.keyHeaders, explicitKey, headers)
+}
+
+// RequestFromHeaders is core.RequestFromHeaders with the router's routing-key header names.
+func (r *Router) RequestFromHeaders(headers iter.Seq2[[]byte, []byte]) Request {
+	return requestFromHeaders(r.keyHeaders, headers)
+}
 
 // Decision is the outcome of routing one request.
 type Decision struct {

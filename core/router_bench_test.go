@@ -292,3 +292,43 @@ func BenchmarkRingHashRouteRelease(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPolicyRouteRelease is one request's life under each of SMG's load policies and the
+// default one, at the same workers and loads: power_of_two draws two workers, least_load scans
+// them all, manual looks its key up (4096 keys, all held before the clock starts, within
+// max_keys) or, with max_keys=1024, forgets and reassigns a key on most requests.
+func BenchmarkPolicyRouteRelease(b *testing.B) {
+	keys := benchKeys(4096)
+	policies := []struct {
+		name   string
+		policy Policy
+	}{
+		{"bounded_consistent_hashing", DefaultConfig().Policy},
+		{"power_of_two", Policy{Kind: PolicyPowerOfTwo}},
+		{"least_load", Policy{Kind: PolicyLeastLoad}},
+		{"manual/random", Policy{Kind: PolicyManual, AssignmentMode: AssignRandom, MaxKeys: DefaultMaxKeys}},
+		{"manual/min_load", Policy{Kind: PolicyManual, AssignmentMode: AssignMinLoad, MaxKeys: DefaultMaxKeys}},
+		{"manual/min_load/max_keys=1024", Policy{Kind: PolicyManual, AssignmentMode: AssignMinLoad, MaxKeys: 1024}},
+	}
+	for _, n := range []int{64, 1024} {
+		for _, loads := range []string{loadsIdle, loadsSkewed} {
+			for _, p := range policies {
+				b.Run(fmt.Sprintf("workers=%d/loads=%s/%s", n, loads, p.name), func(b *testing.B) {
+					r := newBenchRouterWith(b, p.policy, n, loads)
+					routeRelease := func(i int) {
+						req := KeyRequest(keys[i&4095])
+						r.Release(r.Route(&req).Lease, false)
+					}
+					for i := range keys {
+						routeRelease(i)
+					}
+					b.ReportAllocs()
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						routeRelease(i)
+					}
+				})
+			}
+		}
+	}
+}

@@ -20,12 +20,22 @@ func FuzzRouterOperations(f *testing.F) {
 	f.Add([]byte{2, 1, 0x30, 0x00, 0x33, 0x3f, 0x40, 1, 0x42, 0, 0x00, 0, 0x00, 0})
 	f.Add([]byte{3 | 4 | 8 | 16, 3, 0, 1, 1, 2, 2, 3, 0, 4, 0x60, 0, 0, 5, 0xc1, 0, 0, 6, 0xa0, 1, 0x90, 1, 0, 7, 0xf0, 9})
 	f.Add([]byte{3 | 8, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2, 0, 3, 0, 4, 0, 0x60, 0, 0x60, 0, 0x60, 0, 0, 0, 1, 0, 2, 0})
+	for extra := byte(1); extra <= 3; extra++ { // power_of_two, least_load, manual
+		f.Add([]byte{extra<<5 | 16, extra, 0, 1, 1, 2, 2, 3, 0, 4, 0x60, 0, 0, 5, 0xc1, 0, 0, 6, 0xa0, 1, 0x90, 1, 0, 7, 0xf0, 9})
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < 2 {
 			return
 		}
 		pool := workerURLs(6)
 		policy := Policy{Kind: PolicyKind(data[0] % 4)}
+		// The top bits pick SMG's policies (seeds below 32 keep the first four).
+		if extra := data[0] >> 5; extra >= 1 && extra <= 3 {
+			policy.Kind = PolicyBoundedConsistentHashing + PolicyKind(extra)
+		}
+		if policy.Kind == PolicyManual {
+			policy.AssignmentMode, policy.MaxKeys = AssignmentMode(data[1]&1), 3 // fewer than the keys routed
+		}
 		if policy.Kind == PolicyBoundedConsistentHashing {
 			policy.MaxLoadSkew = []float64{0.5, 1, 1.25, 1.5, 2, 3}[data[1]%6] // below 1 too: no_eligible_candidate
 			policy.MinLoadGap = int64(data[1] / 6 % 4)
@@ -234,14 +244,20 @@ func FuzzRouterOperations(f *testing.F) {
 func checkKeyMemory(t *testing.T, r *Router, policy Policy) {
 	t.Helper()
 	m := r.view.memory
-	if (m != nil) != (policy.Kind == PolicyBoundedConsistentHashing && policy.KeyMemory > 0) {
+	capacity := policy.KeyMemory // manual holds its keys in the same memory
+	if policy.Kind == PolicyManual {
+		capacity = policy.MaxKeys
+	} else if policy.Kind != PolicyBoundedConsistentHashing {
+		capacity = 0
+	}
+	if (m != nil) != (capacity > 0) {
 		t.Fatalf("key memory %v with policy %+v", m != nil, policy)
 	}
 	if m == nil {
 		return
 	}
-	if m.len() > policy.KeyMemory {
-		t.Fatalf("%d keys remembered, capacity %d", m.len(), policy.KeyMemory)
+	if m.len() > capacity {
+		t.Fatalf("%d keys remembered, capacity %d", m.len(), capacity)
 	}
 	for _, e := range m.entries[1:] {
 		if i := m.recall(e.position); i >= 0 {

@@ -57,9 +57,7 @@ def build_app(router: Router) -> FastAPI:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    RouterArgs.add_cli_args(parser)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8080)
+    RouterArgs.add_cli_args(parser)  # with --host and --port (127.0.0.1, 8080)
     args = parser.parse_args()
     router = Router.from_args(RouterArgs.from_cli_args(args))
     uvicorn.run(build_app(router), host=args.host, port=args.port, log_level="warning")

@@ -44,16 +44,18 @@ const (
 
 // Gateway is a running proxy in front of a router's workers.
 type Gateway struct {
-	router    *core.Router
-	opts      Options
-	transport *http.Transport
-	proxy     *httputil.ReverseProxy
-	server    *http.Server
-	listener  net.Listener
-	metrics   *http.Server // nil without a metrics listener
-	metricsLn net.Listener
-	accessLog *slog.Logger // nil when access logging is off
-	targets   sync.Map     // worker URL -> *target
+	router *core.Router
+	opts   Options
+	// routingHeaders are the headers read for routing inputs, fixed with the router.
+	routingHeaders []routingHeader
+	transport      *http.Transport
+	proxy          *httputil.ReverseProxy
+	server         *http.Server
+	listener       net.Listener
+	metrics        *http.Server // nil without a metrics listener
+	metricsLn      net.Listener
+	accessLog      *slog.Logger // nil when access logging is off
+	targets        sync.Map     // worker URL -> *target
 	// inflight counts requests inside ServeHTTP; shutdown waits for it to reach 0.
 	inflight atomic.Int64
 	serving  sync.WaitGroup
@@ -71,7 +73,7 @@ func New(router *core.Router, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	g := &Gateway{router: router, opts: opts}
+	g := &Gateway{router: router, opts: opts, routingHeaders: routingHeadersOf(router)}
 	g.transport = &http.Transport{
 		Proxy:               nil, // workers are reached directly, never through $HTTP_PROXY
 		DialContext:         (&net.Dialer{Timeout: seconds(opts.ConnectTimeout), KeepAlive: 30 * time.Second}).DialContext,

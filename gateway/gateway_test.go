@@ -844,3 +844,36 @@ func TestSlowHeadersAreCut(t *testing.T) {
 		t.Fatalf("closed after %v, %d routed", d, routed(r))
 	}
 }
+
+func TestRoutesByTheRoutersRoutingKeyHeaders(t *testing.T) {
+	var urls []string
+	for i := 0; i < 3; i++ {
+		urls = append(urls, worker(t, func(w http.ResponseWriter, r *http.Request) {}).URL)
+	}
+	cfg := core.DefaultConfig(urls...)
+	cfg.Policy = core.Policy{Kind: core.PolicyConsistentHashing}
+	cfg.RoutingKeyHeaders = []string{"X-Session-Id"}
+	r, err := core.NewRouter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, r, Options{ExposeRoutingHeaders: true})
+	for i := 0; i < 20; i++ {
+		key := fmt.Sprint("session-", i)
+		req := core.KeyRequest([]byte(key))
+		want := r.Select(&req)
+		res, _ := get(t, g, "/v1/completions", http.Header{"X-Session-Id": {key}, "X-Smg-Routing-Key": {"ignored"}})
+		if got := res.Header.Get(HeaderWorker); got != want.WorkerURL {
+			t.Fatalf("key %s went to %s, router says %s", key, got, want.WorkerURL)
+		}
+		if got := res.Header.Get(HeaderBranch); got != "routing_key_hit" {
+			t.Fatalf("branch %q", got)
+		}
+	}
+	// X-SMG-Routing-Key is not among the router's names: alone it is no key.
+	res, _ := get(t, g, "/v1/completions", http.Header{"X-Smg-Routing-Key": {"k"}})
+	if got := res.Header.Get(HeaderBranch); got != "random_fallback" {
+		t.Fatalf("branch %q, want random_fallback", got)
+	}
+	waitLeases(t, r, 0)
+}

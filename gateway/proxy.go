@@ -98,22 +98,30 @@ func (g *Gateway) targetOf(workerURL string) (*target, error) {
 	return t, nil
 }
 
-// The headers that carry routing inputs, in their canonical forms (http.Header's keys).
-var routingHeaders = func() (names [5]struct {
+// routingHeader is a header that carries a routing input: its canonical form (http.Header's
+// key) and its name as the core reads it.
+type routingHeader struct {
 	key  string
 	name []byte
-}) {
-	for i, h := range [...]string{core.HeaderTargetWorker, core.HeaderRoutingKey, core.HeaderAuthorization, core.HeaderForwardedFor, core.HeaderCookie} {
-		names[i].key, names[i].name = http.CanonicalHeaderKey(h), []byte(h)
-	}
-	return names
-}()
+}
 
-// routingRequest reads a request's routing inputs as core.RequestFromHeaders does for
+// routingHeadersOf lists the headers that carry routing inputs for router: the target worker,
+// the router's routing_key_headers, the implicit key headers.
+func routingHeadersOf(router *core.Router) []routingHeader {
+	names := append([]string{core.HeaderTargetWorker}, router.RoutingKeyHeaders()...)
+	names = append(names, core.HeaderAuthorization, core.HeaderForwardedFor, core.HeaderCookie)
+	headers := make([]routingHeader, len(names))
+	for i, h := range names {
+		headers[i] = routingHeader{key: http.CanonicalHeaderKey(h), name: []byte(h)}
+	}
+	return headers
+}
+
+// routingRequest reads a request's routing inputs as Router.RequestFromHeaders does for
 // Router.route(headers=...) in Python: the first value of each routing header.
-func routingRequest(h http.Header) core.Request {
-	return core.RequestFromHeaders(func(yield func([]byte, []byte) bool) {
-		for _, r := range routingHeaders {
+func (g *Gateway) routingRequest(h http.Header) core.Request {
+	return g.router.RequestFromHeaders(func(yield func([]byte, []byte) bool) {
+		for _, r := range g.routingHeaders {
 			if v := h[r.key]; len(v) > 0 && !yield(r.name, []byte(v[0])) {
 				return
 			}
@@ -142,7 +150,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, r, ex, status, text)
 		return
 	}
-	req := routingRequest(r.Header)
+	req := g.routingRequest(r.Header)
 	ex.decision = g.router.Route(&req)
 	if ex.decision.Lease == 0 {
 		g.refuse(w, r, ex, http.StatusServiceUnavailable, "no worker available")

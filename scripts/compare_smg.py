@@ -157,13 +157,38 @@ def start_proxy(urls: List[str], policy: str, extra: Sequence[str]) -> ServerPro
     return ServerProcess("proxy (%s)" % policy, "bounded_router.integrations.serve", args)
 
 
+# What differs by design, written under every report (docs/contract.md has the rules).
+DIFFERENCES = """## Differences by design
+
+- `X-SMG-Target-Worker: <index>` indexes the available workers in the **configured order** here
+  (the order of `--worker-urls`, then of joins), which is stable across launches; SMG indexes its
+  worker registry, whose order changed between two launches with the same flags. The same index
+  can name different workers on the two.
+- `power_of_two` and `least_load` compare the in-flight loads this router counts (its leases);
+  SMG scores load reports it polls from the workers (queued tokens, KV-cache pressure) and
+  breaks ties at random, where `least_load` here takes the first in membership order.
+- `manual` keeps one worker per key and bounds the keys by count (`max_keys`, least recently
+  routed forgotten first); SMG keeps two candidates per key (a key returns to its first worker
+  when it recovers) and forgets keys idle for `max_idle_secs`. SMG's `min_group` and `delegate`
+  assignment modes, and its `bucket`, `prefix_hash` and `passthrough` policies, are refused as not
+  implemented.
+- `RouterArgs.add_cli_args(parser, use_router_prefix, exclude_host_port)` and `from_cli_args`
+  follow SMG 1.13.0: under the prefix, `--worker-urls`, `--host` and `--port` stay unprefixed, a
+  prefixed setting left at None reads the unprefixed flag of the same name, and
+  `--router-disable-arg-fallback` turns that off (for those three flags too, as in SMG).
+- `--routing-key-headers` replaces the default header list as in SMG; an empty list is refused
+  here (SMG accepts it and then reads no header)."""
+
+
 def main(argv: Sequence[str] = ()) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--groups", type=int, default=40, help="8-sibling bursts per target (default 40)")
     parser.add_argument("--rounds", type=int, default=300, help="latency rounds (default 300)")
-    parser.add_argument("--smg-policies", nargs="+", default=["consistent_hashing", "round_robin", "power_of_two"])
+    parser.add_argument(
+        "--smg-policies", nargs="+", default=["consistent_hashing", "round_robin", "power_of_two", "least_load", "manual"]
+    )
     parser.add_argument("--venv", default="/tmp/bounded-router-smg-" + SMG_VERSION, help="scratch venv for smg")
     parser.add_argument("--write", metavar="FILE.md", help="also write the report to this file")
     args = parser.parse_args(argv or None)
@@ -189,6 +214,9 @@ def main(argv: Sequence[str] = ()) -> int:
             ("bounded gap=2 skew=1.5 ring=smg", "bounded_consistent_hashing", ["--hash-ring", "smg"]),
             ("round_robin", "round_robin", []),
             ("random", "random", []),
+            ("power_of_two", "power_of_two", []),
+            ("least_load", "least_load", []),
+            ("manual", "manual", []),
         ):
             proxy = start_proxy(urls, policy, extra)
             stop.append(proxy.stop)
@@ -238,6 +266,7 @@ def main(argv: Sequence[str] = ()) -> int:
     for label, values in added.items():
         out.append("| %s | %.3f ms | %.3f ms |" % (label, statistics.median(values), quantile(values, 0.9)))
     out += ["", "%d rounds of one non-streaming completion (1 token) per target, keep-alive connections." % args.rounds]
+    out += ["", DIFFERENCES]
     report = "\n".join(out) + "\n"
     print(report)
     if args.write:

@@ -3,13 +3,16 @@
 Pure Python: the ring positions come from the ``xxhash`` and ``blake3`` packages on PyPI
 (test-only dependencies), everything else from the contract's words (sections "Workers and
 membership", "The hash ring", "Inputs and precedence", "The bounded rule", "Leases", "The ring",
-"Spill target", "Key memory", "Weighted leases"). It mirrors the public
+"Spill target", "Key memory", "Weighted leases", "power_of_two", "least_load", "manual"). It
+mirrors the public
 ``bounded_router.Router`` API so that the differential tests can run the same operations on both
 and compare every decision and every load, and so that scripts/bench.py can time it as the pure-Python implementation of the policy.
 
-Random choices (``random_fallback`` and the ``random`` policy) cannot be reproduced from
-outside, so ``route``/``select`` take ``random_choice=url``: the worker the library chose, which
-the model checks is an available worker and then uses, keeping loads comparable. Without it the
+Random choices (``random_fallback``, the ``random`` policy, ``power_of_two``'s draw and
+``manual``'s random assignment) cannot be reproduced from outside, so ``route``/``select`` take
+``random_choice=url``: the worker the library chose, which the model checks is one the rule
+allows (an available worker; for ``power_of_two`` one that some other available worker's load
+is at least equal to) and then uses, keeping loads comparable. Without it the
 model picks with its own ``random.Random``. ``round_robin`` is modelled exactly: the shared
 counter counts the routes that chose a worker, and a route takes available worker number
 ``counter % len(available)``.
@@ -45,7 +48,7 @@ __all__ = [
     "parse_target_index",
 ]
 
-POLICIES = ("random", "round_robin", "consistent_hashing", "bounded_consistent_hashing")
+POLICIES = ("random", "round_robin", "consistent_hashing", "bounded_consistent_hashing", "power_of_two", "least_load", "manual")
 
 BRANCHES = (
     "no_healthy_workers",
@@ -60,6 +63,12 @@ BRANCHES = (
     "random",
     "round_robin",
     "explicit_routing_key_remembered",
+    "power_of_two",
+    "least_load",
+    "manual_occupied_hit",
+    "manual_occupied_miss",
+    "manual_vacant",
+    "manual_no_routing_key",
 )
 
 TARGET_HEADER = b"x-smg-target-worker"
@@ -101,7 +110,7 @@ class ModelWorker:
     healthy: bool = True
     load: int = 0  # the sum of the weights of its leases
     requests: int = 0  # the number of its leases
-    outages: int = 0  # how many times it turned unhealthy: a remembered worker counts only within one
+    outages: int = 0  # times it turned unhealthy: key memory and manual forget keys held on it before
     keys: Dict[bytes, int] = field(default_factory=dict)  # explicit key -> leases holding it
 
     @property
@@ -200,6 +209,9 @@ class ReferenceRouter:
         hash_ring: str = "xxh64",
         spill_target: str = "clockwise",
         key_memory: int = 0,
+        assignment_mode: str = "random",
+        max_keys: int = 65536,
+        routing_key_headers: Sequence[str] = ("X-SMG-Routing-Key",),
     ) -> None:
         policy = getattr(policy, "value", policy)  # accept a PolicyType too
         if policy not in POLICIES:
@@ -223,7 +235,14 @@ class ReferenceRouter:
         # key position -> (worker, its outages then), least recently routed first
         self.memory_capacity = key_memory if policy == "bounded_consistent_hashing" else 0
         self.memory: "OrderedDict[int, Tuple[ModelWorker, int]]" = OrderedDict()
+        if assignment_mode not in ("random", "min_load"):
+            raise ValueError("assignment_mode: %r" % (assignment_mode,))
         self.policy = policy
+        self.assignment_mode = assignment_mode
+        self.max_keys = max_keys
+        # manual's held keys, least recently routed first: key -> (worker, its outages then)
+        self._held: "OrderedDict[bytes, Tuple[ModelWorker, int]]" = OrderedDict()
+        self.key_headers = [name.lower().encode("ascii") for name in routing_key_headers]
         self.max_load_skew = float(max_load_skew)
         self.min_load_gap = min_load_gap
         self.virtual_nodes = virtual_nodes
@@ -355,10 +374,12 @@ class ReferenceRouter:
         key = _key_bytes(routing_key)
         first = _first_headers(headers) if headers is not None else {}
         explicit: Optional[bytes] = key or None
-        if explicit is None:
-            header_key = first.get(ROUTING_KEY_HEADER)
+        # The routing-key headers in their configured order: the first usable value is the key.
+        for name in self.key_headers if explicit is None else ():
+            header_key = first.get(name)
             if header_key is not None and valid_header_value(header_key):
                 explicit = header_key
+                break
         available = self.available()
         if not available:
             return None, None, "no_healthy_workers", explicit
@@ -368,6 +389,15 @@ class ReferenceRouter:
         if self.policy == "round_robin":
             url = available[self._rr % len(available)]
             return url, url, "round_robin", explicit
+        if self.policy == "power_of_two":
+            url = self._power_of_two(available, random_choice)
+            return url, url, "power_of_two", explicit
+        if self.policy == "least_load":
+            url = self._least_loaded(available)
+            return url, url, "least_load", explicit
+        if self.policy == "manual":
+            url, branch = self._manual(explicit, available, random_choice)
+            return url, url, branch, explicit
 
         # 1. X-SMG-Target-Worker: strict, no fallback.
         target = first.get(TARGET_HEADER)
@@ -451,6 +481,49 @@ class ReferenceRouter:
         worker = self._workers[url]
         self.memory[position] = (worker, worker.outages)
 
+    def _least_loaded(self, available: Sequence[str]) -> str:
+        """contract: "least_load": the least load, the first in membership order among ties."""
+        return min(available, key=lambda url: self._workers[url].load)  # min keeps the first of equals
+
+    def _power_of_two(self, available: Sequence[str], choice: Optional[str]) -> str:
+        """contract: "power_of_two": the less loaded of two distinct random workers, ties to the
+        first drawn. Any worker can be drawn first, so a worker can be chosen exactly when it is
+        alone or some other available worker carries at least its load."""
+        load = {url: self._workers[url].load for url in available}
+        allowed = [url for url in available if len(available) == 1 or any(load[o] >= load[url] for o in available if o != url)]
+        if choice is not None:
+            if choice not in allowed:
+                raise AssertionError("power_of_two chose %r (loads %r): not the less loaded of any pair" % (choice, load))
+            return choice
+        first, second = self._rng.sample(list(available), 2) if len(available) > 1 else (available[0], available[0])
+        return second if load[second] < load[first] else first
+
+    def _manual(self, key: Optional[bytes], available: Sequence[str], choice: Optional[str]) -> Tuple[str, str]:
+        """contract: "manual": a held key keeps its worker while that worker stays available."""
+        if key is None:
+            return self._assign(available, choice), "manual_no_routing_key"
+        held = self._held.get(key)
+        if held is None:
+            return self._assign(available, choice), "manual_vacant"
+        worker, outages = held
+        if self._workers.get(worker.url) is worker and worker.outages == outages:
+            return worker.url, "manual_occupied_hit"
+        return self._assign(available, choice), "manual_occupied_miss"
+
+    def _assign(self, available: Sequence[str], choice: Optional[str]) -> str:
+        if self.assignment_mode == "min_load":
+            return self._least_loaded(available)
+        return self._random_pick(available, choice)
+
+    def _hold(self, key: bytes, url: str) -> None:
+        """The key's worker is url now, and the key the most recently routed; beyond max_keys the
+        least recently routed key is forgotten."""
+        worker = self._workers[url]
+        self._held[key] = (worker, worker.outages)
+        self._held.move_to_end(key)
+        if len(self._held) > self.max_keys:
+            self._held.popitem(last=False)
+
     # -- the public API --------------------------------------------------------------------------
 
     def select(
@@ -479,6 +552,8 @@ class ReferenceRouter:
         self._rr += 1  # the round-robin counter advances with every route that chose a worker
         if explicit is not None and branch.startswith("explicit_routing_key_"):
             self._remember(explicit, worker)
+        if self.policy == "manual" and explicit is not None:
+            self._hold(explicit, worker)
         lease_id = self._take(self._workers[worker], explicit, weight)
         return ModelDecision(worker, preferred, branch, lease_id)
 

@@ -37,9 +37,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Run the native HTTP gateway: each request goes to the worker the router chooses from its "
         "headers (X-SMG-Routing-Key, ...), and the answer streams back.",
     )
-    RouterArgs.add_cli_args(serve)
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    serve.add_argument("--port", type=port_number, default=8080, help="port to listen on; 0 picks a free one (default: %(default)s)")
+    RouterArgs.add_cli_args(serve)  # with --host and --port
     serve.add_argument("--metrics-port", type=port_number, default=None, help="serve GET /metrics (Prometheus) on this port; off by default")
     ProxyOptions.add_cli_args(serve)
     serve.add_argument("--shutdown-timeout", type=positive_seconds, default=10.0, help="seconds in-flight requests may take to finish on SIGTERM/SIGINT (default: %(default)s)")

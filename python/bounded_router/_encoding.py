@@ -5,8 +5,8 @@ or checked: a ``bytes`` or ``str`` subclass can override ``__len__`` or ``encode
 length larger than the buffer would make the library read past it.
 
 Header blocks (capi/headers.go): only the headers that carry routing inputs are passed on: ``X-SMG-Target-Worker``,
-``X-SMG-Routing-Key``, ``Authorization``, ``X-Forwarded-For`` and ``Cookie``, matched without
-regard to ASCII case. This is a filter only: which header wins, what is valid and what is
+``X-SMG-Routing-Key`` (or the router's ``routing_key_headers``), ``Authorization``,
+``X-Forwarded-For`` and ``Cookie``, matched without regard to ASCII case. This is a filter only: which header wins, what is valid and what is
 ignored is decided by the native library, which receives those headers in their original order.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-__all__ = ["HeadersLike", "ROUTING_HEADERS", "encode_headers", "key_bytes", "url_bytes"]
+__all__ = ["HeadersLike", "ROUTING_HEADERS", "DEFAULT_ROUTING_KEY_HEADERS", "HeaderFilter", "encode_headers", "key_bytes", "url_bytes"]
 
 #: Any mapping of header names to values (a dict, Starlette's ``Headers``, aiohttp's
 #: ``CIMultiDict``, ...) or an iterable of ``(name, value)`` pairs; names and values are ``str``
@@ -27,7 +27,8 @@ HeadersLike = Union[Mapping[Any, Any], Iterable[Tuple[Any, Any]]]
 ROUTING_HEADERS = frozenset(
     (b"x-smg-target-worker", b"x-smg-routing-key", b"authorization", b"x-forwarded-for", b"cookie")
 )
-_NAME_LENGTHS = frozenset(len(name) for name in ROUTING_HEADERS)
+#: The default ``routing_key_headers`` (the library reports the same in its constants).
+DEFAULT_ROUTING_KEY_HEADERS = ("X-SMG-Routing-Key",)
 _length = struct.Struct("<I").pack
 # Header name as given (str or bytes) -> its encoded part of a header block (length and name),
 # or None for a header that carries no routing input. Requests repeat the same few names, so
@@ -69,17 +70,36 @@ def _header_bytes(text: Any, what: str) -> bytes:
     raise TypeError("header %s must be str or bytes, got %s" % (what, type(text).__name__))
 
 
-def _name_part(name: Any) -> Optional[bytes]:
-    """The block part of a header name (see _names), classified on first sight."""
-    raw_name = _header_bytes(name, "name")
-    part = None
-    if len(raw_name) in _NAME_LENGTHS and raw_name.lower() in ROUTING_HEADERS:
-        part = _length(len(raw_name)) + raw_name
-    if type(name) in (str, bytes):  # hashable and immutable: safe to remember
-        if len(_names) >= _NAMES_MAX:
-            _names.clear()
-        _names[name] = part
-    return part
+class HeaderFilter:
+    """The headers that carry routing inputs for one set of routing-key header names, and the
+    cache of header names classified against them (see _names)."""
+
+    def __init__(self, names: "frozenset[bytes]", cache: Dict[Any, Optional[bytes]]) -> None:
+        self.names = names
+        self.lengths = frozenset(len(name) for name in names)
+        self.cache = cache
+
+    @classmethod
+    def for_key_headers(cls, key_headers: Iterable[str]) -> "HeaderFilter":
+        """The filter of a router whose routing-key headers are ``key_headers`` (ASCII names)."""
+        names = (ROUTING_HEADERS - {b"x-smg-routing-key"}) | {name.lower().encode("ascii") for name in key_headers}
+        return cls(frozenset(names), {})
+
+    def name_part(self, name: Any) -> Optional[bytes]:
+        """The block part of a header name, classified on first sight."""
+        raw_name = _header_bytes(name, "name")
+        part = None
+        if len(raw_name) in self.lengths and raw_name.lower() in self.names:
+            part = _length(len(raw_name)) + raw_name
+        if type(name) in (str, bytes):  # hashable and immutable: safe to remember
+            if len(self.cache) >= _NAMES_MAX:
+                self.cache.clear()
+            self.cache[name] = part
+        return part
+
+
+#: The filter of the default routing-key header, whose cache is _names.
+DEFAULT_FILTER = HeaderFilter(ROUTING_HEADERS, _names)
 
 
 def _items(headers: HeadersLike) -> Iterable[Any]:
@@ -97,8 +117,9 @@ def _items(headers: HeadersLike) -> Iterable[Any]:
         ) from None
 
 
-def encode_headers(headers: HeadersLike) -> bytes:
-    """Encode the routing headers among ``headers`` as a header block (empty if there are none).
+def encode_headers(headers: HeadersLike, routing: HeaderFilter = DEFAULT_FILTER) -> bytes:
+    """Encode the routing headers among ``headers`` (those of ``routing``) as a header block
+    (empty if there are none).
 
     For each header kept: a little-endian uint32 name length, the name, a little-endian uint32
     value length, the value.
@@ -108,7 +129,7 @@ def encode_headers(headers: HeadersLike) -> bytes:
             neither str nor bytes.
     """
     parts: List[bytes] = []
-    names = _names
+    names = routing.cache
     for item in _items(headers):
         if type(item) is not tuple and isinstance(item, (str, bytes, bytearray, memoryview)):
             # Two characters would unpack into a name and a value.
@@ -120,7 +141,7 @@ def encode_headers(headers: HeadersLike) -> bytes:
         try:
             part = names[name]
         except (KeyError, TypeError):  # a name not seen yet, or one that cannot be a dict key
-            part = _name_part(name)
+            part = routing.name_part(name)
         if part is None:
             continue
         raw_value = value if type(value) is bytes else _header_bytes(value, "value")

@@ -1,43 +1,71 @@
-"""Command-line configuration of a router, in the style of ``sglang_router``'s ``RouterArgs``.
+"""Command-line configuration of a router, in the style of ``sglang_router``'s and SMG's ``RouterArgs``.
 
 Typical use in a launcher that has its own arguments too::
 
     parser = argparse.ArgumentParser()
-    RouterArgs.add_cli_args(parser, use_router_prefix=True)   # --router-worker-urls ...
+    RouterArgs.add_cli_args(parser, use_router_prefix=True)   # --router-policy ...
     args = parser.parse_args()
     router = Router.from_args(RouterArgs.from_cli_args(args, use_router_prefix=True))
+
+With ``use_router_prefix=True`` every flag is ``--router-...`` except ``--worker-urls``,
+``--host`` and ``--port``, which stay unprefixed, and :meth:`RouterArgs.from_cli_args` reads a
+setting whose prefixed value is unset (None) from the unprefixed flag of the same name, unless
+``--router-disable-arg-fallback`` is given: exactly as SMG 1.13.0 (docs/smg-comparison.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
+from ._encoding import DEFAULT_ROUTING_KEY_HEADERS
+from .integrations.options import port_number
 from .policy import (
+    ASSIGNMENT_MODES,
     DEFAULT_HASH_RING,
+    DEFAULT_MAX_KEYS,
     DEFAULT_MAX_LOAD_SKEW,
     DEFAULT_MIN_LOAD_GAP,
     DEFAULT_VIRTUAL_NODES,
     HASH_RINGS,
     SPILL_TARGETS,
     PolicyType,
+    _check_assignment_mode,
+    policy_from_str,
 )
 
 __all__ = ["RouterArgs"]
 
 _POLICY_CHOICES = [member.value for member in PolicyType]
 
+def _policy_name(text: str) -> str:
+    """An argparse type: a policy name; SMG's names this package lacks are refused saying so."""
+    try:
+        return policy_from_str(text).value
+    except KeyError as e:
+        raise argparse.ArgumentTypeError(e.args[0]) from None
+
+
+def _assignment_mode(text: str) -> str:
+    """An argparse type: an assignment mode; SMG's other modes are refused saying so."""
+    try:
+        return _check_assignment_mode(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
 
 @dataclasses.dataclass
 class RouterArgs:
-    """Everything needed to build a :class:`~bounded_router.Router`.
+    """Everything needed to build a :class:`~bounded_router.Router`, and the address a proxy
+    listens on (``host``, ``port``; used by ``serve``, ignored by :meth:`Router.from_args
+    <bounded_router.Router.from_args>`).
 
     ``max_load_skew``, ``min_load_gap``, ``spill_target`` and ``key_memory`` apply to
     ``bounded_consistent_hashing`` only, ``hash_ring`` to both hashing policies and
-    ``random_seed`` to ``random``; with another policy :meth:`Router.from_args
-    <bounded_router.Router.from_args>` ignores them and warns about values that differ from the
-    defaults (see
+    ``random_seed`` to ``random``, ``assignment_mode`` and ``max_keys`` to ``manual``; with
+    another policy :meth:`Router.from_args <bounded_router.Router.from_args>` ignores them and
+    warns about values that differ from the defaults (see
     :func:`~bounded_router.policy.resolve_policy`).
     """
 
@@ -50,90 +78,142 @@ class RouterArgs:
     spill_target: str = SPILL_TARGETS[0]
     key_memory: int = 0
     random_seed: Optional[int] = None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    assignment_mode: str = ASSIGNMENT_MODES[0]
+    max_keys: int = DEFAULT_MAX_KEYS
+    routing_key_headers: List[str] = dataclasses.field(default_factory=lambda: list(DEFAULT_ROUTING_KEY_HEADERS))
 
     @staticmethod
-    def add_cli_args(parser: argparse.ArgumentParser, use_router_prefix: bool = False) -> None:
-        """Add the router's flags to ``parser``.
+    def add_cli_args(
+        parser: argparse.ArgumentParser, use_router_prefix: bool = False, exclude_host_port: bool = False
+    ) -> None:
+        """Add the router's flags to ``parser`` (SMG's signature and prefix rule).
 
         Args:
             parser: the parser to extend.
-            use_router_prefix: name the flags ``--router-worker-urls``, ``--router-policy``, ...
-                (destinations ``router_worker_urls``, ...) so they can sit next to a server's
-                own flags.
+            use_router_prefix: name the flags ``--router-policy``, ... (destinations
+                ``router_policy``, ...) so they can sit next to a server's own flags;
+                ``--worker-urls``, ``--host`` and ``--port`` keep their names. Adds
+                ``--router-disable-arg-fallback`` (see :meth:`from_cli_args`).
+            exclude_host_port: leave out ``--host`` and ``--port`` (a server that embeds the
+                router has its own).
         """
         prefix = "router-" if use_router_prefix else ""
-        parser.add_argument(
-            "--%sworker-urls" % prefix,
-            type=str,
-            nargs="*",
-            default=[],
-            help="URLs of the backend workers",
-        )
-        parser.add_argument(
-            "--%spolicy" % prefix,
-            type=str,
+        if use_router_prefix:
+            parser.add_argument(
+                "--router-disable-arg-fallback",
+                action="store_true",
+                default=False,
+                help="read only the --router-* flags, never the unprefixed flag of the same name",
+            )
+        if not exclude_host_port:
+            parser.add_argument("--host", default=RouterArgs.host, help="address to listen on (default: %(default)s)")
+            parser.add_argument(
+                "--port", type=port_number, default=RouterArgs.port, help="port to listen on; 0 picks a free one (default: %(default)s)"
+            )
+        # The list flags accumulate over repeated occurrences (action="extend"), as SMG's do.
+        parser.add_argument("--worker-urls", type=str, nargs="*", action="extend", default=[], help="URLs of the backend workers")
+
+        def add(name: str, **kwargs: Any) -> None:
+            parser.add_argument("--" + prefix + name, **kwargs)
+
+        add(
+            "policy",
+            type=_policy_name,
             default=RouterArgs.policy,
-            choices=_POLICY_CHOICES,
+            metavar="{%s}" % ",".join(_POLICY_CHOICES),
             help="routing policy (default: %(default)s)",
         )
-        parser.add_argument(
-            "--%smax-load-skew" % prefix,
+        add(
+            "max-load-skew",
             type=float,
             default=RouterArgs.max_load_skew,
             help="bounded_consistent_hashing: spill only when the preferred worker's load exceeds "
             "the mean load times this factor (>= 1.0, default: %(default)s)",
         )
-        parser.add_argument(
-            "--%smin-load-gap" % prefix,
+        add(
+            "min-load-gap",
             type=int,
             default=RouterArgs.min_load_gap,
             help="bounded_consistent_hashing: spill only when the preferred worker's load exceeds "
             "the least-loaded worker's by more than this many requests (>= 0, default: %(default)s)",
         )
-        parser.add_argument(
-            "--%svirtual-nodes" % prefix,
-            type=int,
-            default=RouterArgs.virtual_nodes,
-            help="hash ring positions per worker (default: %(default)s)",
-        )
-        parser.add_argument(
-            "--%shash-ring" % prefix,
+        add("virtual-nodes", type=int, default=RouterArgs.virtual_nodes, help="hash ring positions per worker (default: %(default)s)")
+        add(
+            "hash-ring",
             type=str,
             default=RouterArgs.hash_ring,
             choices=HASH_RINGS,
             help="consistent_hashing and bounded_consistent_hashing: the ring's hash, xxh64 or smg "
             "(SMG's BLAKE3 ring: keys go to the same workers as under SMG) (default: %(default)s)",
         )
-        parser.add_argument(
-            "--%sspill-target" % prefix,
+        add(
+            "spill-target",
             type=str,
             default=RouterArgs.spill_target,
             choices=SPILL_TARGETS,
             help="bounded_consistent_hashing: where a spill goes, the first eligible worker clockwise "
             "or the least loaded eligible one (default: %(default)s)",
         )
-        parser.add_argument(
-            "--%skey-memory" % prefix,
+        add(
+            "key-memory",
             type=int,
             default=RouterArgs.key_memory,
             help="bounded_consistent_hashing: remember the last worker of this many routing keys and "
             "send a key back there while it is not overloaded (default: %(default)s, none)",
         )
-        parser.add_argument(
-            "--%srandom-seed" % prefix,
+        add(
+            "random-seed",
             type=int,
             default=RouterArgs.random_seed,
             help="random: seed the router's choices (an integer from 0 to 2**64-1), so that runs "
             "given the same requests choose the same workers (default: unseeded)",
+        )
+        add(
+            "assignment-mode",
+            type=_assignment_mode,
+            default=RouterArgs.assignment_mode,
+            metavar="{%s}" % ",".join(ASSIGNMENT_MODES),
+            help="manual: how a new routing key gets its worker, at random or the least loaded (default: %(default)s)",
+        )
+        add(
+            "max-keys",
+            type=int,
+            default=RouterArgs.max_keys,
+            help="manual: keep the worker of at most this many routing keys, the least recently "
+            "routed forgotten first (default: %(default)s)",
+        )
+        add(
+            "routing-key-headers",
+            type=str,
+            nargs="*",
+            action="extend",
+            help="names of the headers that carry the routing key, in order: the first present with a "
+            "valid value wins (default: %s)" % " ".join(DEFAULT_ROUTING_KEY_HEADERS),
         )
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace, use_router_prefix: bool = False) -> "RouterArgs":
         """Build a :class:`RouterArgs` from parsed arguments of :meth:`add_cli_args`.
 
-        ``use_router_prefix`` must match the value given to :meth:`add_cli_args`.
+        As SMG: with ``use_router_prefix``, a setting takes its ``router_``-prefixed value when
+        that is set (not None), else the unprefixed value of the same name when one is present
+        and neither None nor ``""`` (``--worker-urls``, ``--host`` and ``--port``, which have no
+        prefixed form, are read so), else its default; ``--router-disable-arg-fallback`` turns
+        the unprefixed reading off, for those three too. ``use_router_prefix`` must match the
+        value given to :meth:`add_cli_args`.
         """
         prefix = "router_" if use_router_prefix else ""
-        values = {field.name: getattr(args, prefix + field.name) for field in dataclasses.fields(cls)}
-        values["worker_urls"] = list(values["worker_urls"] or [])
+        given = vars(args)
+        no_fallback = bool(given.get(prefix + "disable_arg_fallback", False))
+        values: Dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            value: Optional[Any] = given.get(prefix + field.name)
+            if value is None and not no_fallback and given.get(field.name) not in (None, ""):
+                value = given[field.name]
+            if value is not None:
+                values[field.name] = value
+        values["worker_urls"] = list(values.get("worker_urls") or [])
         return cls(**values)
+

@@ -23,6 +23,9 @@ __all__ = [
     "RoundRobinConfig",
     "ConsistentHashingConfig",
     "BoundedConsistentHashingConfig",
+    "PowerOfTwoConfig",
+    "LeastLoadConfig",
+    "ManualConfig",
     "PolicyConfig",
     "config_from_dict",
     "default_config",
@@ -35,6 +38,10 @@ __all__ = [
     "SPILL_TARGETS",
     "MAX_KEY_MEMORY",
     "MAX_SEED",
+    "ASSIGNMENT_MODES",
+    "DEFAULT_MAX_KEYS",
+    "MAX_KEYS",
+    "SMG_ONLY_POLICIES",
 ]
 
 #: Default relative bound of ``bounded_consistent_hashing`` (docs/contract.md, "The bounded rule").
@@ -55,15 +62,28 @@ SPILL_TARGETS = ("clockwise", "least_loaded")
 MAX_KEY_MEMORY = 1 << 22
 #: The largest seed of the ``random`` policy (seeds are unsigned 64-bit integers).
 MAX_SEED = 2**64 - 1
+#: How ``manual`` assigns a worker to a new key, with SMG's names: ``"random"`` (SMG's default
+#: for manual) or ``"min_load"``, the least loaded (docs/contract.md, "manual").
+ASSIGNMENT_MODES = ("random", "min_load")
+#: SMG's other assignment modes, refused with an error that says they are not implemented here.
+_SMG_ONLY_ASSIGNMENT_MODES = ("min_group", "delegate")
+#: How many routing keys ``manual`` keeps the worker of unless configured, and at most.
+DEFAULT_MAX_KEYS = 1 << 16
+MAX_KEYS = 1 << 22
+#: SMG's policies this package does not implement: naming one is refused saying so.
+SMG_ONLY_POLICIES = ("bucket", "prefix_hash", "passthrough")
 
 
 class PolicyType(Enum):
-    """The routing policies; each member's value is the policy's name."""
+    """The routing policies; each member's value is the policy's name (SMG's where SMG has it)."""
 
     Random = "random"
     RoundRobin = "round_robin"
     ConsistentHashing = "consistent_hashing"
     BoundedConsistentHashing = "bounded_consistent_hashing"
+    PowerOfTwo = "power_of_two"
+    LeastLoad = "least_load"
+    Manual = "manual"
 
 
 _BY_NAME = {member.value: member for member in PolicyType}
@@ -72,11 +92,18 @@ _BY_NAME = {member.value: member for member in PolicyType}
 def policy_from_str(policy_str: str) -> PolicyType:
     """Return the :class:`PolicyType` named ``policy_str``.
 
-    Raises :class:`KeyError` for any other value, as ``sglang_router.policy_from_str`` does.
+    Raises :class:`KeyError` for any other value, as ``sglang_router.policy_from_str`` does; for
+    a policy SMG has and this package does not implement (:data:`SMG_ONLY_POLICIES`), its
+    message says so.
     """
     try:
         return _BY_NAME[policy_str]
     except (KeyError, TypeError):
+        if policy_str in SMG_ONLY_POLICIES:
+            raise KeyError(
+                "policy %r exists in SMG but is not implemented by bounded-router: use one of %s"
+                % (policy_str, ", ".join(_BY_NAME))
+            ) from None
         raise KeyError(
             "unknown policy %r: expected one of %s" % (policy_str, ", ".join(_BY_NAME))
         ) from None
@@ -131,6 +158,23 @@ def _check_seed(value: Any) -> Optional[int]:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= MAX_SEED:
         raise ValueError("seed must be an integer from 0 to %d or None, got %r" % (MAX_SEED, value))
+    return int(value)
+
+
+def _check_assignment_mode(value: Any) -> str:
+    if isinstance(value, str) and value in _SMG_ONLY_ASSIGNMENT_MODES:
+        raise ValueError(
+            "assignment_mode %r exists in SMG but is not implemented by bounded-router: use one of %s"
+            % (value, ", ".join(map(repr, ASSIGNMENT_MODES)))
+        )
+    if not isinstance(value, str) or value not in ASSIGNMENT_MODES:
+        raise ValueError("assignment_mode must be one of %s, got %r" % (", ".join(map(repr, ASSIGNMENT_MODES)), value))
+    return value
+
+
+def _check_max_keys(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= int(value) <= MAX_KEYS:
+        raise ValueError("max_keys must be an integer from 1 to %d, got %r" % (MAX_KEYS, value))
     return int(value)
 
 
@@ -244,18 +288,96 @@ class BoundedConsistentHashingConfig:
         }
 
 
+@dataclass(frozen=True)
+class PowerOfTwoConfig:
+    """Policy ``power_of_two``: the less loaded of two distinct available workers drawn at random
+    (docs/contract.md, "power_of_two")."""
+
+    @property
+    def policy_type(self) -> PolicyType:
+        return PolicyType.PowerOfTwo
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Return ``{"type": "power_of_two"}``."""
+        return {"type": PolicyType.PowerOfTwo.value}
+
+
+@dataclass(frozen=True)
+class LeastLoadConfig:
+    """Policy ``least_load``: the least loaded available worker, ties to the first in membership
+    order (docs/contract.md, "least_load")."""
+
+    @property
+    def policy_type(self) -> PolicyType:
+        return PolicyType.LeastLoad
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Return ``{"type": "least_load"}``."""
+        return {"type": PolicyType.LeastLoad.value}
+
+
+@dataclass(frozen=True)
+class ManualConfig:
+    """Policy ``manual`` (SMG's): a routing key keeps the worker it was first assigned until that
+    worker turns unhealthy or leaves (docs/contract.md, "manual").
+
+    Attributes:
+        assignment_mode: how a new key (or a request without one) gets its worker: ``"random"``
+            (default, as SMG) or ``"min_load"`` (see :data:`ASSIGNMENT_MODES`).
+        max_keys: how many keys are kept, the least recently routed forgotten first (from 1 to
+            :data:`MAX_KEYS`, default :data:`DEFAULT_MAX_KEYS`).
+
+    Raises:
+        ValueError: naming the field and its rule when a value breaks it.
+    """
+
+    assignment_mode: str = ASSIGNMENT_MODES[0]
+    max_keys: int = DEFAULT_MAX_KEYS
+
+    def __post_init__(self) -> None:
+        _check_assignment_mode(self.assignment_mode)
+        object.__setattr__(self, "max_keys", _check_max_keys(self.max_keys))
+
+    @property
+    def policy_type(self) -> PolicyType:
+        return PolicyType.Manual
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Return ``{"type": "manual", "assignment_mode": ..., "max_keys": ...}``."""
+        return {"type": PolicyType.Manual.value, "assignment_mode": self.assignment_mode, "max_keys": self.max_keys}
+
+
 #: Any of the typed policy configs.
-PolicyConfig = Union[RandomConfig, RoundRobinConfig, ConsistentHashingConfig, BoundedConsistentHashingConfig]
+PolicyConfig = Union[
+    RandomConfig,
+    RoundRobinConfig,
+    ConsistentHashingConfig,
+    BoundedConsistentHashingConfig,
+    PowerOfTwoConfig,
+    LeastLoadConfig,
+    ManualConfig,
+]
 
 _CONFIG_CLASSES: Dict[PolicyType, Callable[..., PolicyConfig]] = {
     PolicyType.Random: RandomConfig,
     PolicyType.RoundRobin: RoundRobinConfig,
     PolicyType.ConsistentHashing: ConsistentHashingConfig,
     PolicyType.BoundedConsistentHashing: BoundedConsistentHashingConfig,
+    PolicyType.PowerOfTwo: PowerOfTwoConfig,
+    PolicyType.LeastLoad: LeastLoadConfig,
+    PolicyType.Manual: ManualConfig,
 }
 
 #: The typed config classes (for isinstance checks).
-CONFIG_TYPES = (RandomConfig, RoundRobinConfig, ConsistentHashingConfig, BoundedConsistentHashingConfig)
+CONFIG_TYPES = (
+    RandomConfig,
+    RoundRobinConfig,
+    ConsistentHashingConfig,
+    BoundedConsistentHashingConfig,
+    PowerOfTwoConfig,
+    LeastLoadConfig,
+    ManualConfig,
+)
 
 
 def default_config(policy: PolicyType) -> PolicyConfig:
@@ -293,13 +415,16 @@ _SETTINGS: Dict[str, Tuple[Any, Tuple[PolicyType, ...]]] = {
     "spill_target": (SPILL_TARGETS[0], (PolicyType.BoundedConsistentHashing,)),
     "key_memory": (0, (PolicyType.BoundedConsistentHashing,)),
     "seed": (None, (PolicyType.Random,)),
+    "assignment_mode": (ASSIGNMENT_MODES[0], (PolicyType.Manual,)),
+    "max_keys": (DEFAULT_MAX_KEYS, (PolicyType.Manual,)),
 }
 
 
 def resolve_policy(policy: Any, **settings: Any) -> PolicyConfig:
     """The typed config of ``policy`` (a :class:`PolicyType`, a policy name or a typed config)
     with the settings given next to it (``max_load_skew``, ``min_load_gap``, ``hash_ring``,
-    ``spill_target``, ``key_memory``, ``seed``; None: the default).
+    ``spill_target``, ``key_memory``, ``seed``, ``assignment_mode``, ``max_keys``; None: the
+    default).
 
     A setting the policy does not have is accepted and ignored, as ``sglang_router`` does, so
     that a launcher can switch ``--policy`` while passing the same flags; one

@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequence, Type, Union
 
 from . import _native
-from ._encoding import HeadersLike, encode_headers, key_bytes, url_bytes
+from ._encoding import DEFAULT_FILTER, DEFAULT_ROUTING_KEY_HEADERS, HeaderFilter, HeadersLike, encode_headers, key_bytes, url_bytes
 from ._native_router import NativeRouter
 from ._request import check_weight, one_request, pack_requests, prefix_block_array
 from .args import RouterArgs
@@ -81,6 +81,17 @@ def _url_list(urls: Any, what: str) -> List[str]:
     return [str.__str__(url) for url in items]
 
 
+def _header_names(names: Any) -> List[str]:
+    """routing_key_headers as a list of str; the library checks the names themselves."""
+    if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
+        raise TypeError("routing_key_headers must be a list of header names, got %s" % type(names).__name__)
+    items = list(names)
+    for name in items:
+        if not isinstance(name, str):
+            raise TypeError("routing_key_headers must hold str header names, got %r" % (name,))
+    return [str.__str__(name) for name in items]
+
+
 def _json(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
 
@@ -108,6 +119,12 @@ class Router:
         seed: ``random``: seed the router's choices, an integer from 0 to 2**64-1 (default
             None, unseeded; docs/contract.md, "Random seed"). Ignored by the other policies,
             with a warning when given.
+        assignment_mode: ``manual``: ``"random"`` (default) or ``"min_load"``, how a new key
+            gets its worker (docs/contract.md, "manual").
+        max_keys: ``manual``: how many keys it keeps the worker of (default 65536).
+        routing_key_headers: the names of the headers that carry the routing key, in order;
+            the first with a valid value wins (default ``["X-SMG-Routing-Key"]``; as SMG's
+            ``--routing-key-headers``; docs/contract.md, "Inputs and precedence").
 
     Raises:
         ValueError: a setting breaks its rule, an unknown policy name, an empty or duplicate
@@ -130,6 +147,9 @@ class Router:
         spill_target: Optional[str] = None,
         key_memory: Optional[int] = None,
         seed: Optional[int] = None,
+        assignment_mode: Optional[str] = None,
+        max_keys: Optional[int] = None,
+        routing_key_headers: Optional[Sequence[str]] = None,
     ) -> None:
         urls = _url_list(worker_urls, "worker_urls")
         self._policy = resolve_policy(
@@ -140,11 +160,20 @@ class Router:
             spill_target=spill_target,
             key_memory=key_memory,
             seed=seed,
+            assignment_mode=assignment_mode,
+            max_keys=max_keys,
         )
         if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int):
             raise ValueError("virtual_nodes must be an integer, got %r" % (virtual_nodes,))
-        config = {"worker_urls": urls, "policy": self._policy.to_dict(), "virtual_nodes": int(virtual_nodes)}
+        config: Dict[str, Any] = {"worker_urls": urls, "policy": self._policy.to_dict(), "virtual_nodes": int(virtual_nodes)}
+        if routing_key_headers is not None:
+            config["routing_key_headers"] = _header_names(routing_key_headers)
         self._native = NativeRouter(_json(config))
+        self._routing_key_headers = tuple(config.get("routing_key_headers", DEFAULT_ROUTING_KEY_HEADERS))
+        # Built once the library has accepted the names (tokens, hence ASCII).
+        self._header_filter = (
+            DEFAULT_FILTER if routing_key_headers is None else HeaderFilter.for_key_headers(config["routing_key_headers"])
+        )
 
     @classmethod
     def from_args(cls, args: RouterArgs) -> Router:
@@ -163,6 +192,9 @@ class Router:
             spill_target=args.spill_target,
             key_memory=args.key_memory,
             seed=args.random_seed,
+            assignment_mode=args.assignment_mode,
+            max_keys=args.max_keys,
+            routing_key_headers=args.routing_key_headers,
         )
 
     # -- state -------------------------------------------------------------------------------
@@ -171,6 +203,11 @@ class Router:
     def policy(self) -> PolicyConfig:
         """The policy in force and its settings, as a typed config (readable after close too)."""
         return self._policy
+
+    @property
+    def routing_key_headers(self) -> List[str]:
+        """The names of the headers that carry the routing key, in order."""
+        return list(self._routing_key_headers)
 
     @property
     def closed(self) -> bool:
@@ -223,9 +260,10 @@ class Router:
 
         Args:
             routing_key: the explicit routing key (``str``, UTF-8 encoded, or ``bytes``); empty
-                or None means no key. It overrides an ``X-SMG-Routing-Key`` header.
+                or None means no key. It overrides the routing-key headers.
             headers: the request's HTTP headers (any mapping, or an iterable of ``(name,
-                value)`` pairs); ``X-SMG-Target-Worker``, ``X-SMG-Routing-Key``,
+                value)`` pairs); ``X-SMG-Target-Worker``, the routing-key headers
+                (``X-SMG-Routing-Key`` unless ``routing_key_headers`` says otherwise),
                 ``Authorization``, ``X-Forwarded-For`` and ``Cookie`` are used as
                 docs/contract.md, "Inputs and precedence", says.
             weight: what the lease counts on its worker's load until released, an integer
@@ -267,7 +305,7 @@ class Router:
                 key = key_bytes(key)
         else:
             key = key_bytes(routing_key)
-            block = encode_headers(headers)
+            block = encode_headers(headers, self._header_filter)
         released = native.released
         if released:
             try:
@@ -307,7 +345,7 @@ class Router:
     ) -> Lease:
         """:meth:`route` with a weight or prefix blocks: one ``br_route_request`` call."""
         native = self._native
-        request = _request(routing_key, headers, weight, prefix_blocks)
+        request = _request(routing_key, headers, weight, prefix_blocks, self._header_filter)
         native.check_open()
         native.hand_over()
         out, out_ref = _native.thread_buffers()
@@ -433,10 +471,10 @@ class Router:
         decide: Callable[[Any], int]
         if prefix_blocks is None:
             key = key_bytes(routing_key)
-            block = b"" if headers is None else encode_headers(headers)
+            block = b"" if headers is None else encode_headers(headers, self._header_filter)
             decide = lambda out: lib.br_route(native.handle, key, len(key), block, len(block), 0, out)  # noqa: E731
         else:
-            request = _request(routing_key, headers, None, prefix_blocks)
+            request = _request(routing_key, headers, None, prefix_blocks, self._header_filter)
             decide = lambda out: lib.br_route_request(native.handle_arg, request, 0, ctypes.byref(out))  # noqa: E731
         native.hand_over()
         out = _native.thread_buffers()[0]
@@ -578,11 +616,13 @@ def _batch_leases(native: NativeRouter, out: Any, n: int) -> List[Lease]:
     return leases
 
 
-def _request(routing_key: Union[str, bytes, None], headers: Optional[HeadersLike], weight: Any, prefix_blocks: Any) -> Any:
+def _request(
+    routing_key: Union[str, bytes, None], headers: Optional[HeadersLike], weight: Any, prefix_blocks: Any, header_filter: HeaderFilter
+) -> Any:
     """A ``br_request`` of checked inputs, valid until this thread's next one (see one_request)."""
     return one_request(
         key_bytes(routing_key),
-        b"" if headers is None else encode_headers(headers),
+        b"" if headers is None else encode_headers(headers, header_filter),
         1 if weight is None else check_weight(weight),
         _blocks(prefix_blocks, "prefix_blocks"),
     )

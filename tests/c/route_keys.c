@@ -118,7 +118,7 @@ static void check_weighted_requests(void) {
 
 int main(void) {
 	CHECK(br_abi_version() == BR_ABI_VERSION, "abi version %u", br_abi_version());
-	char constants[2048];
+	char constants[4096];
 	int64_t constants_len = br_constants_json(constants, sizeof constants - 1);
 	CHECK(constants_len > 0 && constants_len < (int64_t)sizeof constants, "constants_json: %lld", (long long)constants_len);
 	constants[constants_len > 0 && constants_len < (int64_t)sizeof constants ? constants_len : 0] = '\0';
@@ -215,6 +215,33 @@ int main(void) {
 	CHECK(strstr(br_last_error(), "hash_ring") != NULL, "error names hash_ring: %s", br_last_error());
 
 	check_weighted_requests();
+	// manual with routing_key_headers through the JSON config: a key read from X-Session-Id keeps
+	// its worker; its branch code (above 15) survives the packed decision's branch bits.
+	const char *manual_config =
+		"{\"worker_urls\": [\"http://w0:8000\", \"http://w1:8000\", \"http://w2:8000\"],"
+		" \"policy\": {\"type\": \"manual\", \"assignment_mode\": \"min_load\", \"max_keys\": 8},"
+		" \"routing_key_headers\": [\"X-Session-Id\"]}";
+	uint64_t manual_router = 0, mio[3] = {0, 0, 0};
+	CHECK(br_router_new(manual_config, strlen(manual_config), &manual_router) == BR_OK, "router_new manual");
+	// One header, as capi/headers.go frames it: uint32 name length, name, uint32 value length, value.
+	const char block[] = "\x0c\0\0\0X-Session-Id\x01\0\0\0s";
+	int64_t d1 = br_release_then_route(manual_router, NULL, 0, block, sizeof block - 1, mio);
+	CHECK(d1 >= 0 && BR_DECISION_BRANCH(d1) == BR_BRANCH_MANUAL_VACANT, "manual vacant: %lld", (long long)d1);
+	mio[2] = mio[0]; // release the previous lease with the next route
+	int64_t d2 = br_release_then_route(manual_router, NULL, 0, block, sizeof block - 1, mio);
+	CHECK(d2 >= 0 && BR_DECISION_BRANCH(d2) == BR_BRANCH_MANUAL_OCCUPIED_HIT, "manual hit: %lld", (long long)d2);
+	CHECK(BR_DECISION_WORKER_ID(d1) == BR_DECISION_WORKER_ID(d2), "the key kept its worker");
+	mio[2] = mio[0]; // release the previous lease with the next route
+	int64_t d3 = br_release_then_route(manual_router, NULL, 0, NULL, 0, mio);
+	CHECK(d3 >= 0 && BR_DECISION_BRANCH(d3) == BR_BRANCH_MANUAL_NO_ROUTING_KEY, "no key: %lld", (long long)d3);
+	CHECK(BR_BRANCH_COUNT - 1 <= (1 << BR_DECISION_BRANCH_BITS) - 1, "every branch fits the branch bits");
+	CHECK(br_router_free(manual_router) == BR_OK, "free the manual router");
+	const char *smg_only = "{\"policy\": {\"type\": \"bucket\"}}";
+	CHECK(br_router_new(smg_only, strlen(smg_only), &manual_router) == BR_ERR_INVALID_ARGUMENT, "bucket refused");
+	CHECK(strstr(br_last_error(), "exists in SMG but is not implemented by bounded-router") != NULL, "says so: %s", br_last_error());
+	const char *bad_headers = "{\"routing_key_headers\": [\"a b\"]}";
+	CHECK(br_router_new(bad_headers, strlen(bad_headers), &manual_router) == BR_ERR_INVALID_ARGUMENT, "bad header name");
+	CHECK(strstr(br_last_error(), "routing_key_headers") != NULL, "error names routing_key_headers: %s", br_last_error());
 
 	if (failures) {
 		fprintf(stderr, "C API: %d checks failed\n", failures);

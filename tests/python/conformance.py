@@ -42,6 +42,7 @@ HEADER_NAMES = [
     "X-Forwarded-For",
     "Cookie",
     "Content-Type",
+    "X-Session-Id",
 ]
 HEADER_VALUES: List[Any] = [
     "",
@@ -63,7 +64,19 @@ HEADER_VALUES: List[Any] = [
     b"\xff",
     "Bearer abc",
 ]
-POLICIES = ["bounded_consistent_hashing"] * 3 + ["consistent_hashing", "random", "round_robin"]
+# A policy name, or name/assignment_mode/max_keys for manual; "+session" makes the router read
+# the key from X-Session-Id, then X-SMG-Routing-Key (routing_key_headers).
+POLICIES = ["bounded_consistent_hashing"] * 3 + [
+    "consistent_hashing",
+    "random",
+    "round_robin",
+    "power_of_two",
+    "least_load",
+    "manual/random/3",
+    "manual/min_load/3",
+    "manual/min_load/64+session",
+    "consistent_hashing+session",
+]
 SKEWS = [1.0, 1.1, 1.25, 1.5, 2.0, 3.0]
 VIRTUAL_NODES = [1, 3, 20, 150]
 HASH_RINGS = ["xxh64", "smg"]
@@ -71,7 +84,9 @@ SPILL_TARGETS = ["clockwise", "least_loaded"]
 KEY_MEMORIES = [0, 0, 1, 3, 16]
 # Weights: mostly small, sometimes large enough to dwarf every gap, and the largest accepted.
 WEIGHTS = [None, None, 1, 2, 3, 5, 8, 40, 1000, 1 << 30]
-RANDOM_BRANCHES = {"random_fallback", "random"}
+# Branches whose worker may be a random draw: the model checks the library's is allowed, then uses it.
+RANDOM_BRANCHES = {"random_fallback", "random", "power_of_two", "manual_vacant", "manual_occupied_miss", "manual_no_routing_key"}
+SESSION_HEADERS = ["X-Session-Id", "X-SMG-Routing-Key"]
 
 
 class Mismatch(AssertionError):
@@ -93,10 +108,16 @@ class Differential:
         key_memory: int = 0,
     ) -> None:
         kwargs: dict = {}
+        policy, _, session = policy.partition("+")
+        if session:
+            kwargs["routing_key_headers"] = SESSION_HEADERS
         if policy == "bounded_consistent_hashing":
-            kwargs = {"max_load_skew": skew, "min_load_gap": gap, "spill_target": spill_target, "key_memory": key_memory}
+            kwargs.update(max_load_skew=skew, min_load_gap=gap, spill_target=spill_target, key_memory=key_memory)
         if policy in ("consistent_hashing", "bounded_consistent_hashing"):
             kwargs["hash_ring"] = hash_ring
+        if policy.startswith("manual/"):
+            policy, mode, max_keys = policy.split("/")
+            kwargs.update(assignment_mode=mode, max_keys=int(max_keys))
         self.lib = Router(list(worker_urls), policy=policy, virtual_nodes=virtual_nodes, **kwargs)
         self.model = ReferenceRouter(list(worker_urls), policy=policy, virtual_nodes=virtual_nodes, **kwargs)
         self.held: List[Tuple[Lease, int]] = []

@@ -77,7 +77,7 @@ def test_flags_reach_the_router():
     parser = argparse.ArgumentParser()
     RouterArgs.add_cli_args(parser, use_router_prefix=True)
     args = RouterArgs.from_cli_args(
-        parser.parse_args(["--router-worker-urls", "http://a", "--router-spill-target", "least_loaded", "--router-key-memory", "64"]),
+        parser.parse_args(["--worker-urls", "http://a", "--router-spill-target", "least_loaded", "--router-key-memory", "64"]),
         use_router_prefix=True,
     )
     with Router.from_args(args) as router:

@@ -27,11 +27,13 @@ from bounded_router.policy import default_config
 from reference_model import ReferenceRouter
 from support import W, urls
 
-NAMES = ["random", "round_robin", "consistent_hashing", "bounded_consistent_hashing"]
+NAMES = ["random", "round_robin", "consistent_hashing", "bounded_consistent_hashing", "power_of_two", "least_load", "manual"]
 
 
 def test_policy_type_members():
-    assert [m.name for m in PolicyType] == ["Random", "RoundRobin", "ConsistentHashing", "BoundedConsistentHashing"]
+    assert [m.name for m in PolicyType] == [
+        "Random", "RoundRobin", "ConsistentHashing", "BoundedConsistentHashing", "PowerOfTwo", "LeastLoad", "Manual"
+    ]  # fmt: skip
     assert [m.value for m in PolicyType] == NAMES
 
 
@@ -323,19 +325,20 @@ def test_router_args_defaults():
 @pytest.mark.parametrize("prefix", [False, True])
 def test_cli_round_trip(prefix):
     parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, default=8000)  # the host program's own flags
+    parser.add_argument("--log-level", default="info")  # the host program's own flags
     RouterArgs.add_cli_args(parser, use_router_prefix=prefix)
     p = "--router-" if prefix else "--"
     argv = [
-        p + "worker-urls", W[0], W[1],
+        "--worker-urls", W[0], W[1],  # unprefixed either way, as SMG
         p + "policy", "consistent_hashing",
         p + "virtual-nodes", "64",
         "--port", "9000",
+        "--log-level", "debug",
     ]  # fmt: skip
     namespace = parser.parse_args(argv)
-    assert namespace.port == 9000
+    assert namespace.log_level == "debug"
     args = RouterArgs.from_cli_args(namespace, use_router_prefix=prefix)
-    assert args == RouterArgs(worker_urls=[W[0], W[1]], policy="consistent_hashing", virtual_nodes=64)
+    assert args == RouterArgs(worker_urls=[W[0], W[1]], policy="consistent_hashing", virtual_nodes=64, port=9000)
     router = Router.from_args(args)
     assert router.policy == ConsistentHashingConfig()
     assert list(router.loads()) == [W[0], W[1]]
@@ -347,7 +350,7 @@ def test_cli_bounded_settings(prefix):
     parser = argparse.ArgumentParser()
     RouterArgs.add_cli_args(parser, use_router_prefix=prefix)
     p = "--router-" if prefix else "--"
-    namespace = parser.parse_args([p + "worker-urls", W[0], p + "max-load-skew", "2.5", p + "min-load-gap", "4"])
+    namespace = parser.parse_args(["--worker-urls", W[0], p + "max-load-skew", "2.5", p + "min-load-gap", "4"])
     dest = "router_max_load_skew" if prefix else "max_load_skew"
     assert getattr(namespace, dest) == 2.5
     args = RouterArgs.from_cli_args(namespace, use_router_prefix=prefix)
@@ -362,7 +365,7 @@ def test_cli_hash_ring(prefix, policy, config):
     parser = argparse.ArgumentParser()
     RouterArgs.add_cli_args(parser, use_router_prefix=prefix)
     p = "--router-" if prefix else "--"
-    args = RouterArgs.from_cli_args(parser.parse_args([p + "worker-urls", W[0], p + "policy", policy, p + "hash-ring", "smg"]), use_router_prefix=prefix)
+    args = RouterArgs.from_cli_args(parser.parse_args(["--worker-urls", W[0], p + "policy", policy, p + "hash-ring", "smg"]), use_router_prefix=prefix)
     assert args.hash_ring == "smg"
     with Router.from_args(args) as router:
         assert router.policy == config(hash_ring="smg")
@@ -380,13 +383,61 @@ def test_cli_defaults_and_choices():
         parser.parse_args(["--min-load-gap", "1.5"])
 
 
-def test_prefixed_flags_do_not_clash():
+def test_prefixed_flags_sit_next_to_a_servers_own():
     parser = argparse.ArgumentParser()
-    RouterArgs.add_cli_args(parser, use_router_prefix=False)
+    parser.add_argument("--host", default="::1")  # the server's own address flags
+    parser.add_argument("--port", type=int, default=1)
+    parser.add_argument("--policy", default="fifo")  # and a flag named like one of the router's
+    RouterArgs.add_cli_args(parser, use_router_prefix=True, exclude_host_port=True)
+    namespace = parser.parse_args(["--policy", "random", "--router-policy", "round_robin", "--port", "7"])
+    args = RouterArgs.from_cli_args(namespace, use_router_prefix=True)
+    assert (args.policy, args.host, args.port) == ("round_robin", "::1", 7)
+
+
+def test_prefix_keeps_worker_urls_host_and_port_unprefixed():
+    parser = argparse.ArgumentParser()
     RouterArgs.add_cli_args(parser, use_router_prefix=True)
-    namespace = parser.parse_args(["--policy", "random", "--router-policy", "round_robin"])
-    assert RouterArgs.from_cli_args(namespace).policy == "random"
-    assert RouterArgs.from_cli_args(namespace, use_router_prefix=True).policy == "round_robin"
+    flags = {a.option_strings[0] for a in parser._actions if a.option_strings}
+    assert {"--worker-urls", "--host", "--port", "--router-policy", "--router-routing-key-headers", "--router-disable-arg-fallback"} <= flags
+    assert not {f for f in flags if f.startswith("--router-") and f[9:] in ("worker-urls", "host", "port")}
+    assert not {f for f in flags - {"--worker-urls", "--host", "--port", "-h", "--help"} if not f.startswith("--router-")}
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--router-worker-urls", W[0]])
+
+
+def test_exclude_host_port():
+    for prefix in (False, True):
+        parser = argparse.ArgumentParser()
+        RouterArgs.add_cli_args(parser, use_router_prefix=prefix, exclude_host_port=True)
+        namespace = parser.parse_args([])
+        assert not hasattr(namespace, "host") and not hasattr(namespace, "port")
+        args = RouterArgs.from_cli_args(namespace, use_router_prefix=prefix)
+        assert (args.host, args.port) == (RouterArgs.host, RouterArgs.port)
+
+
+def test_prefixed_value_falls_back_to_the_unprefixed_one_only_when_unset():
+    # As SMG 1.13.0: a prefixed flag left at a None default reads the server's flag of the same
+    # name; one with a default of its own (--router-policy) keeps it.
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--policy", default="round_robin")
+    parser.add_argument("--routing-key-headers", nargs="*")
+    RouterArgs.add_cli_args(parser, use_router_prefix=True, exclude_host_port=True)
+    namespace = parser.parse_args(["--policy", "random", "--routing-key-headers", "x-a"])
+    args = RouterArgs.from_cli_args(namespace, use_router_prefix=True)
+    assert (args.policy, args.routing_key_headers) == (RouterArgs.policy, ["x-a"])
+    namespace = parser.parse_args(["--routing-key-headers", "x-a", "--router-routing-key-headers", "x-b"])
+    assert RouterArgs.from_cli_args(namespace, use_router_prefix=True).routing_key_headers == ["x-b"]
+    namespace = parser.parse_args(["--routing-key-headers", "x-a", "--router-disable-arg-fallback"])
+    assert RouterArgs.from_cli_args(namespace, use_router_prefix=True).routing_key_headers == ["X-SMG-Routing-Key"]
+
+
+def test_disable_arg_fallback_drops_the_unprefixed_flags_too():
+    # SMG's rule, mirrored: the unprefixed --worker-urls/--host/--port are fallbacks as well.
+    parser = argparse.ArgumentParser()
+    RouterArgs.add_cli_args(parser, use_router_prefix=True)
+    namespace = parser.parse_args(["--worker-urls", W[0], "--port", "9", "--router-disable-arg-fallback"])
+    args = RouterArgs.from_cli_args(namespace, use_router_prefix=True)
+    assert (args.worker_urls, args.port) == ([], RouterArgs.port)
 
 
 def test_from_args_with_another_policy_ignores_the_bounded_settings():
@@ -404,7 +455,7 @@ def test_from_args_with_another_policy_ignores_the_bounded_settings():
 def test_from_args_from_the_command_line_with_another_policy():
     parser = argparse.ArgumentParser()
     RouterArgs.add_cli_args(parser, use_router_prefix=True)
-    flags = ["--router-worker-urls", W[0], W[1], "--router-policy", "round_robin", "--router-min-load-gap", "5"]
+    flags = ["--worker-urls", W[0], W[1], "--router-policy", "round_robin", "--router-min-load-gap", "5"]
     args = RouterArgs.from_cli_args(parser.parse_args(flags), use_router_prefix=True)
     with pytest.warns(UserWarning, match="min_load_gap=5"):
         router = Router.from_args(args)

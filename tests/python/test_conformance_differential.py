@@ -105,6 +105,7 @@ def test_long_seeded_sequences_match_the_model():
     for seed in range(SEEDED_SEQUENCES):
         rng = random.Random(seed)
         config = random_config(rng)
+        config = (config[0], POLICIES[seed % len(POLICIES)]) + config[2:]  # every policy gets its turn
         operations, branches = run_sequence(config, [random_operation(rng) for _ in range(SEEDED_LENGTH)])
         total += operations
         seen |= branches
@@ -124,5 +125,11 @@ def test_long_seeded_sequences_match_the_model():
         "random",
         "round_robin",
         "explicit_routing_key_remembered",
+        "power_of_two",
+        "least_load",
+        "manual_occupied_hit",
+        "manual_occupied_miss",
+        "manual_vacant",
+        "manual_no_routing_key",
     }
     assert expected <= seen, expected - seen

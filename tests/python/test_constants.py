@@ -54,6 +54,8 @@ def test_every_branch_name_in_the_package_is_one_the_library_reports(constants):
     # A literal within a few letters of a branch name but not equal to one is a name that
     # drifted (renamed on one side only).
     names = set(constants["branches"])
+    # The library's other names (a spill target "least_loaded" next to the branch "least_load").
+    other_names = set(constants["spill_targets"]) | set(constants["policies"]) | set(constants["assignment_modes"])
     package = os.path.dirname(bounded_router.__file__)
     drifted = []
     for directory, _, files in os.walk(package):
@@ -64,7 +66,7 @@ def test_every_branch_name_in_the_package_is_one_the_library_reports(constants):
             with open(path) as f:
                 tree = ast.parse(f.read())
             for node in ast.walk(tree):
-                if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value not in names:
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value not in names | other_names:
                     close = difflib.get_close_matches(node.value, names, n=1, cutoff=0.85)
                     if close:
                         drifted.append("%s:%d %r (the library says %r)" % (path, node.lineno, node.value, close[0]))
@@ -78,7 +80,7 @@ def test_status_codes_abi_and_decision_layout_match_the_header(constants, header
     assert decision["branch_bits"] == header["BR_DECISION_BRANCH_BITS"]
     assert decision["worker_shift"] == header["BR_DECISION_WORKER_SHIFT"]
     assert decision["preferred_shift"] == header["BR_DECISION_PREFERRED_SHIFT"]
-    assert decision["id_limit"] == 1 << 28 and decision["ids_dont_fit"] == 1 << 60  # the header's casts
+    assert decision["id_limit"] == 1 << 28 and decision["ids_dont_fit"] == 1 << 62  # the header's casts
     assert constants["limits"]["max_arg_len"] == header["BR_MAX_ARG_LEN"]
 
 
@@ -134,6 +136,13 @@ def test_the_request_struct_is_the_header_one():
         if words:
             fields.append((words[-1], c_types["".join(words[:-1])]))
     assert fields == list(_native.BrRequest._fields_)
+def test_manual_and_routing_key_header_constants_are_the_library_ones(constants):
+    assert list(policy.ASSIGNMENT_MODES) == constants["assignment_modes"]
+    assert policy.ASSIGNMENT_MODES[0] == constants["defaults"]["assignment_mode"]
+    assert (policy.DEFAULT_MAX_KEYS, policy.MAX_KEYS) == (constants["defaults"]["max_keys"], constants["limits"]["max_keys"])
+    assert list(_encoding.DEFAULT_ROUTING_KEY_HEADERS) == constants["defaults"]["routing_key_headers"]
+    assert RouterArgs().routing_key_headers == constants["defaults"]["routing_key_headers"]
+    assert constants["limits"]["max_routing_key_headers"] == 8
 
 
 def test_each_export_is_declared_once_with_the_header_types():

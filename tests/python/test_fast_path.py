@@ -180,7 +180,7 @@ def test_decisions_whose_worker_ids_do_not_fit_are_read_apart_and_not_cached(mak
     router = make_router(3)
     lease = router.route(key_preferring(router, W[2]))
     ids = _native.thread_buffers()[0][1]  # the route's worker ids, as the library wrote them
-    flagged = 1 << 60 | 3  # BR_DECISION_IDS_DONT_FIT  # explicit_routing_key_hit, ids apart
+    flagged = 1 << 62 | 3  # BR_DECISION_IDS_DONT_FIT  # explicit_routing_key_hit, ids apart
     router._native.decided.clear()
     assert router._native.decision_urls(flagged, ids, lease._id) == (W[2], W[2], "explicit_routing_key_hit")
     assert router._native.decided == {}

@@ -67,6 +67,15 @@ def test_serve_routes_through_the_same_router(slow_worker: Any, fast_worker: Any
         assert router.leaked_leases() == 0
 
 
+def test_serve_reads_the_routers_routing_key_headers(fast_worker: Any, client: httpx.Client) -> None:
+    with Router([fast_worker.url], routing_key_headers=["X-Session-Id"]) as router, router.serve(expose_routing_headers=True) as gateway:
+        r = client.post(gateway.url + "/v1/completions", json=completion("a", 1), headers={"X-Session-Id": "s"})
+        assert r.headers["x-bounded-router-branch"] == "explicit_routing_key_hit"
+        r = client.post(gateway.url + "/v1/completions", json=completion("a", 1), headers={"X-SMG-Routing-Key": "s"})
+        assert r.headers["x-bounded-router-branch"] == "random_fallback"
+        wait_released(router)
+
+
 def test_membership_change_while_streaming(slow_worker: Any, fast_worker: Any, client: httpx.Client) -> None:
     with Router([slow_worker.url, fast_worker.url]) as router, router.serve(expose_routing_headers=True) as gateway:
         key = key_preferring(router, slow_worker.url)

@@ -46,3 +46,14 @@ def test_forwards_any_path_and_method_with_its_query(fast_worker: Any, slow_work
             assert r.json()["worker"] in ("fast", "slow")
             assert r.headers["x-bounded-router-branch"] == "random_fallback"
             wait_released(router)
+
+
+def test_reads_the_routers_routing_key_headers(fast_worker: Any, client: httpx.Client) -> None:
+    with Router([fast_worker.url], routing_key_headers=["X-Session-Id"]) as router:
+        app, _ = aiohttp_app(router)
+        with serve_aiohttp(app) as url:
+            r = client.get(url + "/stats", headers={"X-Session-Id": "s"})
+            assert r.headers["x-bounded-router-branch"] == "explicit_routing_key_hit"
+            r = client.get(url + "/stats", headers={"X-SMG-Routing-Key": "s"})
+            assert r.headers["x-bounded-router-branch"] == "random_fallback"
+            wait_released(router)

@@ -87,3 +87,15 @@ def test_mounted_under_a_prefix_it_forwards_and_serves_metrics_relative_to_it(cl
         assert worker.paths() == [b"/v1/models?x=%2F"]
     finally:
         worker.stop()
+
+
+def test_asgi_proxy_reads_the_routers_routing_key_headers(fast_worker: Any, client: httpx.Client) -> None:
+    with Router([fast_worker.url], "consistent_hashing", routing_key_headers=["X-Session-Id"]) as router:
+        with serve_asgi(ASGIProxy(router)) as url:
+            r = client.post(url + "/v1/completions", json=completion("a", 1), headers={"X-Session-Id": "s"})
+            assert r.status_code == 200
+            r = client.post(url + "/v1/completions", json=completion("a", 1), headers={"X-SMG-Routing-Key": "s"})
+            assert r.status_code == 200
+            wait_released(router)
+            assert router.branch_counts()["routing_key_hit"] == 1  # X-Session-Id
+            assert router.branch_counts()["random_fallback"] == 1  # X-SMG-Routing-Key is not a key header here

@@ -31,6 +31,12 @@ BRANCHES = [
     "random",
     "round_robin",
     "explicit_routing_key_remembered",
+    "power_of_two",
+    "least_load",
+    "manual_occupied_hit",
+    "manual_occupied_miss",
+    "manual_vacant",
+    "manual_no_routing_key",
 ]
 
 

@@ -44,6 +44,9 @@ def worker() -> Iterator[EchoWorker]:
         (["--max-body-size", "0"], "max_body_size"),
         (["--first-byte-timeout", "-1"], "first_byte_timeout"),
         (["--max-load-skew", "0.5"], "max_load_skew"),
+        (["--routing-key-headers", "a b"], "routing_key_headers"),
+        (["--policy", "bucket"], "exists in SMG but is not implemented"),
+        (["--policy", "manual", "--max-keys", "0"], "max_keys"),
     ],
 )
 def test_a_bad_flag_is_a_usage_error_naming_it(flags: List[str], named: str) -> None:
@@ -65,6 +68,16 @@ def test_metrics_are_only_on_their_own_port(worker: EchoWorker) -> None:
         assert 'bounded_router_worker_load{worker="%s"} 0' % worker.url in metrics
         assert 'bounded_router_requests_total{branch="random_fallback"} 1' in metrics
     assert worker.paths() == [b"/metrics"]
+
+
+def test_routing_key_headers_flag_reaches_the_proxy(worker: EchoWorker) -> None:
+    args = ["--port", "0", "--metrics-port", "0", "--policy", "consistent_hashing", "--routing-key-headers", "X-Session-Id"]
+    with ServerProcess("serve", "bounded_router.integrations.serve", args + ["--worker-urls", worker.url]) as serve:
+        httpx.get(serve.url + "/a", headers={"X-Session-Id": "s"}, trust_env=False)
+        httpx.get(serve.url + "/b", headers={"X-SMG-Routing-Key": "s"}, trust_env=False)
+        metrics = httpx.get(serve.metrics_url + "/metrics", trust_env=False).text
+        assert 'bounded_router_requests_total{branch="routing_key_hit"} 1' in metrics
+        assert 'bounded_router_requests_total{branch="random_fallback"} 1' in metrics
 
 
 def test_without_a_metrics_port_there_are_no_metrics(worker: EchoWorker) -> None:

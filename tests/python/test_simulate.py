@@ -263,3 +263,31 @@ def test_package_works_without_any_extra() -> None:
     assert "pip install 'bounded-router[fastapi]'" in done.stdout
     assert "pip install 'bounded-router[aiohttp]'" in done.stdout
     assert "PLOT --plot needs matplotlib, which is not installed: pip install 'bounded-router[plot]'" in done.stdout
+
+
+def test_smg_policies_place_a_burst_as_their_rules_say() -> None:
+    # manual keeps the group's key on one worker; least_load fills the idle workers in turn.
+    assert run(PolicySpec("manual"), replace(SMALL, groups=10)).placement == {"8:0": 10}
+    assert run(PolicySpec("least_load"), replace(SMALL, groups=10)).placement == {"4:4": 10}
+    result = run(PolicySpec("power_of_two"), replace(SMALL, groups=10))
+    assert result.placement == {"4:4": 10}  # two workers: both are always drawn, the lighter wins
+    assert PolicySpec("manual", assignment_mode="min_load", max_keys=4).label == "manual min_load keys=4"
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: PolicySpec("least_load", max_keys=3), "apply only to manual, not least_load"),
+        (lambda: PolicySpec("manual", assignment_mode="delegate").make_router(["http://w"]), "exists in SMG but is not implemented"),
+        (lambda: PolicySpec("bucket"), "unknown policy 'bucket'"),
+    ],
+)
+def test_smg_policy_settings_are_named(make: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()  # type: ignore[operator]
+
+
+def test_cli_runs_smg_policies(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--groups", "5", "--smg-policies", "least_load,manual"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith(("least_load", "manual"))]
+    assert names == ["least_load", "manual"]

@@ -405,3 +405,14 @@ def test_cli_token_weights_refuse_a_prompt_over_the_largest_weight(
         main(argv)
     message = "--weights tokens: a prompt of %d tokens is over the largest lease weight, %d"
     assert message % (MAX_LEASE_WEIGHT + 1, MAX_LEASE_WEIGHT) in capsys.readouterr().err
+
+
+def test_replay_runs_smg_policies(capsys: pytest.CaptureFixture[str]) -> None:
+    trace = load_trace(FIXTURE)
+    config = ReplayConfig(workers=3, load=0.9, cache_fraction=0.1)
+    for name in ("power_of_two", "least_load", "manual"):
+        result = replay(ReplayPolicy(name), trace, config)
+        assert result.requests == 35 and result.leaked_leases == 0 and set(result.final_loads.values()) == {0}
+        assert sum(result.branches.values()) == 35
+    assert main(["--trace", FIXTURE, "--workers", "3", "--smg-policies", "manual"]) == 0
+    assert any(line.startswith("manual") for line in capsys.readouterr().out.splitlines())

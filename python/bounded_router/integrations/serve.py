@@ -57,9 +57,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m bounded_router.integrations.serve",
         description="A routing proxy: forwards each request to the worker the router chooses and streams the answer back.",
     )
-    RouterArgs.add_cli_args(parser)
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=port_number, default=8080, help="port to listen on; 0 picks a free one (default: %(default)s)")
+    RouterArgs.add_cli_args(parser)  # with --host and --port
     parser.add_argument("--metrics-port", type=port_number, default=None, help="serve GET /metrics on this port (same host); off by default")
     ProxyOptions.add_cli_args(parser)
     parser.add_argument("--lifetime", type=positive_seconds, default=None, help="exit after this many seconds (default: run until stopped)")

@@ -58,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
     pol.add_argument("--gaps", type=_list(int, "--gaps"), default=[1, 2, 4], help="min_load_gap values of the bounded rows (default 1,2,4)")
     pol.add_argument("--skew", type=float, default=1.5, help="max_load_skew of the bounded rows (default 1.5)")
     pol.add_argument(
+        "--smg-policies",
+        type=_list(str, "--smg-policies"),
+        default=[],
+        metavar="LIST",
+        help="also run these of SMG's policies, e.g. power_of_two,least_load,manual (default: none)",
+    )
+    pol.add_argument(
         "--hash-ring",
         choices=HASH_RINGS,
         default=DEFAULT_HASH_RING,
@@ -119,6 +126,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 [PolicySpec("consistent_hashing", hash_ring=args.hash_ring)]
                 + [PolicySpec("bounded_consistent_hashing", gap, args.skew, args.hash_ring) for gap in args.gaps]
                 + [PolicySpec("round_robin"), PolicySpec("random")]
+                + [PolicySpec(name) for name in args.smg_policies]
             )
         for spec in specs:  # let the library judge the settings before anything runs
             spec.make_router(["http://check"]).close()

@@ -5,6 +5,8 @@ Every routing decision is the library's: each request takes a lease with ``route
 when it arrives and releases it after its last output token, so the router sees exactly the
 loads a proxy in front of real workers would. The ``random`` policy's router is seeded from the
 workload's seed (``RandomConfig(seed=...)``), so that every run prints the same figures.
+``power_of_two`` and ``manual`` with random assignment draw in the library unseeded, so their
+figures vary a little from run to run.
 
 Time is simulated (milliseconds), so a run of 3,200 requests takes well under a second.
 """
@@ -19,21 +21,22 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, Hashable, List, Optional, Tuple
 
 from ..lease import Lease
-from ..policy import DEFAULT_HASH_RING, BoundedConsistentHashingConfig, ConsistentHashingConfig, RandomConfig
+from ..policy import DEFAULT_HASH_RING, BoundedConsistentHashingConfig, ConsistentHashingConfig, ManualConfig, RandomConfig
 from ..router import Router
 from .model import CostModel, PrefixCache, Workload
 
 __all__ = ["PolicySpec", "Result", "run", "DEFAULT_POLICIES", "placement_label"]
 
 _HASHING = ("consistent_hashing", "bounded_consistent_hashing")
-_POLICIES = _HASHING + ("round_robin", "random")
+_POLICIES = _HASHING + ("round_robin", "random", "power_of_two", "least_load", "manual")
 
 
 @dataclass(frozen=True)
 class PolicySpec:
     """A routing policy to simulate, with its settings: ``min_load_gap``, ``max_load_skew``,
     ``spill_target`` and ``key_memory`` for ``bounded_consistent_hashing``, ``hash_ring``
-    (``"xxh64"`` or ``"smg"``) for both hashing policies."""
+    (``"xxh64"`` or ``"smg"``) for both hashing policies, ``assignment_mode`` and ``max_keys``
+    for ``manual`` (None: the defaults)."""
 
     policy: str
     min_load_gap: Optional[int] = None
@@ -41,6 +44,8 @@ class PolicySpec:
     hash_ring: str = DEFAULT_HASH_RING
     spill_target: str = "clockwise"
     key_memory: int = 0
+    assignment_mode: Optional[str] = None
+    max_keys: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.policy not in _POLICIES:
@@ -53,6 +58,8 @@ class PolicySpec:
                 "min_load_gap, max_load_skew, spill_target and key_memory apply only to bounded_consistent_hashing, not %s"
                 % self.policy
             )
+        if self.policy != "manual" and (self.assignment_mode, self.max_keys) != (None, None):
+            raise ValueError("assignment_mode and max_keys apply only to manual, not %s" % self.policy)
         if self.policy not in _HASHING and self.hash_ring != DEFAULT_HASH_RING:
             raise ValueError("hash_ring applies only to consistent_hashing and bounded_consistent_hashing, not %s" % self.policy)
 
@@ -63,7 +70,15 @@ class PolicySpec:
             spill = "" if self.spill_target == "clockwise" else " spill=%s" % self.spill_target
             memory = " memory=%d" % self.key_memory if self.key_memory else ""
             return "bounded gap=%d skew=%g%s%s%s" % (self.min_load_gap, self.max_load_skew, spill, memory, ring)
+        if self.policy == "manual":
+            config = self.manual_config()
+            return "manual %s" % config.assignment_mode + ("" if self.max_keys is None else " keys=%d" % config.max_keys)
         return self.policy + ring
+
+    def manual_config(self) -> ManualConfig:
+        """The config of a ``manual`` spec, its unset settings at their defaults."""
+        defaults = ManualConfig()
+        return ManualConfig(self.assignment_mode or defaults.assignment_mode, self.max_keys or defaults.max_keys)
 
     def make_router(self, worker_urls: List[str], seed: Optional[int] = None) -> Router:
         """A router with this policy (validated by the library: a bad setting raises ValueError);
@@ -78,6 +93,8 @@ class PolicySpec:
             return Router(worker_urls, ConsistentHashingConfig(self.hash_ring))
         if self.policy == "random":
             return Router(worker_urls, RandomConfig(seed=seed))
+        if self.policy == "manual":
+            return Router(worker_urls, self.manual_config())
         return Router(worker_urls, policy=self.policy)
 
 

@@ -122,6 +122,13 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_TOKEN_SKEW,
         help="max_load_skew of the token-weighted rows (default %g)" % DEFAULT_TOKEN_SKEW,
     )
+    pol.add_argument(
+        "--smg-policies",
+        type=lambda text: [name for name in text.split(",") if name],
+        default=[],
+        metavar="LIST",
+        help="also replay these of SMG's policies, e.g. power_of_two,least_load,manual (default: none)",
+    )
     costs = parser.add_argument_group("step costs (ms)")
     costs.add_argument("--step-ms", type=float, default=c.step_ms, help="fixed cost of a step")
     costs.add_argument("--prefill-ms-per-token", type=float, default=c.prefill_ms_per_token)
@@ -139,10 +146,13 @@ def replay_policies(
     key_memory: int = 0,
     token_gaps: Sequence[int] = (),
     token_skew: float = DEFAULT_TOKEN_SKEW,
+    smg_policies: Sequence[str] = (),
 ) -> List[ReplayPolicy]:
-    """The rows of a replay: the baselines, strict and bounded hashing (also with the library's
-    options, when any is set, and with token weights for each of ``token_gaps``), the oracles."""
+    """The rows of a replay: the baselines, SMG's policies asked for, strict and bounded hashing
+    (also with the library's options, when any is set, and with token weights for each of
+    ``token_gaps``), the oracles."""
     rows = [ReplayPolicy("random"), ReplayPolicy("round_robin"), ReplayPolicy("consistent_hashing")]
+    rows += [ReplayPolicy(name) for name in smg_policies]
     rows += [ReplayPolicy("bounded_consistent_hashing", gap, skew) for gap in gaps]
     if (spill_target, key_memory) != ("clockwise", 0):
         rows += [
@@ -201,7 +211,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         trace = load_trace(args.trace, args.block_size, args.routing_key_field, args.limit)
         arrival_scale(trace, config)  # a trace whose arrivals span no time cannot be scaled to a load
         policies = replay_policies(
-            args.gaps, args.skew, args.oracle_margin, args.spill_target, args.key_memory, _token_gaps(args, trace), args.token_skew
+            args.gaps,
+            args.skew,
+            args.oracle_margin,
+            args.spill_target,
+            args.key_memory,
+            _token_gaps(args, trace),
+            args.token_skew,
+            args.smg_policies,
         )
         for policy in policies:  # let the library judge the settings before anything runs
             spec = policy.library_spec()

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ReplayPolicy", "DEFAULT_REPLAY_POLICIES", "Routing", "WEIGHTS", "make_routing"]
 
-_LIBRARY = ("random", "round_robin", "consistent_hashing", "bounded_consistent_hashing")
+_LIBRARY = ("random", "round_robin", "consistent_hashing", "bounded_consistent_hashing", "power_of_two", "least_load", "manual")
 #: What a lease weighs: one unit per request (the library's default), or the request's prompt tokens.
 WEIGHTS = ("requests", "tokens")
 
