@@ -134,7 +134,7 @@ func TestParseConfigHashRing(t *testing.T) {
 	for _, policy := range []string{"random", "round_robin"} {
 		for _, value := range []string{`"smg"`, `"xxh64"`} {
 			requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "`+policy+`", "hash_ring": `+value+`}}`,
-				"hash_ring applies only to consistent_hashing and bounded_consistent_hashing, not "+policy)
+				"hash_ring applies only to consistent_hashing, bounded_consistent_hashing and cache_aware, not "+policy)
 		}
 	}
 	for _, policy := range []Policy{{Kind: PolicyRandom, HashRing: HashRingSMG}, {Kind: PolicyConsistentHashing, HashRing: 2}} {
@@ -242,7 +242,7 @@ func TestValidateDirectly(t *testing.T) {
 	}
 
 	cfg = valid
-	cfg.Policy.Kind = PolicyKind(4)
+	cfg.Policy.Kind = PolicyKind(len(PolicyNames()))
 	err = cfg.Validate()
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "policy")
