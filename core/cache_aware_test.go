@@ -188,27 +188,50 @@ func TestCacheAwareIndexStaysWithinCapacity(t *testing.T) {
 // every choice is an available member.
 func TestCacheAwareRandomOperations(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
+	runCacheAwareOps(t, 4000, rng.IntN)
+}
+
+// FuzzCacheAware runs the operations of TestCacheAwareRandomOperations as the input decides them.
+func FuzzCacheAware(f *testing.F) {
+	f.Add([]byte{9, 0, 3, 9, 1, 4, 9, 0, 5, 0, 1, 2, 1, 9, 2, 2})
+	f.Add([]byte{19, 5, 1, 19, 5, 0, 1, 3, 0, 19, 5, 1, 3, 4})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		i := 0
+		next := func(n int) int {
+			if i >= len(data) {
+				return 0
+			}
+			i++
+			return int(data[i-1]) % n
+		}
+		runCacheAwareOps(t, len(data)/2, next)
+	})
+}
+
+// runCacheAwareOps applies steps operations chosen by intN (a source of integers in [0, n))
+// and checks the index and each choice after every one; then it releases every lease.
+func runCacheAwareOps(t *testing.T, steps int, intN func(n int) int) {
 	pool := workerURLs(6)
 	r := newTestRouter(t, cachePolicy(1.25, 1, 7), pool[:4])
-	prefixes := prefixTree(rng, 12, 6)
+	prefixes := prefixTree(rand.New(rand.NewPCG(5, 6)), 12, 6)
 	var leases []LeaseID
-	for step := 0; step < 4000; step++ {
-		switch op := rng.IntN(20); {
+	for step := 0; step < steps; step++ {
+		switch op := intN(20); {
 		case op == 0:
-			_ = r.SetHealthy(pool[rng.IntN(len(pool))], rng.IntN(3) > 0)
+			_ = r.SetHealthy(pool[intN(len(pool))], intN(3) > 0)
 		case op == 1 && len(r.Workers()) > 1:
-			_ = r.RemoveWorker(pool[rng.IntN(len(pool))])
+			_ = r.RemoveWorker(pool[intN(len(pool))])
 		case op == 2:
-			_ = r.AddWorker(pool[rng.IntN(len(pool))])
+			_ = r.AddWorker(pool[intN(len(pool))])
 		case op < 8 && len(leases) > 0:
-			i := rng.IntN(len(leases))
+			i := intN(len(leases))
 			r.Release(leases[i], false)
 			leases = slices.Delete(leases, i, i+1)
 		default:
-			blocks := prefixes[rng.IntN(len(prefixes))]
+			blocks := prefixes[intN(len(prefixes))]
 			key := ""
-			if rng.IntN(2) == 0 {
-				key = string(rune('a' + rng.IntN(8)))
+			if intN(2) == 0 {
+				key = string(rune('a' + intN(8)))
 			}
 			d := r.Route(prefixRequest(key, blocks...))
 			if d.Lease != 0 {
@@ -220,6 +243,8 @@ func TestCacheAwareRandomOperations(t *testing.T) {
 		checkIndex(t, r.view.blocks, r.members.workers)
 		r.mu.Unlock()
 	}
+	releaseAll(t, r, leases)
+	assert.Zero(t, r.Stats().ActiveLeases)
 }
 
 func checkChosenAvailable(t testing.TB, r *Router, d Decision) {
