@@ -29,6 +29,10 @@ type blockIndex struct {
 	// count the blocks the chosen worker matched.
 	epoch uint64
 	depth int
+	// path[i], for i < depth, is the node of a passing holder of the request's block i that
+	// the decision found: recording the request on that worker then needs no lookup. Valid
+	// while its node still holds that block for that worker (record checks).
+	path []uint32
 }
 
 type blockNode struct {
@@ -57,12 +61,27 @@ func (x *blockIndex) firstHolder(block uint64) uint32 { return x.byBlock[block] 
 
 // anyHolder reports whether some worker holding the block satisfies accept.
 func (x *blockIndex) anyHolder(block uint64, accept func(w *worker) bool) bool {
+	return x.holderWhere(block, accept) != 0
+}
+
+// holderWhere is the node of the first worker holding the block that satisfies accept, or 0.
+func (x *blockIndex) holderWhere(block uint64, accept func(w *worker) bool) uint32 {
 	for n := x.byBlock[block]; n != 0; n = x.nodes[n].nextHolder {
 		if accept(x.nodes[n].worker) {
-			return true
+			return n
 		}
 	}
-	return false
+	return 0
+}
+
+// extendPath records n as the path's node of the next block (see path).
+func (x *blockIndex) extendPath(n uint32) {
+	if x.depth < len(x.path) {
+		x.path[x.depth] = n
+	} else {
+		x.path = append(x.path, n)
+	}
+	x.depth++
 }
 
 // matched is the number of leading blocks of the request that w holds.
@@ -88,15 +107,30 @@ func (x *blockIndex) record(w *worker, blocks []uint64) {
 		x.nodes[s].newer, x.nodes[s].older = s, s
 		w.blocks = workerBlocks{sentinel: s, nodes: make(map[uint64]uint32)}
 	}
-	for i := len(blocks) - 1; i >= 0 && x.touch(w, blocks[i]); i-- {
+	for i := len(blocks) - 1; i >= 0 && x.touch(w, blocks[i], x.known(w, blocks, i)); i-- {
 	}
 }
 
+// known is w's node of blocks[i] if the latest decision's path has it, else 0.
+func (x *blockIndex) known(w *worker, blocks []uint64, i int) uint32 {
+	if i >= x.depth {
+		return 0
+	}
+	if n := x.path[i]; x.nodes[n].worker == w && x.nodes[n].block == blocks[i] {
+		return n
+	}
+	return 0
+}
+
 // touch makes block the most recent of w's index, adding it (and forgetting w's least recent
-// block when w's index is full) if w did not hold it. It reports false, doing nothing, when the
-// block is new and every node number is taken.
-func (x *blockIndex) touch(w *worker, block uint64) bool {
-	n, ok := w.blocks.nodes[block]
+// block when w's index is full) if w did not hold it; known is w's node of the block when the
+// caller has it (0 to look it up). It reports false, doing nothing, when the block is new and
+// every node number is taken.
+func (x *blockIndex) touch(w *worker, block uint64, known uint32) bool {
+	n, ok := known, known != 0
+	if !ok {
+		n, ok = w.blocks.nodes[block]
+	}
 	switch {
 	case ok:
 		x.unlinkRecency(n)

@@ -35,8 +35,12 @@ func selectCacheAware(v *view, req *Request, keyPos uint64, p *Policy) (int, Bra
 	c := cacheChoice{v: v, x: x, test: spillTest{v: v, bound: v.meanLoad() * p.MaxLoadSkew, gap: p.MinLoadGap, least: -1}}
 	c.position, c.keyed, c.positioned = tiePosition(v, req, keyPos)
 	blocks := req.PrefixBlocks
-	for x.depth < len(blocks) && x.anyHolder(blocks[x.depth], c.passes) {
-		x.depth++
+	for x.depth < len(blocks) {
+		n := x.holderWhere(blocks[x.depth], c.passes)
+		if n == 0 {
+			break
+		}
+		x.extendPath(n)
 	}
 	var chosen int
 	var branch Branch

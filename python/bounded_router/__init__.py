@@ -24,6 +24,7 @@ from .errors import ForkedProcessError, LibraryLoadError, NoWorkerAvailableError
 from .lease import Lease
 from .policy import (
     BoundedConsistentHashingConfig,
+    CacheAwareConfig,
     ConsistentHashingConfig,
     PolicyConfig,
     PolicyType,
@@ -51,6 +52,7 @@ __all__ = [
     "RoundRobinConfig",
     "ConsistentHashingConfig",
     "BoundedConsistentHashingConfig",
+    "CacheAwareConfig",
     "config_from_dict",
     "NoWorkerAvailableError",
     "RouterClosedError",
