@@ -52,6 +52,8 @@ var (
 	_ = same{}[C.BR_BRANCH_CACHE_AWARE_BALANCE-core.BranchCacheAwareBalance]
 	_ = same{}[C.BR_BRANCH_CACHE_AWARE_NO_MATCH-core.BranchCacheAwareNoMatch]
 	_ = same{}[C.BR_BRANCH_COUNT-core.NumBranches]
+	_ = same{}[C.BR_MAX_LEASE_WEIGHT-core.MaxLeaseWeight]
+	_ = same{}[C.BR_MAX_PREFIX_BLOCKS-core.MaxPrefixBlocks]
 	// Every branch code (0..NumBranches-1) fits in the decision's branch bits.
 	_ = same{}[(core.NumBranches-1)>>decisionBranchBits]
 	// The worker id field ends where the preferred id's begins.

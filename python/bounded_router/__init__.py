@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from .args import RouterArgs
 from .errors import ForkedProcessError, LibraryLoadError, NoWorkerAvailableError, RouterClosedError
+from ._request import MAX_LEASE_WEIGHT, MAX_PREFIX_BLOCKS
 from .lease import Lease
 from .policy import (
     BoundedConsistentHashingConfig,
@@ -54,6 +55,8 @@ __all__ = [
     "BoundedConsistentHashingConfig",
     "CacheAwareConfig",
     "config_from_dict",
+    "MAX_LEASE_WEIGHT",
+    "MAX_PREFIX_BLOCKS",
     "NoWorkerAvailableError",
     "RouterClosedError",
     "ForkedProcessError",

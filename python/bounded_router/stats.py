@@ -16,8 +16,10 @@ class WorkerInfo:
     Attributes:
         url: the worker's URL.
         healthy: whether it is available for routing.
-        load: the number of leases held on it (requests in flight from this process).
+        load: the sum of the weights of the leases held on it (requests in flight from this
+            process, each counting its weight; their number when every weight is 1).
         active_keys: the number of distinct explicit routing keys among those leases.
+        requests: the number of leases held on it, whatever their weights.
         indexed_blocks: the prefix blocks ``cache_aware`` remembers sending there (0 under
             the other policies; at most ``blocks_per_worker``).
     """
@@ -26,12 +28,15 @@ class WorkerInfo:
     healthy: bool
     load: int
     active_keys: int
+    requests: int
     indexed_blocks: int = 0
 
     @classmethod
     def from_json(cls, state: Mapping[str, Any]) -> WorkerInfo:
         """From the library's JSON form of a worker."""
-        return cls(state["url"], state["healthy"], state["load"], state["active_keys"], state["indexed_blocks"])
+        return cls(
+            state["url"], state["healthy"], state["load"], state["active_keys"], state["requests"], state["indexed_blocks"]
+        )
 
 
 @dataclass(frozen=True)
