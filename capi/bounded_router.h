@@ -47,7 +47,11 @@
 #define BR_BRANCH_MANUAL_OCCUPIED_MISS 15
 #define BR_BRANCH_MANUAL_VACANT 16
 #define BR_BRANCH_MANUAL_NO_ROUTING_KEY 17
-#define BR_BRANCH_COUNT 18
+#define BR_BRANCH_CACHE_AWARE_PREFIX_HIT 18
+#define BR_BRANCH_CACHE_AWARE_KEY_HIT 19
+#define BR_BRANCH_CACHE_AWARE_BALANCE 20
+#define BR_BRANCH_CACHE_AWARE_NO_MATCH 21
+#define BR_BRANCH_COUNT 22
 
 /* Packed decisions (answers of br_release_then_route_key, br_release_then_route and
  * br_route_keys): the branch code in the low BR_DECISION_BRANCH_BITS bits, the chosen worker's
@@ -105,9 +109,10 @@ int64_t br_constants_json(char *buf, size_t capacity);
  * "virtual_nodes": 150, "policy": {"type": "bounded_consistent_hashing", "max_load_skew": 1.5,
  * "min_load_gap": 2}}, and stores its handle in *out_router. Other policies: "random" (setting
  * "seed"), "round_robin", "consistent_hashing", "power_of_two", "least_load", "manual" (settings
- * "assignment_mode", "max_keys"); SMG's "bucket", "prefix_hash", "passthrough" are refused as not
- * implemented. "routing_key_headers": [...] names the headers of the routing key (docs/contract.md,
- * "Inputs and precedence"). */
+ * "assignment_mode", "max_keys"), "cache_aware" (settings "max_load_skew", "min_load_gap",
+ * "blocks_per_worker" and "hash_ring"; docs/contract.md, "cache_aware"); SMG's "bucket",
+ * "prefix_hash", "passthrough" are refused as not implemented. "routing_key_headers": [...] names
+ * the headers of the routing key (docs/contract.md, "Inputs and precedence"). */
 int32_t br_router_new(const char *config_json, size_t config_len, uint64_t *out_router);
 /* Closes a router; its handle becomes invalid (closing twice is BR_ERR_INVALID_HANDLE). */
 int32_t br_router_free(uint64_t router);
@@ -163,9 +168,10 @@ int32_t br_release_many(uint64_t router, const uint64_t *leases, uint32_t n);
 
 /* JSON reports, answered as br_constants_json. br_lease_workers_json: {"worker_url",
  * "preferred_url"} of an active lease. br_workers_json: [{"url", "id", "healthy", "load",
- * "requests", "active_keys"}] in membership order ("load" the weights of the worker's leases,
- * "requests" their number). br_stats_json: {"branches": {name: count}, "leaked",
- * "active_leases", "policy", "workers"}, all read in one snapshot. */
+ * "requests", "active_keys", "indexed_blocks"}] in membership order ("load" the weights of the
+ * worker's leases, "requests" their number). br_stats_json: {"branches": {name: count},
+ * "leaked", "active_leases", "prefix_blocks", "prefix_blocks_matched", "indexed_blocks",
+ * "policy", "workers"}, all read in one snapshot. */
 int64_t br_lease_workers_json(uint64_t router, uint64_t lease, char *buf, size_t capacity);
 int64_t br_workers_json(uint64_t router, char *buf, size_t capacity);
 int64_t br_stats_json(uint64_t router, char *buf, size_t capacity);

@@ -53,11 +53,15 @@ var (
 	_ = same{}[C.BR_BRANCH_MANUAL_OCCUPIED_MISS-core.BranchManualOccupiedMiss]
 	_ = same{}[C.BR_BRANCH_MANUAL_VACANT-core.BranchManualVacant]
 	_ = same{}[C.BR_BRANCH_MANUAL_NO_ROUTING_KEY-core.BranchManualNoRoutingKey]
+	_ = same{}[C.BR_BRANCH_CACHE_AWARE_PREFIX_HIT-core.BranchCacheAwarePrefixHit]
+	_ = same{}[C.BR_BRANCH_CACHE_AWARE_KEY_HIT-core.BranchCacheAwareKeyHit]
+	_ = same{}[C.BR_BRANCH_CACHE_AWARE_BALANCE-core.BranchCacheAwareBalance]
+	_ = same{}[C.BR_BRANCH_CACHE_AWARE_NO_MATCH-core.BranchCacheAwareNoMatch]
 	_ = same{}[C.BR_BRANCH_COUNT-core.NumBranches]
 	_ = same{}[C.BR_MAX_LEASE_WEIGHT-core.MaxLeaseWeight]
 	_ = same{}[C.BR_MAX_PREFIX_BLOCKS-core.MaxPrefixBlocks]
-	// Every branch code fits in the decision's branch bits.
-	_ = same{}[core.NumBranches>>decisionBranchBits]
+	// Every branch code (0..NumBranches-1) fits in the decision's branch bits.
+	_ = same{}[(core.NumBranches-1)>>decisionBranchBits]
 	// The worker id field ends where the preferred id's begins.
 	_ = same{}[1<<(decisionPreferredShift-decisionWorkerShift)-packedIDLimit]
 )
@@ -85,8 +89,8 @@ func constants() map[string]any {
 			"max_virtual_nodes": core.MaxVirtualNodes, "max_ring_entries": core.MaxRingEntries,
 			"max_min_load_gap": core.MaxMinLoadGap, "max_arg_len": maxArgLen,
 			"max_key_memory": core.MaxKeyMemory, "max_lease_weight": core.MaxLeaseWeight,
-			"max_prefix_blocks": core.MaxPrefixBlocks,
-			"max_keys":          core.MaxManualKeys, "max_routing_key_headers": core.MaxRoutingKeyHeaders,
+			"max_prefix_blocks": core.MaxPrefixBlocks, "max_blocks_per_worker": core.MaxBlocksPerWorker,
+			"max_keys": core.MaxManualKeys, "max_routing_key_headers": core.MaxRoutingKeyHeaders,
 		},
 		"defaults": map[string]any{
 			"policy": defaults.Policy.Kind.String(), "max_load_skew": defaults.Policy.MaxLoadSkew,
@@ -94,6 +98,7 @@ func constants() map[string]any {
 			"hash_ring": defaults.Policy.HashRing.String(), "spill_target": defaults.Policy.SpillTarget.String(),
 			"key_memory": defaults.Policy.KeyMemory, "assignment_mode": core.AssignRandom.String(),
 			"max_keys": core.DefaultMaxKeys, "routing_key_headers": core.DefaultRoutingKeyHeaders(),
+			"blocks_per_worker": core.DefaultBlocksPerWorker,
 		},
 		"assignment_modes": core.AssignmentModeNames(),
 		"spill_targets":    core.SpillTargetNames(),

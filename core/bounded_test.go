@@ -649,6 +649,10 @@ func TestBranchNames(t *testing.T) {
 		BranchManualOccupiedMiss:                    "manual_occupied_miss",
 		BranchManualVacant:                          "manual_vacant",
 		BranchManualNoRoutingKey:                    "manual_no_routing_key",
+		BranchCacheAwarePrefixHit:                   "cache_aware_prefix_hit",
+		BranchCacheAwareKeyHit:                      "cache_aware_key_hit",
+		BranchCacheAwareBalance:                     "cache_aware_balance",
+		BranchCacheAwareNoMatch:                     "cache_aware_no_match",
 	}
 	require.Len(t, want, int(NumBranches))
 	for b, s := range want {

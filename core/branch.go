@@ -23,6 +23,10 @@ const (
 	BranchManualOccupiedMiss
 	BranchManualVacant
 	BranchManualNoRoutingKey
+	BranchCacheAwarePrefixHit
+	BranchCacheAwareKeyHit
+	BranchCacheAwareBalance
+	BranchCacheAwareNoMatch
 	// NumBranches is the number of branches; branch codes are 0..NumBranches-1.
 	NumBranches
 )
@@ -46,6 +50,10 @@ var branchNames = [NumBranches]string{
 	BranchManualOccupiedMiss:                    "manual_occupied_miss",
 	BranchManualVacant:                          "manual_vacant",
 	BranchManualNoRoutingKey:                    "manual_no_routing_key",
+	BranchCacheAwarePrefixHit:                   "cache_aware_prefix_hit",
+	BranchCacheAwareKeyHit:                      "cache_aware_key_hit",
+	BranchCacheAwareBalance:                     "cache_aware_balance",
+	BranchCacheAwareNoMatch:                     "cache_aware_no_match",
 }
 
 func (b Branch) String() string {

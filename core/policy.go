@@ -11,6 +11,7 @@ const (
 	PolicyPowerOfTwo
 	PolicyLeastLoad
 	PolicyManual
+	PolicyCacheAware
 )
 
 var policyNames = [...]string{
@@ -21,6 +22,7 @@ var policyNames = [...]string{
 	PolicyPowerOfTwo:               "power_of_two",
 	PolicyLeastLoad:                "least_load",
 	PolicyManual:                   "manual",
+	PolicyCacheAware:               "cache_aware",
 }
 
 // smgOnlyPolicies are SMG's policies this package does not implement: naming one is refused
@@ -49,13 +51,19 @@ func (k PolicyKind) String() string {
 
 // hashes reports whether the policy routes keys on the ring, and so has a hash_ring setting.
 func (k PolicyKind) hashes() bool {
-	return k == PolicyConsistentHashing || k == PolicyBoundedConsistentHashing
+	return k == PolicyConsistentHashing || k == PolicyBoundedConsistentHashing || k == PolicyCacheAware
 }
 
-// Policy is a policy kind with its settings. MaxLoadSkew, MinLoadGap, SpillTarget and
-// KeyMemory are used by bounded_consistent_hashing only, AssignmentMode and MaxKeys by manual
-// only; other policies leave them zero. HashRing
-// is set by the hashing policies only (the others keep the default, XXH64, which then places
+// bounds reports whether the policy has the load bound's settings, max_load_skew and min_load_gap.
+func (k PolicyKind) bounds() bool {
+	return k == PolicyBoundedConsistentHashing || k == PolicyCacheAware
+}
+
+// Policy is a policy kind with its settings. MaxLoadSkew and MinLoadGap are used by
+// bounded_consistent_hashing and cache_aware, SpillTarget and KeyMemory by
+// bounded_consistent_hashing only, BlocksPerWorker by cache_aware only, AssignmentMode and
+// MaxKeys by manual only; other policies leave them zero. HashRing is set by the policies that
+// place keys on the ring only (the others keep the default, XXH64, which then places
 // only the keys the router counts).
 type Policy struct {
 	Kind        PolicyKind
@@ -73,6 +81,8 @@ type Policy struct {
 	AssignmentMode AssignmentMode
 	// MaxKeys is how many routing keys manual keeps the worker of (1..MaxManualKeys).
 	MaxKeys int
+	// BlocksPerWorker is how many prefix blocks cache_aware remembers per worker.
+	BlocksPerWorker int
 }
 
 // selectWorker returns the index of the chosen worker (or -1) and the branch that chose it.
@@ -95,6 +105,8 @@ func (p *Policy) selectWorker(v *view, req *Request, keyPos uint64) (int, Branch
 		return selectLeastLoad(v)
 	case PolicyManual:
 		return selectManual(v, req, keyPos, p.AssignmentMode)
+	case PolicyCacheAware:
+		return selectCacheAware(v, req, keyPos, p)
 	default:
 		return selectBounded(v, req, keyPos, p)
 	}

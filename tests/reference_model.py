@@ -18,7 +18,9 @@ counter counts the routes that chose a worker, and a route takes available worke
 ``counter % len(available)``.
 
 The model is deliberately straightforward: a sorted list of (position, url) entries searched
-with ``bisect``, plain dicts for workers, a list for the membership order.
+with ``bisect``, plain dicts for workers, a list for the membership order. ``cache_aware``
+(contract: "cache_aware") keeps each worker's block index as an ``OrderedDict`` in recency order
+and computes every match by looking blocks up worker by worker.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ __all__ = [
     "parse_target_index",
 ]
 
-POLICIES = ("random", "round_robin", "consistent_hashing", "bounded_consistent_hashing", "power_of_two", "least_load", "manual")
+POLICIES = ("random", "round_robin", "consistent_hashing", "bounded_consistent_hashing", "power_of_two", "least_load", "manual", "cache_aware")
 
 BRANCHES = (
     "no_healthy_workers",
@@ -69,6 +71,10 @@ BRANCHES = (
     "manual_occupied_miss",
     "manual_vacant",
     "manual_no_routing_key",
+    "cache_aware_prefix_hit",
+    "cache_aware_key_hit",
+    "cache_aware_balance",
+    "cache_aware_no_match",
 )
 
 TARGET_HEADER = b"x-smg-target-worker"
@@ -81,6 +87,18 @@ HeadersLike = Union[Mapping[object, object], Iterable[Tuple[object, object]]]
 def xxh64(data: bytes) -> int:
     """XXH64 with seed 0 (contract: "The hash ring")."""
     return xxhash.xxh64_intdigest(data, 0)
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def fmix64(k: int) -> int:
+    """MurmurHash3's 64-bit finalizer (contract: "cache_aware", step 4)."""
+    k ^= k >> 33
+    k = (k * 0xFF51AFD7ED558CCD) & _MASK64
+    k ^= k >> 33
+    k = (k * 0xC4CEB9FE1A85EC53) & _MASK64
+    return k ^ (k >> 33)
 
 
 class NoWorkerAvailableError(RuntimeError):
@@ -112,6 +130,8 @@ class ModelWorker:
     requests: int = 0  # the number of its leases
     outages: int = 0  # times it turned unhealthy: key memory and manual forget keys held on it before
     keys: Dict[bytes, int] = field(default_factory=dict)  # explicit key -> leases holding it
+    # cache_aware: the blocks sent here, least recent first
+    blocks: "OrderedDict[int, None]" = field(default_factory=OrderedDict)
 
     @property
     def active_keys(self) -> int:
@@ -212,6 +232,7 @@ class ReferenceRouter:
         assignment_mode: str = "random",
         max_keys: int = 65536,
         routing_key_headers: Sequence[str] = ("X-SMG-Routing-Key",),
+        blocks_per_worker: int = 32768,
     ) -> None:
         policy = getattr(policy, "value", policy)  # accept a PolicyType too
         if policy not in POLICIES:
@@ -246,6 +267,11 @@ class ReferenceRouter:
         self.max_load_skew = float(max_load_skew)
         self.min_load_gap = min_load_gap
         self.virtual_nodes = virtual_nodes
+        self.blocks_per_worker = blocks_per_worker
+        self.prefix_blocks = 0  # cache_aware's counters
+        self.prefix_blocks_matched = 0
+        self._depth: int = 0  # the latest cache_aware decision's depth and candidates, for _record
+        self._candidates: List[str] = []
         self._rng = _random.Random(seed)
         self._rr = 0  # the shared round-robin counter
         self._order: List[str] = []  # membership order
@@ -335,10 +361,14 @@ class ReferenceRouter:
 
     def clockwise(self, key: bytes) -> Iterator[str]:
         """Every worker once, clockwise from the key's position (wrapping around)."""
+        return self.clockwise_from(self.position(key))
+
+    def clockwise_from(self, position: int) -> Iterator[str]:
+        """Every worker once, clockwise from a ring position (wrapping around)."""
         n = len(self._positions)
         if n == 0:
             return
-        start = bisect.bisect_left(self._positions, self.position(key))
+        start = bisect.bisect_left(self._positions, position)
         seen = set()
         for j in range(n):
             url = self._owners[(start + j) % n]
@@ -369,6 +399,7 @@ class ReferenceRouter:
         routing_key: Union[str, bytes, None] = None,
         headers: Optional[HeadersLike] = None,
         random_choice: Optional[str] = None,
+        prefix_blocks: Sequence[int] = (),
     ) -> Tuple[Optional[str], Optional[str], str, Optional[bytes]]:
         """(worker, preferred, branch, explicit key) for a request, counting nothing."""
         key = _key_bytes(routing_key)
@@ -408,6 +439,10 @@ class ReferenceRouter:
                 return url, url, "target_worker_hit", explicit
             return None, None, "target_worker_miss", explicit
 
+        if self.policy == "cache_aware":
+            url, branch = self._cache_aware(available, list(prefix_blocks), explicit or self._implicit_key(first))
+            return url, url, branch, explicit
+
         # 2. The explicit key: the only input that may spill.
         if explicit is not None:
             preferred = self.preferred(explicit)
@@ -417,19 +452,71 @@ class ReferenceRouter:
             return self._bounded(explicit, preferred, available) + (explicit,)
 
         # 3. The implicit key: the first PRESENT header; no fall-through to the next one.
-        for name in IMPLICIT_HEADERS:
-            value = first.get(name)
-            if value is None:
-                continue
-            if valid_header_value(value):
-                url = self.preferred(value)
-                branch = "routing_key_hit" if self.policy == "consistent_hashing" else "implicit_routing_key_hit"
-                return url, url, branch, None
-            break
+        implicit = self._implicit_key(first)
+        if implicit is not None:
+            url = self.preferred(implicit)
+            branch = "routing_key_hit" if self.policy == "consistent_hashing" else "implicit_routing_key_hit"
+            return url, url, branch, None
 
         # 4. No key: a uniformly random available worker.
         url = self._random_pick(available, random_choice)
         return url, url, "random_fallback", None
+
+    @staticmethod
+    def _implicit_key(first: Dict[bytes, bytes]) -> Optional[bytes]:
+        """The first PRESENT implicit-key header's value if valid (no fall-through), else None."""
+        for name in IMPLICIT_HEADERS:
+            value = first.get(name)
+            if value is not None:
+                return value if valid_header_value(value) else None
+        return None
+
+    def _cache_aware(self, available: Sequence[str], blocks: List[int], key: Optional[bytes]) -> Tuple[str, str]:
+        """contract: "cache_aware", steps 1-5."""
+        loads = [self._workers[url].load for url in available]
+        least, bound = min(loads), sum(loads) / len(loads) * self.max_load_skew
+        passing = [url for url, load in zip(available, loads) if not (load > bound and load - least > self.min_load_gap)]
+
+        def holders(block: int, among: Sequence[str]) -> List[str]:
+            return [url for url in among if block in self._workers[url].blocks]
+
+        depth = 0
+        while depth < len(blocks) and holders(blocks[depth], passing):
+            depth += 1
+        if depth:
+            candidates, branch = holders(blocks[depth - 1], passing), "cache_aware_prefix_hit"
+        else:
+            candidates, branch = passing, "cache_aware_key_hit" if key is not None else "cache_aware_no_match"
+        if depth < len(blocks) and holders(blocks[depth], available):
+            branch = "cache_aware_balance"
+        self._depth, self._candidates = depth, candidates
+        if key is not None:
+            return next(url for url in self.clockwise(key) if url in candidates), branch
+        low = min(self._workers[url].load for url in candidates)
+        tied = [url for url in candidates if self._workers[url].load == low]
+        if len(tied) > 1 and blocks:
+            return next(url for url in self.clockwise_from(fmix64(blocks[0])) if url in tied), branch
+        return tied[0], branch  # candidates keep membership order
+
+    def _record(self, worker: ModelWorker, blocks: Sequence[int]) -> None:
+        """contract: "cache_aware", the index: count the matched blocks, then record them all."""
+        if self.policy != "cache_aware" or not blocks:
+            return
+        if self._depth and worker.url in self._candidates:
+            matched = self._depth
+        else:
+            matched = next((i for i, b in enumerate(blocks) if b not in worker.blocks), len(blocks))
+        self.prefix_blocks += len(blocks)
+        self.prefix_blocks_matched += matched
+        for block in reversed(blocks):  # each the most recent in turn, from the last to the first
+            worker.blocks.pop(block, None)
+            worker.blocks[block] = None
+            if len(worker.blocks) > self.blocks_per_worker:
+                worker.blocks.popitem(last=False)
+
+    def indexed_blocks(self) -> List[int]:
+        """cache_aware: each member's number of indexed blocks, in membership order."""
+        return [len(self._workers[url].blocks) for url in self._order]
 
     def _bounded(self, key: bytes, preferred: str, available: Sequence[str]) -> Tuple[str, str, str]:
         """contract: "The bounded rule", steps 2-6, over the available workers, not counting this
@@ -531,9 +618,10 @@ class ReferenceRouter:
         routing_key: Union[str, bytes, None] = None,
         headers: Optional[HeadersLike] = None,
         random_choice: Optional[str] = None,
+        prefix_blocks: Sequence[int] = (),
     ) -> ModelDecision:
         """Choose without counting (never raises for want of a worker)."""
-        worker, preferred, branch, _ = self.decide(routing_key, headers, random_choice)
+        worker, preferred, branch, _ = self.decide(routing_key, headers, random_choice, prefix_blocks)
         return ModelDecision(worker, preferred, branch)
 
     def route(
@@ -541,11 +629,13 @@ class ReferenceRouter:
         routing_key: Union[str, bytes, None] = None,
         headers: Optional[HeadersLike] = None,
         random_choice: Optional[str] = None,
+        prefix_blocks: Sequence[int] = (),
         weight: int = 1,
     ) -> ModelDecision:
         """Choose and count in one step; raises NoWorkerAvailableError (with .branch) if none."""
         _check_weight(weight)
-        worker, preferred, branch, explicit = self.decide(routing_key, headers, random_choice)
+        self._depth, self._candidates = 0, []
+        worker, preferred, branch, explicit = self.decide(routing_key, headers, random_choice, prefix_blocks)
         self.branch_counts[branch] += 1
         if worker is None:
             raise NoWorkerAvailableError(branch)
@@ -555,6 +645,7 @@ class ReferenceRouter:
         if self.policy == "manual" and explicit is not None:
             self._hold(explicit, worker)
         lease_id = self._take(self._workers[worker], explicit, weight)
+        self._record(self._workers[worker], prefix_blocks)
         return ModelDecision(worker, preferred, branch, lease_id)
 
     def acquire(self, worker_url: str, routing_key: Union[str, bytes, None] = None, weight: int = 1) -> int:

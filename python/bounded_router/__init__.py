@@ -25,6 +25,7 @@ from ._request import MAX_LEASE_WEIGHT, MAX_PREFIX_BLOCKS
 from .lease import Lease
 from .policy import (
     BoundedConsistentHashingConfig,
+    CacheAwareConfig,
     ConsistentHashingConfig,
     LeastLoadConfig,
     ManualConfig,
@@ -58,6 +59,7 @@ __all__ = [
     "PowerOfTwoConfig",
     "LeastLoadConfig",
     "ManualConfig",
+    "CacheAwareConfig",
     "config_from_dict",
     "MAX_LEASE_WEIGHT",
     "MAX_PREFIX_BLOCKS",

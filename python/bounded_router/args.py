@@ -23,6 +23,7 @@ from ._encoding import DEFAULT_ROUTING_KEY_HEADERS
 from .integrations.options import port_number
 from .policy import (
     ASSIGNMENT_MODES,
+    DEFAULT_BLOCKS_PER_WORKER,
     DEFAULT_HASH_RING,
     DEFAULT_MAX_KEYS,
     DEFAULT_MAX_LOAD_SKEW,
@@ -61,12 +62,20 @@ class RouterArgs:
     listens on (``host``, ``port``; used by ``serve``, ignored by :meth:`Router.from_args
     <bounded_router.Router.from_args>`).
 
-    ``max_load_skew``, ``min_load_gap``, ``spill_target`` and ``key_memory`` apply to
-    ``bounded_consistent_hashing`` only, ``hash_ring`` to both hashing policies and
+    ``max_load_skew`` and ``min_load_gap`` apply to ``bounded_consistent_hashing`` and
+    ``cache_aware``, ``spill_target`` and ``key_memory`` to ``bounded_consistent_hashing`` only,
+    ``blocks_per_worker`` to ``cache_aware`` only, ``hash_ring`` to the policies that hash keys,
     ``random_seed`` to ``random``, ``assignment_mode`` and ``max_keys`` to ``manual``; with
     another policy :meth:`Router.from_args <bounded_router.Router.from_args>` ignores them and
     warns about values that differ from the defaults (see
     :func:`~bounded_router.policy.resolve_policy`).
+
+    SMG's cache-aware flags map as follows: ``--balance-abs-threshold`` is close to
+    ``--min-load-gap`` and ``--balance-rel-threshold`` to ``--max-load-skew`` (SMG compares the
+    most loaded worker with the least loaded, here each worker's load is compared with the
+    mean); ``--max-tree-size`` (characters over all workers) is replaced by
+    ``--blocks-per-worker``; ``--cache-threshold`` has no equivalent, as any matched prefix
+    counts (docs/contract.md, "cache_aware").
     """
 
     worker_urls: List[str] = dataclasses.field(default_factory=list)
@@ -83,6 +92,7 @@ class RouterArgs:
     assignment_mode: str = ASSIGNMENT_MODES[0]
     max_keys: int = DEFAULT_MAX_KEYS
     routing_key_headers: List[str] = dataclasses.field(default_factory=lambda: list(DEFAULT_ROUTING_KEY_HEADERS))
+    blocks_per_worker: int = DEFAULT_BLOCKS_PER_WORKER
 
     @staticmethod
     def add_cli_args(
@@ -129,15 +139,15 @@ class RouterArgs:
             "max-load-skew",
             type=float,
             default=RouterArgs.max_load_skew,
-            help="bounded_consistent_hashing: spill only when the preferred worker's load exceeds "
-            "the mean load times this factor (>= 1.0, default: %(default)s)",
+            help="bounded_consistent_hashing and cache_aware: a worker is overloaded only when its load "
+            "exceeds the mean load times this factor (>= 1.0, default: %(default)s)",
         )
         add(
             "min-load-gap",
             type=int,
             default=RouterArgs.min_load_gap,
-            help="bounded_consistent_hashing: spill only when the preferred worker's load exceeds "
-            "the least-loaded worker's by more than this many requests (>= 0, default: %(default)s)",
+            help="bounded_consistent_hashing and cache_aware: a worker is overloaded only when its load "
+            "exceeds the least-loaded worker's by more than this (>= 0, default: %(default)s)",
         )
         add("virtual-nodes", type=int, default=RouterArgs.virtual_nodes, help="hash ring positions per worker (default: %(default)s)")
         add(
@@ -145,7 +155,7 @@ class RouterArgs:
             type=str,
             default=RouterArgs.hash_ring,
             choices=HASH_RINGS,
-            help="consistent_hashing and bounded_consistent_hashing: the ring's hash, xxh64 or smg "
+            help="consistent_hashing, bounded_consistent_hashing and cache_aware: the ring's hash, xxh64 or smg "
             "(SMG's BLAKE3 ring: keys go to the same workers as under SMG) (default: %(default)s)",
         )
         add(
@@ -191,6 +201,13 @@ class RouterArgs:
             action="extend",
             help="names of the headers that carry the routing key, in order: the first present with a "
             "valid value wins (default: %s)" % " ".join(DEFAULT_ROUTING_KEY_HEADERS),
+        )
+        add(
+            "blocks-per-worker",
+            type=int,
+            default=RouterArgs.blocks_per_worker,
+            help="cache_aware: how many prefix blocks to remember per worker, about its KV cache in "
+            "blocks (default: %(default)s)",
         )
 
     @classmethod

@@ -125,6 +125,9 @@ class Router:
         routing_key_headers: the names of the headers that carry the routing key, in order;
             the first with a valid value wins (default ``["X-SMG-Routing-Key"]``; as SMG's
             ``--routing-key-headers``; docs/contract.md, "Inputs and precedence").
+        blocks_per_worker: ``cache_aware``: how many prefix blocks to remember per worker
+            (default 32768; docs/contract.md, "cache_aware"). ``max_load_skew`` and
+            ``min_load_gap`` apply to ``cache_aware`` too.
 
     Raises:
         ValueError: a setting breaks its rule, an unknown policy name, an empty or duplicate
@@ -150,6 +153,7 @@ class Router:
         assignment_mode: Optional[str] = None,
         max_keys: Optional[int] = None,
         routing_key_headers: Optional[Sequence[str]] = None,
+        blocks_per_worker: Optional[int] = None,
     ) -> None:
         urls = _url_list(worker_urls, "worker_urls")
         self._policy = resolve_policy(
@@ -162,6 +166,7 @@ class Router:
             seed=seed,
             assignment_mode=assignment_mode,
             max_keys=max_keys,
+            blocks_per_worker=blocks_per_worker,
         )
         if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int):
             raise ValueError("virtual_nodes must be an integer, got %r" % (virtual_nodes,))
@@ -195,6 +200,7 @@ class Router:
             assignment_mode=args.assignment_mode,
             max_keys=args.max_keys,
             routing_key_headers=args.routing_key_headers,
+            blocks_per_worker=args.blocks_per_worker,
         )
 
     # -- state -------------------------------------------------------------------------------

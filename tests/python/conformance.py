@@ -17,11 +17,17 @@ Operations are plain tuples so that hypothesis can generate and shrink them and 
     ("add", url) / ("remove", url)   add_worker / remove_worker
     ("set", urls)                    set_workers(urls) (may hold duplicates: an error)
     ("health", url, healthy)         set_healthy
+    ("route_p", key, headers, blocks, weight)   route with prefix blocks and a weight
+    ("route_many_p", keys, blocks)   route_many(keys, prefix_blocks=blocks)
+    ("select_p", key, blocks)        select(key, prefix_blocks=blocks)
 
 A configuration is (worker_urls, policy, max_load_skew, min_load_gap, virtual_nodes) and, for
 the options, (hash_ring, spill_target, key_memory), each passed only to the policies that have
 it (contract: "The ring", "Spill target", "Key memory"). Weights are the contract's "Weighted
 leases": every load compared is a weighted sum, and the lease counts (in_flight) are compared too.
+
+The prefix blocks are drawn from PREFIXES, chained sequences that share beginnings, so that
+``cache_aware`` finds matches of every depth.
 """
 
 from __future__ import annotations
@@ -66,7 +72,7 @@ HEADER_VALUES: List[Any] = [
 ]
 # A policy name, or name/assignment_mode/max_keys for manual; "+session" makes the router read
 # the key from X-Session-Id, then X-SMG-Routing-Key (routing_key_headers).
-POLICIES = ["bounded_consistent_hashing"] * 3 + [
+POLICIES = ["bounded_consistent_hashing"] * 3 + ["cache_aware"] * 3 + [
     "consistent_hashing",
     "random",
     "round_robin",
@@ -77,6 +83,24 @@ POLICIES = ["bounded_consistent_hashing"] * 3 + [
     "manual/min_load/64+session",
     "consistent_hashing+session",
 ]
+#: cache_aware's blocks_per_worker in the differential tests: small, so that indexes fill up.
+BLOCKS_PER_WORKER = 6
+
+
+def _prefix_tree(n: int, depth: int) -> List[List[int]]:
+    """n chained prefixes of up to depth blocks; each extends an earlier one or starts afresh."""
+    rng = random.Random(2026)
+    out: List[List[int]] = []
+    while len(out) < n:
+        base = list(rng.choice(out)) if out and rng.random() < 0.75 else []
+        for _ in range(rng.randint(1, 3)):
+            if len(base) < depth:
+                base.append(rng.choice([len(out) * 16 + len(base), rng.getrandbits(64)]))
+        out.append(base)
+    return out
+
+
+PREFIXES: List[List[int]] = [[]] + _prefix_tree(16, 8)
 SKEWS = [1.0, 1.1, 1.25, 1.5, 2.0, 3.0]
 VIRTUAL_NODES = [1, 3, 20, 150]
 HASH_RINGS = ["xxh64", "smg"]
@@ -113,7 +137,9 @@ class Differential:
             kwargs["routing_key_headers"] = SESSION_HEADERS
         if policy == "bounded_consistent_hashing":
             kwargs.update(max_load_skew=skew, min_load_gap=gap, spill_target=spill_target, key_memory=key_memory)
-        if policy in ("consistent_hashing", "bounded_consistent_hashing"):
+        if policy == "cache_aware":
+            kwargs.update(max_load_skew=skew, min_load_gap=gap, blocks_per_worker=BLOCKS_PER_WORKER)
+        if policy in ("consistent_hashing", "bounded_consistent_hashing", "cache_aware"):
             kwargs["hash_ring"] = hash_ring
         if policy.startswith("manual/"):
             policy, mode, max_keys = policy.split("/")
@@ -143,7 +169,13 @@ class Differential:
         elif kind == "route_h":
             self._route(op[1], op[2])
         elif kind == "route_many":
-            self._route_many(op[1], op[2] if len(op) > 2 else None)
+            self._route_many(op[1], weights=op[2] if len(op) > 2 else None)
+        elif kind == "route_p":
+            self._route(op[1], op[2], weight=op[4], blocks=op[3])
+        elif kind == "route_many_p":
+            self._route_many(op[1], blocks=op[2])
+        elif kind == "select_p":
+            self._select(op[1], None, op[2])
         elif kind == "release_many":
             self._release_many(op[1])
         elif kind == "select":
@@ -193,26 +225,26 @@ class Differential:
             self.check(lib_result.branch is None, "an acquired lease has a branch")
             self.held.append((lib_result, model_result))
 
-    def _route(self, key: Any, headers: Optional[list], weight: Optional[int] = None) -> None:
+    def _route(self, key: Any, headers: Optional[list], weight: Optional[int] = None, blocks: Optional[Sequence[int]] = None) -> None:
         try:
-            lease: Optional[Lease] = self.lib.route(key, headers=headers, weight=weight)
+            lease: Optional[Lease] = self.lib.route(key, headers=headers, weight=weight, prefix_blocks=blocks)
             lib = (lease.worker_url, lease.preferred_url, lease.branch)
         except NoWorkerAvailableError as e:
             lease, lib = None, (None, None, e.branch)
         choice = lib[0] if lib[2] in RANDOM_BRANCHES else None
         try:
-            decision = self.model.route(key, headers, random_choice=choice, weight=weight or 1)
+            decision = self.model.route(key, headers, random_choice=choice, prefix_blocks=blocks or (), weight=weight or 1)
             model = (decision.worker_url, decision.preferred_url, decision.branch)
         except ModelNoWorker as e:
             decision, model = None, (None, None, e.branch)
-        self.check(lib == model, "route(%r, headers=%r): library %r, model %r" % (key, headers, lib, model))
+        self.check(lib == model, "route(%r, headers=%r, blocks=%r): library %r, model %r" % (key, headers, blocks, lib, model))
         if lease is not None:
             self.check(lease.spilled == (lib[2] == "explicit_routing_key_spillover"), "spilled flag")
             self.held.append((lease, decision.lease_id))
 
-    def _route_many(self, keys: List[Any], weights: Optional[List[int]] = None) -> None:
+    def _route_many(self, keys: List[Any], weights: Optional[List[int]] = None, blocks: Optional[List[List[int]]] = None) -> None:
         try:
-            leases: List[Lease] = self.lib.route_many(keys, weights=weights)
+            leases: List[Lease] = self.lib.route_many(keys, weights=weights, prefix_blocks=blocks)
             lib_error = None
         except NoWorkerAvailableError as e:
             leases, lib_error = [], e.branch
@@ -221,7 +253,8 @@ class Differential:
             lib = (leases[i].worker_url, leases[i].preferred_url, leases[i].branch) if leases else None
             choice = lib[0] if lib is not None and lib[2] in RANDOM_BRANCHES else None
             try:
-                decisions.append(self.model.route(key, random_choice=choice, weight=1 if weights is None else weights[i]))
+                weight = 1 if weights is None else weights[i]
+                decisions.append(self.model.route(key, random_choice=choice, weight=weight, prefix_blocks=blocks[i] if blocks else ()))
             except ModelNoWorker as e:
                 self.check(lib_error == e.branch, "route_many(%r): key %d: model found no worker (%s), library %r" % (keys, i, e.branch, lib or lib_error))
                 continue
@@ -244,11 +277,11 @@ class Differential:
         self.released.extend(batch)
         del self.released[:-20]
 
-    def _select(self, key: Any, headers: Optional[list]) -> None:
-        d = self.lib.select(key, headers=headers)
+    def _select(self, key: Any, headers: Optional[list], blocks: Sequence[int] = ()) -> None:
+        d = self.lib.select(key, headers=headers, prefix_blocks=blocks) if blocks else self.lib.select(key, headers=headers)
         lib = (d.worker_url, d.preferred_url, d.branch)
         choice = d.worker_url if d.branch in RANDOM_BRANCHES else None
-        m = self.model.select(key, headers, random_choice=choice)
+        m = self.model.select(key, headers, random_choice=choice, prefix_blocks=blocks)
         model = (m.worker_url, m.preferred_url, m.branch)
         self.check(lib == model, "select(%r, headers=%r): library %r, model %r" % (key, headers, lib, model))
 
@@ -259,6 +292,13 @@ class Differential:
         model = self.model.workers()
         self.check(lib == model, "workers (url, healthy, load, active keys): library %r, model %r" % (lib, model))
         self.check(self.lib.in_flight() == self.model.in_flight(), "in flight: library %r, model %r" % (self.lib.in_flight(), self.model.in_flight()))
+        stats = self.lib.statistics()
+        indexed = [w.indexed_blocks for w in stats.workers]
+        self.check(indexed == self.model.indexed_blocks(), "indexed blocks: library %r, model %r" % (indexed, self.model.indexed_blocks()))
+        self.check(all(n <= BLOCKS_PER_WORKER for n in indexed), "an index holds more than blocks_per_worker: %r" % indexed)
+        lib_prefix = (stats.prefix_blocks, stats.prefix_blocks_matched, stats.indexed_blocks)
+        model_prefix = (self.model.prefix_blocks, self.model.prefix_blocks_matched, sum(self.model.indexed_blocks()))
+        self.check(lib_prefix == model_prefix, "prefix blocks, matched, indexed: library %r, model %r" % (lib_prefix, model_prefix))
         self.check(
             self.lib.active_leases() == self.model.active_leases() == len(self.held),
             "active leases: library %d, model %d, held %d"
@@ -298,13 +338,22 @@ def random_headers(rng: random.Random) -> list:
 
 def random_operation(rng: random.Random) -> Tuple[Any, ...]:
     kind = rng.choices(
-        ["route", "route_h", "route_many", "select", "release", "release_many", "rerelease", "acquire", "add", "remove", "set", "health"],
-        weights=[30, 12, 4, 8, 24, 3, 2, 3, 4, 3, 2, 8],
+        ["route", "route_h", "route_many", "select", "release", "release_many", "rerelease", "acquire", "add", "remove", "set", "health",
+         "route_p", "route_many_p", "select_p"],
+        weights=[30, 12, 4, 8, 24, 3, 2, 3, 4, 3, 2, 8, 40, 4, 6],
     )[0]
     key = rng.choice(KEYS + [None])
     url = rng.choice(URLS + [""])  # "" is never a member: an error everywhere
     if kind == "route":
         return ("route", key, rng.choice(WEIGHTS))
+    if kind == "route_p":
+        headers = random_headers(rng) if rng.random() < 0.2 else None
+        return ("route_p", rng.choice([None, None, key]), headers, rng.choice(PREFIXES), rng.choice([1, 1, 1, 2, 5]))
+    if kind == "route_many_p":
+        n = rng.randint(0, 6)
+        return ("route_many_p", [rng.choice(KEYS + [None]) for _ in range(n)], [rng.choice(PREFIXES) for _ in range(n)])
+    if kind == "select_p":
+        return ("select_p", rng.choice([None, key]), rng.choice(PREFIXES))
     if kind == "route_h":
         return ("route_h", rng.choice([None, None, key]), random_headers(rng))
     if kind == "select":

@@ -27,12 +27,12 @@ from bounded_router.policy import default_config
 from reference_model import ReferenceRouter
 from support import W, urls
 
-NAMES = ["random", "round_robin", "consistent_hashing", "bounded_consistent_hashing", "power_of_two", "least_load", "manual"]
+NAMES = ["random", "round_robin", "consistent_hashing", "bounded_consistent_hashing", "power_of_two", "least_load", "manual", "cache_aware"]
 
 
 def test_policy_type_members():
     assert [m.name for m in PolicyType] == [
-        "Random", "RoundRobin", "ConsistentHashing", "BoundedConsistentHashing", "PowerOfTwo", "LeastLoad", "Manual"
+        "Random", "RoundRobin", "ConsistentHashing", "BoundedConsistentHashing", "PowerOfTwo", "LeastLoad", "Manual", "CacheAware"
     ]  # fmt: skip
     assert [m.value for m in PolicyType] == NAMES
 

@@ -23,6 +23,7 @@ from conformance import (
     HEADER_VALUES,
     KEYS,
     POLICIES,
+    PREFIXES,
     SKEWS,
     SPILL_TARGETS,
     URLS,
@@ -40,11 +41,20 @@ index = st.integers(0, 1000)
 
 weights = st.one_of(st.none(), st.integers(1, 12), st.sampled_from([1000, 1 << 30]))
 route = st.tuples(st.just("route"), keys, weights)
+prefixes = st.sampled_from(PREFIXES)
+route_p = st.tuples(st.just("route_p"), keys, st.one_of(st.none(), headers), prefixes, st.sampled_from([1, 1, 2, 5]))
 operations = st.one_of(
     # routing first and often, so loads build up and the bounded rule is exercised
     route,
     route,
     route,
+    route_p,
+    route_p,
+    route_p,
+    st.lists(keys, max_size=6).flatmap(
+        lambda ks: st.tuples(st.just("route_many_p"), st.just(ks), st.lists(prefixes, min_size=len(ks), max_size=len(ks)))
+    ),
+    st.tuples(st.just("select_p"), keys, prefixes),
     st.tuples(st.just("route_h"), st.one_of(st.none(), keys), headers),
     st.tuples(st.just("route_many"), st.lists(keys, max_size=8)),
     st.lists(st.tuples(keys, st.integers(1, 12)), max_size=8).map(lambda pairs: ("route_many", [k for k, _ in pairs], [w for _, w in pairs])),
@@ -131,5 +141,26 @@ def test_long_seeded_sequences_match_the_model():
         "manual_occupied_miss",
         "manual_vacant",
         "manual_no_routing_key",
+        "cache_aware_prefix_hit",
+        "cache_aware_key_hit",
+        "cache_aware_balance",
+        "cache_aware_no_match",
     }
     assert expected <= seen, expected - seen
+
+
+def test_cache_aware_sequences_match_the_model():
+    """cache_aware alone, over more than 10,000 operations: routes with prefix blocks from a small
+    tree of shared prefixes (so matches of every depth happen), weights, releases, membership and
+    health changes, against the model's plain per-worker OrderedDicts."""
+    total, seen = 0, set()
+    for seed in range(6):
+        rng = random.Random(1000 + seed)
+        workers, _, skew, gap, vnodes, ring, _, _ = random_config(rng)
+        workers = workers or URLS[:3]
+        config = (workers, "cache_aware", skew, gap, vnodes, ring, "clockwise", 0)
+        operations, branches = run_sequence(config, [random_operation(rng) for _ in range(SEEDED_LENGTH)])
+        total += operations
+        seen |= branches
+    assert total >= 10000
+    assert {"cache_aware_prefix_hit", "cache_aware_key_hit", "cache_aware_balance", "cache_aware_no_match", "target_worker_hit"} <= seen

@@ -37,6 +37,10 @@ BRANCHES = [
     "manual_occupied_miss",
     "manual_vacant",
     "manual_no_routing_key",
+    "cache_aware_prefix_hit",
+    "cache_aware_key_hit",
+    "cache_aware_balance",
+    "cache_aware_no_match",
 ]
 
 
