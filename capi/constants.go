@@ -81,6 +81,7 @@ func constants() map[string]any {
 			"max_virtual_nodes": core.MaxVirtualNodes, "max_ring_entries": core.MaxRingEntries,
 			"max_min_load_gap": core.MaxMinLoadGap, "max_arg_len": maxArgLen,
 			"max_key_memory": core.MaxKeyMemory, "max_lease_weight": core.MaxLeaseWeight,
+			"max_prefix_blocks": core.MaxPrefixBlocks,
 		},
 		"defaults": map[string]any{
 			"policy": defaults.Policy.Kind.String(), "max_load_skew": defaults.Policy.MaxLoadSkew,

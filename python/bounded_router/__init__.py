@@ -32,6 +32,7 @@ from .policy import (
     config_from_dict,
     policy_from_str,
 )
+from .prefix import prefix_blocks, text_prefix_blocks
 from .router import Decision, Router
 from .stats import Statistics, WorkerInfo
 
@@ -52,6 +53,8 @@ __all__ = [
     "ConsistentHashingConfig",
     "BoundedConsistentHashingConfig",
     "config_from_dict",
+    "prefix_blocks",
+    "text_prefix_blocks",
     "NoWorkerAvailableError",
     "RouterClosedError",
     "ForkedProcessError",

@@ -38,7 +38,7 @@ __all__ = ["ABI_VERSION", "LIBRARY_ENV", "LIBRARY_NAME", "Library", "library", "
 
 #: The ABI version this binding implements (``BR_ABI_VERSION`` of the header): the one constant
 #: a binding must hold itself, to know whether it can read the others.
-ABI_VERSION = 3
+ABI_VERSION = 4
 #: Environment variable naming another build of the library to load.
 LIBRARY_ENV = "BOUNDED_ROUTER_LIBRARY"
 #: File name of the library inside the package.
@@ -100,7 +100,8 @@ class Library:
         status: status codes by name (``"invalid_handle"``, ...).
         branch_mask: the bits of a packed decision that hold the branch code.
         ids_dont_fit: the flag of a packed decision whose worker ids come apart.
-        limits: ``max_virtual_nodes``, ``max_ring_entries``, ``max_min_load_gap``, ``max_arg_len``.
+        limits: ``max_virtual_nodes``, ``max_ring_entries``, ``max_min_load_gap``, ``max_arg_len``,
+            ``max_prefix_blocks``, ...
         defaults: ``policy``, ``max_load_skew``, ``min_load_gap``, ``virtual_nodes``.
     """
 
@@ -292,6 +293,11 @@ class Library:
     @_export(c_int64, c_uint64, _buf, c_size_t)
     def br_stats_json(self, router: int, buf: Any, capacity: int) -> int:
         """Counters, policy and members in one snapshot, as JSON."""
+        raise NotImplementedError
+
+    @_export(c_int64, c_char_p, c_size_t, c_size_t, _u64p, c_size_t)
+    def br_prefix_blocks(self, data: bytes, data_len: int, block_len: int, out: Any, out_capacity: int) -> int:
+        """Chained XXH64 of each full block of block_len bytes into out: how many blocks."""
         raise NotImplementedError
 
     @_export(c_int32, c_uint64, c_char_p, c_size_t, _u64p)
