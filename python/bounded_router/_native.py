@@ -101,7 +101,7 @@ class Library:
         branch_mask: the bits of a packed decision that hold the branch code.
         ids_dont_fit: the flag of a packed decision whose worker ids come apart.
         limits: ``max_virtual_nodes``, ``max_ring_entries``, ``max_min_load_gap``, ``max_arg_len``,
-            ``max_prefix_blocks``, ...
+            ``max_key_memory``, ``max_lease_weight``, ``max_prefix_blocks``.
         defaults: ``policy``, ``max_load_skew``, ``min_load_gap``, ``virtual_nodes``.
     """
 
