@@ -44,11 +44,17 @@ func br_route_keys(router C.uint64_t, keys *C.char, keysLen C.size_t, lengths *C
 	if err != nil {
 		return fail(err)
 	}
-	leases, decisions, ids := o[:n], o[n:2*n], o[2*n:]
-	r.RouteKeys(int(n), keySplitter(block, sizes), func(i int, d core.Decision) {
-		leases[i], decisions[i], ids[i] = C.uint64_t(d.Lease), C.uint64_t(packDecision(d)), workerIDs(d)
-	})
+	r.RouteKeys(int(n), keySplitter(block, sizes), decidedInto(o, int(n)))
 	return statusOK
+}
+
+// decidedInto returns the function that writes decision i of a batch of n into out's three
+// runs of n values: leases, packed decisions, worker ids.
+func decidedInto(out []C.uint64_t, n int) func(i int, d core.Decision) {
+	leases, decisions, ids := out[:n], out[n:2*n], out[2*n:]
+	return func(i int, d core.Decision) {
+		leases[i], decisions[i], ids[i] = C.uint64_t(d.Lease), C.uint64_t(packDecision(d)), workerIDs(d)
+	}
 }
 
 // br_release_many releases the n leases in leases[] in one step, as successive br_release

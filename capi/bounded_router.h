@@ -60,6 +60,21 @@
 
 /* The longest string or block any function accepts, in bytes. */
 #define BR_MAX_ARG_LEN 2147483647
+/* The largest weight of one lease (docs/contract.md, "Weighted leases"). */
+#define BR_MAX_LEASE_WEIGHT (1 << 30)
+/* The most prefix blocks one request may carry. */
+#define BR_MAX_PREFIX_BLOCKS (1 << 16)
+
+/* Every routing input of one request, for br_route_request and br_route_requests. */
+typedef struct br_request {
+    const char *key;                /* explicit routing key, overrides X-SMG-Routing-Key; may be NULL with key_len 0 */
+    size_t key_len;
+    const char *headers;            /* header block, as br_route takes it; may be NULL with headers_len 0 */
+    size_t headers_len;
+    int64_t weight;                 /* what the lease counts on its worker's load: 0 means 1, else 1..BR_MAX_LEASE_WEIGHT */
+    const uint64_t *prefix_blocks;  /* the prompt's prefix block hashes, in order (read during the call only) */
+    size_t prefix_blocks_len;       /* at most BR_MAX_PREFIX_BLOCKS */
+} br_request;
 
 #ifndef BR_NO_PROTOTYPES
 #ifdef __cplusplus
@@ -73,7 +88,8 @@ const char *br_last_error(void);
 uint32_t br_abi_version(void);
 
 /* The library's constants as JSON: {"abi_version", "status": {name: code}, "branches": [name
- * by code], "decision": {...}, "limits": {...}, "defaults": {...}, "policies": [...]}. Like every
+ * by code], "decision": {...}, "limits": {...}, "defaults": {...}, "policies": [...]}; "limits"
+ * holds BR_MAX_ARG_LEN, BR_MAX_LEASE_WEIGHT and BR_MAX_PREFIX_BLOCKS among others. Like every
  * *_json function it returns the length of the whole text and writes it to buf only when it fits
  * in capacity bytes (call again with a larger buffer otherwise), or a negative status. */
 int64_t br_constants_json(char *buf, size_t capacity);
@@ -112,9 +128,20 @@ int64_t br_release_then_route(uint64_t router, const char *key, size_t key_len, 
 int32_t br_route_keys(uint64_t router, const char *keys, size_t keys_len, const uint32_t *lengths, uint32_t n,
                       uint64_t *out);
 
-/* Counts a request on a member chosen elsewhere: out[0] the lease, out[1] the worker's id. */
+/* Routes (take_lease 1) or only selects (0) one request from every routing input it carries,
+ * answering as br_route does; a lease counts the request's weight. A weight outside 0..
+ * BR_MAX_LEASE_WEIGHT or more than BR_MAX_PREFIX_BLOCKS prefix blocks is
+ * BR_ERR_INVALID_ARGUMENT, and the text names the field. The key exports stay the fast path
+ * for requests with no weight and no prefix blocks. */
+int32_t br_route_request(uint64_t router, const br_request *request, int32_t take_lease, uint64_t *out);
+/* Routes n requests in order as one step, answering as br_route_keys does (out: 3n values), all
+ * or nothing. An invalid request routes none, and the text names its index. */
+int32_t br_route_requests(uint64_t router, const br_request *requests, uint32_t n, uint64_t *out);
+
+/* Counts a request on a member chosen elsewhere under a lease of weight (0 means 1, else
+ * 1..BR_MAX_LEASE_WEIGHT): out[0] the lease, out[1] the worker's id. */
 int32_t br_acquire(uint64_t router, const char *url, size_t url_len, const char *key, size_t key_len,
-                   uint64_t *out);
+                   int64_t weight, uint64_t *out);
 /* Release a lease: 1 if released, 0 if already released or unknown. br_release_abandoned also
  * counts it as leaked (for safety nets such as finalizers). */
 int32_t br_release(uint64_t router, uint64_t lease);

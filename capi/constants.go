@@ -48,6 +48,8 @@ var (
 	_ = same{}[C.BR_BRANCH_ROUND_ROBIN-core.BranchRoundRobin]
 	_ = same{}[C.BR_BRANCH_EXPLICIT_ROUTING_KEY_REMEMBERED-core.BranchExplicitRoutingKeyRemembered]
 	_ = same{}[C.BR_BRANCH_COUNT-core.NumBranches]
+	_ = same{}[C.BR_MAX_LEASE_WEIGHT-core.MaxLeaseWeight]
+	_ = same{}[C.BR_MAX_PREFIX_BLOCKS-core.MaxPrefixBlocks]
 	// Every branch code fits in the decision's branch bits.
 	_ = same{}[core.NumBranches>>decisionBranchBits]
 	// The worker id field ends where the preferred id's begins.

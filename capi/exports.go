@@ -109,7 +109,7 @@ func withWorker(router C.uint64_t, url *C.char, urlLen C.size_t, do func(*core.R
 }
 
 //export br_acquire
-func br_acquire(router C.uint64_t, url *C.char, urlLen C.size_t, key *C.char, keyLen C.size_t, out *C.uint64_t) (status C.int32_t) {
+func br_acquire(router C.uint64_t, url *C.char, urlLen C.size_t, key *C.char, keyLen C.size_t, weight C.int64_t, out *C.uint64_t) (status C.int32_t) {
 	defer guard(&status)
 	return withRouter(router, func(r *core.Router) error {
 		o, err := outArg(out, 2, "out")
@@ -124,13 +124,21 @@ func br_acquire(router C.uint64_t, url *C.char, urlLen C.size_t, key *C.char, ke
 		if err != nil {
 			return err
 		}
-		lease, w, err := r.Acquire(u, k)
+		lease, w, err := r.AcquireWeighted(u, k, leaseWeight(weight))
 		if err != nil {
 			return err
 		}
 		o[0], o[1] = C.uint64_t(lease), C.uint64_t(w.ID)
 		return nil
 	})
+}
+
+// leaseWeight is the weight a weight argument asks for: 0 means 1, as in br_request.
+func leaseWeight(weight C.int64_t) int64 {
+	if weight == 0 {
+		return 1
+	}
+	return int64(weight)
 }
 
 //export br_release

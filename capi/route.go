@@ -86,30 +86,47 @@ func routeKey(router C.uint64_t, key *C.char, keyLen C.size_t, out *C.uint64_t, 
 // routeHeaders releases previous and routes (or only selects) a request from an explicit key
 // and a header block.
 func routeHeaders(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t, takeLease bool, out *C.uint64_t, outName string, previous core.LeaseID) (core.Decision, []C.uint64_t, error) {
+	return routeRequest(router, out, outName, previous, takeLease, func() (core.Request, error) {
+		return requestFrom(key, keyLen, headers, headersLen)
+	})
+}
+
+// routeRequest releases previous and routes (or only selects) the request read builds from the
+// export's arguments; previous is released even when they are rejected.
+func routeRequest(router C.uint64_t, out *C.uint64_t, outName string, previous core.LeaseID, takeLease bool, read func() (core.Request, error)) (core.Decision, []C.uint64_t, error) {
 	r, err := lookupRouter(uint64(router))
 	if err != nil {
 		return core.Decision{}, nil, err
 	}
 	o, err := outArg(out, 2, outName)
-	var k, block []byte
+	var req core.Request
 	if err == nil {
-		k, err = bytesArg(key, keyLen, "key")
-	}
-	if err == nil {
-		block, err = bytesArg(headers, headersLen, "headers")
-	}
-	if err == nil {
-		err = checkHeaderBlock(block)
+		req, err = read()
 	}
 	if err != nil {
 		r.Release(previous, false)
 		return core.Decision{}, nil, err
 	}
-	req := core.RequestFrom(k, headerPairs(block))
 	if takeLease {
 		return r.ReleaseThenRoute(previous, &req), o, nil
 	}
 	return r.Select(&req), o, nil
+}
+
+// requestFrom reads the routing inputs of an explicit key and a header block argument.
+func requestFrom(key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t) (core.Request, error) {
+	k, err := bytesArg(key, keyLen, "key")
+	if err != nil {
+		return core.Request{}, err
+	}
+	block, err := bytesArg(headers, headersLen, "headers")
+	if err == nil {
+		err = checkHeaderBlock(block)
+	}
+	if err != nil {
+		return core.Request{}, err
+	}
+	return core.RequestFrom(k, headerPairs(block)), nil
 }
 
 // writeDecision answers as br_route_key does: the branch code, out[0] the lease, out[1] the ids.

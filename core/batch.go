@@ -20,27 +20,45 @@ func (r *Router) RouteKeys(n int, key func(i int) []byte, decided func(i int, d 
 
 // RouteWeightedKeys is RouteKeys with a lease of weight(i) for key i (weight 1 for every key
 // when weight is nil). The weights are read with the keys, before the lock is taken: if one is
-// invalid, no key is routed and the error names its index.
+// invalid (0 included), no key is routed and the error names its index.
 func (r *Router) RouteWeightedKeys(n int, key func(i int) []byte, weight func(i int) int64, decided func(i int, d Decision)) error {
+	return r.RouteRequests(n, func(i int) (Request, error) {
+		req := KeyRequest(key(i))
+		if weight != nil {
+			req.Weight = weight(i)
+			if err := CheckWeight(req.Weight); err != nil {
+				return Request{}, err
+			}
+		}
+		return req, nil
+	}, decided)
+}
+
+// RouteRequests routes the n requests request(0), request(1), ... in order, exactly as n
+// successive Route calls would, under one acquisition of the router's lock (see RouteKeys). The
+// requests are read, their keys hashed and their weights and prefix blocks checked before the
+// lock is taken: if request returns an error or a request is invalid, no request is routed and
+// the error names its index. The requests' slices must stay unchanged until it returns.
+func (r *Router) RouteRequests(n int, request func(i int) (Request, error), decided func(i int, d Decision)) error {
 	batch := batches.Get().(*[]batchKey)
 	defer batches.Put(batch)
 	keys := slices.Grow((*batch)[:0], n)[:n]
 	*batch = keys
 	defer clear(keys) // the pool must not keep the callers' keys alive
 	for i := range keys {
-		k, w := key(i), int64(1)
-		if weight != nil {
-			w = weight(i)
+		req, err := request(i)
+		if err == nil {
+			err = CheckRequest(&req)
 		}
-		if err := CheckWeight(w); err != nil {
-			return fmt.Errorf("%w (key %d)", err, i)
+		if err != nil {
+			return fmt.Errorf("%w (request %d)", err, i)
 		}
-		keys[i] = batchKey{req: Request{RoutingKey: k, Weight: w}, key: r.explicitKeyOf(k)}
+		keys[i] = batchKey{req: req, key: r.explicitKeyOf(req.RoutingKey)}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range keys {
-		decided(i, r.route(&keys[i].req, keys[i].key, keys[i].req.Weight))
+		decided(i, r.route(&keys[i].req, keys[i].key, keys[i].req.leaseWeight()))
 	}
 	return nil
 }

@@ -182,3 +182,48 @@ func TestRouteWeightedKeysWithOptionsIsAllOrNothing(t *testing.T) {
 	assert.Equal(t, len(keys), batched.Stats().ActiveLeases)
 	assert.Equal(t, remembered, batched.view.memory.len())
 }
+
+// RouteRequests equals successive routes of the same requests (headers, weights and prefix
+// blocks included), and routes nothing when one request is invalid, naming its index.
+func TestRouteRequestsEqualsSuccessiveRoutesAndRefusesInvalidOnes(t *testing.T) {
+	urls := workerURLs(4)
+	batched, single := newTestRouter(t, boundedPolicy(1.5, 2), urls), newTestRouter(t, boundedPolicy(1.5, 2), urls)
+	requests := []Request{
+		{RoutingKey: []byte("a"), Weight: 3},
+		RequestFromHeaders(headers(HeaderRoutingKey, "b")),
+		{RoutingKey: []byte("a"), PrefixBlocks: []uint64{1, 2, 3}},
+		RequestFromHeaders(headers(HeaderTargetWorker, "2")),
+		{ImplicitKey: []byte("Bearer x"), Weight: 5}, // no random choice: the two routers' random states differ
+		{RoutingKey: []byte("a"), Weight: MaxLeaseWeight},
+	}
+	var got []Decision
+	require.NoError(t, batched.RouteRequests(len(requests), func(i int) (Request, error) { return requests[i], nil },
+		func(_ int, d Decision) { got = append(got, d) }))
+	require.Len(t, got, len(requests))
+	for i := range requests {
+		want := single.Route(&requests[i])
+		assert.Equal(t, want.Branch, got[i].Branch, "request %d", i)
+		assert.Equal(t, want.WorkerURL, got[i].WorkerURL, "request %d", i)
+	}
+	assert.Equal(t, loadsOf(single), loadsOf(batched))
+
+	before := loadsOf(batched)
+	for _, bad := range []struct {
+		req  Request
+		want string
+	}{
+		{Request{Weight: -1}, "weight must be an integer from 1 to 1073741824, got -1 (request 1)"},
+		{Request{Weight: MaxLeaseWeight + 1}, "got 1073741825 (request 1)"},
+		{Request{PrefixBlocks: make([]uint64, MaxPrefixBlocks+1)}, "prefix_blocks may hold at most 65536 blocks, got 65537 (request 1)"},
+	} {
+		err := batched.RouteRequests(2, func(i int) (Request, error) {
+			if i == 1 {
+				return bad.req, nil
+			}
+			return Request{RoutingKey: []byte("a")}, nil
+		}, func(int, Decision) { t.Fatal("a batch with an invalid request routed one") })
+		require.ErrorIs(t, err, ErrInvalidConfig)
+		assert.Contains(t, err.Error(), bad.want)
+	}
+	assert.Equal(t, before, loadsOf(batched))
+}

@@ -39,6 +39,18 @@ type Request struct {
 	PrefixBlocks []uint64
 }
 
+// CheckRequest returns an error naming the field when a request's weight or prefix blocks
+// break their rule (a weight of 0 means 1). Route panics on an invalid weight, so a binding
+// checks what it did not build itself.
+func CheckRequest(req *Request) error {
+	if req.Weight != 0 {
+		if err := CheckWeight(req.Weight); err != nil {
+			return err
+		}
+	}
+	return CheckPrefixBlocks(len(req.PrefixBlocks))
+}
+
 // KeyRequest is a request whose only input is an explicit routing key.
 func KeyRequest(key []byte) Request { return Request{RoutingKey: key} }
 

@@ -45,6 +45,15 @@ func FuzzRouterOperations(f *testing.F) {
 			}
 			return int64(arg%5) + 1
 		}
+		// Prefix blocks ride along on keyed requests; no policy reads them yet, so they must
+		// change nothing.
+		prefixBlocksOf := func(arg byte) []uint64 {
+			blocks := make([]uint64, arg%4)
+			for i := range blocks {
+				blocks[i] = uint64(arg)<<56 | uint64(i)
+			}
+			return blocks
+		}
 		vnodes := []int{1, 2, 10, 40}[data[1]>>6]
 		r, err := NewRouter(Config{WorkerURLs: pool[:4], Policy: policy, VirtualNodes: vnodes})
 		if err != nil {
@@ -114,7 +123,7 @@ func FuzzRouterOperations(f *testing.F) {
 			url := pool[int(arg)%len(pool)]
 			switch op >> 4 {
 			case 0, 1, 2: // route an explicit key (few keys, so loads pile up)
-				req := Request{RoutingKey: []byte("key-" + strconv.Itoa(int(op&0x0f)%5)), Weight: weightOf(arg)}
+				req := Request{RoutingKey: []byte("key-" + strconv.Itoa(int(op&0x0f)%5)), Weight: weightOf(arg), PrefixBlocks: prefixBlocksOf(arg)}
 				note(r.Route(&req), true)
 			case 3: // route from headers
 				names := []string{HeaderTargetWorker, HeaderRoutingKey, HeaderAuthorization, HeaderForwardedFor, HeaderCookie, "Other"}
@@ -161,12 +170,18 @@ func FuzzRouterOperations(f *testing.F) {
 				if err := r.SetWorkers(next); err != nil {
 					t.Fatal(err)
 				}
-			case 15: // a batch of three keys, all or nothing
+			case 15: // a batch of three requests, all or nothing; arg's top bit makes the last one invalid
+				invalid := arg&0x80 != 0
 				var batch []Decision
-				err := r.RouteWeightedKeys(3, func(i int) []byte { return []byte("key-" + strconv.Itoa((int(op)+i)%5)) },
-					func(i int) int64 { return weightOf(arg + byte(i)) }, func(_ int, d Decision) { batch = append(batch, d) })
-				if err != nil {
-					t.Fatal(err)
+				err := r.RouteRequests(3, func(i int) (Request, error) {
+					req := Request{RoutingKey: []byte("key-" + strconv.Itoa((int(op)+i)%5)), Weight: weightOf(arg + byte(i)), PrefixBlocks: prefixBlocksOf(arg + byte(i))}
+					if invalid && i == 2 {
+						req.Weight = -int64(arg)
+					}
+					return req, nil
+				}, func(_ int, d Decision) { batch = append(batch, d) })
+				if (err != nil) != invalid || (invalid && len(batch) > 0) {
+					t.Fatalf("batch (last invalid: %v): error %v, %d decisions", invalid, err, len(batch))
 				}
 				for _, d := range batch {
 					note(d, true)

@@ -113,7 +113,7 @@ func TestInvalidWeightsAreRefused(t *testing.T) {
 	err = r.RouteWeightedKeys(3, func(i int) []byte { return keys[i] }, func(i int) int64 { return weights[i] },
 		func(int, Decision) { t.Fatal("a batch with an invalid weight routed a key") })
 	require.ErrorIs(t, err, ErrInvalidConfig)
-	assert.Contains(t, err.Error(), "weight must be an integer from 1 to 1073741824, got -3 (key 2)")
+	assert.Contains(t, err.Error(), "weight must be an integer from 1 to 1073741824, got -3 (request 2)")
 	assert.Equal(t, []int64{0, 0}, loadsOf(r))
 	assert.Equal(t, 0, r.Stats().ActiveLeases)
 }

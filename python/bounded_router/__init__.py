@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from .args import RouterArgs
 from .errors import ForkedProcessError, LibraryLoadError, NoWorkerAvailableError, RouterClosedError
+from ._request import MAX_LEASE_WEIGHT, MAX_PREFIX_BLOCKS
 from .lease import Lease
 from .policy import (
     BoundedConsistentHashingConfig,
@@ -55,6 +56,8 @@ __all__ = [
     "config_from_dict",
     "prefix_blocks",
     "text_prefix_blocks",
+    "MAX_LEASE_WEIGHT",
+    "MAX_PREFIX_BLOCKS",
     "NoWorkerAvailableError",
     "RouterClosedError",
     "ForkedProcessError",

@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, NamedTuple, NoReturn, Optional, Tuple
 
 from .errors import ForkedProcessError, LibraryLoadError, RouterClosedError
 
-__all__ = ["ABI_VERSION", "LIBRARY_ENV", "LIBRARY_NAME", "Library", "library", "library_path", "is_loaded"]
+__all__ = ["ABI_VERSION", "LIBRARY_ENV", "LIBRARY_NAME", "BrRequest", "Library", "library", "library_path", "is_loaded"]
 
 #: The ABI version this binding implements (``BR_ABI_VERSION`` of the header): the one constant
 #: a binding must hold itself, to know whether it can read the others.
@@ -46,6 +46,25 @@ LIBRARY_NAME = "libbounded_router.so"
 
 _u64p = POINTER(c_uint64)
 _buf = POINTER(c_char)
+
+
+class BrRequest(ctypes.Structure):
+    """``br_request``: every routing input of one request (key, header block, lease weight,
+    prefix blocks), for ``br_route_request`` and ``br_route_requests``. Assigning bytes or a
+    ctypes array to a pointer field keeps it alive as long as the struct."""
+
+    _fields_ = [
+        ("key", c_char_p),
+        ("key_len", c_size_t),
+        ("headers", c_char_p),
+        ("headers_len", c_size_t),
+        ("weight", c_int64),
+        ("prefix_blocks", _u64p),
+        ("prefix_blocks_len", c_size_t),
+    ]
+
+
+_requestp = POINTER(BrRequest)
 
 
 class Export(NamedTuple):
@@ -260,9 +279,19 @@ class Library:
         """Route n keys as one step: leases, packed decisions and worker ids in out."""
         raise NotImplementedError
 
-    @_export(c_int32, c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, _u64p)
-    def br_acquire(self, router: int, url: bytes, url_len: int, key: bytes, key_len: int, out: Any) -> int:
-        """Count a request on a member chosen elsewhere: out[0] the lease."""
+    @_export(c_int32, c_uint64, _requestp, c_int32, _u64p, holds_gil=True)
+    def br_route_request(self, router: Any, request: Any, take_lease: int, out: Any) -> int:
+        """Route (or, with take_lease 0, select) from a :class:`BrRequest`: the branch code."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, _requestp, c_uint32, _u64p, holds_gil=True)
+    def br_route_requests(self, router: Any, requests: Any, n: int, out: Any) -> int:
+        """Route n :class:`BrRequest` as one step: leases, packed decisions and worker ids in out."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, c_int64, _u64p)
+    def br_acquire(self, router: int, url: bytes, url_len: int, key: bytes, key_len: int, weight: int, out: Any) -> int:
+        """Count a request of a weight (0 means 1) on a member chosen elsewhere: out[0] the lease."""
         raise NotImplementedError
 
     @_export(c_int32, c_uint64, c_uint64)

@@ -175,20 +175,29 @@ class NativeRouter:
         """The (worker_url, preferred_url, branch) of a route's packed decision, cached for the
         next route with the same decision. ``ids`` are the worker ids as ``out[1]`` has them
         (the decision lacks them when its ids did not fit; such decisions are not cached)."""
-        branch = self.lib.branches[decision & self.lib.branch_mask]
-        found = self.urls_of(ids)
-        if found is None:
-            # The membership changed concurrently: the lease knows its workers even if they
-            # have been removed since.
-            answer = self.lib.read_json("br_lease_workers_json", self.handle, lease_id)
-            return answer["worker_url"], answer["preferred_url"], branch
-        urls = (found[0], found[1], branch)
-        if not decision & self.lib.ids_dont_fit:
+        urls, current = self._lease_urls(decision & self.lib.branch_mask, ids, lease_id)
+        if current and not decision & self.lib.ids_dont_fit:
             decided = self.decided
             if len(decided) >= _DECIDED_MAX:
                 decided.clear()
             decided[decision] = urls
         return urls
+
+    def lease_decision(self, branch_code: int, ids: int, lease_id: int) -> LeaseDecision:
+        """The (worker_url, preferred_url, branch) of a lease from its branch code and worker ids
+        (``out[1]``), uncached."""
+        return self._lease_urls(branch_code, ids, lease_id)[0]
+
+    def _lease_urls(self, branch_code: int, ids: int, lease_id: int) -> Tuple[LeaseDecision, bool]:
+        """:meth:`lease_decision`, and whether its URLs come from the current worker id map."""
+        branch = self.lib.branches[branch_code]
+        found = self.urls_of(ids)
+        if found is None:
+            # The membership changed concurrently: the lease knows its workers even if they
+            # have been removed since.
+            answer = self.lib.read_json("br_lease_workers_json", self.handle, lease_id)
+            return (answer["worker_url"], answer["preferred_url"], branch), False
+        return (found[0], found[1], branch), True
 
     def unrouted(self, decision: int) -> Exception:
         """The error of a route that took no lease: its status, or no worker chosen (the

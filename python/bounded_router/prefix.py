@@ -39,8 +39,9 @@ import struct
 from typing import Iterable, List, SupportsIndex
 
 from . import _native
+from ._request import MAX_PREFIX_BLOCKS
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "DEFAULT_BYTES_PER_BLOCK", "hash_blocks", "max_prefix_blocks", "prefix_blocks", "text_prefix_blocks"]
+__all__ = ["DEFAULT_BLOCK_SIZE", "DEFAULT_BYTES_PER_BLOCK", "hash_blocks", "prefix_blocks", "text_prefix_blocks"]
 
 #: Tokens per block by default: vLLM's default KV block size, and the page size to give SGLang
 #: (whose default page of 1 token would make one hash per token). Use the engine's own value.
@@ -51,11 +52,6 @@ DEFAULT_BYTES_PER_BLOCK = 64
 
 # Token ids are hashed as little-endian uint32s: every vocabulary in use is smaller than 2**32.
 _TOKEN_BYTES = 4
-
-
-def max_prefix_blocks() -> int:
-    """The most blocks a request may carry (the library's ``limits.max_prefix_blocks``)."""
-    return _native.library().limits["max_prefix_blocks"]
 
 
 def prefix_blocks(token_ids: Iterable[SupportsIndex], block_size: int = DEFAULT_BLOCK_SIZE) -> List[int]:
@@ -72,7 +68,7 @@ def prefix_blocks(token_ids: Iterable[SupportsIndex], block_size: int = DEFAULT_
     Raises:
         TypeError: a token id is not an integer, or ``block_size`` is not an int.
         ValueError: a token id is out of range, ``block_size`` is below 1, or the prompt
-            makes more than :func:`max_prefix_blocks` blocks. Each names the field.
+            makes more than :data:`~bounded_router.MAX_PREFIX_BLOCKS` blocks. Each names the field.
     """
     _check_block_length("block_size", block_size)
     ids = token_ids if isinstance(token_ids, (list, tuple)) else list(token_ids)
@@ -93,7 +89,7 @@ def text_prefix_blocks(text: str, bytes_per_block: int = DEFAULT_BYTES_PER_BLOCK
     Raises:
         TypeError: ``text`` is not a str, or ``bytes_per_block`` is not an int.
         ValueError: ``bytes_per_block`` is below 1, or the text makes more than
-            :func:`max_prefix_blocks` blocks (cut it, e.g. to ``max_prefix_blocks() *
+            :data:`~bounded_router.MAX_PREFIX_BLOCKS` blocks (cut it, e.g. to ``MAX_PREFIX_BLOCKS *
             bytes_per_block`` bytes: its prefix is what counts).
     """
     if not isinstance(text, str):
@@ -104,7 +100,7 @@ def text_prefix_blocks(text: str, bytes_per_block: int = DEFAULT_BYTES_PER_BLOCK
 
 def hash_blocks(data: bytes, block_len: int) -> List[int]:
     """The chained hashes of the full ``block_len``-byte blocks of ``data`` (for the proxies,
-    which cut their text to :func:`max_prefix_blocks` blocks first)."""
+    which cut their text to :data:`~bounded_router.MAX_PREFIX_BLOCKS` blocks first)."""
     return _hash_blocks(data, block_len, "data", "block_len")
 
 
@@ -112,11 +108,10 @@ def _hash_blocks(data: bytes, block_len: int, field: str, size_field: str) -> Li
     n = len(data) // block_len
     if n == 0:
         return []
-    limit = max_prefix_blocks()
-    if n > limit:
+    if n > MAX_PREFIX_BLOCKS:
         raise ValueError(
-            "%s makes %d prefix blocks of %s, more than max_prefix_blocks (%d): pass only its first %d"
-            % (field, n, size_field, limit, limit)
+            "%s makes %d prefix blocks of %s, more than MAX_PREFIX_BLOCKS (%d): pass only its first %d"
+            % (field, n, size_field, MAX_PREFIX_BLOCKS, MAX_PREFIX_BLOCKS)
         )
     lib = _native.library()
     out = (ctypes.c_uint64 * n)()

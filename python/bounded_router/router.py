@@ -7,16 +7,18 @@ handle, the release path and the worker id map) and turns the answers into Pytho
 
 from __future__ import annotations
 
+import ctypes
 import json
 from array import array
 from ctypes import c_size_t, c_uint64
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Dict, Iterable, List, NoReturn, Optional, Type, Union
+from typing import Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequence, Type, Union
 
 from . import _native
 from ._encoding import HeadersLike, encode_headers, key_bytes, url_bytes
 from ._native_router import NativeRouter
+from ._request import check_weight, pack_requests, prefix_block_array
 from .args import RouterArgs
 from .errors import NoWorkerAvailableError
 from .gateway import Gateway
@@ -203,7 +205,14 @@ class Router:
 
     # -- routing -----------------------------------------------------------------------------
 
-    def route(self, routing_key: Union[str, bytes, None] = None, *, headers: Optional[HeadersLike] = None) -> Lease:
+    def route(
+        self,
+        routing_key: Union[str, bytes, None] = None,
+        *,
+        headers: Optional[HeadersLike] = None,
+        weight: Optional[int] = None,
+        prefix_blocks: Optional[Sequence[int]] = None,
+    ) -> Lease:
         """Choose a worker for a request and count the request on it until the lease is released.
 
         Args:
@@ -213,6 +222,12 @@ class Router:
                 value)`` pairs); ``X-SMG-Target-Worker``, ``X-SMG-Routing-Key``,
                 ``Authorization``, ``X-Forwarded-For`` and ``Cookie`` are used as
                 docs/contract.md, "Inputs and precedence", says.
+            weight: what the lease counts on its worker's load until released, an integer
+                from 1 to ``MAX_LEASE_WEIGHT`` (e.g. the prompt's tokens); None is 1
+                (docs/contract.md, "Weighted leases"). It plays no part in choosing the worker.
+            prefix_blocks: the prompt's prefix block hashes in order (integers from 0 to
+                2**64-1, at most ``MAX_PREFIX_BLOCKS``), for policies that read them; today's
+                policies ignore them.
 
         Returns:
             The :class:`Lease`; release it (or use it as a context manager) when the request
@@ -220,10 +235,13 @@ class Router:
 
         Raises:
             NoWorkerAvailableError: no worker can be chosen (``.branch`` says why).
-            TypeError: ``routing_key`` or a header is of the wrong type.
+            TypeError, ValueError: ``routing_key``, a header, ``weight`` or ``prefix_blocks``
+                breaks its rule (the message names it).
             RouterClosedError: the router was closed (the library reports it: the handle is
                 invalid from then on).
         """
+        if weight is not None or prefix_blocks is not None:
+            return self._route_request(routing_key, headers, weight, prefix_blocks)
         # One native call per request, which also hands over a lease released since the last
         # one (the release path, see _native_router); the lease's URLs come from the decision
         # cache (NativeRouter.decided). What each shortcut here buys: BENCHMARKS.md.
@@ -278,7 +296,29 @@ class Router:
         lease._decision = urls
         return lease
 
-    def route_many(self, keys: Iterable[Union[str, bytes, None]]) -> List[Lease]:
+    def _route_request(
+        self, routing_key: Union[str, bytes, None], headers: Optional[HeadersLike], weight: Optional[int], prefix_blocks: Any
+    ) -> Lease:
+        """:meth:`route` with a weight or prefix blocks: one ``br_route_request`` call."""
+        native = self._native
+        request = _request(routing_key, headers, weight, prefix_blocks)
+        native.check_open()
+        native.hand_over()
+        out, out_ref = _native.thread_buffers()
+        lib = native.lib
+        code = lib.check(lib.br_route_request(native.handle_arg, request, 1, out_ref))
+        lease_id = out[0]
+        if not lease_id:
+            raise native.unrouted(code)
+        return _HeldLease(native, lease_id, native.lease_decision(code, out[1], lease_id))
+
+    def route_many(
+        self,
+        keys: Iterable[Union[str, bytes, None]],
+        *,
+        weights: Optional[Iterable[int]] = None,
+        prefix_blocks: Optional[Iterable[Optional[Sequence[int]]]] = None,
+    ) -> List[Lease]:
         """Route one request per key, in order, with one call into the library for the batch.
 
         The keys are placed exactly as successive ``route(routing_key=key)`` calls would place
@@ -288,6 +328,10 @@ class Router:
 
         Args:
             keys: routing keys (``str``, ``bytes``, or None / empty for no key).
+            weights: the weight of each key's lease, aligned with ``keys`` (see :meth:`route`).
+            prefix_blocks: each key's prefix blocks (a sequence, or None), aligned with
+                ``keys``. Without weights and prefix blocks the batch takes the library's
+                key-only path.
 
         Returns:
             One :class:`Lease` per key, in the order of ``keys``.
@@ -295,14 +339,18 @@ class Router:
         Raises:
             NoWorkerAvailableError: no worker is available. The batch is all or nothing
                 (docs/contract.md, "Leases"): then no key got a lease.
-            TypeError, ValueError: ``keys`` is a single str or bytes, or a key is of the wrong
-                type or not valid Unicode. Nothing is routed.
+            TypeError, ValueError: ``keys`` is a single str or bytes, a key is of the wrong
+                type or not valid Unicode, ``weights`` or ``prefix_blocks`` is not as long as
+                ``keys``, or one of them breaks its rule (the message names its index).
+                Nothing is routed.
         """
         native = self._native
         native.check_open()
         if isinstance(keys, (str, bytes)):
             raise TypeError("route_many takes an iterable of keys, not a single %s" % type(keys).__name__)
         batch = keys if type(keys) is list else list(keys)
+        if weights is not None or prefix_blocks is not None:
+            return self._route_requests(batch, weights, prefix_blocks)
         try:
             encoded = list(map(str.encode, batch))  # all str, the common case: encoded in C
         except (TypeError, UnicodeEncodeError):
@@ -315,22 +363,26 @@ class Router:
         lengths = array(_UINT32, map(len, encoded)).tobytes()
         out = (c_uint64 * (3 * n))()
         native.lib.check(native.lib.br_route_keys(native.handle_arg, block, _size(len(block)), lengths, n, out))
-        lease_ids, decisions = out[:n], out[n : 2 * n]  # the worker ids (out[2n:]) only on a miss
-        if not lease_ids[0]:  # all or nothing: no worker was available
-            raise native.unrouted(decisions[0])
-        decided = native.decided
-        leases: List[Lease] = []
-        append = leases.append
-        for i, (lease_id, decision) in enumerate(zip(lease_ids, decisions)):
-            urls = decided.get(decision)
-            if urls is None:
-                urls = native.decision_urls(decision, out[2 * n + i], lease_id)
-            lease: Lease = _new_lease(_HeldLease)
-            lease._native = native
-            lease._id = lease_id
-            lease._decision = urls
-            append(lease)
-        return leases
+        return _batch_leases(native, out, n)
+
+    def _route_requests(self, keys: List[Any], weights: Optional[Iterable[int]], prefix_blocks: Any) -> List[Lease]:
+        """:meth:`route_many` with weights or prefix blocks: one ``br_route_requests`` call."""
+        n = len(keys)
+        weight_list = _aligned(weights, "weights", n)
+        block_list = _aligned(prefix_blocks, "prefix_blocks", n)
+        if not n:
+            return []
+        requests = pack_requests(
+            [key_bytes(key) for key in keys],
+            None,
+            [1] * n if weight_list is None else [check_weight(w, "weights[%d]" % i) for i, w in enumerate(weight_list)],
+            [None] * n if block_list is None else [_blocks(b, "prefix_blocks[%d]" % i) for i, b in enumerate(block_list)],
+        )
+        native = self._native
+        native.hand_over()
+        out = (c_uint64 * (3 * n))()
+        native.lib.check(native.lib.br_route_requests(native.handle_arg, requests, n, out))
+        return _batch_leases(native, out, n)
 
     def release_many(self, leases: Iterable[Lease]) -> int:
         """Release leases of this router in one call into the library; return how many it released.
@@ -357,7 +409,13 @@ class Router:
             return 0
         return native.release_ids(lease_ids)
 
-    def select(self, routing_key: Union[str, bytes, None] = None, *, headers: Optional[HeadersLike] = None) -> Decision:
+    def select(
+        self,
+        routing_key: Union[str, bytes, None] = None,
+        *,
+        headers: Optional[HeadersLike] = None,
+        prefix_blocks: Optional[Sequence[int]] = None,
+    ) -> Decision:
         """Choose a worker like :meth:`route` without counting anything.
 
         Never raises :class:`NoWorkerAvailableError`: when no worker can be chosen the decision
@@ -365,14 +423,19 @@ class Router:
         """
         native = self._native
         native.check_open()
-        key = key_bytes(routing_key)
-        block = b"" if headers is None else encode_headers(headers)
+        lib = native.lib
+        decide: Callable[[Any], int]
+        if prefix_blocks is None:
+            key = key_bytes(routing_key)
+            block = b"" if headers is None else encode_headers(headers)
+            decide = lambda out: lib.br_route(native.handle, key, len(key), block, len(block), 0, out)  # noqa: E731
+        else:
+            request = _request(routing_key, headers, None, prefix_blocks)
+            decide = lambda out: lib.br_route_request(native.handle_arg, request, 0, ctypes.byref(out))  # noqa: E731
         native.hand_over()
         out = _native.thread_buffers()[0]
-        lib = native.lib
         for _ in range(_SELECT_ATTEMPTS):
-            code = lib.check(lib.br_route(native.handle, key, len(key), block, len(block), 0, out))
-            branch = lib.branches[code]
+            branch = lib.branches[lib.check(decide(out))]
             if not out[1]:  # both worker ids 0: no worker chosen
                 return Decision(None, None, branch)
             urls = native.urls_of(out[1])
@@ -381,19 +444,22 @@ class Router:
             # The worker left the membership in between: decide again.
         raise RuntimeError("bounded_router: the membership changed during every one of %d selections" % _SELECT_ATTEMPTS)
 
-    def acquire(self, worker_url: str, routing_key: Union[str, bytes, None] = None) -> Lease:
+    def acquire(self, worker_url: str, routing_key: Union[str, bytes, None] = None, *, weight: int = 1) -> Lease:
         """Count a request on ``worker_url``, a worker chosen outside the router.
 
         The worker must be a member (it need not be healthy). ``routing_key``, if given, is
-        counted among the worker's active keys. The lease's ``branch`` is None.
+        counted among the worker's active keys. ``weight`` is what the lease counts on the
+        worker's load, as with :meth:`route`. The lease's ``branch`` is None.
 
         Raises:
             KeyError: ``worker_url`` is not a member.
+            TypeError, ValueError: ``weight`` is not an integer from 1 to ``MAX_LEASE_WEIGHT``.
         """
         url = url_bytes(worker_url)
         key = key_bytes(routing_key)
+        checked = check_weight(weight)
         out = _native.thread_buffers()[0]
-        self._native.call("br_acquire", url, len(url), key, len(key), out)
+        self._native.call("br_acquire", url, len(url), key, len(key), checked, out)
         return _HeldLease(self._native, out[0], (str.__str__(worker_url), str.__str__(worker_url), None))
 
     # -- membership and health ---------------------------------------------------------------
@@ -451,8 +517,14 @@ class Router:
         return self._native.workers()
 
     def loads(self) -> Dict[str, int]:
-        """The load (leases held) of every worker, by URL, in membership order."""
+        """The load of every worker, by URL, in membership order: the sum of the weights of the
+        leases held on it (their number when every weight is 1)."""
         return {worker.url: worker.load for worker in self.workers()}
+
+    def in_flight(self) -> Dict[str, int]:
+        """The number of leases held on every worker, by URL, in membership order, whatever
+        their weights."""
+        return {worker.url: worker.requests for worker in self.workers()}
 
     def branch_counts(self) -> Dict[str, int]:
         """How many routed requests each branch decided (every branch name is present)."""
@@ -478,3 +550,49 @@ class Router:
         :mod:`bounded_router.metrics`.
         """
         return render(self, labels)
+
+
+def _batch_leases(native: NativeRouter, out: Any, n: int) -> List[Lease]:
+    """The leases of a batch answered as ``br_route_keys`` answers (three runs of n values)."""
+    lease_ids, decisions = out[:n], out[n : 2 * n]  # the worker ids (out[2n:]) only on a miss
+    if not lease_ids[0]:  # all or nothing: no worker was available
+        raise native.unrouted(decisions[0])
+    decided = native.decided
+    leases: List[Lease] = []
+    append = leases.append
+    for i, (lease_id, decision) in enumerate(zip(lease_ids, decisions)):
+        urls = decided.get(decision)
+        if urls is None:
+            urls = native.decision_urls(decision, out[2 * n + i], lease_id)
+        lease: Lease = _new_lease(_HeldLease)
+        lease._native = native
+        lease._id = lease_id
+        lease._decision = urls
+        append(lease)
+    return leases
+
+
+def _request(routing_key: Union[str, bytes, None], headers: Optional[HeadersLike], weight: Any, prefix_blocks: Any) -> Any:
+    """A one-request ``br_request`` array of checked inputs."""
+    return pack_requests(
+        [key_bytes(routing_key)],
+        [b"" if headers is None else encode_headers(headers)],
+        [1 if weight is None else check_weight(weight)],
+        [_blocks(prefix_blocks, "prefix_blocks")],
+    )
+
+
+def _blocks(prefix_blocks: Any, what: str) -> Any:
+    return None if prefix_blocks is None else prefix_block_array(prefix_blocks, what)
+
+
+def _aligned(values: Optional[Iterable[Any]], what: str, n: int) -> Optional[List[Any]]:
+    """``values`` as a list of n items (one per key), or None."""
+    if values is None:
+        return None
+    if isinstance(values, (str, bytes)):
+        raise TypeError("%s must be an iterable with one item per key, not a single %s" % (what, type(values).__name__))
+    items = list(values)
+    if len(items) != n:
+        raise ValueError("%s has %d items but there are %d keys: give one per key" % (what, len(items), n))
+    return items

@@ -16,19 +16,22 @@ class WorkerInfo:
     Attributes:
         url: the worker's URL.
         healthy: whether it is available for routing.
-        load: the number of leases held on it (requests in flight from this process).
+        load: the sum of the weights of the leases held on it (requests in flight from this
+            process, each counting its weight; their number when every weight is 1).
         active_keys: the number of distinct explicit routing keys among those leases.
+        requests: the number of leases held on it, whatever their weights.
     """
 
     url: str
     healthy: bool
     load: int
     active_keys: int
+    requests: int
 
     @classmethod
     def from_json(cls, state: Mapping[str, Any]) -> WorkerInfo:
         """From the library's JSON form of a worker."""
-        return cls(state["url"], state["healthy"], state["load"], state["active_keys"])
+        return cls(state["url"], state["healthy"], state["load"], state["active_keys"], state["requests"])
 
 
 @dataclass(frozen=True)

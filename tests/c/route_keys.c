@@ -27,6 +27,95 @@ static int32_t route(uint64_t router, const char *key, uint64_t out[2]) {
 static uint32_t chosen(const uint64_t out[2]) { return (uint32_t)out[1]; }
 static uint32_t preferred(const uint64_t out[2]) { return (uint32_t)(out[1] >> 32); }
 
+// The weight a worker carries, read from br_workers_json: the "load" after its "url".
+static long long load_of(uint64_t router, const char *url) {
+	char json[4096];
+	int64_t n = br_workers_json(router, json, sizeof json - 1);
+	if (n <= 0 || n >= (int64_t)sizeof json) {
+		return -1;
+	}
+	json[n] = '\0';
+	const char *at = strstr(json, url);
+	const char *load = at ? strstr(at, "\"load\":") : NULL;
+	return load ? atoll(load + 7) : -1;
+}
+
+static const char *url_of(uint64_t router, uint64_t lease) {
+	static char json[512];
+	int64_t n = br_lease_workers_json(router, lease, json, sizeof json - 1);
+	if (n <= 0 || n >= (int64_t)sizeof json) {
+		return "";
+	}
+	json[n] = '\0';
+	char *url = strstr(json, "\"worker_url\":\"");
+	if (!url) {
+		return "";
+	}
+	url += 14;
+	*strchr(url, '"') = '\0';
+	return url;
+}
+
+// br_route_request, br_route_requests and br_acquire with weights and prefix blocks: a lease
+// counts its weight, bad weights and too many blocks are refused naming the field, a batch is
+// all or nothing.
+static void check_weighted_requests(void) {
+	const char *config =
+		"{\"worker_urls\": [\"http://w0:8000\", \"http://w1:8000\", \"http://w2:8000\"],"
+		" \"policy\": {\"type\": \"bounded_consistent_hashing\", \"min_load_gap\": 1000000000000}}";
+	uint64_t router = 0, out[2], plain[2];
+	CHECK(br_router_new(config, strlen(config), &router) == BR_OK, "router_new");
+	uint64_t blocks[3] = {0xdeadbeef, 0xfeedface, UINT64_MAX};
+	br_request req = {"session-7", 9, NULL, 0, 300, blocks, 3};
+	CHECK(br_route_request(router, &req, 1, out) == BR_BRANCH_EXPLICIT_ROUTING_KEY_HIT, "weighted route");
+	CHECK(route(router, "session-7", plain) == BR_BRANCH_EXPLICIT_ROUTING_KEY_HIT && chosen(plain) == chosen(out),
+		  "same worker as br_route_key");
+	const char *url = url_of(router, out[0]);
+	CHECK(load_of(router, url) == 301, "weight 300 plus weight 1 on %s: %lld", url, load_of(router, url));
+	// Headers in the struct: the header's key is overridden by the struct's key, as in br_route.
+	br_request with_headers = {"session-7", 9, "\x11\x00\x00\x00X-SMG-Routing-Key\x01\x00\x00\x00z", 26, 0, NULL, 0};
+	uint64_t selected[2];
+	CHECK(br_route_request(router, &with_headers, 0, selected) == BR_BRANCH_EXPLICIT_ROUTING_KEY_HIT && selected[0] == 0 &&
+			  chosen(selected) == chosen(out),
+		  "select from key and headers");
+
+	req.weight = -2;
+	CHECK(br_route_request(router, &req, 1, out) == BR_ERR_INVALID_ARGUMENT, "negative weight");
+	CHECK(strstr(br_last_error(), "weight must be an integer from 1 to 1073741824, got -2") != NULL, "names weight: %s", br_last_error());
+	req.weight = (int64_t)BR_MAX_LEASE_WEIGHT + 1;
+	CHECK(br_route_request(router, &req, 1, out) == BR_ERR_INVALID_ARGUMENT, "weight too large");
+	req.weight = 1;
+	req.prefix_blocks_len = BR_MAX_PREFIX_BLOCKS + 1;
+	CHECK(br_route_request(router, &req, 1, out) == BR_ERR_INVALID_ARGUMENT, "too many prefix blocks");
+	CHECK(strstr(br_last_error(), "prefix_blocks") != NULL, "names prefix_blocks: %s", br_last_error());
+	req.prefix_blocks = NULL;
+	req.prefix_blocks_len = 2;
+	CHECK(br_route_request(router, &req, 1, out) == BR_ERR_INVALID_ARGUMENT, "NULL prefix blocks");
+	CHECK(load_of(router, url) == 301, "refused requests count nothing");
+
+	// A batch: every request gets a lease, or none does and the error names the bad one.
+	br_request batch[3] = {{"a", 1, NULL, 0, 5, NULL, 0}, {"b", 1, NULL, 0, 0, blocks, 2}, {"a", 1, NULL, 0, 7, NULL, 0}};
+	uint64_t leases[9];
+	CHECK(br_route_requests(router, batch, 3, leases) == BR_OK, "batch");
+	CHECK(leases[0] && leases[1] && leases[2], "every request has a lease");
+	CHECK(BR_DECISION_WORKER_ID(leases[3]) == BR_DECISION_WORKER_ID(leases[5]), "key a twice: one worker");
+	CHECK(br_release_many(router, leases, 3) == 3, "release the batch");
+	batch[2].weight = -1;
+	memset(leases, 0, sizeof leases);
+	CHECK(br_route_requests(router, batch, 3, leases) == BR_ERR_INVALID_ARGUMENT, "batch with a bad weight");
+	CHECK(strstr(br_last_error(), "(request 2)") != NULL, "names the request: %s", br_last_error());
+	CHECK(leases[0] == 0 && leases[1] == 0, "all or nothing");
+
+	// br_acquire counts its weight; 0 means 1.
+	uint64_t acquired[2];
+	CHECK(br_acquire(router, "http://w2:8000", 14, NULL, 0, 1000, acquired) == BR_OK, "acquire with weight");
+	CHECK(br_acquire(router, "http://w2:8000", 14, NULL, 0, 0, acquired) == BR_OK, "acquire with weight 0");
+	CHECK(br_acquire(router, "http://w2:8000", 14, NULL, 0, -1, acquired) == BR_ERR_INVALID_ARGUMENT, "acquire with a bad weight");
+	long long before = strcmp(url, "http://w2:8000") == 0 ? 301 : 0;
+	CHECK(load_of(router, "http://w2:8000") == before + 1001, "acquired weights: %lld", load_of(router, "http://w2:8000"));
+	CHECK(br_router_free(router) == BR_OK, "free");
+}
+
 int main(void) {
 	CHECK(br_abi_version() == BR_ABI_VERSION, "abi version %u", br_abi_version());
 	char constants[2048];
@@ -138,6 +227,7 @@ int main(void) {
 	CHECK(br_prefix_blocks("abcdefgh", 8, 4, blocks, 1) == BR_ERR_INVALID_ARGUMENT, "out too small");
 	CHECK(strstr(br_last_error(), "out") != NULL, "error names out: %s", br_last_error());
 	CHECK(br_prefix_blocks("abc", 3, 4, NULL, 0) == 0, "no full block: nothing to write");
+	check_weighted_requests();
 
 	if (failures) {
 		fprintf(stderr, "C API: %d checks failed\n", failures);

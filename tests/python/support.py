@@ -138,7 +138,7 @@ _C_SIGNATURES = {
     "br_route_key": (c_int32, [c_uint64, c_void_p, c_size_t, c_void_p]),
     "br_route": (c_int32, [c_uint64, c_void_p, c_size_t, c_void_p, c_size_t, c_int32, c_void_p]),
     "br_route_keys": (c_int32, [c_uint64, c_void_p, c_size_t, c_void_p, c_uint32, c_void_p]),
-    "br_acquire": (c_int32, [c_uint64, c_void_p, c_size_t, c_void_p, c_size_t, c_void_p]),
+    "br_acquire": (c_int32, [c_uint64, c_void_p, c_size_t, c_void_p, c_size_t, c_int64, c_void_p]),
     "br_release": (c_int32, [c_uint64, c_uint64]),
     "br_release_abandoned": (c_int32, [c_uint64, c_uint64]),
     "br_lease_workers_json": (c_int64, [c_uint64, c_uint64, c_void_p, c_size_t]),

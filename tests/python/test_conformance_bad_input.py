@@ -319,7 +319,7 @@ def c_calls(lib, handle):
         "br_set_healthy": lambda: lib.br_set_healthy(handle, b"http://x", 8, 1),
         "br_route_key": lambda: lib.br_route_key(handle, b"k", 1, out),
         "br_route": lambda: lib.br_route(handle, b"k", 1, b"", 0, 1, out),
-        "br_acquire": lambda: lib.br_acquire(handle, b"http://x", 8, b"", 0, out),
+        "br_acquire": lambda: lib.br_acquire(handle, b"http://x", 8, b"", 0, 0, out),
         "br_release": lambda: lib.br_release(handle, 1 << 32),
         "br_release_abandoned": lambda: lib.br_release_abandoned(handle, 1 << 32),
         "br_lease_workers_json": lambda: lib.br_lease_workers_json(handle, 1 << 32, buf, 256),
@@ -356,7 +356,7 @@ def test_null_out_pointers_and_truncated_header_blocks_at_the_c_level(router):
     assert lib.br_route_key(h, b"k", 1, None) == INVALID_ARGUMENT
     assert "out must not be NULL" in last_error(lib)
     assert lib.br_route(h, b"k", 1, b"", 0, 1, None) == INVALID_ARGUMENT
-    assert lib.br_acquire(h, W[0].encode(), len(W[0]), b"", 0, None) == INVALID_ARGUMENT
+    assert lib.br_acquire(h, W[0].encode(), len(W[0]), b"", 0, 0, None) == INVALID_ARGUMENT
     out = (ctypes.c_uint64 * 2)()
     for block in [b"\x01", b"\x05\x00\x00\x00abc", b"\x01\x00\x00\x00a\x09\x00\x00\x00short", b"\xff\xff\xff\xff"]:
         assert lib.br_route(h, None, 0, block, len(block), 1, out) == INVALID_ARGUMENT

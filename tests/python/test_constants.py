@@ -16,7 +16,7 @@ import re
 import pytest
 
 import bounded_router
-from bounded_router import BoundedConsistentHashingConfig, PolicyType, Router, RouterArgs, _encoding, _native, policy
+from bounded_router import BoundedConsistentHashingConfig, PolicyType, Router, RouterArgs, _encoding, _native, _request, policy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEADER = os.path.join(ROOT, "capi", "bounded_router.h")
@@ -113,6 +113,29 @@ def test_python_policies_limits_and_headers_are_the_library_ones(constants):
     assert _encoding.ROUTING_HEADERS == {name.lower().encode() for name in constants["headers"]}
 
 
+def test_request_limits_are_the_library_and_header_ones(constants):
+    with open(HEADER) as f:
+        shifts = dict(re.findall(r"^#define (BR_MAX_\w+) \(1 << (\d+)\)", f.read(), re.M))
+    assert _request.MAX_LEASE_WEIGHT == constants["limits"]["max_lease_weight"] == 1 << int(shifts["BR_MAX_LEASE_WEIGHT"])
+    assert _request.MAX_PREFIX_BLOCKS == constants["limits"]["max_prefix_blocks"] == 1 << int(shifts["BR_MAX_PREFIX_BLOCKS"])
+    assert bounded_router.MAX_LEASE_WEIGHT == _request.MAX_LEASE_WEIGHT
+    assert bounded_router.MAX_PREFIX_BLOCKS == _request.MAX_PREFIX_BLOCKS
+
+
+def test_the_request_struct_is_the_header_one():
+    # br_request field by field: name and C type, in order, against _native.BrRequest.
+    c_types = {"char*": ctypes.c_char_p, "size_t": ctypes.c_size_t, "int64_t": ctypes.c_int64, "uint64_t*": ctypes.POINTER(ctypes.c_uint64)}
+    with open(HEADER) as f:
+        text = re.sub(r"/\*.*?\*/", " ", f.read(), flags=re.S)
+    body = re.search(r"typedef struct br_request \{(.*?)\} br_request;", text, re.S).group(1)
+    fields = []
+    for declaration in body.split(";"):
+        words = declaration.replace("const", " ").replace("*", " * ").split()
+        if words:
+            fields.append((words[-1], c_types["".join(words[:-1])]))
+    assert fields == list(_native.BrRequest._fields_)
+
+
 def test_each_export_is_declared_once_with_the_header_types():
     # The binding's declarations against the public header, parameter by parameter.
     c_types = {
@@ -120,6 +143,7 @@ def test_each_export_is_declared_once_with_the_header_types():
         "uint64_t": [ctypes.c_uint64], "size_t": [ctypes.c_size_t],
         "char*": [ctypes.c_char_p, ctypes.POINTER(ctypes.c_char)],
         "uint64_t*": [ctypes.POINTER(ctypes.c_uint64)], "uint32_t*": [ctypes.POINTER(ctypes.c_uint32)],
+        "br_request*": [ctypes.POINTER(_native.BrRequest)],
     }
     with open(HEADER) as f:
         text = re.sub(r"/\*.*?\*/", " ", f.read(), flags=re.S)

@@ -202,7 +202,9 @@ def test_request_path_keeps_the_gil_and_the_rest_releases_it():
     lib = _native.library()
     keeps_gil = ctypes._FUNCFLAG_PYTHONAPI  # what PyDLL sets on its functions
     request_path = [name for name, export in _native.EXPORTS.items() if export.holds_gil]
-    assert sorted(request_path) == ["br_release_many", "br_release_then_route", "br_release_then_route_key", "br_route_keys"]
+    assert sorted(request_path) == [
+        "br_release_many", "br_release_then_route", "br_release_then_route_key", "br_route_keys", "br_route_request", "br_route_requests",
+    ]  # fmt: skip
     assert all(getattr(lib, name)._flags_ & keeps_gil for name in request_path)
     assert not lib.br_add_worker._flags_ & keeps_gil and not lib.br_workers_json._flags_ & keeps_gil
 

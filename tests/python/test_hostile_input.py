@@ -263,7 +263,7 @@ def test_null_pointer_with_a_length_is_refused(capi, handle):
     out = (c_uint64 * 3)()
     assert capi.br_route_key(handle, None, 5, out) == BR_ERR_INVALID_ARGUMENT
     assert "key" in error_text(capi) and "NULL" in error_text(capi)
-    assert capi.br_acquire(handle, b"http://w0:8000", 14, None, 3, out) == BR_ERR_INVALID_ARGUMENT
+    assert capi.br_acquire(handle, b"http://w0:8000", 14, None, 3, 0, out) == BR_ERR_INVALID_ARGUMENT
     assert "key" in error_text(capi)
     assert capi.br_add_worker(handle, None, 4) == BR_ERR_INVALID_ARGUMENT
     assert "url" in error_text(capi)

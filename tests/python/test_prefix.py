@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bounded_router import prefix_blocks, text_prefix_blocks
-from bounded_router.prefix import DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_BLOCK, hash_blocks, max_prefix_blocks
+from bounded_router import MAX_PREFIX_BLOCKS
+from bounded_router.prefix import DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_BLOCK, hash_blocks
 
 
 def chained(data: bytes, block_len: int):
@@ -104,11 +105,11 @@ def test_text_must_be_a_str():
 
 
 def test_more_blocks_than_the_library_accepts_are_refused_naming_the_field_and_limit():
-    limit = max_prefix_blocks()
+    limit = MAX_PREFIX_BLOCKS
     assert len(prefix_blocks([7] * limit, block_size=1)) == limit
-    with pytest.raises(ValueError, match=r"token_ids makes %d prefix blocks .*max_prefix_blocks \(%d\)" % (limit + 1, limit)):
+    with pytest.raises(ValueError, match=r"token_ids makes %d prefix blocks .*MAX_PREFIX_BLOCKS \(%d\)" % (limit + 1, limit)):
         prefix_blocks([7] * (limit + 1), block_size=1)
-    with pytest.raises(ValueError, match="text makes .* max_prefix_blocks"):
+    with pytest.raises(ValueError, match="text makes .* MAX_PREFIX_BLOCKS"):
         text_prefix_blocks("x" * (limit + 1), bytes_per_block=1)
     assert hash_blocks(b"x" * (limit + 1), limit + 1) == chained(b"x" * (limit + 1), limit + 1)
 

@@ -12,11 +12,10 @@ import pytest
 from echo_worker import EchoWorker
 from integration_support import ProxyServer, client, serve_proxy  # noqa: F401 - client, serve_proxy are fixtures
 
-from bounded_router import text_prefix_blocks
+from bounded_router import MAX_PREFIX_BLOCKS, text_prefix_blocks
 from bounded_router.integrations import serve
 from bounded_router.integrations._prompt import INLINE_BODY_LIMIT, body_prefix_blocks, prompt_text
 from bounded_router.integrations.options import ProxyOptions
-from bounded_router.prefix import max_prefix_blocks
 
 CHAT = {
     "model": "m",
@@ -64,7 +63,7 @@ def test_a_later_message_extends_the_blocks_of_the_conversation_so_far() -> None
 
 
 def test_a_prompt_longer_than_the_block_limit_is_cut_to_it_not_refused() -> None:
-    limit = max_prefix_blocks()
+    limit = MAX_PREFIX_BLOCKS
     body = json.dumps({"prompt": "ab" * (limit + 50)}).encode()
     blocks = body_prefix_blocks(body, 2)
     assert blocks is not None and len(blocks) == limit

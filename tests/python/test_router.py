@@ -96,9 +96,9 @@ def test_set_workers_keeps_state_of_workers_that_stay(make_router):
     router.set_healthy(W[2], False)
     router.set_workers([W[2], W[1], W[4]])
     info = {w.url: w for w in router.workers()}
-    assert info[W[1]] == WorkerInfo(W[1], True, 2, 0)
-    assert info[W[2]] == WorkerInfo(W[2], False, 0, 0)
-    assert info[W[4]] == WorkerInfo(W[4], True, 0, 0)
+    assert info[W[1]] == WorkerInfo(W[1], True, 2, 0, 2)
+    assert info[W[2]] == WorkerInfo(W[2], False, 0, 0, 0)
+    assert info[W[4]] == WorkerInfo(W[4], True, 0, 0, 0)
     for lease in held:
         lease.release()
 
@@ -166,7 +166,7 @@ def test_unhealthy_workers_do_not_count_in_statistics(make_router):
 
 def test_workers_loads_and_branch_counts(make_router):
     router = make_router(3)
-    assert router.workers() == [WorkerInfo(url, True, 0, 0) for url in W[:3]]
+    assert router.workers() == [WorkerInfo(url, True, 0, 0, 0) for url in W[:3]]
     assert router.branch_counts() == dict.fromkeys(BRANCHES, 0)
     assert list(router.branch_counts()) == BRANCHES
     key = key_preferring(router, W[0])

@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any, Awaitable, Callable, Dict, List, Optional
 
-from ..prefix import hash_blocks, max_prefix_blocks
+from .._request import MAX_PREFIX_BLOCKS
+from ..prefix import hash_blocks
 from .options import ProxyOptions
 
 __all__ = ["INLINE_BODY_LIMIT", "body_prefix_blocks", "prefix_route_args", "prompt_text"]
@@ -64,11 +65,11 @@ def _content_text(content: Any) -> str:
 
 
 def body_prefix_blocks(body: bytes, bytes_per_block: int) -> Optional[List[int]]:
-    """The prefix blocks of a body's prompt text (its first max_prefix_blocks blocks), or None."""
+    """The prefix blocks of a body's prompt text (its first MAX_PREFIX_BLOCKS blocks), or None."""
     text = prompt_text(body)
     if text is None:
         return None
-    data = text.encode("utf-8", "surrogatepass")[: max_prefix_blocks() * bytes_per_block]
+    data = text.encode("utf-8", "surrogatepass")[: MAX_PREFIX_BLOCKS * bytes_per_block]
     return hash_blocks(data, bytes_per_block) or None
 
 
