@@ -162,7 +162,7 @@ int64_t br_stats_json(uint64_t router, char *buf, size_t capacity);
  * little-endian bytes followed by its bytes; a partial last block is left out). Token ids go in
  * as little-endian uint32s (block_len = 4 * tokens per block), text as UTF-8. Writes the hashes
  * to out (room for out_capacity) and returns how many, or a negative status when block_len is
- * 0, out is too small or the blocks exceed limits.max_prefix_blocks of br_constants_json. */
+ * 0, out is too small or the blocks exceed BR_MAX_PREFIX_BLOCKS. */
 int64_t br_prefix_blocks(const char *data, size_t data_len, size_t block_len, uint64_t *out, size_t out_capacity);
 
 /* The native HTTP gateway in front of a router's workers, run on the library's own threads.

@@ -12,13 +12,13 @@ is routed without them, never refused.
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable, Dict, List, Optional
+from typing import Any, Awaitable, Callable, List, Optional
 
 from .._request import MAX_PREFIX_BLOCKS
 from ..prefix import hash_blocks
 from .options import ProxyOptions
 
-__all__ = ["INLINE_BODY_LIMIT", "body_prefix_blocks", "prefix_route_args", "prompt_text"]
+__all__ = ["INLINE_BODY_LIMIT", "body_prefix_blocks", "request_prefix_blocks", "prompt_text"]
 
 #: Bodies up to this size are parsed and hashed on the event loop; larger ones in a worker
 #: thread, so that a 4 MiB body does not stall every other request (BENCHMARKS.md has the
@@ -73,17 +73,15 @@ def body_prefix_blocks(body: bytes, bytes_per_block: int) -> Optional[List[int]]
     return hash_blocks(data, bytes_per_block) or None
 
 
-async def prefix_route_args(
+async def request_prefix_blocks(
     body: bytes, options: ProxyOptions, run_in_thread: Callable[..., Awaitable[Optional[List[int]]]]
-) -> Dict[str, List[int]]:
-    """The ``prefix_blocks`` argument of :meth:`Router.route` for a body: none when the option is
+) -> Optional[List[int]]:
+    """The ``prefix_blocks`` argument of :meth:`Router.route` for a body: None when the option is
     off or the body has no prompt. :func:`body_prefix_blocks` runs in a worker thread
     (``run_in_thread(function, *args)``, the framework's) when the body is larger than
     :data:`INLINE_BODY_LIMIT`."""
     if options.prefix_blocks == "off":
-        return {}
+        return None
     if len(body) <= INLINE_BODY_LIMIT:
-        blocks = body_prefix_blocks(body, options.prefix_block_bytes)
-    else:
-        blocks = await run_in_thread(body_prefix_blocks, body, options.prefix_block_bytes)
-    return {"prefix_blocks": blocks} if blocks else {}
+        return body_prefix_blocks(body, options.prefix_block_bytes)
+    return await run_in_thread(body_prefix_blocks, body, options.prefix_block_bytes)

@@ -57,7 +57,7 @@ from ._forwarding import (
     worker_failed,
     worker_target,
 )
-from ._prompt import prefix_route_args
+from ._prompt import request_prefix_blocks
 from .options import ProxyOptions
 
 try:
@@ -188,8 +188,8 @@ class AiohttpProxy:
         except ConnectionError:
             return web.Response(status=499)  # the client left during its upload; nobody reads this
         try:
-            prefix = await prefix_route_args(body, self.options, asyncio.to_thread)
-            lease = self.router.route(headers=request.headers, **prefix)
+            blocks = await request_prefix_blocks(body, self.options, asyncio.to_thread)
+            lease = self.router.route(headers=request.headers, prefix_blocks=blocks)
         except NoWorkerAvailableError as e:
             return _json(503, no_worker_body(e))
         ending = "failed"

@@ -63,7 +63,7 @@ from ._forwarding import (
     worker_failed,
     worker_target,
 )
-from ._prompt import prefix_route_args
+from ._prompt import request_prefix_blocks
 from .options import ProxyOptions
 
 try:
@@ -239,8 +239,8 @@ class ASGIProxy:
         except ClientDisconnect:
             return Response(status_code=499)  # nobody is left to read it
         try:
-            prefix = await prefix_route_args(body, self.options, anyio.to_thread.run_sync)
-            lease = self.router.route(headers=scope["headers"], **prefix)
+            blocks = await request_prefix_blocks(body, self.options, anyio.to_thread.run_sync)
+            lease = self.router.route(headers=scope["headers"], prefix_blocks=blocks)
         except NoWorkerAvailableError as e:
             return _json(503, no_worker_body(e))
         try:
