@@ -12,8 +12,9 @@ hashes and block *i* names the whole prefix through block *i*::
         ...
 
 The hash is XXH64, computed by the native library (``br_prefix_blocks``; the package has no
-Python dependency), chained as docs/contract.md ("Prefix block hashes") says: block 0 hashes its bytes, block *i* > 0 hashes
-the previous block's hash (8 little-endian bytes) followed by its bytes. Token ids go in as
+Python dependency), chained as docs/contract.md ("Prefix block hashes") says: block 0 hashes
+its bytes, block *i* > 0 hashes the previous block's hash (8 little-endian bytes) followed by
+its bytes. Token ids go in as
 little-endian uint32s, text as UTF-8. Only full blocks count: engines with paged KV caches
 (vLLM, SGLang with a page size above 1) cache only full pages, so a partial last block would name
 a prefix no worker can hold.
