@@ -103,3 +103,31 @@ func BenchmarkHashPrefixBlocks(b *testing.B) {
 		}
 	}
 }
+
+func FuzzHashPrefixBlocks(f *testing.F) {
+	f.Add([]byte("abcdefghij"), 4)
+	f.Add([]byte{}, 1)
+	f.Add([]byte("x"), 0)
+	f.Fuzz(func(t *testing.T, data []byte, blockLen int) {
+		out := make([]uint64, len(data)+1)
+		n, err := HashPrefixBlocks(data, blockLen, out)
+		if blockLen <= 0 {
+			if err == nil || !strings.Contains(err.Error(), "block_len") {
+				t.Fatalf("block_len %d: got %v, want an error naming block_len", blockLen, err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("block_len %d over %d bytes: %v", blockLen, len(data), err)
+		}
+		want := chainedReference(data, blockLen)
+		if n != len(want) {
+			t.Fatalf("%d blocks, want %d", n, len(want))
+		}
+		for i := range want {
+			if out[i] != want[i] {
+				t.Fatalf("block %d: %#x, want %#x", i, out[i], want[i])
+			}
+		}
+	})
+}
