@@ -15,6 +15,7 @@ requests drain for up to ``--shutdown-timeout`` seconds.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 import threading
@@ -40,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument("--port", type=port_number, default=8080, help="port to listen on; 0 picks a free one (default: %(default)s)")
     serve.add_argument("--metrics-port", type=port_number, default=None, help="serve GET /metrics (Prometheus) on this port; off by default")
-    ProxyOptions.add_cli_args(serve, native_gateway=True)
+    ProxyOptions.add_cli_args(serve)
     serve.add_argument("--shutdown-timeout", type=positive_seconds, default=10.0, help="seconds in-flight requests may take to finish on SIGTERM/SIGINT (default: %(default)s)")
     serve.add_argument("--access-log", action="store_true", help="log one JSON line per request to stderr")
     serve.add_argument("--lifetime", type=positive_seconds, default=None, help="stop after this many seconds (for demos and tests)")
@@ -61,7 +62,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             metrics_port=args.metrics_port,
             shutdown_timeout=args.shutdown_timeout,
             access_log=args.access_log,
-            **options.gateway_options(),
+            **dataclasses.asdict(options),
         )
     except ValueError as e:
         router.close()

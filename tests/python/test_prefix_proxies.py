@@ -135,16 +135,3 @@ def test_without_the_option_the_body_is_not_read_for_routing(worker: EchoWorker,
         proxy.router = recorder = RecordingRouter(proxy.router)
         post(client, url, json.dumps(CHAT).encode())
         assert recorder.prefixes == [None]
-
-
-def test_the_native_gateway_has_no_prefix_option_and_says_so() -> None:
-    from bounded_router import __main__ as cli
-
-    with pytest.raises(SystemExit):
-        cli._parser().parse_args(["serve", "--worker-urls", "http://127.0.0.1:1", "--prefix-blocks", "text"])
-    args = cli._parser().parse_args(["serve", "--worker-urls", "http://127.0.0.1:1"])
-    options = ProxyOptions.from_cli_args(args)
-    assert options.prefix_blocks == "off"
-    assert "prefix_blocks" not in options.gateway_options() and "max_body_size" in options.gateway_options()
-    with pytest.raises(ValueError, match="prefix_blocks='text' is an option of the Python proxies"):
-        ProxyOptions(prefix_blocks="text").gateway_options()

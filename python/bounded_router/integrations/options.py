@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any, Dict, Tuple
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Tuple
 
 from ..prefix import DEFAULT_BYTES_PER_BLOCK
 
@@ -17,8 +17,6 @@ __all__ = ["ProxyOptions", "port_number", "positive_seconds", "router_and_option
 MIB = 1024 * 1024
 #: The values of ``prefix_blocks``: off, or blocks of the body's prompt text.
 PREFIX_BLOCK_MODES = ("off", "text")
-#: The options of the Python proxies that the native gateway does not have (yet).
-PYTHON_PROXY_ONLY = ("prefix_blocks", "prefix_block_bytes")
 
 
 @dataclass(frozen=True)
@@ -69,13 +67,10 @@ class ProxyOptions:
                 raise ValueError("%s must be a positive number of seconds, not %r" % (field.name, value))
 
     @staticmethod
-    def add_cli_args(parser: argparse.ArgumentParser, native_gateway: bool = False) -> None:
-        """Add ``--max-body-size``, ``--first-byte-timeout``, ... (one flag per option) to
-        ``parser``; for the ``native_gateway``, without those it lacks (:data:`PYTHON_PROXY_ONLY`)."""
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        """Add ``--max-body-size``, ``--first-byte-timeout``, ... (one flag per option) to ``parser``."""
         defaults = ProxyOptions()
         for field in fields(ProxyOptions):
-            if native_gateway and field.name in PYTHON_PROXY_ONLY:
-                continue
             flag = "--" + field.name.replace("_", "-")
             default = getattr(defaults, field.name)
             if field.type == "bool":
@@ -88,19 +83,8 @@ class ProxyOptions:
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> "ProxyOptions":
-        """The options the flags of :meth:`add_cli_args` give (defaults for those it left out);
-        ValueError names a bad one."""
-        return cls(**{field.name: getattr(args, field.name) for field in fields(cls) if hasattr(args, field.name)})
-
-    def gateway_options(self) -> Dict[str, Any]:
-        """These options as keywords of :meth:`Router.serve`, the native gateway's.
-
-        Raises:
-            ValueError: an option the gateway does not have (:data:`PYTHON_PROXY_ONLY`) is on.
-        """
-        if self.prefix_blocks != "off":
-            raise ValueError("prefix_blocks=%r is an option of the Python proxies; the native gateway does not have it" % self.prefix_blocks)
-        return {name: value for name, value in asdict(self).items() if name not in PYTHON_PROXY_ONLY}
+        """The options the flags of :meth:`add_cli_args` give; ValueError names a bad one."""
+        return cls(**{field.name: getattr(args, field.name) for field in fields(cls)})
 
 
 _HELP = {
