@@ -135,3 +135,18 @@ def test_without_the_option_the_body_is_not_read_for_routing(worker: EchoWorker,
         proxy.router = recorder = RecordingRouter(proxy.router)
         post(client, url, json.dumps(CHAT).encode())
         assert recorder.prefixes == [None]
+
+
+def test_the_native_gateway_takes_the_option_from_python_and_its_command_line(worker: EchoWorker, client: httpx.Client) -> None:
+    from bounded_router import Router
+    from bounded_router import __main__ as cli
+
+    args = cli._parser().parse_args(["serve", "--worker-urls", worker.url, "--prefix-blocks", "text", "--prefix-block-bytes", "8"])
+    assert (args.prefix_blocks, args.prefix_block_bytes) == ("text", 8)
+    with Router([worker.url]) as router, router.serve(prefix_blocks="text", prefix_block_bytes=8) as gateway:
+        for body in (json.dumps(CHAT).encode(), b"{not json"):
+            assert post(client, gateway.url, body)  # forwarded, whatever the body
+        assert [r.body for r in worker.received] == [json.dumps(CHAT).encode(), b"{not json"]
+    with Router([worker.url]) as router:
+        with pytest.raises(ValueError, match="prefix_blocks"):
+            router.serve(prefix_blocks="tokens")
