@@ -41,7 +41,11 @@
 #define BR_BRANCH_RANDOM 9
 #define BR_BRANCH_ROUND_ROBIN 10
 #define BR_BRANCH_EXPLICIT_ROUTING_KEY_REMEMBERED 11
-#define BR_BRANCH_COUNT 12
+#define BR_BRANCH_CACHE_AWARE_PREFIX_HIT 12
+#define BR_BRANCH_CACHE_AWARE_KEY_HIT 13
+#define BR_BRANCH_CACHE_AWARE_BALANCE 14
+#define BR_BRANCH_CACHE_AWARE_NO_MATCH 15
+#define BR_BRANCH_COUNT 16
 
 /* Packed decisions (answers of br_release_then_route_key, br_release_then_route and
  * br_route_keys): the branch code in the low BR_DECISION_BRANCH_BITS bits, the chosen worker's
@@ -96,7 +100,9 @@ int64_t br_constants_json(char *buf, size_t capacity);
 
 /* Builds a router from a JSON configuration, e.g. {"worker_urls": ["http://w0:8000"],
  * "virtual_nodes": 150, "policy": {"type": "bounded_consistent_hashing", "max_load_skew": 1.5,
- * "min_load_gap": 2}}, and stores its handle in *out_router. */
+ * "min_load_gap": 2}}, and stores its handle in *out_router. The policy "cache_aware" takes
+ * "max_load_skew", "min_load_gap", "blocks_per_worker" and "hash_ring" (docs/contract.md,
+ * "cache_aware"). */
 int32_t br_router_new(const char *config_json, size_t config_len, uint64_t *out_router);
 /* Closes a router; its handle becomes invalid (closing twice is BR_ERR_INVALID_HANDLE). */
 int32_t br_router_free(uint64_t router);
@@ -151,8 +157,9 @@ int32_t br_release_many(uint64_t router, const uint64_t *leases, uint32_t n);
 
 /* JSON reports, answered as br_constants_json. br_lease_workers_json: {"worker_url",
  * "preferred_url"} of an active lease. br_workers_json: [{"url", "id", "healthy", "load",
- * "active_keys"}] in membership order. br_stats_json: {"branches": {name: count}, "leaked",
- * "active_leases", "policy", "workers"}, all read in one snapshot. */
+ * "requests", "active_keys", "indexed_blocks"}] in membership order. br_stats_json: {"branches":
+ * {name: count}, "leaked", "active_leases", "prefix_blocks", "prefix_blocks_matched",
+ * "indexed_blocks", "policy", "workers"}, all read in one snapshot. */
 int64_t br_lease_workers_json(uint64_t router, uint64_t lease, char *buf, size_t capacity);
 int64_t br_workers_json(uint64_t router, char *buf, size_t capacity);
 int64_t br_stats_json(uint64_t router, char *buf, size_t capacity);

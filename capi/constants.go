@@ -47,11 +47,15 @@ var (
 	_ = same{}[C.BR_BRANCH_RANDOM-core.BranchRandom]
 	_ = same{}[C.BR_BRANCH_ROUND_ROBIN-core.BranchRoundRobin]
 	_ = same{}[C.BR_BRANCH_EXPLICIT_ROUTING_KEY_REMEMBERED-core.BranchExplicitRoutingKeyRemembered]
+	_ = same{}[C.BR_BRANCH_CACHE_AWARE_PREFIX_HIT-core.BranchCacheAwarePrefixHit]
+	_ = same{}[C.BR_BRANCH_CACHE_AWARE_KEY_HIT-core.BranchCacheAwareKeyHit]
+	_ = same{}[C.BR_BRANCH_CACHE_AWARE_BALANCE-core.BranchCacheAwareBalance]
+	_ = same{}[C.BR_BRANCH_CACHE_AWARE_NO_MATCH-core.BranchCacheAwareNoMatch]
 	_ = same{}[C.BR_BRANCH_COUNT-core.NumBranches]
 	_ = same{}[C.BR_MAX_LEASE_WEIGHT-core.MaxLeaseWeight]
 	_ = same{}[C.BR_MAX_PREFIX_BLOCKS-core.MaxPrefixBlocks]
-	// Every branch code fits in the decision's branch bits.
-	_ = same{}[core.NumBranches>>decisionBranchBits]
+	// Every branch code (0..NumBranches-1) fits in the decision's branch bits.
+	_ = same{}[(core.NumBranches-1)>>decisionBranchBits]
 	// The worker id field ends where the preferred id's begins.
 	_ = same{}[1<<(decisionPreferredShift-decisionWorkerShift)-packedIDLimit]
 )
@@ -63,10 +67,7 @@ func constants() map[string]any {
 	for b := range branches {
 		branches[b] = core.Branch(b).String()
 	}
-	policies := make([]string, 0, 4)
-	for k := core.PolicyRandom; k <= core.PolicyBoundedConsistentHashing; k++ {
-		policies = append(policies, k.String())
-	}
+	policies := core.PolicyNames()
 	defaults := core.DefaultConfig()
 	return map[string]any{
 		"abi_version": abiVersion,
@@ -83,13 +84,13 @@ func constants() map[string]any {
 			"max_virtual_nodes": core.MaxVirtualNodes, "max_ring_entries": core.MaxRingEntries,
 			"max_min_load_gap": core.MaxMinLoadGap, "max_arg_len": maxArgLen,
 			"max_key_memory": core.MaxKeyMemory, "max_lease_weight": core.MaxLeaseWeight,
-			"max_prefix_blocks": core.MaxPrefixBlocks,
+			"max_blocks_per_worker": core.MaxBlocksPerWorker, "max_prefix_blocks": core.MaxPrefixBlocks,
 		},
 		"defaults": map[string]any{
 			"policy": defaults.Policy.Kind.String(), "max_load_skew": defaults.Policy.MaxLoadSkew,
 			"min_load_gap": defaults.Policy.MinLoadGap, "virtual_nodes": defaults.VirtualNodes,
 			"hash_ring": defaults.Policy.HashRing.String(), "spill_target": defaults.Policy.SpillTarget.String(),
-			"key_memory": defaults.Policy.KeyMemory,
+			"key_memory": defaults.Policy.KeyMemory, "blocks_per_worker": core.DefaultBlocksPerWorker,
 		},
 		"spill_targets": core.SpillTargetNames(),
 		"policies":      policies,

@@ -193,7 +193,8 @@ func br_stats_json(router C.uint64_t, buf *C.char, capacity C.size_t) (status C.
 		}
 		return map[string]any{
 			"branches": branches, "leaked": s.Leaked, "active_leases": s.ActiveLeases,
-			"policy": r.Policy(), "workers": s.Workers,
+			"prefix_blocks": s.PrefixBlocks, "prefix_blocks_matched": s.PrefixBlocksMatched,
+			"indexed_blocks": s.IndexedBlocks, "policy": r.Policy(), "workers": s.Workers,
 		}, nil
 	})
 }

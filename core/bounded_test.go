@@ -643,6 +643,10 @@ func TestBranchNames(t *testing.T) {
 		BranchRandom:                                "random",
 		BranchRoundRobin:                            "round_robin",
 		BranchExplicitRoutingKeyRemembered:          "explicit_routing_key_remembered",
+		BranchCacheAwarePrefixHit:                   "cache_aware_prefix_hit",
+		BranchCacheAwareKeyHit:                      "cache_aware_key_hit",
+		BranchCacheAwareBalance:                     "cache_aware_balance",
+		BranchCacheAwareNoMatch:                     "cache_aware_no_match",
 	}
 	require.Len(t, want, int(NumBranches))
 	for b, s := range want {

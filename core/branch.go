@@ -17,6 +17,10 @@ const (
 	BranchRandom
 	BranchRoundRobin
 	BranchExplicitRoutingKeyRemembered
+	BranchCacheAwarePrefixHit
+	BranchCacheAwareKeyHit
+	BranchCacheAwareBalance
+	BranchCacheAwareNoMatch
 	// NumBranches is the number of branches; branch codes are 0..NumBranches-1.
 	NumBranches
 )
@@ -34,6 +38,10 @@ var branchNames = [NumBranches]string{
 	BranchRandom:                                "random",
 	BranchRoundRobin:                            "round_robin",
 	BranchExplicitRoutingKeyRemembered:          "explicit_routing_key_remembered",
+	BranchCacheAwarePrefixHit:                   "cache_aware_prefix_hit",
+	BranchCacheAwareKeyHit:                      "cache_aware_key_hit",
+	BranchCacheAwareBalance:                     "cache_aware_balance",
+	BranchCacheAwareNoMatch:                     "cache_aware_no_match",
 }
 
 func (b Branch) String() string {

@@ -25,12 +25,21 @@ const (
 	MaxMinLoadGap   = math.MaxInt64
 	// MaxKeyMemory bounds key_memory, whose entries are all allocated when the router is built.
 	MaxKeyMemory = 1 << 22
+	// MaxBlocksPerWorker bounds blocks_per_worker: a million blocks of 16 tokens is more KV
+	// cache than one serving node holds today.
+	MaxBlocksPerWorker = 1 << 20
 )
+
+// DefaultBlocksPerWorker is cache_aware's default blocks_per_worker: half a million tokens of
+// KV cache in blocks of 16 tokens, a large GPU's worth (docs/contract.md, "cache_aware").
+const DefaultBlocksPerWorker = 1 << 15
 
 var (
 	virtualNodesRule = fmt.Sprintf("from 1 to %d", MaxVirtualNodes)
 	spillTargetRule  = strings.Join(spillTargetNames[:], ", ")
 	keyMemoryRule    = fmt.Sprintf("from 0 to %d", MaxKeyMemory)
+	blocksRule       = fmt.Sprintf("from 1 to %d", MaxBlocksPerWorker)
+	policyRule       = strings.Join(policyNames[:], ", ")
 )
 
 // checkRingSize refuses a membership of workers whose ring would exceed MaxRingEntries.
@@ -74,16 +83,16 @@ func (c *Config) Validate() error {
 
 // Validate checks the policy's settings.
 func (p *Policy) Validate() error {
-	if p.Kind > PolicyBoundedConsistentHashing {
+	if int(p.Kind) >= len(policyNames) {
 		return invalid("unknown policy kind %d", p.Kind)
 	}
 	if int(p.HashRing) >= len(hashRingNames) {
 		return invalid("unknown hash_ring %d", p.HashRing)
 	}
 	if p.HashRing != HashRingXXH64 && !p.Kind.hashes() {
-		return invalid("hash_ring applies only to consistent_hashing and bounded_consistent_hashing, not %s", p.Kind)
+		return invalid("hash_ring applies only to %s, not %s", hashingPolicies, p.Kind)
 	}
-	if p.Kind != PolicyBoundedConsistentHashing {
+	if !p.Kind.bounds() {
 		return nil
 	}
 	if math.IsNaN(p.MaxLoadSkew) || math.IsInf(p.MaxLoadSkew, 0) || p.MaxLoadSkew < 1 {
@@ -91,6 +100,12 @@ func (p *Policy) Validate() error {
 	}
 	if p.MinLoadGap < 0 {
 		return invalid("min_load_gap must be an integer >= 0, got %d", p.MinLoadGap)
+	}
+	if p.Kind == PolicyCacheAware {
+		if p.BlocksPerWorker < 1 || p.BlocksPerWorker > MaxBlocksPerWorker {
+			return invalid("blocks_per_worker must be an integer %s, got %d", blocksRule, p.BlocksPerWorker)
+		}
+		return nil
 	}
 	if int(p.SpillTarget) >= len(spillTargetNames) {
 		return invalid("spill_target must be one of %s, got %d", spillTargetRule, p.SpillTarget)
@@ -137,6 +152,7 @@ type policyJSON struct {
 	HashRing    json.RawMessage `json:"hash_ring,omitempty"`
 	SpillTarget json.RawMessage `json:"spill_target,omitempty"`
 	KeyMemory   json.RawMessage `json:"key_memory,omitempty"`
+	Blocks      json.RawMessage `json:"blocks_per_worker,omitempty"`
 }
 
 type configJSON struct {
@@ -144,6 +160,9 @@ type configJSON struct {
 	Policy       json.RawMessage `json:"policy"`
 	VirtualNodes json.RawMessage `json:"virtual_nodes,omitempty"`
 }
+
+// hashingPolicies names the policies with a hash_ring setting, for errors.
+const hashingPolicies = "consistent_hashing, bounded_consistent_hashing and cache_aware"
 
 // ParseConfig reads a configuration such as
 //
@@ -180,25 +199,28 @@ func ParsePolicy(data []byte) (Policy, error) {
 	}
 	kind, ok := policyKindByName(raw.Type)
 	if !ok {
-		return Policy{}, invalid("policy type must be one of random, round_robin, consistent_hashing, bounded_consistent_hashing, got %q", raw.Type)
+		return Policy{}, invalid("policy type must be one of %s, got %q", policyRule, raw.Type)
 	}
 	if raw.HashRing != nil && !kind.hashes() {
-		return Policy{}, invalid("hash_ring applies only to consistent_hashing and bounded_consistent_hashing, not %s", kind)
+		return Policy{}, invalid("hash_ring applies only to %s, not %s", hashingPolicies, kind)
 	}
 	hash, err := hashRingSetting(raw.HashRing)
 	if err != nil {
 		return Policy{}, err
 	}
-	if kind != PolicyBoundedConsistentHashing {
-		if raw.MaxLoadSkew != nil || raw.MinLoadGap != nil {
-			return Policy{}, invalid("max_load_skew and min_load_gap apply only to bounded_consistent_hashing, not %s", kind)
-		}
-		if raw.SpillTarget != nil || raw.KeyMemory != nil {
-			return Policy{}, invalid("spill_target and key_memory apply only to bounded_consistent_hashing, not %s", kind)
-		}
+	if !kind.bounds() && (raw.MaxLoadSkew != nil || raw.MinLoadGap != nil) {
+		return Policy{}, invalid("max_load_skew and min_load_gap apply only to bounded_consistent_hashing and cache_aware, not %s", kind)
+	}
+	if kind != PolicyBoundedConsistentHashing && (raw.SpillTarget != nil || raw.KeyMemory != nil) {
+		return Policy{}, invalid("spill_target and key_memory apply only to bounded_consistent_hashing, not %s", kind)
+	}
+	if kind != PolicyCacheAware && raw.Blocks != nil {
+		return Policy{}, invalid("blocks_per_worker applies only to cache_aware, not %s", kind)
+	}
+	if !kind.bounds() {
 		return Policy{Kind: kind, HashRing: hash}, nil
 	}
-	policy.HashRing = hash
+	policy.Kind, policy.HashRing = kind, hash
 	if raw.MaxLoadSkew != nil {
 		// Unmarshalling null into a float64 is a silent no-op; null is not a number.
 		if isNull(raw.MaxLoadSkew) || json.Unmarshal(raw.MaxLoadSkew, &policy.MaxLoadSkew) != nil {
@@ -215,6 +237,11 @@ func ParsePolicy(data []byte) (Policy, error) {
 	}
 	if policy.KeyMemory, err = intSetting("key_memory", keyMemoryRule, raw.KeyMemory, 0); err != nil {
 		return Policy{}, err
+	}
+	if kind == PolicyCacheAware {
+		if policy.BlocksPerWorker, err = intSetting("blocks_per_worker", blocksRule, raw.Blocks, DefaultBlocksPerWorker); err != nil {
+			return Policy{}, err
+		}
 	}
 	return policy, policy.Validate()
 }
@@ -313,14 +340,19 @@ func decodeStrict(data []byte, into any) error {
 
 // MarshalJSON writes the {"type": ...} form ParsePolicy reads. The options of
 // bounded_consistent_hashing appear only when they differ from their defaults, so a default
-// policy is written as before they existed.
+// policy is written as before they existed; cache_aware writes all its settings.
 func (p Policy) MarshalJSON() ([]byte, error) {
 	out := map[string]any{"type": p.Kind.String()}
 	if p.Kind.hashes() {
 		out["hash_ring"] = p.HashRing.String()
 	}
-	if p.Kind == PolicyBoundedConsistentHashing {
+	if p.Kind.bounds() {
 		out["max_load_skew"], out["min_load_gap"] = p.MaxLoadSkew, p.MinLoadGap
+	}
+	if p.Kind == PolicyCacheAware {
+		out["blocks_per_worker"] = p.BlocksPerWorker
+	}
+	if p.Kind == PolicyBoundedConsistentHashing {
 		if p.SpillTarget != SpillClockwise {
 			out["spill_target"] = p.SpillTarget.String()
 		}
@@ -342,7 +374,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 
 // fieldNames are the object keys of every JSON form the core reads, spelled exactly.
 var fieldNames = map[string]bool{"worker_urls": true, "policy": true, "virtual_nodes": true, "type": true, "max_load_skew": true, "min_load_gap": true,
-	"spill_target": true, "key_memory": true}
+	"spill_target": true, "key_memory": true, "blocks_per_worker": true}
 
 // checkFieldNames refuses object keys that differ from a field name only in case, which
 // encoding/json would take for that field (keys it does not know at all it reports itself).

@@ -134,7 +134,7 @@ func TestParseConfigHashRing(t *testing.T) {
 	for _, policy := range []string{"random", "round_robin"} {
 		for _, value := range []string{`"smg"`, `"xxh64"`} {
 			requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "`+policy+`", "hash_ring": `+value+`}}`,
-				"hash_ring applies only to consistent_hashing and bounded_consistent_hashing, not "+policy)
+				"hash_ring applies only to consistent_hashing, bounded_consistent_hashing and cache_aware, not "+policy)
 		}
 	}
 	for _, policy := range []Policy{{Kind: PolicyRandom, HashRing: HashRingSMG}, {Kind: PolicyConsistentHashing, HashRing: 2}} {
@@ -242,7 +242,7 @@ func TestValidateDirectly(t *testing.T) {
 	}
 
 	cfg = valid
-	cfg.Policy.Kind = PolicyKind(4)
+	cfg.Policy.Kind = PolicyKind(len(PolicyNames()))
 	err = cfg.Validate()
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "policy")
@@ -413,4 +413,43 @@ func TestParseKeyMemory(t *testing.T) {
 
 	p.KeyMemory = -1
 	assert.ErrorContains(t, p.Validate(), "key_memory must be an integer from 0 to 4194304, got -1")
+}
+
+func TestParseConfigCacheAware(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {"type": "cache_aware"}}`))
+	require.NoError(t, err)
+	assert.Equal(t, Policy{Kind: PolicyCacheAware, MaxLoadSkew: DefaultMaxLoadSkew, MinLoadGap: DefaultMinLoadGap, BlocksPerWorker: DefaultBlocksPerWorker}, cfg.Policy)
+
+	cfg, err = ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {"type": "cache_aware", "max_load_skew": 1.25,
+		"min_load_gap": 64, "blocks_per_worker": 100, "hash_ring": "smg"}}`))
+	require.NoError(t, err)
+	want := Policy{Kind: PolicyCacheAware, MaxLoadSkew: 1.25, MinLoadGap: 64, BlocksPerWorker: 100, HashRing: HashRingSMG}
+	assert.Equal(t, want, cfg.Policy)
+	// What MarshalJSON writes, ParsePolicy reads back.
+	text, err := json.Marshal(cfg.Policy)
+	require.NoError(t, err)
+	back, err := ParsePolicy(text)
+	require.NoError(t, err)
+	assert.Equal(t, want, back)
+
+	for _, bad := range []string{`0`, `-1`, `1048577`, `1.5`, `1e3`, `"8"`, `null`, `true`} {
+		requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "cache_aware", "blocks_per_worker": `+bad+`}}`,
+			"blocks_per_worker must be an integer from 1 to 1048576", bad)
+	}
+	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "cache_aware", "max_load_skew": 0.5}}`, "max_load_skew")
+	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "cache_aware", "min_load_gap": -1}}`, "min_load_gap")
+	for _, field := range []string{`"spill_target": "least_loaded"`, `"key_memory": 4`} {
+		requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "cache_aware", `+field+`}}`,
+			"apply only to bounded_consistent_hashing, not cache_aware")
+	}
+	for _, policy := range []string{"random", "round_robin", "consistent_hashing", "bounded_consistent_hashing"} {
+		requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "`+policy+`", "blocks_per_worker": 8}}`,
+			"blocks_per_worker applies only to cache_aware, not "+policy)
+	}
+	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "cache_aware", "Blocks_Per_Worker": 8}}`, "case-sensitive")
+
+	p := cachePolicy(1.5, 2, 0)
+	require.ErrorContains(t, p.Validate(), "blocks_per_worker")
+	p.BlocksPerWorker = MaxBlocksPerWorker + 1
+	require.ErrorContains(t, p.Validate(), "blocks_per_worker")
 }

@@ -80,8 +80,10 @@ func newRefRing(urls []string, virtualNodes int) *refRing {
 }
 
 // order lists every worker once, clockwise from the key's position (wrapping around).
-func (r *refRing) order(key []byte) []string {
-	pos := xxhash.Sum64(key)
+func (r *refRing) order(key []byte) []string { return r.orderFrom(xxhash.Sum64(key)) }
+
+// orderFrom lists every worker once, clockwise from a ring position (wrapping around).
+func (r *refRing) orderFrom(pos uint64) []string {
 	start := len(r.positions)
 	for i, p := range r.positions { // linear on purpose: independent of slices.BinarySearch
 		if p >= pos {
@@ -103,6 +105,16 @@ func (r *refRing) order(key []byte) []string {
 // accept admits, or "" when none does.
 func (r *refRing) firstWhere(key []byte, accept func(url string) bool) string {
 	for _, u := range r.order(key) {
+		if accept(u) {
+			return u
+		}
+	}
+	return ""
+}
+
+// firstFrom is firstWhere from a ring position instead of a key's.
+func (r *refRing) firstFrom(pos uint64, accept func(url string) bool) string {
+	for _, u := range r.orderFrom(pos) {
 		if accept(u) {
 			return u
 		}

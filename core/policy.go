@@ -8,6 +8,7 @@ const (
 	PolicyRoundRobin
 	PolicyConsistentHashing
 	PolicyBoundedConsistentHashing
+	PolicyCacheAware
 )
 
 var policyNames = [...]string{
@@ -15,7 +16,11 @@ var policyNames = [...]string{
 	PolicyRoundRobin:               "round_robin",
 	PolicyConsistentHashing:        "consistent_hashing",
 	PolicyBoundedConsistentHashing: "bounded_consistent_hashing",
+	PolicyCacheAware:               "cache_aware",
 }
+
+// PolicyNames are the names of the policies, in the order of their kinds.
+func PolicyNames() []string { return policyNames[:] }
 
 func (k PolicyKind) String() string {
 	if int(k) < len(policyNames) {
@@ -26,12 +31,18 @@ func (k PolicyKind) String() string {
 
 // hashes reports whether the policy routes keys on the ring, and so has a hash_ring setting.
 func (k PolicyKind) hashes() bool {
-	return k == PolicyConsistentHashing || k == PolicyBoundedConsistentHashing
+	return k == PolicyConsistentHashing || k == PolicyBoundedConsistentHashing || k == PolicyCacheAware
 }
 
-// Policy is a policy kind with its settings. MaxLoadSkew, MinLoadGap, SpillTarget and
-// KeyMemory are used by bounded_consistent_hashing only; other policies ignore them. HashRing
-// is set by the hashing policies only (the others keep the default, XXH64, which then places
+// bounds reports whether the policy has the load bound's settings, max_load_skew and min_load_gap.
+func (k PolicyKind) bounds() bool {
+	return k == PolicyBoundedConsistentHashing || k == PolicyCacheAware
+}
+
+// Policy is a policy kind with its settings. MaxLoadSkew and MinLoadGap are used by
+// bounded_consistent_hashing and cache_aware, SpillTarget and KeyMemory by
+// bounded_consistent_hashing only, BlocksPerWorker by cache_aware only; other policies ignore
+// them. HashRing is set by the policies that place keys on the ring only (the others keep the default, XXH64, which then places
 // only the keys the router counts).
 type Policy struct {
 	Kind        PolicyKind
@@ -41,6 +52,8 @@ type Policy struct {
 	SpillTarget SpillTarget
 	// KeyMemory is how many routing keys the router remembers the last worker of; 0 is none.
 	KeyMemory int
+	// BlocksPerWorker is how many prefix blocks cache_aware remembers per worker.
+	BlocksPerWorker int
 }
 
 // selectWorker returns the index of the chosen worker (or -1) and the branch that chose it.
@@ -57,6 +70,8 @@ func (p *Policy) selectWorker(v *view, req *Request, keyPos uint64) (int, Branch
 		return selectRoundRobin(v)
 	case PolicyConsistentHashing:
 		return selectConsistent(v, req, keyPos)
+	case PolicyCacheAware:
+		return selectCacheAware(v, req, keyPos, p)
 	default:
 		return selectBounded(v, req, keyPos, p)
 	}

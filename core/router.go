@@ -29,6 +29,8 @@ type Router struct {
 	keys     keyCounts
 	branches [NumBranches]uint64
 	leaked   uint64
+	// prefix counts the prefix blocks of routed requests and those their worker held.
+	prefix prefixCounts
 }
 
 // NewRouter validates the configuration and builds a router with its workers.
@@ -39,6 +41,9 @@ func NewRouter(cfg Config) (*Router, error) {
 	r := &Router{policy: cfg.Policy, virtualNodes: cfg.VirtualNodes, members: emptyMembership(cfg.Policy.HashRing), view: newView(), keys: newKeyCounts()}
 	if cfg.Policy.Kind == PolicyBoundedConsistentHashing && cfg.Policy.KeyMemory > 0 {
 		r.view.memory = newKeyMemory(cfg.Policy.KeyMemory)
+	}
+	if cfg.Policy.Kind == PolicyCacheAware {
+		r.view.blocks = newBlockIndex(cfg.Policy.BlocksPerWorker)
 	}
 	r.install(rebuilt(r.newWorkers(cfg.WorkerURLs, r.members), r.policy.HashRing, r.virtualNodes))
 	return r, nil
@@ -97,6 +102,9 @@ func (r *Router) route(req *Request, key explicitKey, weight int64) Decision {
 		d.Lease = r.take(chosen, preferred, key, weight)
 		if r.view.memory != nil && remembers(d.Branch) {
 			r.view.memory.remember(key.position, chosen)
+		}
+		if r.view.blocks != nil && len(req.PrefixBlocks) > 0 {
+			r.recordPrefix(chosen, req.PrefixBlocks)
 		}
 	}
 	return d
@@ -230,6 +238,11 @@ type Stats struct {
 	Leaked uint64
 	// ActiveLeases is the number of leases currently held, on members or removed workers.
 	ActiveLeases int
+	// PrefixBlocks counts the prefix blocks of the requests cache_aware routed, and
+	// PrefixBlocksMatched those of them their chosen worker held (its matched prefix).
+	PrefixBlocks, PrefixBlocksMatched uint64
+	// IndexedBlocks is the number of (worker, block) pairs in cache_aware's index.
+	IndexedBlocks int
 }
 
 // Stats returns a snapshot of the router's counters.
@@ -240,7 +253,8 @@ func (r *Router) Stats() Stats {
 }
 
 func (r *Router) stats() Stats {
-	return Stats{Branches: r.branches, Leaked: r.leaked, ActiveLeases: r.leases.active}
+	return Stats{Branches: r.branches, Leaked: r.leaked, ActiveLeases: r.leases.active,
+		PrefixBlocks: r.prefix.requested, PrefixBlocksMatched: r.prefix.matched, IndexedBlocks: r.view.blocks.len()}
 }
 
 // Snapshot is the router's counters and its members, read in one step: its active leases are
@@ -358,6 +372,7 @@ func (r *Router) install(next *membership) {
 		if still, ok := next.lookup(w.url); !ok || still != w {
 			w.removed = true
 			w.outages++
+			r.view.blocks.forget(w)
 		}
 	}
 	for i, w := range next.workers {

@@ -16,6 +16,8 @@ type view struct {
 	roundRobin uint64
 	// memory is the key memory of bounded_consistent_hashing; nil when it is off.
 	memory *keyMemory
+	// blocks is cache_aware's block index; nil under the other policies.
+	blocks *blockIndex
 	// randomIndex returns a uniform integer in [0, n); tests replace it to make choices repeatable.
 	randomIndex func(n int) int
 }

@@ -22,6 +22,10 @@ type worker struct {
 	// activeKeys is the number of distinct explicit routing keys among the worker's leases
 	// (the router's keyCounts counts the leases of each key).
 	activeKeys int
+	// blocks is the worker's part of cache_aware's block index; candidate stamps it as a
+	// candidate of the decision being made (see blockIndex.epoch).
+	blocks    workerBlocks
+	candidate uint64
 }
 
 func newWorker(url string, id uint32) *worker {
@@ -40,8 +44,11 @@ type WorkerState struct {
 	Requests int64 `json:"requests"`
 	// ActiveKeys is the number of distinct explicit routing keys among those leases.
 	ActiveKeys int `json:"active_keys"`
+	// IndexedBlocks is the number of prefix blocks cache_aware's index holds for the worker
+	// (at most blocks_per_worker; 0 under the other policies).
+	IndexedBlocks int `json:"indexed_blocks"`
 }
 
 func (w *worker) state() WorkerState {
-	return WorkerState{URL: w.url, ID: w.id, Healthy: w.healthy, Load: w.load, Requests: w.requests, ActiveKeys: w.activeKeys}
+	return WorkerState{URL: w.url, ID: w.id, Healthy: w.healthy, Load: w.load, Requests: w.requests, ActiveKeys: w.activeKeys, IndexedBlocks: len(w.blocks.nodes)}
 }

@@ -19,8 +19,12 @@ var metricFamilies = [...]struct{ name, kind, help string }{
 	{"bounded_router_worker_load", "gauge", "Leases held on the worker: requests in flight from this process."},
 	{"bounded_router_worker_active_keys", "gauge", "Distinct explicit routing keys among the leases held on the worker."},
 	{"bounded_router_worker_healthy", "gauge", "1 if the worker is available for routing, 0 if it is marked unhealthy."},
+	{"bounded_router_worker_indexed_blocks", "gauge", "Prefix blocks cache_aware remembers sending to the worker."},
 	{"bounded_router_active_leases", "gauge", "Leases held, including those on workers removed since they were taken."},
 	{"bounded_router_leaked_leases_total", "counter", "Leases garbage-collected without release (released by the safety net): each one is a bug."},
+	{"bounded_router_prefix_blocks_total", "counter", "Prefix blocks of the requests cache_aware routed."},
+	{"bounded_router_prefix_blocks_matched_total", "counter", "Prefix blocks of the requests cache_aware routed that their worker held (the matched prefix)."},
+	{"bounded_router_indexed_blocks", "gauge", "(worker, block) pairs in cache_aware's index, over all workers."},
 }
 
 // renderMetrics writes the router's statistics as bounded_router.metrics.render does.
@@ -34,26 +38,39 @@ func renderMetrics(r *core.Router) []byte {
 			for branch, n := range stats.Branches {
 				sample(&b, f.name, "branch", core.Branch(branch).String(), int64(n))
 			}
-		case 1, 2, 3:
+		case 1, 2, 3, 4:
 			for _, w := range workers {
-				value := w.Load
-				if i == 2 {
-					value = int64(w.ActiveKeys)
-				} else if i == 3 {
-					value = 0
-					if w.Healthy {
-						value = 1
-					}
-				}
-				sample(&b, f.name, "worker", w.URL, value)
+				sample(&b, f.name, "worker", w.URL, workerMetric(i, w))
 			}
-		case 4:
-			sample(&b, f.name, "", "", int64(stats.ActiveLeases))
 		case 5:
+			sample(&b, f.name, "", "", int64(stats.ActiveLeases))
+		case 6:
 			sample(&b, f.name, "", "", int64(stats.Leaked))
+		case 7:
+			sample(&b, f.name, "", "", int64(stats.PrefixBlocks))
+		case 8:
+			sample(&b, f.name, "", "", int64(stats.PrefixBlocksMatched))
+		case 9:
+			sample(&b, f.name, "", "", int64(stats.IndexedBlocks))
 		}
 	}
 	return b.Bytes()
+}
+
+// workerMetric is the value of per-worker family i (1 to 4) for w.
+func workerMetric(i int, w core.WorkerState) int64 {
+	switch i {
+	case 1:
+		return w.Load
+	case 2:
+		return int64(w.ActiveKeys)
+	case 3:
+		if w.Healthy {
+			return 1
+		}
+		return 0
+	}
+	return int64(w.IndexedBlocks)
 }
 
 var labelEscaper = strings.NewReplacer(`\`, `\\`, "\n", `\n`, `"`, `\"`)

@@ -25,6 +25,7 @@ from ._request import MAX_LEASE_WEIGHT, MAX_PREFIX_BLOCKS
 from .lease import Lease
 from .policy import (
     BoundedConsistentHashingConfig,
+    CacheAwareConfig,
     ConsistentHashingConfig,
     PolicyConfig,
     PolicyType,
@@ -53,6 +54,7 @@ __all__ = [
     "RoundRobinConfig",
     "ConsistentHashingConfig",
     "BoundedConsistentHashingConfig",
+    "CacheAwareConfig",
     "config_from_dict",
     "prefix_blocks",
     "text_prefix_blocks",

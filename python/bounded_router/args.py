@@ -15,6 +15,7 @@ import dataclasses
 from typing import List
 
 from .policy import (
+    DEFAULT_BLOCKS_PER_WORKER,
     DEFAULT_HASH_RING,
     DEFAULT_MAX_LOAD_SKEW,
     DEFAULT_MIN_LOAD_GAP,
@@ -33,12 +34,19 @@ _POLICY_CHOICES = [member.value for member in PolicyType]
 class RouterArgs:
     """Everything needed to build a :class:`~bounded_router.Router`.
 
-    ``max_load_skew``, ``min_load_gap``, ``spill_target`` and ``key_memory`` apply to
-    ``bounded_consistent_hashing`` only, and
-    ``hash_ring`` to both hashing policies; with another policy :meth:`Router.from_args
-    <bounded_router.Router.from_args>` ignores them and warns about values that differ from the
-    defaults (see
+    ``max_load_skew`` and ``min_load_gap`` apply to ``bounded_consistent_hashing`` and
+    ``cache_aware``, ``spill_target`` and ``key_memory`` to ``bounded_consistent_hashing`` only,
+    ``blocks_per_worker`` to ``cache_aware`` only, and ``hash_ring`` to the policies that hash
+    keys; with another policy :meth:`Router.from_args <bounded_router.Router.from_args>` ignores
+    them and warns about values that differ from the defaults (see
     :func:`~bounded_router.policy.resolve_policy`).
+
+    SMG's cache-aware flags map as follows: ``--balance-abs-threshold`` is close to
+    ``--min-load-gap`` and ``--balance-rel-threshold`` to ``--max-load-skew`` (SMG compares the
+    most loaded worker with the least loaded, here each worker's load is compared with the
+    mean); ``--max-tree-size`` (characters over all workers) is replaced by
+    ``--blocks-per-worker``; ``--cache-threshold`` has no equivalent, as any matched prefix
+    counts (docs/contract.md, "cache_aware").
     """
 
     worker_urls: List[str] = dataclasses.field(default_factory=list)
@@ -49,6 +57,7 @@ class RouterArgs:
     hash_ring: str = DEFAULT_HASH_RING
     spill_target: str = SPILL_TARGETS[0]
     key_memory: int = 0
+    blocks_per_worker: int = DEFAULT_BLOCKS_PER_WORKER
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser, use_router_prefix: bool = False) -> None:
@@ -79,15 +88,15 @@ class RouterArgs:
             "--%smax-load-skew" % prefix,
             type=float,
             default=RouterArgs.max_load_skew,
-            help="bounded_consistent_hashing: spill only when the preferred worker's load exceeds "
-            "the mean load times this factor (>= 1.0, default: %(default)s)",
+            help="bounded_consistent_hashing and cache_aware: a worker is overloaded only when its load "
+            "exceeds the mean load times this factor (>= 1.0, default: %(default)s)",
         )
         parser.add_argument(
             "--%smin-load-gap" % prefix,
             type=int,
             default=RouterArgs.min_load_gap,
-            help="bounded_consistent_hashing: spill only when the preferred worker's load exceeds "
-            "the least-loaded worker's by more than this many requests (>= 0, default: %(default)s)",
+            help="bounded_consistent_hashing and cache_aware: a worker is overloaded only when its load "
+            "exceeds the least-loaded worker's by more than this (>= 0, default: %(default)s)",
         )
         parser.add_argument(
             "--%svirtual-nodes" % prefix,
@@ -100,7 +109,7 @@ class RouterArgs:
             type=str,
             default=RouterArgs.hash_ring,
             choices=HASH_RINGS,
-            help="consistent_hashing and bounded_consistent_hashing: the ring's hash, xxh64 or smg "
+            help="consistent_hashing, bounded_consistent_hashing and cache_aware: the ring's hash, xxh64 or smg "
             "(SMG's BLAKE3 ring: keys go to the same workers as under SMG) (default: %(default)s)",
         )
         parser.add_argument(
@@ -117,6 +126,13 @@ class RouterArgs:
             default=RouterArgs.key_memory,
             help="bounded_consistent_hashing: remember the last worker of this many routing keys and "
             "send a key back there while it is not overloaded (default: %(default)s, none)",
+        )
+        parser.add_argument(
+            "--%sblocks-per-worker" % prefix,
+            type=int,
+            default=RouterArgs.blocks_per_worker,
+            help="cache_aware: how many prefix blocks to remember per worker, about its KV cache in "
+            "blocks (default: %(default)s)",
         )
 
     @classmethod

@@ -47,12 +47,20 @@ _FAMILIES: Tuple[Tuple[str, str, str], ...] = (
     ("worker_load", "gauge", "Leases held on the worker: requests in flight from this process."),
     ("worker_active_keys", "gauge", "Distinct explicit routing keys among the leases held on the worker."),
     ("worker_healthy", "gauge", "1 if the worker is available for routing, 0 if it is marked unhealthy."),
+    ("worker_indexed_blocks", "gauge", "Prefix blocks cache_aware remembers sending to the worker."),
     ("active_leases", "gauge", "Leases held, including those on workers removed since they were taken."),
     (
         "leaked_leases_total",
         "counter",
         "Leases garbage-collected without release (released by the safety net): each one is a bug.",
     ),
+    ("prefix_blocks_total", "counter", "Prefix blocks of the requests cache_aware routed."),
+    (
+        "prefix_blocks_matched_total",
+        "counter",
+        "Prefix blocks of the requests cache_aware routed that their worker held (the matched prefix).",
+    ),
+    ("indexed_blocks", "gauge", "(worker, block) pairs in cache_aware's index, over all workers."),
 )
 
 Sample = Tuple[Dict[str, str], float]
@@ -100,8 +108,12 @@ def _collect(stats: Statistics, labels: Dict[str, str]) -> Dict[str, List[Sample
         samples["worker_load"].append((worker_labels, worker.load))
         samples["worker_active_keys"].append((worker_labels, worker.active_keys))
         samples["worker_healthy"].append((worker_labels, 1 if worker.healthy else 0))
+        samples["worker_indexed_blocks"].append((worker_labels, worker.indexed_blocks))
     samples["active_leases"].append((labels, stats.active_leases))
     samples["leaked_leases_total"].append((labels, stats.leaked_leases))
+    samples["prefix_blocks_total"].append((labels, stats.prefix_blocks))
+    samples["prefix_blocks_matched_total"].append((labels, stats.prefix_blocks_matched))
+    samples["indexed_blocks"].append((labels, stats.indexed_blocks))
     return samples
 
 

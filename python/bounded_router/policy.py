@@ -23,6 +23,7 @@ __all__ = [
     "RoundRobinConfig",
     "ConsistentHashingConfig",
     "BoundedConsistentHashingConfig",
+    "CacheAwareConfig",
     "PolicyConfig",
     "config_from_dict",
     "default_config",
@@ -34,6 +35,8 @@ __all__ = [
     "HASH_RINGS",
     "SPILL_TARGETS",
     "MAX_KEY_MEMORY",
+    "DEFAULT_BLOCKS_PER_WORKER",
+    "MAX_BLOCKS_PER_WORKER",
 ]
 
 #: Default relative bound of ``bounded_consistent_hashing`` (docs/contract.md, "The bounded rule").
@@ -52,6 +55,11 @@ DEFAULT_HASH_RING = HASH_RINGS[0]
 SPILL_TARGETS = ("clockwise", "least_loaded")
 #: The most routing keys a router may remember the last worker of (docs/contract.md, "Key memory").
 MAX_KEY_MEMORY = 1 << 22
+#: Prefix blocks ``cache_aware`` remembers per worker unless configured: half a million tokens
+#: of KV cache in blocks of 16 (docs/contract.md, "cache_aware").
+DEFAULT_BLOCKS_PER_WORKER = 1 << 15
+#: The largest ``blocks_per_worker``.
+MAX_BLOCKS_PER_WORKER = 1 << 20
 
 
 class PolicyType(Enum):
@@ -61,6 +69,7 @@ class PolicyType(Enum):
     RoundRobin = "round_robin"
     ConsistentHashing = "consistent_hashing"
     BoundedConsistentHashing = "bounded_consistent_hashing"
+    CacheAware = "cache_aware"
 
 
 _BY_NAME = {member.value: member for member in PolicyType}
@@ -115,6 +124,16 @@ def _check_spill_target(value: Any) -> str:
     if not isinstance(value, str) or value not in SPILL_TARGETS:
         raise ValueError("spill_target must be one of %s, got %r" % (", ".join(map(repr, SPILL_TARGETS)), value))
     return value
+
+
+def _check_blocks_per_worker(value: Any) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or not 1 <= int(value) <= MAX_BLOCKS_PER_WORKER
+    ):
+        raise ValueError("blocks_per_worker must be an integer from 1 to %d, got %r" % (MAX_BLOCKS_PER_WORKER, value))
+    return int(value)
 
 
 def _check_key_memory(value: Any) -> int:
@@ -219,18 +238,76 @@ class BoundedConsistentHashingConfig:
         }
 
 
+@dataclass(frozen=True)
+class CacheAwareConfig:
+    """Policy ``cache_aware`` (SMG's name): send a request where its prefix is cached.
+
+    The router remembers, per worker, the prefix blocks it sent there (at most
+    ``blocks_per_worker``, least recently sent forgotten first) and sends a request with
+    ``prefix_blocks`` to the worker holding the longest prefix of it among the workers that are
+    not clearly overloaded (the bounded test: load above ``max_load_skew`` times the mean *and*
+    more than ``min_load_gap`` above the least load, on weighted loads). Ties and requests
+    without a match go by the routing key's ring (``hash_ring``), else to the least loaded. See
+    docs/contract.md, "cache_aware".
+
+    Attributes:
+        max_load_skew: the relative bound, a finite number >= 1.0 (stored as a float).
+        min_load_gap: the absolute gap in load units, an integer >= 0.
+        blocks_per_worker: how many blocks to remember per worker, 1 to
+            :data:`MAX_BLOCKS_PER_WORKER`; set it to the worker's KV cache in blocks.
+        hash_ring: ``"xxh64"`` (default) or ``"smg"`` (see :data:`HASH_RINGS`).
+
+    Raises:
+        ValueError: naming the field and its rule when a value breaks it.
+    """
+
+    max_load_skew: float = DEFAULT_MAX_LOAD_SKEW
+    min_load_gap: int = DEFAULT_MIN_LOAD_GAP
+    blocks_per_worker: int = DEFAULT_BLOCKS_PER_WORKER
+    hash_ring: str = DEFAULT_HASH_RING
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_load_skew", _check_max_load_skew(self.max_load_skew))
+        object.__setattr__(self, "min_load_gap", _check_min_load_gap(self.min_load_gap))
+        object.__setattr__(self, "blocks_per_worker", _check_blocks_per_worker(self.blocks_per_worker))
+        _check_hash_ring(self.hash_ring)
+
+    @property
+    def policy_type(self) -> PolicyType:
+        return PolicyType.CacheAware
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Return ``{"type": "cache_aware", "max_load_skew": ..., ...}`` with every setting."""
+        return {
+            "type": PolicyType.CacheAware.value,
+            "max_load_skew": self.max_load_skew,
+            "min_load_gap": self.min_load_gap,
+            "blocks_per_worker": self.blocks_per_worker,
+            "hash_ring": self.hash_ring,
+        }
+
+
 #: Any of the typed policy configs.
-PolicyConfig = Union[RandomConfig, RoundRobinConfig, ConsistentHashingConfig, BoundedConsistentHashingConfig]
+PolicyConfig = Union[
+    RandomConfig, RoundRobinConfig, ConsistentHashingConfig, BoundedConsistentHashingConfig, CacheAwareConfig
+]
 
 _CONFIG_CLASSES: Dict[PolicyType, Callable[..., PolicyConfig]] = {
     PolicyType.Random: RandomConfig,
     PolicyType.RoundRobin: RoundRobinConfig,
     PolicyType.ConsistentHashing: ConsistentHashingConfig,
     PolicyType.BoundedConsistentHashing: BoundedConsistentHashingConfig,
+    PolicyType.CacheAware: CacheAwareConfig,
 }
 
 #: The typed config classes (for isinstance checks).
-CONFIG_TYPES = (RandomConfig, RoundRobinConfig, ConsistentHashingConfig, BoundedConsistentHashingConfig)
+CONFIG_TYPES = (
+    RandomConfig,
+    RoundRobinConfig,
+    ConsistentHashingConfig,
+    BoundedConsistentHashingConfig,
+    CacheAwareConfig,
+)
 
 
 def default_config(policy: PolicyType) -> PolicyConfig:
@@ -261,19 +338,21 @@ def config_from_dict(data: Mapping[str, Any]) -> PolicyConfig:
 
 
 #: The settings passed next to a policy: their defaults and the policies that have them.
+_BOUNDED = (PolicyType.BoundedConsistentHashing, PolicyType.CacheAware)
 _SETTINGS: Dict[str, Tuple[Any, Tuple[PolicyType, ...]]] = {
-    "max_load_skew": (DEFAULT_MAX_LOAD_SKEW, (PolicyType.BoundedConsistentHashing,)),
-    "min_load_gap": (DEFAULT_MIN_LOAD_GAP, (PolicyType.BoundedConsistentHashing,)),
-    "hash_ring": (DEFAULT_HASH_RING, (PolicyType.ConsistentHashing, PolicyType.BoundedConsistentHashing)),
+    "max_load_skew": (DEFAULT_MAX_LOAD_SKEW, _BOUNDED),
+    "min_load_gap": (DEFAULT_MIN_LOAD_GAP, _BOUNDED),
+    "hash_ring": (DEFAULT_HASH_RING, (PolicyType.ConsistentHashing,) + _BOUNDED),
     "spill_target": (SPILL_TARGETS[0], (PolicyType.BoundedConsistentHashing,)),
     "key_memory": (0, (PolicyType.BoundedConsistentHashing,)),
+    "blocks_per_worker": (DEFAULT_BLOCKS_PER_WORKER, (PolicyType.CacheAware,)),
 }
 
 
 def resolve_policy(policy: Any, **settings: Any) -> PolicyConfig:
     """The typed config of ``policy`` (a :class:`PolicyType`, a policy name or a typed config)
     with the settings given next to it (``max_load_skew``, ``min_load_gap``, ``hash_ring``,
-    ``spill_target``, ``key_memory``; None: the default).
+    ``spill_target``, ``key_memory``, ``blocks_per_worker``; None: the default).
 
     A setting the policy does not have is accepted and ignored, as ``sglang_router`` does, so
     that a launcher can switch ``--policy`` while passing the same flags; one

@@ -105,6 +105,9 @@ class Router:
             ``"least_loaded"``, where a spill goes (docs/contract.md, "Spill target").
         key_memory: ``bounded_consistent_hashing``: remember the last worker of this many
             routing keys (default 0, none; docs/contract.md, "Key memory").
+        blocks_per_worker: ``cache_aware``: how many prefix blocks to remember per worker
+            (default 32768; docs/contract.md, "cache_aware"). ``max_load_skew`` and
+            ``min_load_gap`` apply to ``cache_aware`` too.
 
     Raises:
         ValueError: a setting breaks its rule, an unknown policy name, an empty or duplicate
@@ -126,6 +129,7 @@ class Router:
         hash_ring: Optional[str] = None,
         spill_target: Optional[str] = None,
         key_memory: Optional[int] = None,
+        blocks_per_worker: Optional[int] = None,
     ) -> None:
         urls = _url_list(worker_urls, "worker_urls")
         self._policy = resolve_policy(
@@ -135,6 +139,7 @@ class Router:
             hash_ring=hash_ring,
             spill_target=spill_target,
             key_memory=key_memory,
+            blocks_per_worker=blocks_per_worker,
         )
         if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int):
             raise ValueError("virtual_nodes must be an integer, got %r" % (virtual_nodes,))
@@ -157,6 +162,7 @@ class Router:
             hash_ring=args.hash_ring,
             spill_target=args.spill_target,
             key_memory=args.key_memory,
+            blocks_per_worker=args.blocks_per_worker,
         )
 
     # -- state -------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ class WorkerInfo:
             process, each counting its weight; their number when every weight is 1).
         active_keys: the number of distinct explicit routing keys among those leases.
         requests: the number of leases held on it, whatever their weights.
+        indexed_blocks: the prefix blocks ``cache_aware`` remembers sending there (0 under
+            the other policies; at most ``blocks_per_worker``).
     """
 
     url: str
@@ -27,11 +29,14 @@ class WorkerInfo:
     load: int
     active_keys: int
     requests: int
+    indexed_blocks: int = 0
 
     @classmethod
     def from_json(cls, state: Mapping[str, Any]) -> WorkerInfo:
         """From the library's JSON form of a worker."""
-        return cls(state["url"], state["healthy"], state["load"], state["active_keys"], state["requests"])
+        return cls(
+            state["url"], state["healthy"], state["load"], state["active_keys"], state["requests"], state["indexed_blocks"]
+        )
 
 
 @dataclass(frozen=True)
@@ -45,12 +50,19 @@ class Statistics:
         workers: the members in membership order.
         active_leases: leases held, including those on removed workers.
         leaked_leases: leases released by the safety net instead of by their holder.
+        prefix_blocks: the prefix blocks of the requests ``cache_aware`` routed.
+        prefix_blocks_matched: those of them the chosen worker held (its matched prefix), so
+            ``prefix_blocks_matched / prefix_blocks`` is the matched fraction.
+        indexed_blocks: the (worker, block) pairs ``cache_aware``'s index holds, all workers.
     """
 
     branches: Dict[str, int]
     workers: Tuple[WorkerInfo, ...]
     active_leases: int
     leaked_leases: int
+    prefix_blocks: int = 0
+    prefix_blocks_matched: int = 0
+    indexed_blocks: int = 0
 
     @classmethod
     def from_json(cls, stats: Mapping[str, Any], branch_names: Sequence[str]) -> Statistics:
@@ -61,4 +73,7 @@ class Statistics:
             workers=tuple(WorkerInfo.from_json(state) for state in stats["workers"]),
             active_leases=int(stats["active_leases"]),
             leaked_leases=int(stats["leaked"]),
+            prefix_blocks=int(stats["prefix_blocks"]),
+            prefix_blocks_matched=int(stats["prefix_blocks_matched"]),
+            indexed_blocks=int(stats["indexed_blocks"]),
         )

@@ -27,11 +27,11 @@ from bounded_router.policy import default_config
 from reference_model import ReferenceRouter
 from support import W, urls
 
-NAMES = ["random", "round_robin", "consistent_hashing", "bounded_consistent_hashing"]
+NAMES = ["random", "round_robin", "consistent_hashing", "bounded_consistent_hashing", "cache_aware"]
 
 
 def test_policy_type_members():
-    assert [m.name for m in PolicyType] == ["Random", "RoundRobin", "ConsistentHashing", "BoundedConsistentHashing"]
+    assert [m.name for m in PolicyType] == ["Random", "RoundRobin", "ConsistentHashing", "BoundedConsistentHashing", "CacheAware"]
     assert [m.value for m in PolicyType] == NAMES
 
 

@@ -243,7 +243,7 @@ def test_unparsable_numbers_from_the_command_line(flag, value, capsys):
     assert flag in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("policy", ["", "bounded", "Random", "least_load", "cache_aware", 5, None, object()])
+@pytest.mark.parametrize("policy", ["", "bounded", "Random", "least_load", "cache-aware", "CacheAware", 5, None, object()])
 def test_unknown_policy(policy):
     with pytest.raises(ValueError, match="polic"):
         Router(urls(2), policy=policy)

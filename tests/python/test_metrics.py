@@ -38,6 +38,10 @@ def test_families_and_types_by_the_reference_parser() -> None:
         "bounded_router_worker_healthy": "gauge",
         "bounded_router_active_leases": "gauge",
         "bounded_router_leaked_leases": "counter",
+        "bounded_router_worker_indexed_blocks": "gauge",
+        "bounded_router_prefix_blocks": "counter",
+        "bounded_router_prefix_blocks_matched": "counter",
+        "bounded_router_indexed_blocks": "gauge",
     }
 
 
@@ -53,7 +57,7 @@ def test_every_line_is_valid_exposition_and_each_family_is_declared_once() -> No
             assert line.split()[3] in ("counter", "gauge")
         else:
             assert _SAMPLE.match(line), line
-    assert len(declared) == len(set(declared)) == 6
+    assert len(declared) == len(set(declared)) == 10
     for name in declared:
         if name.endswith("_total"):
             assert "# TYPE %s counter" % name in text

@@ -31,6 +31,10 @@ BRANCHES = [
     "random",
     "round_robin",
     "explicit_routing_key_remembered",
+    "cache_aware_prefix_hit",
+    "cache_aware_key_hit",
+    "cache_aware_balance",
+    "cache_aware_no_match",
 ]
 
 

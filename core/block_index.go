@@ -1,0 +1,238 @@
+package core
+
+import "math"
+
+// blockIndex is cache_aware's approximate record of the prefix blocks the router has sent to
+// each worker (docs/contract.md, "cache_aware"): per worker, at most a fixed number of blocks,
+// least recently sent forgotten first.
+//
+// Each (worker, block) pair is one node. A node is linked into two lists: its worker's recency
+// list (a ring through the worker's sentinel node, most recent first) and its block's holder
+// list (every worker holding the block, in no particular order), whose head byBlock finds. A
+// worker's own map finds its node of a block. So "who holds block b" costs one lookup, and
+// "does w hold b" another, whatever the number of workers. Nodes of evicted or forgotten pairs
+// go to a free list and are reused: once the index has grown to its working size, recording a
+// request allocates nothing.
+type blockIndex struct {
+	// nodes[0] is unused, so that 0 can mean "none" in every link.
+	nodes []blockNode
+	// free is the first free node, the others linked through older; 0 when none is free.
+	free uint32
+	// byBlock is the first node of each block's holder list.
+	byBlock map[uint64]uint32
+	// capacity is the most blocks one worker's index holds (blocks_per_worker).
+	capacity int
+	// size is the number of indexed (worker, block) pairs, over all workers.
+	size int
+	// epoch stamps the candidates of the latest decision (worker.candidate), and depth is the
+	// number of leading blocks it matched: the decision's scratch, which the router reads to
+	// count the blocks the chosen worker matched.
+	epoch uint64
+	depth int
+	// path[i], for i < depth, is the node of a passing holder of the request's block i that
+	// the decision found: recording the request on that worker then needs no lookup. Valid
+	// while its node still holds that block for that worker (record checks).
+	path []uint32
+}
+
+type blockNode struct {
+	block  uint64
+	worker *worker
+	// newer and older link the worker's recency list, a ring through its sentinel: the
+	// sentinel's older is the most recent node, its newer the least recent.
+	newer, older uint32
+	// prevHolder and nextHolder link the block's holder list (0 ends it).
+	prevHolder, nextHolder uint32
+}
+
+// workerBlocks is one worker's part of the index.
+type workerBlocks struct {
+	sentinel uint32            // 0 until the worker is first sent a block
+	nodes    map[uint64]uint32 // block -> its node
+}
+
+func newBlockIndex(capacity int) *blockIndex {
+	return &blockIndex{nodes: make([]blockNode, 1), byBlock: make(map[uint64]uint32), capacity: capacity}
+}
+
+// firstHolder is the first node of the block's holder list, 0 when no worker holds it; walk
+// on with nodes[n].nextHolder.
+func (x *blockIndex) firstHolder(block uint64) uint32 { return x.byBlock[block] }
+
+// anyHolder reports whether some worker holding the block satisfies accept.
+func (x *blockIndex) anyHolder(block uint64, accept func(w *worker) bool) bool {
+	return x.holderWhere(block, accept) != 0
+}
+
+// holderWhere is the node of the first worker holding the block that satisfies accept, or 0.
+func (x *blockIndex) holderWhere(block uint64, accept func(w *worker) bool) uint32 {
+	for n := x.byBlock[block]; n != 0; n = x.nodes[n].nextHolder {
+		if accept(x.nodes[n].worker) {
+			return n
+		}
+	}
+	return 0
+}
+
+// extendPath records n as the path's node of the next block (see path).
+func (x *blockIndex) extendPath(n uint32) {
+	if x.depth < len(x.path) {
+		x.path[x.depth] = n
+	} else {
+		x.path = append(x.path, n)
+	}
+	x.depth++
+}
+
+// matched is the number of leading blocks of the request that w holds.
+func (x *blockIndex) matched(w *worker, blocks []uint64) int {
+	for i, b := range blocks {
+		if _, ok := w.blocks.nodes[b]; !ok {
+			return i
+		}
+	}
+	return len(blocks)
+}
+
+// record makes w hold the request's blocks, each now more recent than any block w held before,
+// and the earlier blocks of the request more recent than the later ones: a worker's index then
+// forgets the end of a prefix before its beginning, so it keeps whole prefixes (with chained
+// hashes, a block it holds comes with every block before it).
+func (x *blockIndex) record(w *worker, blocks []uint64) {
+	if w.blocks.sentinel == 0 {
+		s := x.alloc()
+		if s == 0 {
+			return
+		}
+		x.nodes[s].newer, x.nodes[s].older = s, s
+		w.blocks = workerBlocks{sentinel: s, nodes: make(map[uint64]uint32)}
+	}
+	for i := len(blocks) - 1; i >= 0 && x.touch(w, blocks[i], x.known(w, blocks, i)); i-- {
+	}
+}
+
+// known is w's node of blocks[i] if the latest decision's path has it, else 0.
+func (x *blockIndex) known(w *worker, blocks []uint64, i int) uint32 {
+	if i >= x.depth {
+		return 0
+	}
+	if n := x.path[i]; x.nodes[n].worker == w && x.nodes[n].block == blocks[i] {
+		return n
+	}
+	return 0
+}
+
+// touch makes block the most recent of w's index, adding it (and forgetting w's least recent
+// block when w's index is full) if w did not hold it; known is w's node of the block when the
+// caller has it (0 to look it up). It reports false, doing nothing, when the block is new and
+// every node number is taken.
+func (x *blockIndex) touch(w *worker, block uint64, known uint32) bool {
+	n, ok := known, known != 0
+	if !ok {
+		n, ok = w.blocks.nodes[block]
+	}
+	switch {
+	case ok:
+		x.unlinkRecency(n)
+	case len(w.blocks.nodes) >= x.capacity:
+		n = x.nodes[w.blocks.sentinel].newer // the least recent
+		x.unlinkRecency(n)
+		x.unlinkHolder(n)
+		delete(w.blocks.nodes, x.nodes[n].block)
+		x.size--
+		fallthrough
+	default:
+		if n == 0 {
+			if n = x.alloc(); n == 0 {
+				return false
+			}
+		}
+		x.nodes[n].block, x.nodes[n].worker = block, w
+		x.linkHolder(n)
+		w.blocks.nodes[block] = n
+		x.size++
+	}
+	x.pushNewest(w, n)
+	return true
+}
+
+// len is the number of (worker, block) pairs indexed; 0 without an index.
+func (x *blockIndex) len() int {
+	if x == nil {
+		return 0
+	}
+	return x.size
+}
+
+// forget drops every block of w's index, when w leaves the membership (nothing without an index).
+func (x *blockIndex) forget(w *worker) {
+	if x == nil || w.blocks.sentinel == 0 {
+		return
+	}
+	s := w.blocks.sentinel
+	for n := x.nodes[s].older; n != s; {
+		next := x.nodes[n].older
+		x.unlinkHolder(n)
+		x.release(n)
+		n = next
+	}
+	x.size -= len(w.blocks.nodes)
+	x.release(s)
+	w.blocks = workerBlocks{}
+}
+
+// alloc returns a free node, or 0 when all 2^32-1 node numbers are taken (more than 4096
+// workers with full indexes of the largest blocks_per_worker).
+func (x *blockIndex) alloc() uint32 {
+	if n := x.free; n != 0 {
+		x.free = x.nodes[n].older
+		return n
+	}
+	if len(x.nodes) == math.MaxUint32 {
+		return 0
+	}
+	x.nodes = append(x.nodes, blockNode{})
+	return uint32(len(x.nodes) - 1)
+}
+
+func (x *blockIndex) release(n uint32) {
+	x.nodes[n] = blockNode{older: x.free}
+	x.free = n
+}
+
+func (x *blockIndex) unlinkRecency(n uint32) {
+	newer, older := x.nodes[n].newer, x.nodes[n].older
+	x.nodes[newer].older, x.nodes[older].newer = older, newer
+}
+
+func (x *blockIndex) pushNewest(w *worker, n uint32) {
+	s := w.blocks.sentinel
+	first := x.nodes[s].older
+	x.nodes[n].newer, x.nodes[n].older = s, first
+	x.nodes[first].newer, x.nodes[s].older = n, n
+}
+
+func (x *blockIndex) linkHolder(n uint32) {
+	block := x.nodes[n].block
+	head := x.byBlock[block]
+	x.nodes[n].prevHolder, x.nodes[n].nextHolder = 0, head
+	if head != 0 {
+		x.nodes[head].prevHolder = n
+	}
+	x.byBlock[block] = n
+}
+
+func (x *blockIndex) unlinkHolder(n uint32) {
+	node := &x.nodes[n]
+	switch {
+	case node.prevHolder != 0:
+		x.nodes[node.prevHolder].nextHolder = node.nextHolder
+	case node.nextHolder != 0:
+		x.byBlock[node.block] = node.nextHolder
+	default:
+		delete(x.byBlock, node.block)
+	}
+	if node.nextHolder != 0 {
+		x.nodes[node.nextHolder].prevHolder = node.prevHolder
+	}
+}

@@ -1,0 +1,162 @@
+package core
+
+// cache_aware sends a request to the worker most likely to hold its prefix in its KV cache, as
+// long as that worker is not clearly overloaded (docs/contract.md, "cache_aware"). The input is
+// the request's prefix as chained block hashes (Request.PrefixBlocks); the router remembers, per
+// worker, the blocks it has sent there (blockIndex) and matches a request against them.
+//
+// The rule, after X-SMG-Target-Worker (which it honours as the other policies do):
+//   - A worker passes when the bounded rule's spill test would not call it overloaded (its
+//     weighted load does not exceed both max_load_skew times the mean and the least load plus
+//     min_load_gap). The least loaded worker always passes, so some worker always does.
+//   - depth is the number of leading blocks of the request each held by some passing worker;
+//     with chained hashes it is the longest prefix a passing worker holds. The candidates are
+//     the passing workers holding block depth-1 (with chained hashes: those holding that prefix).
+//   - With candidates the request goes to one of them (cache_aware_prefix_hit); without, to a
+//     passing worker (cache_aware_key_hit with a routing key, cache_aware_no_match without).
+//     Among several, a routing key (explicit, else implicit) picks the first clockwise from
+//     its ring position, so a key keeps its worker; without a key the least loaded one is
+//     chosen, ties broken clockwise from the position of the request's first block (membership
+//     order for a request with no blocks), so every process breaks them the same way.
+//   - When some available worker holds block depth (a longer prefix) but is overloaded, the
+//     branch is cache_aware_balance instead, whichever worker was chosen.
+//
+// Cost: one index lookup per leading block held by a passing worker plus one, a walk of one
+// holder list, and a ring walk only when several candidates tie under a key.
+
+// selectCacheAware is the cache_aware rule; v.blocks is the router's index. It changes nothing
+// but the index's decision scratch (its epoch and depth).
+func selectCacheAware(v *view, req *Request, keyPos uint64, p *Policy) (int, Branch) {
+	x := v.blocks
+	x.epoch, x.depth = x.epoch+1, 0
+	if req.HasTarget {
+		return selectTarget(v, req.TargetIndex)
+	}
+	c := cacheChoice{v: v, x: x, test: spillTest{v: v, bound: v.meanLoad() * p.MaxLoadSkew, gap: p.MinLoadGap, least: -1}}
+	c.position, c.keyed, c.positioned = tiePosition(v, req, keyPos)
+	blocks := req.PrefixBlocks
+	for x.depth < len(blocks) {
+		n := x.holderWhere(blocks[x.depth], c.passes)
+		if n == 0 {
+			break
+		}
+		x.extendPath(n)
+	}
+	var chosen int
+	var branch Branch
+	switch {
+	case x.depth > 0:
+		chosen, branch = c.amongCandidates(blocks[x.depth-1]), BranchCacheAwarePrefixHit
+	case c.keyed:
+		chosen, branch = v.ring.first(c.position, c.passesOwner), BranchCacheAwareKeyHit
+	default:
+		chosen, branch = c.leastLoaded(), BranchCacheAwareNoMatch
+	}
+	if x.depth < len(blocks) && x.anyHolder(blocks[x.depth], isHealthy) {
+		branch = BranchCacheAwareBalance
+	}
+	return chosen, branch
+}
+
+// cacheChoice is the state of one cache_aware decision.
+type cacheChoice struct {
+	v    *view
+	x    *blockIndex
+	test spillTest
+	// position breaks ties: the routing key's ring position when keyed, else the first block's;
+	// positioned is false when there is neither.
+	position          uint64
+	keyed, positioned bool
+}
+
+func (c *cacheChoice) passes(w *worker) bool { return w.healthy && !c.test.overloaded(w.load) }
+
+func (c *cacheChoice) passesOwner(owner uint32) bool { return c.passes(c.v.workers[owner]) }
+
+func isHealthy(w *worker) bool { return w.healthy }
+
+// tiePosition is the ring position that breaks ties: the explicit key's (hashed by the router),
+// else the implicit key's, else the first block's, mixed because block hashes need not be
+// uniform (a trace may number its blocks 0, 1, 2...).
+func tiePosition(v *view, req *Request, keyPos uint64) (position uint64, keyed, positioned bool) {
+	switch {
+	case len(req.RoutingKey) > 0:
+		return keyPos, true, true
+	case len(req.ImplicitKey) > 0:
+		return v.ring.keyPosition(req.ImplicitKey), true, true
+	case len(req.PrefixBlocks) > 0:
+		return mixBlock(req.PrefixBlocks[0]), false, true
+	}
+	return 0, false, false
+}
+
+// mixBlock is MurmurHash3's 64-bit finalizer, a bijection that spreads any block hash over the ring.
+func mixBlock(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	return h ^ h>>33
+}
+
+// amongCandidates stamps the passing holders of block (there is at least one) and picks one.
+func (c *cacheChoice) amongCandidates(block uint64) int {
+	x := c.x
+	count, only, least, leastAt, leastCount := 0, -1, int64(-1), -1, 0
+	for n := x.firstHolder(block); n != 0; n = x.nodes[n].nextHolder {
+		w := x.nodes[n].worker
+		if !c.passes(w) {
+			continue
+		}
+		w.candidate = x.epoch
+		count, only = count+1, w.index
+		switch {
+		case w.load == least:
+			leastCount++
+		case w.load < least || least < 0:
+			least, leastAt, leastCount = w.load, w.index, 1
+		}
+	}
+	switch {
+	case count == 1:
+		return only
+	case c.keyed:
+		return c.v.ring.first(c.position, func(owner uint32) bool { return c.v.workers[owner].candidate == x.epoch })
+	case leastCount == 1:
+		return leastAt
+	}
+	return c.v.ring.first(c.position, func(owner uint32) bool {
+		w := c.v.workers[owner]
+		return w.candidate == x.epoch && w.load == least
+	})
+}
+
+// leastLoaded is the least loaded available worker (which passes), ties broken clockwise from
+// the first block's position, or by membership order when the request has no blocks.
+func (c *cacheChoice) leastLoaded() int {
+	least, at, count := c.v.leastLoaded()
+	if count == 1 || !c.positioned {
+		return at
+	}
+	return c.v.ring.first(c.position, func(owner uint32) bool {
+		w := c.v.workers[owner]
+		return w.healthy && w.load == least
+	})
+}
+
+// prefixCounts are the counters of the matched fraction: blocks requested, blocks matched.
+type prefixCounts struct{ requested, matched uint64 }
+
+// recordPrefix counts a routed request's blocks and those its chosen worker held, then records
+// them on that worker; the caller holds r.mu, right after the decision. A candidate of the
+// decision held the depth it matched; any other worker is looked up.
+func (r *Router) recordPrefix(chosen *worker, blocks []uint64) {
+	x := r.view.blocks
+	matched := x.depth
+	if chosen.candidate != x.epoch {
+		matched = x.matched(chosen, blocks)
+	}
+	r.prefix.requested += uint64(len(blocks))
+	r.prefix.matched += uint64(matched)
+	x.record(chosen, blocks)
+}

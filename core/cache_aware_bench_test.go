@@ -1,0 +1,87 @@
+package core
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+)
+
+// benchConversations returns n chained prefixes of the given length, as a trace of n
+// conversations would give: each group of four starts with the same system prompt (the first
+// eighth of its blocks, at least one), then blocks of its own.
+func benchConversations(n, blocks int) [][]uint64 {
+	shared := max(blocks/8, 1)
+	out := make([][]uint64, n)
+	for c := range out {
+		p := make([]uint64, blocks)
+		for i := range p {
+			if i < shared {
+				p[i] = mixBlock(uint64(c/4+1)<<48 | uint64(i))
+			} else {
+				p[i] = mixBlock(uint64(c+1)<<32 | uint64(i))
+			}
+		}
+		out[c] = p
+	}
+	return out
+}
+
+// BenchmarkCacheAwareRouteRelease is one request's life under cache_aware: route with a key and
+// its prefix blocks, then release. 64 conversations take turns, each with its own key; after
+// the warm-up every route is a prefix hit of the whole prefix (routes and releases keep the
+// workers idle, so each group of conversations stays on the worker of its system prompt) and
+// records it again. -benchmem must show 0 allocs/op.
+func BenchmarkCacheAwareRouteRelease(b *testing.B) {
+	const conversations = 64
+	keys := benchKeys(conversations)
+	for _, n := range []int{8, 64, 1024} {
+		for _, blocks := range []int{1, 16, 128, 1024} {
+			b.Run(fmt.Sprintf("workers=%d/blocks=%d", n, blocks), func(b *testing.B) {
+				policy := cachePolicy(DefaultMaxLoadSkew, DefaultMinLoadGap, DefaultBlocksPerWorker)
+				r := newBenchRouterWith(b, policy, n, loadsIdle)
+				prefixes := benchConversations(conversations, blocks)
+				run := func(i int) {
+					req := Request{RoutingKey: keys[i%conversations], PrefixBlocks: prefixes[i%conversations]}
+					r.Release(r.Route(&req).Lease, false)
+				}
+				for i := 0; i < 2*conversations; i++ {
+					run(i)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					run(i)
+				}
+				b.StopTimer()
+				s := r.Stats()
+				b.ReportMetric(float64(s.PrefixBlocksMatched)/float64(s.PrefixBlocks), "matched/block")
+			})
+		}
+	}
+}
+
+// BenchmarkCacheAwareIndexMemory reports the heap bytes per indexed (worker, block) pair: 64
+// workers whose indexes are filled to blocks_per_worker with distinct blocks.
+func BenchmarkCacheAwareIndexMemory(b *testing.B) {
+	const workers, perWorker = 64, 1 << 14
+	for i := 0; i < b.N; i++ {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		r := newBenchRouterWith(b, cachePolicy(DefaultMaxLoadSkew, DefaultMinLoadGap, perWorker), workers, loadsIdle)
+		blocks := make([]uint64, perWorker)
+		for w := 0; w < workers; w++ {
+			for j := range blocks {
+				blocks[j] = mixBlock(uint64(w)<<32 | uint64(j))
+			}
+			req := Request{HasTarget: true, TargetIndex: w, PrefixBlocks: blocks}
+			r.Release(r.Route(&req).Lease, false)
+		}
+		blocks = nil
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		indexed := r.Stats().IndexedBlocks
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(indexed), "bytes/block")
+		runtime.KeepAlive(r)
+	}
+}
