@@ -91,3 +91,39 @@ func TestPrefixBlocksOptionForwardsEveryBodyUntouched(t *testing.T) {
 	}
 	waitLeases(t, r, 0)
 }
+
+// Under cache_aware, the option's blocks reach the router: a second request with the same
+// prompt is a prefix hit on the worker the first went to, and the router counts its blocks.
+func TestPrefixBlocksOptionFeedsCacheAware(t *testing.T) {
+	var urls []string
+	for i := 0; i < 3; i++ {
+		urls = append(urls, worker(t, func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }).URL)
+	}
+	cfg := core.DefaultConfig(urls...)
+	cfg.Policy = core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, BlocksPerWorker: 1024}
+	r, err := core.NewRouter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, r, Options{PrefixBlocks: "text", PrefixBlockBytes: 8, ExposeRoutingHeaders: true})
+	body := `{"messages": [{"role": "user", "content": "the same long question, asked twice"}]}`
+	var workers, branches []string
+	for range 2 {
+		res, err := client().Post("http://"+g.Addr()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		workers, branches = append(workers, res.Header.Get(HeaderWorker)), append(branches, res.Header.Get(HeaderBranch))
+		waitLeases(t, r, 0)
+	}
+	text, _ := promptText([]byte(body))
+	blocks := uint64(len(text) / 8)
+	if workers[0] != workers[1] || branches[0] != "cache_aware_no_match" || branches[1] != "cache_aware_prefix_hit" {
+		t.Fatalf("workers %v, branches %v", workers, branches)
+	}
+	if s := r.Stats(); s.PrefixBlocks != 2*blocks || s.PrefixBlocksMatched != blocks {
+		t.Fatalf("router counted %d blocks, %d matched; want %d and %d", s.PrefixBlocks, s.PrefixBlocksMatched, 2*blocks, blocks)
+	}
+}
