@@ -158,6 +158,8 @@ class ReplayResult(CacheAndLatency):
             "margin": self.policy.margin,
             "spill_target": self.policy.spill_target,
             "key_memory": self.policy.key_memory,
+            "blocks_per_worker": self.policy.blocks_per_worker,
+            "keyed": self.policy.keyed,
             "requests": self.requests,
             "mean_ttft_ms": self.mean_ttft_ms,
             "p99_ttft_ms": self.p99_ttft_ms,
@@ -199,7 +201,7 @@ class _Run:
         heapq.heapify(self.events)
         self.order = len(self.events)
         mean_prompt = trace.prompt_tokens / len(trace.requests)
-        self.routing = make_routing(policy, urls, self.workers, config.seed, mean_prompt)
+        self.routing = make_routing(policy, urls, self.workers, config.seed, mean_prompt, self.capacity)
         self.ttfts: List[float] = []
         self.placements = [-1] * len(trace.requests)
         self.cached = self.prompt = 0

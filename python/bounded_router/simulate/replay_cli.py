@@ -14,7 +14,12 @@ from .replay_policies import ReplayPolicy
 from .report import json_value
 from .trace import TraceError, load_trace
 
-__all__ = ["main", "replay_policies", "wants_replay"]
+__all__ = ["DEFAULT_CACHE_AWARE_GAP", "DEFAULT_CACHE_AWARE_SKEW", "main", "replay_policies", "wants_replay"]
+
+#: The settings of the cache_aware rows unless told: the best of the sweep in
+#: docs/trace-replay.md ("cache_aware against the oracle").
+DEFAULT_CACHE_AWARE_GAP = 8
+DEFAULT_CACHE_AWARE_SKEW = 1.0
 
 
 def _int_list(text: str) -> List[int]:
@@ -89,6 +94,36 @@ def _parser() -> argparse.ArgumentParser:
     )
     pol.add_argument("--key-memory", type=int, default=0, metavar="N", help="see --spill-target (default 0: none)")
     pol.add_argument(
+        "--cache-aware",
+        action="store_true",
+        help="add cache_aware rows (one per --cache-aware-gaps) routed by the trace's hash_ids as prefix blocks alone",
+    )
+    pol.add_argument(
+        "--cache-aware-keyed",
+        action="store_true",
+        help="add cache_aware rows routed by the routing key as well as the blocks (ties then follow the key's ring)",
+    )
+    pol.add_argument(
+        "--cache-aware-gaps",
+        type=_int_list,
+        default=[DEFAULT_CACHE_AWARE_GAP],
+        metavar="LIST",
+        help="min_load_gap of the cache_aware rows (default %d)" % DEFAULT_CACHE_AWARE_GAP,
+    )
+    pol.add_argument(
+        "--cache-aware-skew",
+        type=float,
+        default=DEFAULT_CACHE_AWARE_SKEW,
+        help="max_load_skew of the cache_aware rows (default %g)" % DEFAULT_CACHE_AWARE_SKEW,
+    )
+    pol.add_argument(
+        "--blocks-per-worker",
+        type=int,
+        default=None,
+        metavar="N",
+        help="blocks_per_worker of the cache_aware rows (default: each simulated worker's cache capacity)",
+    )
+    pol.add_argument(
         "--prototype",
         action="store_true",
         help="add a row for the prototype of token weights + key memory + least-loaded spill (Python-side, not a library policy)",
@@ -103,10 +138,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def replay_policies(
-    gaps: Sequence[int], skew: float, margins: Sequence[int], prototype: bool, spill_target: str = "clockwise", key_memory: int = 0
+    gaps: Sequence[int],
+    skew: float,
+    margins: Sequence[int],
+    prototype: bool,
+    spill_target: str = "clockwise",
+    key_memory: int = 0,
+    cache_aware: bool = False,
+    cache_aware_keyed: bool = False,
+    cache_aware_gaps: Sequence[int] = (DEFAULT_CACHE_AWARE_GAP,),
+    cache_aware_skew: float = DEFAULT_CACHE_AWARE_SKEW,
+    blocks_per_worker: Optional[int] = None,
 ) -> List[ReplayPolicy]:
     """The rows of a replay: the baselines, strict and bounded hashing (also with the library's
-    options, when any is set), the oracles, the prototype."""
+    options, when any is set), the prototype, cache_aware, the oracles."""
     rows = [ReplayPolicy("random"), ReplayPolicy("round_robin"), ReplayPolicy("consistent_hashing")]
     rows += [ReplayPolicy("bounded_consistent_hashing", gap, skew) for gap in gaps]
     if (spill_target, key_memory) != ("clockwise", 0):
@@ -115,6 +160,12 @@ def replay_policies(
         ]
     if prototype:
         rows += [ReplayPolicy("prototype", gap, skew) for gap in gaps]
+    keyed_rows = ([False] if cache_aware else []) + ([True] if cache_aware_keyed else [])
+    rows += [
+        ReplayPolicy("cache_aware", gap, cache_aware_skew, blocks_per_worker=blocks_per_worker, keyed=keyed)
+        for keyed in keyed_rows
+        for gap in cache_aware_gaps
+    ]
     rows += [ReplayPolicy("oracle", margin=margin) for margin in margins]
     return rows
 
@@ -145,11 +196,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             costs=costs,
             seed=args.seed,
         )
-        policies = replay_policies(args.gaps, args.skew, args.oracle_margin, args.prototype, args.spill_target, args.key_memory)
+        policies = replay_policies(
+            args.gaps, args.skew, args.oracle_margin, args.prototype, args.spill_target, args.key_memory, args.cache_aware,
+            args.cache_aware_keyed, args.cache_aware_gaps, args.cache_aware_skew, args.blocks_per_worker,
+        )
         for policy in policies:  # let the library judge the settings before anything runs
-            spec = policy.library_spec()
-            if spec is not None:
-                spec.make_router(["http://check"]).close()
+            router = policy.make_router(["http://check"], 1)
+            if router is not None:
+                router.close()
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be >= 1, got %d" % args.limit)
         trace = load_trace(args.trace, args.block_size, args.routing_key_field, args.limit)

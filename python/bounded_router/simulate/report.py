@@ -197,6 +197,9 @@ def _replay_name(p: "ReplayPolicy") -> str:
     """The policy column of a replay row: the policy, with the options that are not defaults."""
     if p.policy == "oracle":
         return "oracle (margin %d)" % (p.margin or 0)
+    if p.policy == "cache_aware":
+        options = (["blocks %d" % p.blocks_per_worker] if p.blocks_per_worker is not None else []) + (["keyed"] if p.keyed else [])
+        return p.policy + (" (%s)" % ", ".join(options) if options else "")
     options = ([] if p.spill_target == "clockwise" else [p.spill_target]) + (["memory %d" % p.key_memory] if p.key_memory else [])
     return p.policy + (" (%s)" % ", ".join(options) if options else "")
 
