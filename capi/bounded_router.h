@@ -176,6 +176,14 @@ int64_t br_lease_workers_json(uint64_t router, uint64_t lease, char *buf, size_t
 int64_t br_workers_json(uint64_t router, char *buf, size_t capacity);
 int64_t br_stats_json(uint64_t router, char *buf, size_t capacity);
 
+/* Prefix block hashes for the cache_aware policy: the chained XXH64 of each full block of
+ * block_len bytes of data (block 0 hashes its bytes, block i > 0 the previous hash as 8
+ * little-endian bytes followed by its bytes; a partial last block is left out). Token ids go in
+ * as little-endian uint32s (block_len = 4 * tokens per block), text as UTF-8. Writes the hashes
+ * to out (room for out_capacity) and returns how many, or a negative status when block_len is
+ * 0, out is too small or the blocks exceed BR_MAX_PREFIX_BLOCKS. */
+int64_t br_prefix_blocks(const char *data, size_t data_len, size_t block_len, uint64_t *out, size_t out_capacity);
+
 /* The native HTTP gateway in front of a router's workers, run on the library's own threads.
  * br_gateway_start takes options as a JSON object ({"host", "port", "metrics_port",
  * "max_body_size", "first_byte_timeout", ...}; empty for the defaults) and stores the gateway's

@@ -44,6 +44,11 @@ type Options struct {
 	// MaxConnsPerHost, when positive, bounds all connections to a worker (requests wait).
 	MaxIdleConnsPerHost int `json:"max_idle_conns_per_host"`
 	MaxConnsPerHost     int `json:"max_conns_per_host"`
+	// PrefixBlocks "text" routes each request with the prefix block hashes of its JSON body's
+	// "messages" or "prompt" (for cache_aware); "off" or absent does not read the body for
+	// routing. PrefixBlockBytes is the block size in UTF-8 bytes (0 or absent: 64).
+	PrefixBlocks     string `json:"prefix_blocks"`
+	PrefixBlockBytes int    `json:"prefix_block_bytes"`
 	// AccessLog writes one JSON line per request to stderr (log/slog).
 	AccessLog bool `json:"access_log"`
 }
@@ -61,6 +66,8 @@ var Defaults = Options{
 	ShutdownTimeout:     10,
 	MaxHeaderBytes:      64 << 10,
 	MaxIdleConnsPerHost: 256,
+	PrefixBlocks:        "off",
+	PrefixBlockBytes:    64,
 }
 
 // ParseOptions reads options from a JSON object; absent fields take their defaults. An empty
@@ -119,10 +126,14 @@ func (o Options) Validate() error {
 	}{
 		{"max_body_size", o.MaxBodySize}, {"max_header_bytes", int64(o.MaxHeaderBytes)},
 		{"max_idle_conns_per_host", int64(o.MaxIdleConnsPerHost)}, {"max_conns_per_host", int64(o.MaxConnsPerHost)},
+		{"prefix_block_bytes", int64(o.PrefixBlockBytes)},
 	} {
 		if f.value < 0 {
 			return invalid(f.name, "must not be negative (0 or absent: the default), got %d", f.value)
 		}
+	}
+	if o.PrefixBlocks != "" && o.PrefixBlocks != "off" && o.PrefixBlocks != "text" {
+		return invalid("prefix_blocks", `must be "off" or "text", got %q`, o.PrefixBlocks)
 	}
 	return nil
 }
@@ -152,6 +163,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxIdleConnsPerHost == 0 {
 		o.MaxIdleConnsPerHost = d.MaxIdleConnsPerHost
+	}
+	if o.PrefixBlocks == "" {
+		o.PrefixBlocks = d.PrefixBlocks
+	}
+	if o.PrefixBlockBytes == 0 {
+		o.PrefixBlockBytes = d.PrefixBlockBytes
 	}
 	return o
 }

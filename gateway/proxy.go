@@ -151,6 +151,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := g.routingRequest(r.Header)
+	if g.opts.PrefixBlocks == "text" {
+		req.PrefixBlocks = bodyPrefixBlocks(ex.body, g.opts.PrefixBlockBytes)
+	}
 	ex.decision = g.router.Route(&req)
 	if ex.decision.Lease == 0 {
 		g.refuse(w, r, ex, http.StatusServiceUnavailable, "no worker available")

@@ -37,6 +37,7 @@ from .policy import (
     config_from_dict,
     policy_from_str,
 )
+from .prefix import prefix_blocks, text_prefix_blocks
 from .router import Decision, Router
 from .stats import Statistics, WorkerInfo
 
@@ -61,6 +62,8 @@ __all__ = [
     "ManualConfig",
     "CacheAwareConfig",
     "config_from_dict",
+    "prefix_blocks",
+    "text_prefix_blocks",
     "MAX_LEASE_WEIGHT",
     "MAX_PREFIX_BLOCKS",
     "NoWorkerAvailableError",

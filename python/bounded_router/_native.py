@@ -325,6 +325,11 @@ class Library:
         """Counters, policy and members in one snapshot, as JSON."""
         raise NotImplementedError
 
+    @_export(c_int64, c_char_p, c_size_t, c_size_t, _u64p, c_size_t)
+    def br_prefix_blocks(self, data: bytes, data_len: int, block_len: int, out: Any, out_capacity: int) -> int:
+        """Chained XXH64 of each full block of block_len bytes into out: how many blocks."""
+        raise NotImplementedError
+
     @_export(c_int32, c_uint64, c_char_p, c_size_t, _u64p)
     def br_gateway_start(self, router: int, options_json: bytes, options_len: int, out_gateway: Any) -> int:
         """Start the native HTTP gateway in front of a router's workers (options as JSON)."""

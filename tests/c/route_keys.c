@@ -214,6 +214,19 @@ int main(void) {
 	CHECK(br_router_new((char *)bad_ring, strlen(bad_ring), &smg_router) == BR_ERR_INVALID_ARGUMENT, "bad hash_ring");
 	CHECK(strstr(br_last_error(), "hash_ring") != NULL, "error names hash_ring: %s", br_last_error());
 
+	// Prefix block hashes: values the xxhash package (Python, an independent XXH64) gives for
+	// xxh64("abcd") and xxh64(le64(that) + "efgh"); the partial block "ij" is left out.
+	uint64_t blocks[3] = {0, 0, 0};
+	CHECK(br_prefix_blocks("abcdefghij", 10, 4, blocks, 3) == 2, "two full blocks");
+	CHECK(blocks[0] == 0xde0327b0d25d92ccULL && blocks[1] == 0x3130a33abbb35194ULL && blocks[2] == 0,
+		  "chained XXH64: %llx %llx %llx", (unsigned long long)blocks[0], (unsigned long long)blocks[1],
+		  (unsigned long long)blocks[2]);
+	CHECK(br_prefix_blocks("abcdefgh", 8, 0, blocks, 3) == BR_ERR_INVALID_ARGUMENT, "block_len 0");
+	CHECK(strstr(br_last_error(), "block_len") != NULL, "error names block_len: %s", br_last_error());
+	CHECK(br_prefix_blocks("abcdefgh", 8, 4, NULL, 2) == BR_ERR_INVALID_ARGUMENT, "NULL out");
+	CHECK(br_prefix_blocks("abcdefgh", 8, 4, blocks, 1) == BR_ERR_INVALID_ARGUMENT, "out too small");
+	CHECK(strstr(br_last_error(), "out") != NULL, "error names out: %s", br_last_error());
+	CHECK(br_prefix_blocks("abc", 3, 4, NULL, 0) == 0, "no full block: nothing to write");
 	check_weighted_requests();
 	// manual with routing_key_headers through the JSON config: a key read from X-Session-Id keeps
 	// its worker; its branch code (above 15) survives the packed decision's branch bits.

@@ -14,7 +14,7 @@ import logging
 import socket
 import threading
 import time
-from typing import Any, Callable, ContextManager, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import httpx
 import pytest
@@ -210,17 +210,18 @@ ProxyServer = Callable[..., ContextManager[Tuple[str, Any, Router]]]
 def serve_proxy(request: Any) -> ProxyServer:
     """Each test using it runs once per framework helper (ids ``aiohttp`` and ``asgi``).
 
-    ``with serve_proxy(worker_urls, **router_kwargs) as (url, proxy, router)`` builds a router
-    over ``worker_urls``, serves the framework's app over it (routing headers exposed) and yields
+    ``with serve_proxy(worker_urls, proxy_options={...}, **router_kwargs) as (url, proxy, router)``
+    builds a router over ``worker_urls``, serves the framework's app over it (routing headers
+    exposed, and ``proxy_options`` of :class:`ProxyOptions` if given) and yields
     the server's base URL, the proxy and the router; on exit the server
     stops, then the router closes.
     """
     make_app, serve = FRAMEWORKS[request.param]
 
     @contextlib.contextmanager
-    def start(worker_urls: Sequence[str], **router_kwargs: Any) -> Iterator[Tuple[str, Any, Router]]:
+    def start(worker_urls: Sequence[str], proxy_options: Optional[Dict[str, Any]] = None, **router_kwargs: Any) -> Iterator[Tuple[str, Any, Router]]:
         with Router(list(worker_urls), **router_kwargs) as router:
-            app, proxy = make_app(router)
+            app, proxy = make_app(router, **(proxy_options or {}))
             with serve(app) as url:
                 yield url, proxy, router
 

@@ -416,3 +416,70 @@ def test_replay_runs_smg_policies(capsys: pytest.CaptureFixture[str]) -> None:
         assert sum(result.branches.values()) == 35
     assert main(["--trace", FIXTURE, "--workers", "3", "--smg-policies", "manual"]) == 0
     assert any(line.startswith("manual") for line in capsys.readouterr().out.splitlines())
+
+
+# -- cache_aware -------------------------------------------------------------------------------
+
+
+def test_cache_aware_rows_build_the_library_policy_with_the_simulated_cache_as_its_index():
+    from bounded_router.simulate.replay_cli import replay_policies
+
+    rows = replay_policies([2], 1.5, [8], cache_aware=True, cache_aware_keyed=True, cache_aware_gaps=[4, 8], cache_aware_skew=1.25)
+    aware = [r for r in rows if r.policy == "cache_aware"]
+    assert [(r.min_load_gap, r.max_load_skew, r.keyed) for r in aware] == [(4, 1.25, False), (8, 1.25, False), (4, 1.25, True), (8, 1.25, True)]
+    assert [r.label for r in aware][::2] == ["cache_aware gap=4 skew=1.25", "cache_aware gap=4 skew=1.25 keyed"]
+    assert rows[-1].policy == "oracle"
+    with aware[0].make_router(["http://a", "http://b"], cache_blocks=123) as router:  # type: ignore[union-attr]
+        assert router.policy.to_dict()["blocks_per_worker"] == 123
+    fixed = ReplayPolicy("cache_aware", 2, 1.5, blocks_per_worker=7)
+    with fixed.make_router(["http://a"], cache_blocks=123) as router:  # type: ignore[union-attr]
+        assert router.policy.to_dict()["blocks_per_worker"] == 7
+    assert ReplayPolicy("oracle", margin=1).make_router(["http://a"], 1) is None
+    assert [r.policy for r in replay_policies([2], 1.5, [8])].count("cache_aware") == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(policy="cache_aware"), "cache_aware needs min_load_gap and max_load_skew"),
+        (dict(policy="bounded_consistent_hashing", min_load_gap=2, max_load_skew=1.5, blocks_per_worker=4), "apply only to cache_aware"),
+        (dict(policy="consistent_hashing", keyed=True), "apply only to cache_aware"),
+    ],
+)
+def test_cache_aware_settings_are_checked(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ReplayPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_cache_aware_sends_a_request_where_the_router_sent_its_prefix() -> None:
+    # A and B (other prefixes) go to the two workers; C, with A's two blocks and one more,
+    # arrives when both are idle and goes where A went, a prefix hit, whatever its key.
+    lines = [_line(0, 4, 50, [1, 2]), _line(1, 4, 50, [9, 10]), _line(1000, 6, 1, [1, 2, 11])]
+    config = ReplayConfig(workers=2, load=None, cache_blocks=16, costs=SIMPLE)
+    result = replay(ReplayPolicy("cache_aware", 0, 1.0), _trace(lines), config)
+    assert result.placements[0] != result.placements[1]
+    assert result.placements[2] == result.placements[0]
+    assert result.branches["cache_aware_prefix_hit"] == 1 and result.branches["cache_aware_no_match"] == 2
+    assert result.cached_tokens == 4  # C reuses A's two blocks
+    assert result.leaked_leases == 0 and set(result.final_loads.values()) == {0}
+
+
+def test_keyed_cache_aware_routes_an_unmatched_request_by_its_key() -> None:
+    lines = [_line(0, 4, 1, [1, 2]), _line(1000, 4, 1, [5, 6])]
+    config = ReplayConfig(workers=2, load=None, cache_blocks=16, costs=SIMPLE)
+    result = replay(ReplayPolicy("cache_aware", 2, 1.5, keyed=True), _trace(lines), config)
+    assert result.branches["cache_aware_key_hit"] == 2
+    assert result.row()["keyed"] is True and result.row()["blocks_per_worker"] is None
+
+
+def test_cli_cache_aware_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--trace", FIXTURE, "--workers", "3", "--cache-blocks", "40", "--cache-aware", "--cache-aware-gaps", "2,8", "--json"]
+    assert main(argv) == 0
+    rows = [r for r in json.loads(capsys.readouterr().out) if r["policy"] == "cache_aware"]
+    assert [(r["min_load_gap"], r["max_load_skew"], r["keyed"]) for r in rows] == [(2, 1.0, False), (8, 1.0, False)]
+    assert all(r["requests"] == 35 and r["leaked_leases"] == 0 for r in rows)
+    assert main(["--trace", FIXTURE, "--cache-aware", "--blocks-per-worker", "9", "--limit", "10"]) == 0
+    assert "cache_aware (blocks 9)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--trace", FIXTURE, "--cache-aware", "--blocks-per-worker", "0"])
+    assert "blocks_per_worker" in capsys.readouterr().err

@@ -15,7 +15,8 @@ Install with ``pip install 'bounded-router[aiohttp]'``. :meth:`AiohttpProxy.hand
 
 Per request the handler checks the request (path, header size, body size; see
 :class:`~bounded_router.integrations.options.ProxyOptions`), reads the whole body, then routes
-from the incoming headers (docs/contract.md, "Inputs and precedence") and sends the request to the chosen
+from the incoming headers (docs/contract.md, "Inputs and precedence"; with ``prefix_blocks="text"``
+also from the prompt in the body, see :class:`ProxyOptions`) and sends the request to the chosen
 worker: the raw path and query byte for byte, the client's headers minus hop-by-hop ones, nothing
 added but ``Host`` and ``Content-Length``. The client session keeps no cookies. The worker's
 status, headers and body are streamed back as they arrive. The lease is held until the body has
@@ -56,6 +57,7 @@ from ._forwarding import (
     worker_failed,
     worker_target,
 )
+from ._prompt import request_prefix_blocks
 from .options import ProxyOptions
 
 try:
@@ -186,7 +188,8 @@ class AiohttpProxy:
         except ConnectionError:
             return web.Response(status=499)  # the client left during its upload; nobody reads this
         try:
-            lease = self.router.route(headers=request.headers)
+            blocks = await request_prefix_blocks(body, self.options, asyncio.to_thread)
+            lease = self.router.route(headers=request.headers, prefix_blocks=blocks)
         except NoWorkerAvailableError as e:
             return _json(503, no_worker_body(e))
         ending = "failed"

@@ -20,7 +20,8 @@ it::
 
 Per request the helper checks the request (path, header size, body size; see
 :class:`~bounded_router.integrations.options.ProxyOptions`), reads the whole body, then routes
-from the incoming headers (docs/contract.md, "Inputs and precedence") and sends the request to the chosen
+from the incoming headers (docs/contract.md, "Inputs and precedence"; with ``prefix_blocks="text"``
+also from the prompt in the body, see :class:`ProxyOptions`) and sends the request to the chosen
 worker: the raw path and query byte for byte (relative to the mount path), the client's headers
 minus hop-by-hop ones, nothing added but ``Host`` and ``Content-Length``. No state is kept
 between clients (no cookie jar). The worker's status, headers and body are streamed back as they
@@ -62,6 +63,7 @@ from ._forwarding import (
     worker_failed,
     worker_target,
 )
+from ._prompt import request_prefix_blocks
 from .options import ProxyOptions
 
 try:
@@ -237,7 +239,8 @@ class ASGIProxy:
         except ClientDisconnect:
             return Response(status_code=499)  # nobody is left to read it
         try:
-            lease = self.router.route(headers=scope["headers"])
+            blocks = await request_prefix_blocks(body, self.options, anyio.to_thread.run_sync)
+            lease = self.router.route(headers=scope["headers"], prefix_blocks=blocks)
         except NoWorkerAvailableError as e:
             return _json(503, no_worker_body(e))
         try:

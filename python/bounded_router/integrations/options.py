@@ -1,4 +1,4 @@
-"""The limits and timeouts of the HTTP proxies, with their defaults (docs/contract.md, "HTTP proxies")."""
+"""The limits, timeouts and prefix option of the HTTP proxies, with their defaults (docs/contract.md, "HTTP proxies")."""
 
 from __future__ import annotations
 
@@ -7,12 +7,16 @@ import math
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Tuple
 
+from ..prefix import DEFAULT_BYTES_PER_BLOCK
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..router import Router
 
 __all__ = ["ProxyOptions", "port_number", "positive_seconds", "router_and_options"]
 
 MIB = 1024 * 1024
+#: The values of ``prefix_blocks``: off, or blocks of the body's prompt text.
+PREFIX_BLOCK_MODES = ("off", "text")
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,11 @@ class ProxyOptions:
         idle_timeout: seconds a worker's response stream may send nothing before it is cut.
         expose_routing_headers: name the chosen worker and branch to clients, in
             ``X-Bounded-Router-Worker``/``-Branch`` response headers and in error bodies.
+        prefix_blocks: ``"text"`` derives prefix block hashes from an OpenAI-style JSON body
+            (``messages`` or ``prompt``, see :func:`~bounded_router.text_prefix_blocks`) and
+            routes with them, for the ``cache_aware`` policy; ``"off"`` (the default) does not
+            read the body. A body without a prompt is routed without blocks.
+        prefix_block_bytes: UTF-8 bytes per block with ``prefix_blocks="text"``.
     """
 
     max_body_size: int = 4 * MIB
@@ -39,11 +48,16 @@ class ProxyOptions:
     first_byte_timeout: float = 600.0
     idle_timeout: float = 300.0
     expose_routing_headers: bool = False
+    prefix_blocks: str = "off"
+    prefix_block_bytes: int = DEFAULT_BYTES_PER_BLOCK
 
     def __post_init__(self) -> None:
         for field in fields(self):
             value = getattr(self, field.name)
-            if field.type == "bool":
+            if field.type == "str":
+                if value not in PREFIX_BLOCK_MODES:
+                    raise ValueError("%s must be one of %s, not %r" % (field.name, ", ".join(PREFIX_BLOCK_MODES), value))
+            elif field.type == "bool":
                 if not isinstance(value, bool):
                     raise TypeError("%s must be True or False, not %r" % (field.name, value))
             elif field.type == "int":
@@ -61,6 +75,8 @@ class ProxyOptions:
             default = getattr(defaults, field.name)
             if field.type == "bool":
                 parser.add_argument(flag, action="store_true", help=_HELP[field.name])
+            elif field.type == "str":
+                parser.add_argument(flag, choices=PREFIX_BLOCK_MODES, default=default, help=_HELP[field.name] + " (default: %(default)s)")
             else:
                 kind = int if field.type == "int" else float
                 parser.add_argument(flag, type=kind, default=default, help=_HELP[field.name] + " (default: %(default)s)")
@@ -79,6 +95,8 @@ _HELP = {
     "first_byte_timeout": "seconds for a worker to start its response; then 504",
     "idle_timeout": "seconds a worker's response may stream nothing before it is cut",
     "expose_routing_headers": "name the chosen worker and branch in response headers and error bodies",
+    "prefix_blocks": "'text': route with prefix block hashes of the JSON body's messages or prompt (for cache_aware)",
+    "prefix_block_bytes": "UTF-8 bytes per prefix block with --prefix-blocks text",
 }
 
 

@@ -170,6 +170,8 @@ class ReplayResult(CacheAndLatency):
             "spill_target": self.policy.spill_target,
             "key_memory": self.policy.key_memory,
             "weights": self.policy.weights,
+            "blocks_per_worker": self.policy.blocks_per_worker,
+            "keyed": self.policy.keyed,
             "requests": self.requests,
             "mean_ttft_ms": self.mean_ttft_ms,
             "p99_ttft_ms": self.p99_ttft_ms,
@@ -210,7 +212,7 @@ class _Run:
         self.events = [((r.timestamp_ms - start) * self.scale, i, _ARRIVE, i, 0) for i, r in enumerate(trace.requests)]
         heapq.heapify(self.events)
         self.order = len(self.events)
-        self.routing = make_routing(policy, urls, self.workers, config.seed)
+        self.routing = make_routing(policy, urls, self.workers, config.seed, self.capacity)
         self.ttfts: List[float] = []
         self.placements = [-1] * len(trace.requests)
         self.cached = self.prompt = 0

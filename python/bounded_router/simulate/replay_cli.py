@@ -15,7 +15,12 @@ from .replay_policies import WEIGHTS, ReplayPolicy
 from .report import json_value
 from .trace import Trace, TraceError, load_trace
 
-__all__ = ["main", "replay_policies", "wants_replay"]
+__all__ = ["DEFAULT_CACHE_AWARE_GAP", "DEFAULT_CACHE_AWARE_SKEW", "main", "replay_policies", "wants_replay"]
+
+#: The settings of the cache_aware rows unless told: the best of the sweep in
+#: docs/trace-replay.md ("cache_aware against the oracle").
+DEFAULT_CACHE_AWARE_GAP = 8
+DEFAULT_CACHE_AWARE_SKEW = 1.0
 
 #: The token-weighted rows' min_load_gap unless --token-gaps: this many mean prompts of the trace.
 TOKEN_GAP_MEAN_PROMPTS = 4
@@ -129,6 +134,36 @@ def _parser() -> argparse.ArgumentParser:
         metavar="LIST",
         help="also replay these of SMG's policies, e.g. power_of_two,least_load,manual (default: none)",
     )
+    pol.add_argument(
+        "--cache-aware",
+        action="store_true",
+        help="add cache_aware rows (one per --cache-aware-gaps) routed by the trace's hash_ids as prefix blocks alone",
+    )
+    pol.add_argument(
+        "--cache-aware-keyed",
+        action="store_true",
+        help="add cache_aware rows routed by the routing key as well as the blocks (ties then follow the key's ring)",
+    )
+    pol.add_argument(
+        "--cache-aware-gaps",
+        type=_int_list,
+        default=[DEFAULT_CACHE_AWARE_GAP],
+        metavar="LIST",
+        help="min_load_gap of the cache_aware rows (default %d)" % DEFAULT_CACHE_AWARE_GAP,
+    )
+    pol.add_argument(
+        "--cache-aware-skew",
+        type=float,
+        default=DEFAULT_CACHE_AWARE_SKEW,
+        help="max_load_skew of the cache_aware rows (default %g)" % DEFAULT_CACHE_AWARE_SKEW,
+    )
+    pol.add_argument(
+        "--blocks-per-worker",
+        type=int,
+        default=None,
+        metavar="N",
+        help="blocks_per_worker of the cache_aware rows (default: each simulated worker's cache capacity)",
+    )
     costs = parser.add_argument_group("step costs (ms)")
     costs.add_argument("--step-ms", type=float, default=c.step_ms, help="fixed cost of a step")
     costs.add_argument("--prefill-ms-per-token", type=float, default=c.prefill_ms_per_token)
@@ -147,10 +182,17 @@ def replay_policies(
     token_gaps: Sequence[int] = (),
     token_skew: float = DEFAULT_TOKEN_SKEW,
     smg_policies: Sequence[str] = (),
+    *,
+    cache_aware: bool = False,
+    cache_aware_keyed: bool = False,
+    cache_aware_gaps: Sequence[int] = (DEFAULT_CACHE_AWARE_GAP,),
+    cache_aware_skew: float = DEFAULT_CACHE_AWARE_SKEW,
+    blocks_per_worker: Optional[int] = None,
 ) -> List[ReplayPolicy]:
     """The rows of a replay: the baselines, SMG's policies asked for, strict and bounded hashing
     (also with the library's options, when any is set, and with token weights for each of
-    ``token_gaps``), the oracles."""
+    ``token_gaps``), cache_aware (by blocks alone and/or keyed, for each of ``cache_aware_gaps``),
+    the oracles."""
     rows = [ReplayPolicy("random"), ReplayPolicy("round_robin"), ReplayPolicy("consistent_hashing")]
     rows += [ReplayPolicy(name) for name in smg_policies]
     rows += [ReplayPolicy("bounded_consistent_hashing", gap, skew) for gap in gaps]
@@ -161,6 +203,12 @@ def replay_policies(
     rows += [
         ReplayPolicy("bounded_consistent_hashing", gap, token_skew, spill_target=spill_target, key_memory=key_memory, weights="tokens")
         for gap in token_gaps
+    ]
+    keyed_rows = ([False] if cache_aware else []) + ([True] if cache_aware_keyed else [])
+    rows += [
+        ReplayPolicy("cache_aware", gap, cache_aware_skew, blocks_per_worker=blocks_per_worker, keyed=keyed)
+        for keyed in keyed_rows
+        for gap in cache_aware_gaps
     ]
     rows += [ReplayPolicy("oracle", margin=margin) for margin in margins]
     return rows
@@ -219,11 +267,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             _token_gaps(args, trace),
             args.token_skew,
             args.smg_policies,
+            cache_aware=args.cache_aware,
+            cache_aware_keyed=args.cache_aware_keyed,
+            cache_aware_gaps=args.cache_aware_gaps,
+            cache_aware_skew=args.cache_aware_skew,
+            blocks_per_worker=args.blocks_per_worker,
         )
         for policy in policies:  # let the library judge the settings before anything runs
-            spec = policy.library_spec()
-            if spec is not None:
-                spec.make_router(["http://check"]).close()
+            router = policy.make_router(["http://check"], 1)
+            if router is not None:
+                router.close()
     except OSError as e:
         parser.error("cannot read the trace: %s" % e)
     except (TraceError, ValueError) as e:

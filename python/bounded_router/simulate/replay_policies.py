@@ -2,7 +2,10 @@
 
 Every row counts its requests in a real :class:`~bounded_router.Router` (a lease from arrival to
 the last output token), so the library's policies see the loads a proxy would. The library's
-policies choose with ``router.route(key)``. ``random`` draws from the replay's seeded generator
+policies choose with ``router.route(key)``; ``cache_aware`` with
+``router.route(prefix_blocks=hash_ids)`` (and the key too when ``keyed``): a trace's block ids
+already name whole prefixes (block *i* stands for the prefix through block *i*), which is what
+chained hashes give, so they are passed as they are. ``random`` draws from the replay's seeded generator
 and counts with ``router.acquire`` (same distribution, repeatable figures; it predates
 ``RandomConfig(seed=...)`` and is kept so the figures of docs/trace-replay.md stay reproducible).
 The ``oracle`` chooses in Python and counts with ``acquire`` on a ``consistent_hashing`` router,
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Hashable, List, Optional, Sequence, Tuple
 
 from ..lease import Lease
+from ..policy import CacheAwareConfig
 from ..router import Router
 from .engine import PolicySpec
 from .oracle import DEFAULT_MARGIN, oracle_choice
@@ -28,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ReplayPolicy", "DEFAULT_REPLAY_POLICIES", "Routing", "WEIGHTS", "make_routing"]
 
-_LIBRARY = ("random", "round_robin", "consistent_hashing", "bounded_consistent_hashing", "power_of_two", "least_load", "manual")
+_LIBRARY = ("random", "round_robin", "consistent_hashing", "bounded_consistent_hashing", "power_of_two", "least_load", "manual", "cache_aware")
 #: What a lease weighs: one unit per request (the library's default), or the request's prompt tokens.
 WEIGHTS = ("requests", "tokens")
 
@@ -39,7 +43,9 @@ class ReplayPolicy:
 
     ``min_load_gap``, ``max_load_skew``, ``spill_target``, ``key_memory`` and ``weights`` apply to
     ``bounded_consistent_hashing`` (with ``weights="tokens"`` the gap is in prompt tokens);
-    ``margin`` to the oracle.
+    ``min_load_gap`` and ``max_load_skew`` to ``cache_aware`` too, and ``blocks_per_worker`` and
+    ``keyed`` (route with the routing key as well as the blocks) to ``cache_aware`` only
+    (``blocks_per_worker`` None: each simulated worker's cache capacity); ``margin`` to the oracle.
     """
 
     policy: str
@@ -49,6 +55,8 @@ class ReplayPolicy:
     spill_target: str = "clockwise"
     key_memory: int = 0
     weights: str = "requests"
+    blocks_per_worker: Optional[int] = None
+    keyed: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in _LIBRARY + ("oracle",):
@@ -62,18 +70,39 @@ class ReplayPolicy:
                 raise ValueError("the oracle's margin must be an integer >= 0, got %r" % (self.margin,))
         elif self.margin is not None:
             raise ValueError("margin applies only to the oracle, not %s" % self.policy)
-        self.library_spec()  # validates the gap and skew of the library's rows
+        if (self.blocks_per_worker is not None or self.keyed) and self.policy != "cache_aware":
+            raise ValueError("blocks_per_worker and keyed apply only to cache_aware, not %s" % self.policy)
+        if self.policy == "cache_aware":
+            if self.min_load_gap is None or self.max_load_skew is None:
+                raise ValueError("cache_aware needs min_load_gap and max_load_skew")
+        else:
+            self.library_spec()  # validates the gap and skew of the library's rows
 
     def library_spec(self) -> Optional[PolicySpec]:
-        """The library policy of this row, or None for the oracle."""
-        if self.policy == "oracle":
+        """The library policy of this row as the synthetic simulator knows it, or None for
+        ``cache_aware`` (see :meth:`make_router`) and the oracle."""
+        if self.policy in ("oracle", "cache_aware"):
             return None
         return PolicySpec(
             self.policy, self.min_load_gap, self.max_load_skew, spill_target=self.spill_target, key_memory=self.key_memory
         )
 
+    def make_router(self, urls: List[str], cache_blocks: int) -> Optional[Router]:
+        """A router of this row's library policy over ``urls`` (validated by the library: a bad
+        setting raises ValueError), or None for the oracle. ``cache_blocks`` is each simulated
+        worker's cache capacity, cache_aware's default ``blocks_per_worker``."""
+        if self.policy == "cache_aware":
+            assert self.max_load_skew is not None and self.min_load_gap is not None
+            blocks = cache_blocks if self.blocks_per_worker is None else self.blocks_per_worker
+            return Router(urls, CacheAwareConfig(max_load_skew=self.max_load_skew, min_load_gap=self.min_load_gap, blocks_per_worker=blocks))
+        spec = self.library_spec()
+        return spec.make_router(urls) if spec is not None else None
+
     @property
     def label(self) -> str:
+        if self.policy == "cache_aware":
+            blocks = "" if self.blocks_per_worker is None else " blocks=%d" % self.blocks_per_worker
+            return "cache_aware gap=%d skew=%g%s%s" % (self.min_load_gap or 0, self.max_load_skew or 0, blocks, " keyed" if self.keyed else "")
         if self.policy == "oracle":
             return "oracle margin=%d" % (self.margin or 0)
         spec = self.library_spec()
@@ -116,6 +145,16 @@ class Routing:
         return url
 
 
+class _CacheAwareRouting(Routing):
+    def __init__(self, router: Router, urls: List[str], keyed: bool) -> None:
+        super().__init__(router, urls)
+        self.keyed = keyed
+
+    def route(self, key: str, blocks: Sequence[Hashable], input_tokens: int) -> Tuple[Lease, bool]:
+        lease = self.router.route(key if self.keyed else None, prefix_blocks=blocks)  # type: ignore[arg-type]  # trace ids are ints
+        return lease, lease.spilled
+
+
 class _RandomRouting(Routing):
     def __init__(self, router: Router, urls: List[str], seed: int) -> None:
         super().__init__(router, urls)
@@ -143,11 +182,15 @@ class _OracleRouting(Routing):
         self.loads[worker] -= 1
 
 
-def make_routing(policy: ReplayPolicy, urls: List[str], workers: "Sequence[BatchingWorker]", seed: int) -> Routing:
-    """The routing of a row over ``urls`` (the caller closes ``routing.router``)."""
-    spec = policy.library_spec()
-    if spec is not None and spec.policy != "random":
-        return Routing(spec.make_router(urls), urls, token_weights=policy.weights == "tokens")
+def make_routing(policy: ReplayPolicy, urls: List[str], workers: "Sequence[BatchingWorker]", seed: int, cache_blocks: int) -> Routing:
+    """The routing of a row over ``urls`` whose simulated caches hold ``cache_blocks`` blocks each
+    (the caller closes ``routing.router``)."""
+    if policy.policy not in ("oracle", "random"):
+        library_router = policy.make_router(urls, cache_blocks)
+        assert library_router is not None
+        if policy.policy == "cache_aware":
+            return _CacheAwareRouting(library_router, urls, policy.keyed)
+        return Routing(library_router, urls, token_weights=policy.weights == "tokens")
     router = Router(urls, policy="consistent_hashing")
     if policy.policy == "random":
         return _RandomRouting(router, urls, seed)

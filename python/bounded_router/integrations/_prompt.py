@@ -1,0 +1,87 @@
+"""The prompt of an OpenAI-style request body as prefix block hashes, for the proxies'
+``prefix_blocks="text"`` option (docs/contract.md, "HTTP proxies").
+
+The text is what the engine's cache holds in the same order: for ``messages`` (chat) each
+message's role and content, one after the other; for ``prompt`` (completions) the string, or
+the strings of a list joined by newlines. Content parts that are not text (images, audio) are
+taken as their JSON, so that requests with other images part there. A body that is not JSON,
+or has neither field in a usable form (e.g. a prompt of token ids), gives no blocks: the request
+is routed without them, never refused.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Awaitable, Callable, List, Optional
+
+from .._request import MAX_PREFIX_BLOCKS
+from ..prefix import hash_blocks
+from .options import ProxyOptions
+
+__all__ = ["INLINE_BODY_LIMIT", "body_prefix_blocks", "request_prefix_blocks", "prompt_text"]
+
+#: Bodies up to this size are parsed and hashed on the event loop; larger ones in a worker
+#: thread, so that a 4 MiB body does not stall every other request (BENCHMARKS.md has the
+#: costs by body size).
+INLINE_BODY_LIMIT = 64 * 1024
+
+
+def prompt_text(body: bytes) -> Optional[str]:
+    """The prompt text of an OpenAI-style JSON body, or None when it has none."""
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
+        return None
+    if not isinstance(document, dict):
+        return None
+    messages = document.get("messages")
+    if isinstance(messages, list):
+        return "".join(_message_text(m) for m in messages if isinstance(m, dict)) or None
+    prompt = document.get("prompt")
+    if isinstance(prompt, str):
+        return prompt or None
+    if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+        return "\n".join(prompt)
+    return None
+
+
+def _message_text(message: Any) -> str:
+    role = message.get("role")
+    return "%s\n%s\n" % (role if isinstance(role, str) else "", _content_text(message.get("content")))
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    parts = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+            parts.append(part["text"])
+        else:
+            parts.append(json.dumps(part, sort_keys=True))
+    return "".join(parts)
+
+
+def body_prefix_blocks(body: bytes, bytes_per_block: int) -> Optional[List[int]]:
+    """The prefix blocks of a body's prompt text (its first MAX_PREFIX_BLOCKS blocks), or None."""
+    text = prompt_text(body)
+    if text is None:
+        return None
+    data = text.encode("utf-8", "surrogatepass")[: MAX_PREFIX_BLOCKS * bytes_per_block]
+    return hash_blocks(data, bytes_per_block) or None
+
+
+async def request_prefix_blocks(
+    body: bytes, options: ProxyOptions, run_in_thread: Callable[..., Awaitable[Optional[List[int]]]]
+) -> Optional[List[int]]:
+    """The ``prefix_blocks`` argument of :meth:`Router.route` for a body: None when the option is
+    off or the body has no prompt. :func:`body_prefix_blocks` runs in a worker thread
+    (``run_in_thread(function, *args)``, the framework's) when the body is larger than
+    :data:`INLINE_BODY_LIMIT`."""
+    if options.prefix_blocks == "off":
+        return None
+    if len(body) <= INLINE_BODY_LIMIT:
+        return body_prefix_blocks(body, options.prefix_block_bytes)
+    return await run_in_thread(body_prefix_blocks, body, options.prefix_block_bytes)
