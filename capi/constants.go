@@ -98,7 +98,7 @@ func constants() map[string]any {
 			"hash_ring": defaults.Policy.HashRing.String(), "spill_target": defaults.Policy.SpillTarget.String(),
 			"key_memory": defaults.Policy.KeyMemory, "assignment_mode": core.AssignRandom.String(),
 			"max_keys": core.DefaultMaxKeys, "routing_key_headers": core.DefaultRoutingKeyHeaders(),
-			"blocks_per_worker": core.DefaultBlocksPerWorker,
+			"blocks_per_worker": core.DefaultBlocksPerWorker, "cache_threshold": core.DefaultCacheThreshold,
 		},
 		"assignment_modes": core.AssignmentModeNames(),
 		"spill_targets":    core.SpillTargetNames(),

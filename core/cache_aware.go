@@ -12,8 +12,11 @@ package core
 //   - depth is the number of leading blocks of the request each held by some passing worker;
 //     with chained hashes it is the longest prefix a passing worker holds. The candidates are
 //     the passing workers holding block depth-1 (with chained hashes: those holding that prefix).
-//   - With candidates the request goes to one of them (cache_aware_prefix_hit); without, to a
-//     passing worker (cache_aware_key_hit with a routing key, cache_aware_no_match without).
+//   - With candidates, and depth more than cache_threshold of the request's blocks, the request
+//     goes to one of them (cache_aware_prefix_hit); otherwise to any passing worker
+//     (cache_aware_key_hit with a routing key, cache_aware_no_match without). The threshold keeps
+//     a prefix every worker soon holds (a shared system prompt) from deciding alone: without it,
+//     workers that have received nothing never hold it and would never be chosen.
 //     Among several, a routing key (explicit, else implicit) picks the first clockwise from
 //     its ring position, so a key keeps its worker; without a key the least loaded one is
 //     chosen, ties broken clockwise from the position of the request's first block (membership
@@ -45,7 +48,7 @@ func selectCacheAware(v *view, req *Request, keyPos uint64, p *Policy) (int, Bra
 	var chosen int
 	var branch Branch
 	switch {
-	case x.depth > 0:
+	case x.depth > 0 && float64(x.depth) > p.CacheThreshold*float64(len(blocks)):
 		chosen, branch = c.amongCandidates(blocks[x.depth-1]), BranchCacheAwarePrefixHit
 	case c.keyed:
 		chosen, branch = v.ring.first(c.position, c.passesOwner), BranchCacheAwareKeyHit

@@ -10,7 +10,7 @@ import (
 )
 
 func cachePolicy(skew float64, gap int64, blocks int) Policy {
-	return Policy{Kind: PolicyCacheAware, MaxLoadSkew: skew, MinLoadGap: gap, BlocksPerWorker: blocks}
+	return Policy{Kind: PolicyCacheAware, MaxLoadSkew: skew, MinLoadGap: gap, BlocksPerWorker: blocks, CacheThreshold: DefaultCacheThreshold}
 }
 
 // prefixRequest is a request with the blocks and, when key is not empty, an explicit key.
@@ -296,4 +296,51 @@ func TestCacheAwareRouteAllocatesNothingOnceWarm(t *testing.T) {
 		run()
 	}
 	assert.Zero(t, testing.AllocsPerRun(1000, run))
+}
+
+// newConversations routes n requests, each a shared first block and four blocks of its own,
+// holding every lease (a fleet under load), and returns how many each worker received.
+func newConversations(r *Router, n int) []int {
+	received := make([]int, len(r.Workers()))
+	index := map[uint32]int{}
+	for i, w := range r.Workers() {
+		index[w.ID] = i
+	}
+	for c := range n {
+		own := uint64(1000 + 10*c)
+		d := r.Route(prefixRequest("", 1, own, own+1, own+2, own+3))
+		received[index[d.WorkerID]]++
+	}
+	return received
+}
+
+func TestCacheAwareAPrefixEveryWorkerSoonHoldsDoesNotStarveTheOthers(t *testing.T) {
+	// Regression: with any match deciding, the shared first block sent every new conversation
+	// to the workers that already held it, and under the relative bound (the mean, which idle
+	// workers pull down) a worker that had received nothing was never chosen.
+	urls := workerURLs(8)
+	starving := cachePolicy(1.5, 2, 1024)
+	starving.CacheThreshold = 0
+	r := newTestRouter(t, starving, urls)
+	assert.Contains(t, newConversations(r, 64), 0, "without a threshold some worker receives nothing")
+
+	r = newTestRouter(t, cachePolicy(1.5, 2, 1024), urls)
+	received := newConversations(r, 64)
+	assert.NotContains(t, received, 0, "with cache_threshold %v every worker receives new conversations: %v", DefaultCacheThreshold, received)
+	// A follow-up turn (the conversation's blocks and one more) still finds its worker.
+	first := r.Route(prefixRequest("", 1, 1000, 1001, 1002, 1003, 1004))
+	assert.Equal(t, BranchCacheAwarePrefixHit, first.Branch)
+}
+
+func TestCacheAwareAMatchNotOverTheThresholdIsNoHit(t *testing.T) {
+	// The contract's vector: 1 of 4 blocks matched is not more than 0.3 of them.
+	r := newTestRouter(t, cachePolicy(1.5, 2, 64), workerURLs(4))
+	routeTo(t, r, 0, 60)
+	assert.Equal(t, BranchCacheAwareNoMatch, r.Route(prefixRequest("", 60, 61, 62, 63)).Branch)
+	// Two of four is more than 0.3 of them: a prefix hit on the holder.
+	r = newTestRouter(t, cachePolicy(1.5, 2, 64), workerURLs(4))
+	routeTo(t, r, 0, 60, 61)
+	d := r.Route(prefixRequest("", 60, 61, 62, 63))
+	assert.Equal(t, BranchCacheAwarePrefixHit, d.Branch)
+	assert.Equal(t, workerURLs(4)[0], d.WorkerURL)
 }

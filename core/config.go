@@ -34,6 +34,10 @@ const (
 // KV cache in blocks of 16 tokens, a large GPU's worth (docs/contract.md, "cache_aware").
 const DefaultBlocksPerWorker = 1 << 15
 
+// DefaultCacheThreshold is cache_aware's default cache_threshold, SMG's default: a prefix hit
+// needs more than 30% of the request's blocks matched.
+const DefaultCacheThreshold = 0.3
+
 var (
 	virtualNodesRule   = fmt.Sprintf("from 1 to %d", MaxVirtualNodes)
 	spillTargetRule    = strings.Join(spillTargetNames[:], ", ")
@@ -125,6 +129,9 @@ func (p *Policy) Validate() error {
 		if p.BlocksPerWorker < 1 || p.BlocksPerWorker > MaxBlocksPerWorker {
 			return invalid("blocks_per_worker must be an integer %s, got %d", blocksRule, p.BlocksPerWorker)
 		}
+		if !(p.CacheThreshold >= 0 && p.CacheThreshold <= 1) {
+			return invalid("cache_threshold must be a number from 0.0 to 1.0, got %v", p.CacheThreshold)
+		}
 		return nil
 	}
 	if int(p.SpillTarget) >= len(spillTargetNames) {
@@ -184,6 +191,8 @@ type policyJSON struct {
 	KeyMemory   json.RawMessage `json:"key_memory,omitempty"`
 	Seed        json.RawMessage `json:"seed,omitempty"`
 	Blocks      json.RawMessage `json:"blocks_per_worker,omitempty"`
+	// CacheThreshold is cache_aware's, named as SMG's.
+	CacheThreshold json.RawMessage `json:"cache_threshold,omitempty"`
 	// AssignmentMode and MaxKeys are manual's.
 	AssignmentMode json.RawMessage `json:"assignment_mode,omitempty"`
 	MaxKeys        json.RawMessage `json:"max_keys,omitempty"`
@@ -265,8 +274,8 @@ func ParsePolicy(data []byte) (Policy, error) {
 	if kind != PolicyBoundedConsistentHashing && (raw.SpillTarget != nil || raw.KeyMemory != nil) {
 		return Policy{}, invalid("spill_target and key_memory apply only to bounded_consistent_hashing, not %s", kind)
 	}
-	if kind != PolicyCacheAware && raw.Blocks != nil {
-		return Policy{}, invalid("blocks_per_worker applies only to cache_aware, not %s", kind)
+	if kind != PolicyCacheAware && (raw.Blocks != nil || raw.CacheThreshold != nil) {
+		return Policy{}, invalid("blocks_per_worker and cache_threshold apply only to cache_aware, not %s", kind)
 	}
 	if kind == PolicyManual {
 		return manualSettings(&raw)
@@ -295,6 +304,11 @@ func ParsePolicy(data []byte) (Policy, error) {
 	if kind == PolicyCacheAware {
 		if policy.BlocksPerWorker, err = intSetting("blocks_per_worker", blocksRule, raw.Blocks, DefaultBlocksPerWorker); err != nil {
 			return Policy{}, err
+		}
+		policy.CacheThreshold = DefaultCacheThreshold
+		// Unmarshalling null into a float64 is a silent no-op; null is not a number.
+		if raw.CacheThreshold != nil && (isNull(raw.CacheThreshold) || json.Unmarshal(raw.CacheThreshold, &policy.CacheThreshold) != nil) {
+			return Policy{}, invalid("cache_threshold must be a number from 0.0 to 1.0, got %s", raw.CacheThreshold)
 		}
 	}
 	return policy, policy.Validate()
@@ -467,7 +481,7 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 		out["max_load_skew"], out["min_load_gap"] = p.MaxLoadSkew, p.MinLoadGap
 	}
 	if p.Kind == PolicyCacheAware {
-		out["blocks_per_worker"] = p.BlocksPerWorker
+		out["blocks_per_worker"], out["cache_threshold"] = p.BlocksPerWorker, p.CacheThreshold
 	}
 	if p.Kind == PolicyBoundedConsistentHashing {
 		if p.SpillTarget != SpillClockwise {
@@ -500,7 +514,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 // fieldNames are the object keys of every JSON form the core reads, spelled exactly.
 var fieldNames = map[string]bool{"worker_urls": true, "policy": true, "virtual_nodes": true, "type": true, "max_load_skew": true, "min_load_gap": true,
 	"spill_target": true, "key_memory": true, "seed": true, "assignment_mode": true, "max_keys": true, "routing_key_headers": true,
-	"blocks_per_worker": true}
+	"blocks_per_worker": true, "cache_threshold": true}
 
 // checkFieldNames refuses object keys that differ from a field name only in case, which
 // encoding/json would take for that field (keys it does not know at all it reports itself).

@@ -471,10 +471,10 @@ func TestParseManualSettingsErrors(t *testing.T) {
 func TestParseConfigCacheAware(t *testing.T) {
 	cfg, err := ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {"type": "cache_aware"}}`))
 	require.NoError(t, err)
-	assert.Equal(t, Policy{Kind: PolicyCacheAware, MaxLoadSkew: DefaultMaxLoadSkew, MinLoadGap: DefaultMinLoadGap, BlocksPerWorker: DefaultBlocksPerWorker}, cfg.Policy)
+	assert.Equal(t, Policy{Kind: PolicyCacheAware, MaxLoadSkew: DefaultMaxLoadSkew, MinLoadGap: DefaultMinLoadGap, BlocksPerWorker: DefaultBlocksPerWorker, CacheThreshold: DefaultCacheThreshold}, cfg.Policy)
 
 	cfg, err = ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {"type": "cache_aware", "max_load_skew": 1.25,
-		"min_load_gap": 64, "blocks_per_worker": 100, "hash_ring": "smg"}}`))
+		"min_load_gap": 64, "blocks_per_worker": 100, "hash_ring": "smg", "cache_threshold": 0}}`))
 	require.NoError(t, err)
 	want := Policy{Kind: PolicyCacheAware, MaxLoadSkew: 1.25, MinLoadGap: 64, BlocksPerWorker: 100, HashRing: HashRingSMG}
 	assert.Equal(t, want, cfg.Policy)
@@ -495,9 +495,15 @@ func TestParseConfigCacheAware(t *testing.T) {
 		requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "cache_aware", `+field+`}}`,
 			"apply only to bounded_consistent_hashing, not cache_aware")
 	}
+	for _, bad := range []string{`-0.1`, `1.01`, `"0.5"`, `null`, `true`} {
+		requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "cache_aware", "cache_threshold": `+bad+`}}`,
+			"cache_threshold must be a number from 0.0 to 1.0", bad)
+	}
 	for _, policy := range []string{"random", "round_robin", "consistent_hashing", "bounded_consistent_hashing"} {
-		requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "`+policy+`", "blocks_per_worker": 8}}`,
-			"blocks_per_worker applies only to cache_aware, not "+policy)
+		for _, field := range []string{`"blocks_per_worker": 8`, `"cache_threshold": 0.5`} {
+			requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "`+policy+`", `+field+`}}`,
+				"blocks_per_worker and cache_threshold apply only to cache_aware, not "+policy)
+		}
 	}
 	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "cache_aware", "Blocks_Per_Worker": 8}}`, "case-sensitive")
 

@@ -61,7 +61,7 @@ func (k PolicyKind) bounds() bool {
 
 // Policy is a policy kind with its settings. MaxLoadSkew and MinLoadGap are used by
 // bounded_consistent_hashing and cache_aware, SpillTarget and KeyMemory by
-// bounded_consistent_hashing only, BlocksPerWorker by cache_aware only, AssignmentMode and
+// bounded_consistent_hashing only, BlocksPerWorker and CacheThreshold by cache_aware only, AssignmentMode and
 // MaxKeys by manual only; other policies leave them zero. HashRing is set by the policies that
 // place keys on the ring only (the others keep the default, XXH64, which then places
 // only the keys the router counts).
@@ -83,6 +83,9 @@ type Policy struct {
 	MaxKeys int
 	// BlocksPerWorker is how many prefix blocks cache_aware remembers per worker.
 	BlocksPerWorker int
+	// CacheThreshold is the fraction of a request's blocks cache_aware must find matched, strictly
+	// exceeded, for a prefix hit (SMG's cache_threshold).
+	CacheThreshold float64
 }
 
 // selectWorker returns the index of the chosen worker (or -1) and the branch that chose it.

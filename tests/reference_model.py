@@ -233,6 +233,7 @@ class ReferenceRouter:
         max_keys: int = 65536,
         routing_key_headers: Sequence[str] = ("X-SMG-Routing-Key",),
         blocks_per_worker: int = 32768,
+        cache_threshold: float = 0.3,
     ) -> None:
         policy = getattr(policy, "value", policy)  # accept a PolicyType too
         if policy not in POLICIES:
@@ -268,6 +269,7 @@ class ReferenceRouter:
         self.min_load_gap = min_load_gap
         self.virtual_nodes = virtual_nodes
         self.blocks_per_worker = blocks_per_worker
+        self.cache_threshold = cache_threshold
         self.prefix_blocks = 0  # cache_aware's counters
         self.prefix_blocks_matched = 0
         self._depth: int = 0  # the latest cache_aware decision's depth and candidates, for _record
@@ -483,13 +485,15 @@ class ReferenceRouter:
         depth = 0
         while depth < len(blocks) and holders(blocks[depth], passing):
             depth += 1
-        if depth:
+        hit = depth > 0 and depth > self.cache_threshold * len(blocks)  # more than the threshold's share
+        if hit:
             candidates, branch = holders(blocks[depth - 1], passing), "cache_aware_prefix_hit"
         else:
             candidates, branch = passing, "cache_aware_key_hit" if key is not None else "cache_aware_no_match"
         if depth < len(blocks) and holders(blocks[depth], available):
             branch = "cache_aware_balance"
-        self._depth, self._candidates = depth, candidates
+        # A prefix hit's candidates hold the first depth blocks; _record looks any other worker up.
+        self._depth, self._candidates = (depth, candidates) if hit else (0, [])
         if key is not None:
             return next(url for url in self.clockwise(key) if url in candidates), branch
         low = min(self._workers[url].load for url in candidates)

@@ -24,6 +24,7 @@ from .integrations.options import port_number
 from .policy import (
     ASSIGNMENT_MODES,
     DEFAULT_BLOCKS_PER_WORKER,
+    DEFAULT_CACHE_THRESHOLD,
     DEFAULT_HASH_RING,
     DEFAULT_MAX_KEYS,
     DEFAULT_MAX_LOAD_SKEW,
@@ -74,8 +75,9 @@ class RouterArgs:
     ``--min-load-gap`` and ``--balance-rel-threshold`` to ``--max-load-skew`` (SMG compares the
     most loaded worker with the least loaded, here each worker's load is compared with the
     mean); ``--max-tree-size`` (characters over all workers) is replaced by
-    ``--blocks-per-worker``; ``--cache-threshold`` has no equivalent, as any matched prefix
-    counts (docs/contract.md, "cache_aware").
+    ``--blocks-per-worker``; ``--cache-threshold`` is the same flag with the same default, a
+    fraction of the request's blocks here where SMG counts characters (docs/contract.md,
+    "cache_aware").
     """
 
     worker_urls: List[str] = dataclasses.field(default_factory=list)
@@ -93,6 +95,7 @@ class RouterArgs:
     max_keys: int = DEFAULT_MAX_KEYS
     routing_key_headers: List[str] = dataclasses.field(default_factory=lambda: list(DEFAULT_ROUTING_KEY_HEADERS))
     blocks_per_worker: int = DEFAULT_BLOCKS_PER_WORKER
+    cache_threshold: float = DEFAULT_CACHE_THRESHOLD
 
     @staticmethod
     def add_cli_args(
@@ -208,6 +211,13 @@ class RouterArgs:
             default=RouterArgs.blocks_per_worker,
             help="cache_aware: how many prefix blocks to remember per worker, about its KV cache in "
             "blocks (default: %(default)s)",
+        )
+        add(
+            "cache-threshold",
+            type=float,
+            default=RouterArgs.cache_threshold,
+            help="cache_aware: a prefix hit needs more than this fraction of the request's blocks "
+            "matched, from 0.0 to 1.0 (default: %(default)s, as SMG)",
         )
 
     @classmethod

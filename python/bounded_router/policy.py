@@ -44,6 +44,7 @@ __all__ = [
     "MAX_KEYS",
     "SMG_ONLY_POLICIES",
     "DEFAULT_BLOCKS_PER_WORKER",
+    "DEFAULT_CACHE_THRESHOLD",
     "MAX_BLOCKS_PER_WORKER",
 ]
 
@@ -80,6 +81,9 @@ SMG_ONLY_POLICIES = ("bucket", "prefix_hash", "passthrough")
 DEFAULT_BLOCKS_PER_WORKER = 1 << 15
 #: The largest ``blocks_per_worker``.
 MAX_BLOCKS_PER_WORKER = 1 << 20
+#: The fraction of a request's blocks ``cache_aware`` must find matched, strictly exceeded, for a
+#: prefix hit unless configured: SMG's default ``cache_threshold``.
+DEFAULT_CACHE_THRESHOLD = 0.3
 
 
 class PolicyType(Enum):
@@ -164,6 +168,12 @@ def _check_blocks_per_worker(value: Any) -> int:
     ):
         raise ValueError("blocks_per_worker must be an integer from 1 to %d, got %r" % (MAX_BLOCKS_PER_WORKER, value))
     return int(value)
+
+
+def _check_cache_threshold(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError("cache_threshold must be a number from 0.0 to 1.0, got %r" % (value,))
+    return float(value)
 
 
 def _check_key_memory(value: Any) -> int:
@@ -375,8 +385,10 @@ class CacheAwareConfig:
     ``prefix_blocks`` to the worker holding the longest prefix of it among the workers that are
     not clearly overloaded (the bounded test: load above ``max_load_skew`` times the mean *and*
     more than ``min_load_gap`` above the least load, on weighted loads). Ties and requests
-    without a match go by the routing key's ring (``hash_ring``), else to the least loaded. See
-    docs/contract.md, "cache_aware".
+    without a match go by the routing key's ring (``hash_ring``), else to the least loaded. A
+    match counts only when it covers more than ``cache_threshold`` of the request's blocks, so
+    that a prefix every worker soon holds (a shared system prompt) cannot keep new requests off
+    the workers that have received nothing yet. See docs/contract.md, "cache_aware".
 
     Attributes:
         max_load_skew: the relative bound, a finite number >= 1.0 (stored as a float).
@@ -384,6 +396,8 @@ class CacheAwareConfig:
         blocks_per_worker: how many blocks to remember per worker, 1 to
             :data:`MAX_BLOCKS_PER_WORKER`; set it to the worker's KV cache in blocks.
         hash_ring: ``"xxh64"`` (default) or ``"smg"`` (see :data:`HASH_RINGS`).
+        cache_threshold: SMG's name and default (0.3): a prefix hit needs more than this
+            fraction of the request's blocks matched, a number from 0.0 to 1.0.
 
     Raises:
         ValueError: naming the field and its rule when a value breaks it.
@@ -393,12 +407,14 @@ class CacheAwareConfig:
     min_load_gap: int = DEFAULT_MIN_LOAD_GAP
     blocks_per_worker: int = DEFAULT_BLOCKS_PER_WORKER
     hash_ring: str = DEFAULT_HASH_RING
+    cache_threshold: float = DEFAULT_CACHE_THRESHOLD
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_load_skew", _check_max_load_skew(self.max_load_skew))
         object.__setattr__(self, "min_load_gap", _check_min_load_gap(self.min_load_gap))
         object.__setattr__(self, "blocks_per_worker", _check_blocks_per_worker(self.blocks_per_worker))
         _check_hash_ring(self.hash_ring)
+        object.__setattr__(self, "cache_threshold", _check_cache_threshold(self.cache_threshold))
 
     @property
     def policy_type(self) -> PolicyType:
@@ -412,6 +428,7 @@ class CacheAwareConfig:
             "min_load_gap": self.min_load_gap,
             "blocks_per_worker": self.blocks_per_worker,
             "hash_ring": self.hash_ring,
+            "cache_threshold": self.cache_threshold,
         }
 
 
@@ -490,6 +507,7 @@ _SETTINGS: Dict[str, Tuple[Any, Tuple[PolicyType, ...]]] = {
     "assignment_mode": (ASSIGNMENT_MODES[0], (PolicyType.Manual,)),
     "max_keys": (DEFAULT_MAX_KEYS, (PolicyType.Manual,)),
     "blocks_per_worker": (DEFAULT_BLOCKS_PER_WORKER, (PolicyType.CacheAware,)),
+    "cache_threshold": (DEFAULT_CACHE_THRESHOLD, (PolicyType.CacheAware,)),
 }
 
 
@@ -497,7 +515,7 @@ def resolve_policy(policy: Any, **settings: Any) -> PolicyConfig:
     """The typed config of ``policy`` (a :class:`PolicyType`, a policy name or a typed config)
     with the settings given next to it (``max_load_skew``, ``min_load_gap``, ``hash_ring``,
     ``spill_target``, ``key_memory``, ``seed``, ``assignment_mode``, ``max_keys``,
-    ``blocks_per_worker``; None: the default).
+    ``blocks_per_worker``, ``cache_threshold``; None: the default).
 
     A setting the policy does not have is accepted and ignored, as ``sglang_router`` does, so
     that a launcher can switch ``--policy`` while passing the same flags; one

@@ -128,6 +128,8 @@ class Router:
         blocks_per_worker: ``cache_aware``: how many prefix blocks to remember per worker
             (default 32768; docs/contract.md, "cache_aware"). ``max_load_skew`` and
             ``min_load_gap`` apply to ``cache_aware`` too.
+        cache_threshold: ``cache_aware``: a prefix hit needs more than this fraction of the
+            request's blocks matched (default 0.3, SMG's; docs/contract.md, "cache_aware").
 
     Raises:
         ValueError: a setting breaks its rule, an unknown policy name, an empty or duplicate
@@ -154,6 +156,7 @@ class Router:
         max_keys: Optional[int] = None,
         routing_key_headers: Optional[Sequence[str]] = None,
         blocks_per_worker: Optional[int] = None,
+        cache_threshold: Optional[float] = None,
     ) -> None:
         urls = _url_list(worker_urls, "worker_urls")
         self._policy = resolve_policy(
@@ -167,6 +170,7 @@ class Router:
             assignment_mode=assignment_mode,
             max_keys=max_keys,
             blocks_per_worker=blocks_per_worker,
+            cache_threshold=cache_threshold,
         )
         if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int):
             raise ValueError("virtual_nodes must be an integer, got %r" % (virtual_nodes,))
@@ -201,6 +205,7 @@ class Router:
             max_keys=args.max_keys,
             routing_key_headers=args.routing_key_headers,
             blocks_per_worker=args.blocks_per_worker,
+            cache_threshold=args.cache_threshold,
         )
 
     # -- state -------------------------------------------------------------------------------

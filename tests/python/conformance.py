@@ -72,7 +72,8 @@ HEADER_VALUES: List[Any] = [
 ]
 # A policy name, or name/assignment_mode/max_keys for manual; "+session" makes the router read
 # the key from X-Session-Id, then X-SMG-Routing-Key (routing_key_headers).
-POLICIES = ["bounded_consistent_hashing"] * 3 + ["cache_aware"] * 3 + [
+# cache_aware/T sets its cache_threshold to T (else the default, 0.3).
+POLICIES = ["bounded_consistent_hashing"] * 3 + ["cache_aware", "cache_aware/0", "cache_aware/0.6"] + [
     "consistent_hashing",
     "random",
     "round_robin",
@@ -137,8 +138,11 @@ class Differential:
             kwargs["routing_key_headers"] = SESSION_HEADERS
         if policy == "bounded_consistent_hashing":
             kwargs.update(max_load_skew=skew, min_load_gap=gap, spill_target=spill_target, key_memory=key_memory)
-        if policy == "cache_aware":
+        if policy.startswith("cache_aware"):
+            policy, _, threshold = policy.partition("/")
             kwargs.update(max_load_skew=skew, min_load_gap=gap, blocks_per_worker=BLOCKS_PER_WORKER)
+            if threshold:
+                kwargs["cache_threshold"] = float(threshold)
         if policy in ("consistent_hashing", "bounded_consistent_hashing", "cache_aware"):
             kwargs["hash_ring"] = hash_ring
         if policy.startswith("manual/"):

@@ -22,6 +22,7 @@ def test_defaults_and_limits_are_the_library_ones():
     assert policy_module.MAX_BLOCKS_PER_WORKER == constants["limits"]["max_blocks_per_worker"]
     assert CacheAwareConfig() == CacheAwareConfig(1.5, 2, policy_module.DEFAULT_BLOCKS_PER_WORKER, "xxh64")
     assert RouterArgs().blocks_per_worker == policy_module.DEFAULT_BLOCKS_PER_WORKER
+    assert policy_module.DEFAULT_CACHE_THRESHOLD == constants["defaults"]["cache_threshold"] == RouterArgs().cache_threshold
 
 
 @pytest.mark.parametrize(
@@ -35,6 +36,10 @@ def test_defaults_and_limits_are_the_library_ones():
         ({"max_load_skew": 0.9}, "max_load_skew"),
         ({"min_load_gap": -1}, "min_load_gap"),
         ({"hash_ring": "md5"}, "hash_ring"),
+        ({"cache_threshold": 1.5}, "cache_threshold must be a number from 0.0 to 1.0, got 1.5"),
+        ({"cache_threshold": -0.1}, "cache_threshold"),
+        ({"cache_threshold": "0.3"}, "cache_threshold"),
+        ({"cache_threshold": True}, "cache_threshold"),
     ],
 )
 def test_bad_settings_name_the_field(settings, field):
@@ -45,7 +50,7 @@ def test_bad_settings_name_the_field(settings, field):
 
 
 def test_the_config_round_trips_and_reaches_the_library():
-    config = CacheAwareConfig(max_load_skew=1.25, min_load_gap=64, blocks_per_worker=100, hash_ring="smg")
+    config = CacheAwareConfig(max_load_skew=1.25, min_load_gap=64, blocks_per_worker=100, hash_ring="smg", cache_threshold=0.5)
     assert config.policy_type is PolicyType.CacheAware
     assert config_from_dict(config.to_dict()) == config
     with Router(W[:2], policy=config) as router:
@@ -141,3 +146,24 @@ def test_route_many_with_prefix_blocks_equals_successive_routes(make_router):
     assert [(x.worker_url, x.branch) for x in got] == [(x.worker_url, x.branch) for x in want]
     assert batched.statistics() == single.statistics()
     assert any(x.branch == "cache_aware_prefix_hit" for x in got)
+
+
+def test_a_match_at_or_under_the_cache_threshold_is_no_prefix_hit():
+    # Worker 0 holds blocks 1 and 2. A request of 10 blocks sharing them matches 2/10 = 0.2: under
+    # the default threshold (0.3) it goes to the least loaded; with threshold 0 it is a prefix hit.
+    for threshold, branch in ((None, "cache_aware_no_match"), (0.0, "cache_aware_prefix_hit")):
+        with Router(W[:2], policy="cache_aware", cache_threshold=threshold) as router:
+            router.route(prefix_blocks=[1, 2]).release()
+            first = router.route(prefix_blocks=[1, 2])  # the holder again; its lease stays
+            assert first.branch == "cache_aware_prefix_hit"
+            shared = router.route(prefix_blocks=[1, 2] + list(range(100, 108)))
+            assert shared.branch == branch
+            assert (shared.worker_url == first.worker_url) == (branch == "cache_aware_prefix_hit")
+
+
+def test_the_cache_threshold_flag_reaches_the_router():
+    parser = argparse.ArgumentParser()
+    RouterArgs.add_cli_args(parser)
+    args = RouterArgs.from_cli_args(parser.parse_args(["--worker-urls", *W[:2], "--policy", "cache_aware", "--cache-threshold", "0.5"]))
+    with Router.from_args(args) as router:
+        assert router.policy == CacheAwareConfig(cache_threshold=0.5)

@@ -158,7 +158,8 @@ def test_cache_aware_sequences_match_the_model():
         rng = random.Random(1000 + seed)
         workers, _, skew, gap, vnodes, ring, _, _ = random_config(rng)
         workers = workers or URLS[:3]
-        config = (workers, "cache_aware", skew, gap, vnodes, ring, "clockwise", 0)
+        policy = ("cache_aware", "cache_aware/0")[seed % 2]  # SMG's default threshold, and none
+        config = (workers, policy, skew, gap, vnodes, ring, "clockwise", 0)
         operations, branches = run_sequence(config, [random_operation(rng) for _ in range(SEEDED_LENGTH)])
         total += operations
         seen |= branches
