@@ -19,22 +19,18 @@ from __future__ import annotations
 import argparse
 import gc
 import random
+import os
 import sys
 from collections import deque
 from typing import Deque, List
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # memory.py
+
 from bounded_router import Lease, Router
+from memory import rss_kib
 
 WARM_UP = 10_000
 IN_FLIGHT = 64
-
-
-def rss_kib() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS in /proc/self/status")
 
 
 def measure(keys: int, key_memory: int, seed: int) -> List[float]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
@@ -207,6 +207,11 @@ def _check_max_keys(value: Any) -> int:
     return int(value)
 
 
+def _typed_dict(config: Any) -> Dict[str, Any]:
+    """``{"type": name}`` and every setting of a typed config, as the library reads them."""
+    return {"type": config.policy_type.value, **asdict(config)}
+
+
 @dataclass(frozen=True)
 class RandomConfig:
     """Policy ``random``: a uniformly random available worker.
@@ -244,7 +249,7 @@ class RoundRobinConfig:
 
     def to_dict(self) -> Dict[str, Any]:
         """Return ``{"type": "round_robin"}``."""
-        return {"type": PolicyType.RoundRobin.value}
+        return _typed_dict(self)
 
 
 @dataclass(frozen=True)
@@ -266,7 +271,7 @@ class ConsistentHashingConfig:
 
     def to_dict(self) -> Dict[str, Any]:
         """Return ``{"type": "consistent_hashing", "hash_ring": ...}``."""
-        return {"type": PolicyType.ConsistentHashing.value, "hash_ring": self.hash_ring}
+        return _typed_dict(self)
 
 
 @dataclass(frozen=True)
@@ -307,14 +312,7 @@ class BoundedConsistentHashingConfig:
 
     def to_dict(self) -> Dict[str, Any]:
         """Return ``{"type": "bounded_consistent_hashing", "max_load_skew": ..., ...}`` with every setting."""
-        return {
-            "type": PolicyType.BoundedConsistentHashing.value,
-            "max_load_skew": self.max_load_skew,
-            "min_load_gap": self.min_load_gap,
-            "hash_ring": self.hash_ring,
-            "spill_target": self.spill_target,
-            "key_memory": self.key_memory,
-        }
+        return _typed_dict(self)
 
 
 @dataclass(frozen=True)
@@ -328,7 +326,7 @@ class PowerOfTwoConfig:
 
     def to_dict(self) -> Dict[str, Any]:
         """Return ``{"type": "power_of_two"}``."""
-        return {"type": PolicyType.PowerOfTwo.value}
+        return _typed_dict(self)
 
 
 @dataclass(frozen=True)
@@ -342,7 +340,7 @@ class LeastLoadConfig:
 
     def to_dict(self) -> Dict[str, Any]:
         """Return ``{"type": "least_load"}``."""
-        return {"type": PolicyType.LeastLoad.value}
+        return _typed_dict(self)
 
 
 @dataclass(frozen=True)
@@ -373,7 +371,7 @@ class ManualConfig:
 
     def to_dict(self) -> Dict[str, Any]:
         """Return ``{"type": "manual", "assignment_mode": ..., "max_keys": ...}``."""
-        return {"type": PolicyType.Manual.value, "assignment_mode": self.assignment_mode, "max_keys": self.max_keys}
+        return _typed_dict(self)
 
 
 @dataclass(frozen=True)
@@ -422,14 +420,7 @@ class CacheAwareConfig:
 
     def to_dict(self) -> Dict[str, Any]:
         """Return ``{"type": "cache_aware", "max_load_skew": ..., ...}`` with every setting."""
-        return {
-            "type": PolicyType.CacheAware.value,
-            "max_load_skew": self.max_load_skew,
-            "min_load_gap": self.min_load_gap,
-            "blocks_per_worker": self.blocks_per_worker,
-            "hash_ring": self.hash_ring,
-            "cache_threshold": self.cache_threshold,
-        }
+        return _typed_dict(self)
 
 
 #: Any of the typed policy configs.

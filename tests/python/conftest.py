@@ -4,6 +4,8 @@ from typing import Any, Callable, Iterator, List
 
 import pytest
 
+from echo_worker import EchoWorker
+
 from bounded_router import Router
 from support import urls
 
@@ -21,3 +23,14 @@ def make_router() -> Iterator[Callable[..., Router]]:
     yield make
     for router in made:
         router.close()
+
+
+@pytest.fixture
+def worker() -> Iterator[EchoWorker]:
+    """An echo worker on loopback (echo_worker.py), stopped at the end of the test; modules with
+    a worker of another kind define their own."""
+    started = EchoWorker().start()
+    try:
+        yield started
+    finally:
+        started.stop()

@@ -5,7 +5,7 @@ helpers, with echo workers behind them; a body without a usable prompt is routed
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, List, Optional
+from typing import Any, List, Optional
 
 import httpx
 import pytest
@@ -93,15 +93,6 @@ class RecordingRouter:
     def route(self, *args: Any, **kwargs: Any) -> Any:
         self.prefixes.append(kwargs.get("prefix_blocks"))
         return self.router.route(*args, **kwargs)
-
-
-@pytest.fixture
-def worker() -> Iterator[EchoWorker]:
-    started = EchoWorker().start()
-    try:
-        yield started
-    finally:
-        started.stop()
 
 
 def post(client: httpx.Client, url: str, body: bytes) -> Any:

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Iterator, List
+from typing import List
 
 import httpx
 import pytest
@@ -18,15 +18,6 @@ from echo_worker import WAIT_S, EchoWorker
 from bounded_router.testing.fleet import ServerProcess
 
 SERVE = [sys.executable, "-m", "bounded_router.integrations.serve"]
-
-
-@pytest.fixture
-def worker() -> Iterator[EchoWorker]:
-    started = EchoWorker().start()
-    try:
-        yield started
-    finally:
-        started.stop()
 
 
 @pytest.mark.parametrize(
