@@ -21,8 +21,8 @@ import sys
 import threading
 from typing import List, Optional
 
-from .args import RouterArgs
-from .integrations.options import ProxyOptions, port_number, positive_seconds, router_and_options
+from .args import RouterArgs, port_number
+from .integrations.options import ProxyOptions, positive_seconds, router_and_options
 
 __all__ = ["main"]
 

@@ -20,7 +20,6 @@ import dataclasses
 from typing import Any, Dict, List, Optional
 
 from ._encoding import DEFAULT_ROUTING_KEY_HEADERS
-from .integrations.options import port_number
 from .policy import (
     ASSIGNMENT_MODES,
     DEFAULT_BLOCKS_PER_WORKER,
@@ -40,6 +39,17 @@ from .policy import (
 __all__ = ["RouterArgs"]
 
 _POLICY_CHOICES = [member.value for member in PolicyType]
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free port) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a port number" % text) from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError("a port is between 0 and 65535, not %d" % port)
+    return port
+
 
 def _policy_name(text: str) -> str:
     """An argparse type: a policy name; SMG's names this package lacks are refused saying so."""

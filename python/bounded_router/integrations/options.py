@@ -12,7 +12,7 @@ from ..prefix import DEFAULT_BYTES_PER_BLOCK
 if TYPE_CHECKING:  # pragma: no cover
     from ..router import Router
 
-__all__ = ["ProxyOptions", "port_number", "positive_seconds", "router_and_options"]
+__all__ = ["ProxyOptions", "positive_seconds", "router_and_options"]
 
 MIB = 1024 * 1024
 #: The values of ``prefix_blocks``: off, or blocks of the body's prompt text.
@@ -98,17 +98,6 @@ _HELP = {
     "prefix_blocks": "'text': route with prefix block hashes of the JSON body's messages or prompt (for cache_aware)",
     "prefix_block_bytes": "UTF-8 bytes per prefix block with --prefix-blocks text",
 }
-
-
-def port_number(text: str) -> int:
-    """An argparse type: a TCP port, 0 (any free port) to 65535."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("%r is not a port number" % text) from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError("a port is between 0 and 65535, not %d" % port)
-    return port
 
 
 def positive_seconds(text: str) -> float:

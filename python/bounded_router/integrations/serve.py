@@ -22,10 +22,10 @@ import socket
 import sys
 from typing import Any, List, Optional, Tuple
 
-from ..args import RouterArgs
+from ..args import RouterArgs, port_number
 from ..router import Router
 from .asgi import ASGIProxy
-from .options import ProxyOptions, port_number, positive_seconds, router_and_options
+from .options import ProxyOptions, positive_seconds, router_and_options
 
 __all__ = ["create_app", "create_metrics_app", "main"]
 
