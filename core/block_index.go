@@ -107,7 +107,27 @@ func (x *blockIndex) record(w *worker, blocks []uint64) {
 		x.nodes[s].newer, x.nodes[s].older = s, s
 		w.blocks = workerBlocks{sentinel: s, nodes: make(map[uint64]uint32)}
 	}
-	for i := len(blocks) - 1; i >= 0 && x.touch(w, blocks[i], x.known(w, blocks, i)); i-- {
+	for i := len(blocks) - 1; i >= 0; {
+		last := x.known(w, blocks, i)
+		if last == 0 {
+			if !x.touch(w, blocks[i], 0) {
+				return
+			}
+			i--
+			continue
+		}
+		// Touching blocks[i], blocks[i-1], ... one by one, while their known nodes follow each
+		// other in w's list (newest first), only moves that run, unchanged, to the front: move it
+		// at once. The run is contiguous now and has no sentinel, so its nodes are distinct.
+		first := last
+		for i--; i >= 0; i-- {
+			n := x.known(w, blocks, i)
+			if n == 0 || x.nodes[n].older != first {
+				break
+			}
+			first = n
+		}
+		x.moveNewest(w, first, last)
 	}
 }
 
@@ -203,6 +223,16 @@ func (x *blockIndex) release(n uint32) {
 func (x *blockIndex) unlinkRecency(n uint32) {
 	newer, older := x.nodes[n].newer, x.nodes[n].older
 	x.nodes[newer].older, x.nodes[older].newer = older, newer
+}
+
+// moveNewest moves the run of w's list from first to last (first the newer) to its front.
+func (x *blockIndex) moveNewest(w *worker, first, last uint32) {
+	newer, older := x.nodes[first].newer, x.nodes[last].older
+	x.nodes[newer].older, x.nodes[older].newer = older, newer
+	s := w.blocks.sentinel
+	front := x.nodes[s].older
+	x.nodes[first].newer, x.nodes[last].older = s, front
+	x.nodes[front].newer, x.nodes[s].older = last, first
 }
 
 func (x *blockIndex) pushNewest(w *worker, n uint32) {
