@@ -84,6 +84,22 @@ func (x *blockIndex) extendPath(n uint32) {
 	x.depth++
 }
 
+// nextOnPath is the node after the path's last one in its worker's recency list when that node
+// holds block, else 0. A request recorded as a whole lies in its worker's list as a run, its
+// first block most recent, so this finds the holder of the request's next block without a lookup.
+// The path's worker passed the decision's test, which depends only on the worker, so the node
+// counts for the depth as well as the first passing holder would.
+func (x *blockIndex) nextOnPath(block uint64) uint32 {
+	if x.depth == 0 {
+		return 0
+	}
+	p := x.path[x.depth-1]
+	if n := x.nodes[p].older; x.nodes[n].block == block && x.nodes[n].worker == x.nodes[p].worker {
+		return n
+	}
+	return 0
+}
+
 // matched is the number of leading blocks of the request that w holds.
 func (x *blockIndex) matched(w *worker, blocks []uint64) int {
 	for i, b := range blocks {

@@ -39,7 +39,10 @@ func selectCacheAware(v *view, req *Request, keyPos uint64, p *Policy) (int, Bra
 	c.position, c.keyed, c.positioned = tiePosition(v, req, keyPos)
 	blocks := req.PrefixBlocks
 	for x.depth < len(blocks) {
-		n := x.holderWhere(blocks[x.depth], c.passes)
+		n := x.nextOnPath(blocks[x.depth])
+		if n == 0 {
+			n = x.holderWhere(blocks[x.depth], c.passes)
+		}
 		if n == 0 {
 			break
 		}
