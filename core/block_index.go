@@ -84,6 +84,22 @@ func (x *blockIndex) extendPath(n uint32) {
 	x.depth++
 }
 
+// nextOnPath is the node after the path's last one in its worker's recency list when that node
+// holds block, else 0. A request recorded as a whole lies in its worker's list as a run, its
+// first block most recent, so this finds the holder of the request's next block without a lookup.
+// The path's worker passed the decision's test, which depends only on the worker, so the node
+// counts for the depth as well as the first passing holder would.
+func (x *blockIndex) nextOnPath(block uint64) uint32 {
+	if x.depth == 0 {
+		return 0
+	}
+	p := x.path[x.depth-1]
+	if n := x.nodes[p].older; x.nodes[n].block == block && x.nodes[n].worker == x.nodes[p].worker {
+		return n
+	}
+	return 0
+}
+
 // matched is the number of leading blocks of the request that w holds.
 func (x *blockIndex) matched(w *worker, blocks []uint64) int {
 	for i, b := range blocks {
@@ -107,7 +123,27 @@ func (x *blockIndex) record(w *worker, blocks []uint64) {
 		x.nodes[s].newer, x.nodes[s].older = s, s
 		w.blocks = workerBlocks{sentinel: s, nodes: make(map[uint64]uint32)}
 	}
-	for i := len(blocks) - 1; i >= 0 && x.touch(w, blocks[i], x.known(w, blocks, i)); i-- {
+	for i := len(blocks) - 1; i >= 0; {
+		last := x.known(w, blocks, i)
+		if last == 0 {
+			if !x.touch(w, blocks[i], 0) {
+				return
+			}
+			i--
+			continue
+		}
+		// Touching blocks[i], blocks[i-1], ... one by one, while their known nodes follow each
+		// other in w's list (newest first), only moves that run, unchanged, to the front: move it
+		// at once. The run is contiguous now and has no sentinel, so its nodes are distinct.
+		first := last
+		for i--; i >= 0; i-- {
+			n := x.known(w, blocks, i)
+			if n == 0 || x.nodes[n].older != first {
+				break
+			}
+			first = n
+		}
+		x.moveNewest(w, first, last)
 	}
 }
 
@@ -203,6 +239,16 @@ func (x *blockIndex) release(n uint32) {
 func (x *blockIndex) unlinkRecency(n uint32) {
 	newer, older := x.nodes[n].newer, x.nodes[n].older
 	x.nodes[newer].older, x.nodes[older].newer = older, newer
+}
+
+// moveNewest moves the run of w's list from first to last (first the newer) to its front.
+func (x *blockIndex) moveNewest(w *worker, first, last uint32) {
+	newer, older := x.nodes[first].newer, x.nodes[last].older
+	x.nodes[newer].older, x.nodes[older].newer = older, newer
+	s := w.blocks.sentinel
+	front := x.nodes[s].older
+	x.nodes[first].newer, x.nodes[last].older = s, front
+	x.nodes[front].newer, x.nodes[s].older = last, first
 }
 
 func (x *blockIndex) pushNewest(w *worker, n uint32) {

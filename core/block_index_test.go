@@ -150,6 +150,53 @@ func TestBlockIndexAgainstModel(t *testing.T) {
 	checkIndex(t, x, ws)
 }
 
+// Recording after a decision whose path holds the worker's nodes (which record moves as runs)
+// matches the same model, with requests that repeat earlier ones, share their beginnings and
+// repeat blocks.
+func TestBlockIndexRecordAlongThePathAgainstModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	ws := indexedWorkers(3)
+	x := newBlockIndex(10)
+	model := make([][]uint64, len(ws))
+	requests := make([][]uint64, 6)
+	for step := 0; step < 20000; step++ {
+		i := rng.IntN(len(ws))
+		r := rng.IntN(len(requests))
+		switch rng.IntN(8) {
+		case 0:
+			requests[r] = make([]uint64, rng.IntN(12))
+			for j := range requests[r] {
+				requests[r][j] = uint64(rng.IntN(16))
+			}
+		case 1:
+			requests[r] = append(slices.Clone(requests[rng.IntN(len(requests))]), uint64(rng.IntN(16)))
+		}
+		blocks := requests[r]
+		// The path of a decision: w's node of each leading block, or another worker's, or stale.
+		x.depth = 0
+		for _, b := range blocks {
+			n, ok := ws[i].blocks.nodes[b]
+			if !ok || rng.IntN(20) == 0 {
+				break
+			}
+			if rng.IntN(30) == 0 {
+				n = x.nodes[n].older
+			}
+			x.extendPath(n)
+		}
+		x.record(ws[i], blocks)
+		for j := len(blocks) - 1; j >= 0; j-- {
+			model[i] = slices.Insert(slices.DeleteFunc(model[i], func(b uint64) bool { return b == blocks[j] }), 0, blocks[j])
+			model[i] = model[i][:min(len(model[i]), x.capacity)]
+		}
+		require.Equal(t, append([]uint64{}, model[i]...), append([]uint64{}, recency(x, ws[i])...), "step %d", step)
+		if step%100 == 0 {
+			checkIndex(t, x, ws)
+		}
+	}
+	checkIndex(t, x, ws)
+}
+
 func TestBlockIndexRecordAllocatesNothingOnceGrown(t *testing.T) {
 	ws := indexedWorkers(2)
 	x := newBlockIndex(64)

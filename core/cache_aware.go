@@ -24,8 +24,9 @@ package core
 //   - When some available worker holds block depth (a longer prefix) but is overloaded, the
 //     branch is cache_aware_balance instead, whichever worker was chosen.
 //
-// Cost: one index lookup per leading block held by a passing worker plus one, a walk of one
-// holder list, and a ring walk only when several candidates tie under a key.
+// Cost: a step along a recency list per leading block held by a passing worker, and an index
+// lookup only where the blocks leave the list's run (blockIndex.nextOnPath), plus one; a walk of
+// one holder list, and a ring walk only when several candidates tie under a key.
 
 // selectCacheAware is the cache_aware rule; v.blocks is the router's index. It changes nothing
 // but the index's decision scratch (its epoch and depth).
@@ -39,7 +40,10 @@ func selectCacheAware(v *view, req *Request, keyPos uint64, p *Policy) (int, Bra
 	c.position, c.keyed, c.positioned = tiePosition(v, req, keyPos)
 	blocks := req.PrefixBlocks
 	for x.depth < len(blocks) {
-		n := x.holderWhere(blocks[x.depth], c.passes)
+		n := x.nextOnPath(blocks[x.depth])
+		if n == 0 {
+			n = x.holderWhere(blocks[x.depth], c.passes)
+		}
 		if n == 0 {
 			break
 		}
