@@ -138,16 +138,24 @@ func TestBlockIndexAgainstModel(t *testing.T) {
 			blocks[j] = uint64(rng.IntN(12))
 		}
 		x.record(ws[i], blocks)
-		for j := len(blocks) - 1; j >= 0; j-- { // the naive rule: touch every block, last first
-			model[i] = slices.Insert(slices.DeleteFunc(model[i], func(b uint64) bool { return b == blocks[j] }), 0, blocks[j])
-			model[i] = model[i][:min(len(model[i]), x.capacity)]
-		}
-		require.Equal(t, append([]uint64{}, model[i]...), append([]uint64{}, recency(x, ws[i])...), "step %d", step)
-		if step%100 == 0 {
-			checkIndex(t, x, ws)
-		}
+		model[i] = checkRecordAgainstModel(t, x, ws, i, model[i], blocks, step)
 	}
 	checkIndex(t, x, ws)
+}
+
+// checkRecordAgainstModel applies the naive rule to the model of worker i's list (touch every
+// block, last first), compares it with the index's list and, every 100 steps, checks the index.
+func checkRecordAgainstModel(t *testing.T, x *blockIndex, ws []*worker, i int, model, blocks []uint64, step int) []uint64 {
+	t.Helper()
+	for j := len(blocks) - 1; j >= 0; j-- {
+		model = slices.Insert(slices.DeleteFunc(model, func(b uint64) bool { return b == blocks[j] }), 0, blocks[j])
+		model = model[:min(len(model), x.capacity)]
+	}
+	require.Equal(t, append([]uint64{}, model...), append([]uint64{}, recency(x, ws[i])...), "step %d", step)
+	if step%100 == 0 {
+		checkIndex(t, x, ws)
+	}
+	return model
 }
 
 // Recording after a decision whose path holds the worker's nodes (which record moves as runs)
@@ -185,14 +193,7 @@ func TestBlockIndexRecordAlongThePathAgainstModel(t *testing.T) {
 			x.extendPath(n)
 		}
 		x.record(ws[i], blocks)
-		for j := len(blocks) - 1; j >= 0; j-- {
-			model[i] = slices.Insert(slices.DeleteFunc(model[i], func(b uint64) bool { return b == blocks[j] }), 0, blocks[j])
-			model[i] = model[i][:min(len(model[i]), x.capacity)]
-		}
-		require.Equal(t, append([]uint64{}, model[i]...), append([]uint64{}, recency(x, ws[i])...), "step %d", step)
-		if step%100 == 0 {
-			checkIndex(t, x, ws)
-		}
+		model[i] = checkRecordAgainstModel(t, x, ws, i, model[i], blocks, step)
 	}
 	checkIndex(t, x, ws)
 }
