@@ -90,6 +90,9 @@ func TestRouteKeysWithoutWorkers(t *testing.T) {
 }
 
 func TestBatchesAllocateNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's sync.Pool drops buffers at random; make test-go runs this test without it")
+	}
 	r := newTestRouter(t, boundedPolicy(1.5, 2), workerURLs(16))
 	keys := make([][]byte, 64)
 	for i := range keys {
