@@ -281,8 +281,8 @@ class Router:
                 from 1 to ``MAX_LEASE_WEIGHT`` (e.g. the prompt's tokens); None is 1
                 (docs/contract.md, "Weighted leases"). It plays no part in choosing the worker.
             prefix_blocks: the prompt's prefix block hashes in order (integers from 0 to
-                2**64-1, at most ``MAX_PREFIX_BLOCKS``), for policies that read them; today's
-                policies ignore them.
+                2**64-1, at most ``MAX_PREFIX_BLOCKS``; see :func:`~bounded_router.prefix_blocks`);
+                ``cache_aware`` routes by them, the other policies ignore them.
 
         Returns:
             The :class:`Lease`; release it (or use it as a context manager) when the request
