@@ -28,6 +28,18 @@ func bytesArg(p *C.char, n C.size_t, name string) ([]byte, error) {
 	return unsafe.Slice((*byte)(unsafe.Pointer(p)), int(n)), nil
 }
 
+// uint64sArg views the first view of the n values at p (the caller bounds view by n); p may be
+// NULL only when n is 0. name and lenName are the arguments' names in the header.
+func uint64sArg(p *C.uint64_t, n C.size_t, view uint64, name, lenName string) ([]uint64, error) {
+	switch {
+	case n == 0:
+		return nil, nil
+	case p == nil:
+		return nil, invalidArgument("%s is NULL but %s is %d", name, lenName, uint64(n))
+	}
+	return unsafe.Slice((*uint64)(unsafe.Pointer(p)), view), nil
+}
+
 // stringArg is bytesArg copied into a string.
 func stringArg(p *C.char, n C.size_t, name string) (string, error) {
 	b, err := bytesArg(p, n, name)

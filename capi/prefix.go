@@ -6,11 +6,7 @@ package main
 */
 import "C"
 
-import (
-	"unsafe"
-
-	"github.com/bounded-router/bounded-router/core"
-)
+import "github.com/bounded-router/bounded-router/core"
 
 // br_prefix_blocks hashes a prompt into the prefix block hashes cache_aware reads, with the
 // core's chained XXH64 (core.HashPrefixBlocks), so bindings need no hash of their own.
@@ -39,11 +35,5 @@ func br_prefix_blocks(data *C.char, dataLen C.size_t, blockLen C.size_t, out *C.
 // prefixOut views the out_capacity hashes at out; out may be NULL only when out_capacity is 0.
 // Past MaxPrefixBlocks the room is never used, so a larger capacity is cut to it.
 func prefixOut(out *C.uint64_t, capacity C.size_t) ([]uint64, error) {
-	switch {
-	case capacity == 0:
-		return nil, nil
-	case out == nil:
-		return nil, invalidArgument("out is NULL but out_capacity is %d", uint64(capacity))
-	}
-	return unsafe.Slice((*uint64)(unsafe.Pointer(out)), min(uint64(capacity), core.MaxPrefixBlocks)), nil
+	return uint64sArg(out, capacity, min(uint64(capacity), core.MaxPrefixBlocks), "out", "out_capacity")
 }

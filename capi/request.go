@@ -77,13 +77,8 @@ func requestArg(r *core.Router, p *C.br_request) (core.Request, error) {
 
 // prefixBlocksArg views the n block hashes at p; p may be NULL only when n is 0.
 func prefixBlocksArg(p *C.uint64_t, n C.size_t) ([]uint64, error) {
-	switch {
-	case n == 0:
-		return nil, nil
-	case p == nil:
-		return nil, invalidArgument("prefix_blocks is NULL but prefix_blocks_len is %d", uint64(n))
-	case uint64(n) > core.MaxPrefixBlocks:
+	if p != nil && uint64(n) > core.MaxPrefixBlocks {
 		return nil, core.CheckPrefixBlocks(int(min(uint64(n), math.MaxInt)))
 	}
-	return unsafe.Slice((*uint64)(unsafe.Pointer(p)), int(n)), nil
+	return uint64sArg(p, n, uint64(n), "prefix_blocks", "prefix_blocks_len")
 }
