@@ -653,6 +653,7 @@ func TestBranchNames(t *testing.T) {
 		BranchCacheAwareKeyHit:                      "cache_aware_key_hit",
 		BranchCacheAwareBalance:                     "cache_aware_balance",
 		BranchCacheAwareNoMatch:                     "cache_aware_no_match",
+		BranchFailover:                              "failover",
 	}
 	require.Len(t, want, int(NumBranches))
 	for b, s := range want {
