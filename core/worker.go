@@ -12,9 +12,11 @@ type worker struct {
 	healthy, userHealthy, spillable bool
 	probe                           probeState
 	breaker                         breaker
-	// routed counts the leases taken on the worker; outcomes counts how they ended.
+	// routed counts the leases taken on the worker; outcomes counts how they ended; probes
+	// counts its health-check probes, failed and passed.
 	routed   uint64
 	outcomes OutcomeCounts
+	probes   ProbeCounts
 	// removed is set once the worker has left the membership; its leases may still be released.
 	removed bool
 	// outages counts the times the worker stopped being available (turned unhealthy or left);
@@ -63,9 +65,10 @@ type WorkerState struct {
 	// Routed counts every lease taken on the worker, Outcomes how the released ones ended.
 	Routed   uint64        `json:"routed"`
 	Outcomes OutcomeCounts `json:"outcomes"`
+	Probes   ProbeCounts   `json:"probes"`
 }
 
 func (w *worker) state() WorkerState {
 	return WorkerState{URL: w.url, ID: w.id, Healthy: w.healthy, Load: w.load, Requests: w.requests, ActiveKeys: w.activeKeys, IndexedBlocks: len(w.blocks.nodes),
-		Condition: w.condition(), ConsecutiveFailures: w.breaker.failures, Ejections: w.breaker.ejections, Routed: w.routed, Outcomes: w.outcomes}
+		Condition: w.condition(), ConsecutiveFailures: w.breaker.failures, Ejections: w.breaker.ejections, Routed: w.routed, Outcomes: w.outcomes, Probes: w.probes}
 }

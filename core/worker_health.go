@@ -62,6 +62,12 @@ func (o OutcomeCounts) MarshalJSON() ([]byte, error) {
 	return json.Marshal(out)
 }
 
+// ProbeCounts counts a worker's health-check probes.
+type ProbeCounts struct {
+	Passed uint64 `json:"passed"`
+	Failed uint64 `json:"failed"`
+}
+
 // condition is the first of the user's, the probes' and the breaker's verdicts that keeps the
 // worker from being fully available, in that order of precedence.
 func (w *worker) condition() WorkerCondition {
@@ -186,6 +192,11 @@ func (r *Router) ReportProbe(url string, ok bool) error {
 		return unknownWorker(url)
 	}
 	before := w.health()
+	if ok {
+		w.probes.Passed++
+	} else {
+		w.probes.Failed++
+	}
 	w.probe.record(ok, &r.healthCheck)
 	change, changed := r.reassess(w, before)
 	r.mu.Unlock()

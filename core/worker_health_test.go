@@ -137,6 +137,7 @@ func TestProbeThresholdsAndUserPrecedence(t *testing.T) {
 	require.NoError(t, r.SetHealthy(urls[1], true))
 	assert.Equal(t, ConditionUnhealthyProbe, condition(r, urls[1]), "set_healthy(True) does not override failing probes")
 	assert.ErrorIs(t, r.ReportProbe("http://127.0.0.1:1", true), ErrUnknownWorker)
+	assert.Equal(t, ProbeCounts{Passed: 2, Failed: 3}, r.Workers()[0].Probes)
 }
 
 // An ejected worker and one with fresh failures are never spill targets, though their load is
