@@ -1,0 +1,228 @@
+package gateway
+
+import (
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/bounded-router/bounded-router/core"
+)
+
+// contract: Worker failures, "Where a retry goes".
+
+// named is a worker that answers its name, or status when it is not 200.
+func named(t *testing.T, name string, status *atomic.Int32, hits *atomic.Int32) string {
+	return worker(t, func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if s := int(status.Load()); s != http.StatusOK {
+			http.Error(w, name+" failing", s)
+			return
+		}
+		w.Write([]byte(name))
+	}).URL
+}
+
+type fleet struct {
+	urls     []string
+	statuses []*atomic.Int32
+	hits     []*atomic.Int32
+}
+
+func newFleet(t *testing.T, n int) *fleet {
+	f := &fleet{}
+	for i := 0; i < n; i++ {
+		s, h := new(atomic.Int32), new(atomic.Int32)
+		s.Store(http.StatusOK)
+		f.statuses, f.hits = append(f.statuses, s), append(f.hits, h)
+		f.urls = append(f.urls, named(t, "w"+itoa(int64(i)), s, h))
+	}
+	return f
+}
+
+func (f *fleet) index(url string) int {
+	for i, u := range f.urls {
+		if u == url {
+			return i
+		}
+	}
+	return -1
+}
+
+// ringOrder is the key's clockwise order of workers, read off the preferred-worker rule (the
+// first available worker clockwise) by marking each preferred worker unhealthy in turn.
+func ringOrder(t *testing.T, urls []string, key string) []int {
+	r := newRouter(t, urls...)
+	var order []int
+	for range urls {
+		d := r.Select(&core.Request{RoutingKey: []byte(key)})
+		for i, u := range urls {
+			if u == d.WorkerURL {
+				order = append(order, i)
+			}
+		}
+		if err := r.SetHealthy(d.WorkerURL, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return order
+}
+
+func keyed(key string) http.Header {
+	return http.Header{"X-Smg-Routing-Key": {key}}
+}
+
+func TestRetryGoesToTheKeysNextRingWorker(t *testing.T) {
+	f := newFleet(t, 4)
+	order := ringOrder(t, f.urls, "session-7")
+	f.statuses[order[0]].Store(http.StatusServiceUnavailable)
+	r := newRouter(t, f.urls...)
+	g := start(t, r, Options{ExposeRoutingHeaders: true})
+	res, body := get(t, g, "/v1/completions", keyed("session-7"))
+	if res.StatusCode != 200 || body != "w"+itoa(int64(order[1])) {
+		t.Fatalf("got %d %q, want w%d (the key's second ring worker)", res.StatusCode, body, order[1])
+	}
+	if b := res.Header.Get(HeaderBranch); b != "failover" {
+		t.Fatalf("branch %q, want failover", b)
+	}
+	waitLeases(t, r, 0)
+	w := r.Workers()[order[0]]
+	if w.Outcomes[core.OutcomeFailure] != 1 || w.Routed != 1 {
+		t.Fatalf("the failing worker: %+v", w)
+	}
+	if n := g.retries[retryStatus].Load(); n != 1 {
+		t.Fatalf("retries by status: %d", n)
+	}
+}
+
+func TestRetryNeverRevisitsATriedWorker(t *testing.T) {
+	f := newFleet(t, 3)
+	for _, s := range f.statuses {
+		s.Store(http.StatusBadGateway)
+	}
+	r := newRouter(t, f.urls...)
+	five := 5
+	g := start(t, r, Options{RetryMaxRetries: &five})
+	res, body := get(t, g, "/x", keyed("k"))
+	if res.StatusCode != http.StatusBadGateway || !strings.Contains(body, "failing") {
+		t.Fatalf("got %d %q: the last worker's own answer", res.StatusCode, body)
+	}
+	for i, h := range f.hits {
+		if h.Load() != 1 {
+			t.Fatalf("worker %d tried %d times, want once each", i, h.Load())
+		}
+	}
+	waitLeases(t, r, 0)
+}
+
+func TestRetriesStopAtTheLimitAndCanBeDisabled(t *testing.T) {
+	f := newFleet(t, 4)
+	for _, s := range f.statuses {
+		s.Store(http.StatusServiceUnavailable)
+	}
+	r := newRouter(t, f.urls...)
+	g := start(t, r, Options{}) // retry_max_retries 2: three tries
+	get(t, g, "/x", keyed("k"))
+	total := int32(0)
+	for _, h := range f.hits {
+		total += h.Load()
+		h.Store(0)
+	}
+	if total != 3 {
+		t.Fatalf("%d tries, want 1 + 2 retries", total)
+	}
+	g2 := start(t, newRouter(t, f.urls...), Options{DisableRetries: true})
+	res, _ := get(t, g2, "/x", keyed("k"))
+	total = 0
+	for _, h := range f.hits {
+		total += h.Load()
+	}
+	if res.StatusCode != http.StatusServiceUnavailable || total != 1 {
+		t.Fatalf("disable_retries: %d after %d tries", res.StatusCode, total)
+	}
+}
+
+func TestConnectionRefusedFailsOver(t *testing.T) {
+	f := newFleet(t, 2)
+	dead := worker(t, func(http.ResponseWriter, *http.Request) {})
+	deadURL := dead.URL
+	dead.Close() // nothing listens on its port now
+	urls := append([]string{deadURL}, f.urls...)
+	r := newRouter(t, urls...)
+	g := start(t, r, Options{})
+	for i := 0; i < 20; i++ {
+		res, body := get(t, g, "/x", keyed("key-"+itoa(int64(i))))
+		if res.StatusCode != 200 || !strings.HasPrefix(body, "w") {
+			t.Fatalf("request %d: %d %q", i, res.StatusCode, body)
+		}
+	}
+	if w := r.Workers()[0]; w.Condition != core.ConditionEjected || w.Outcomes[core.OutcomeFailure] != 5 {
+		t.Fatalf("the dead worker after 20 requests: %+v (5 failures eject it)", w)
+	}
+	waitLeases(t, r, 0)
+}
+
+func TestPushbackIsRetriedAndCountsNeitherWay(t *testing.T) {
+	f := newFleet(t, 2)
+	order := ringOrder(t, f.urls, "p")
+	f.statuses[order[0]].Store(http.StatusTooManyRequests)
+	r := newRouter(t, f.urls...)
+	g := start(t, r, Options{})
+	for i := 0; i < 8; i++ {
+		if res, _ := get(t, g, "/x", keyed("p")); res.StatusCode != 200 {
+			t.Fatalf("status %d", res.StatusCode)
+		}
+	}
+	w := r.Workers()[order[0]]
+	if w.Outcomes[core.OutcomePushback] != 8 || w.Condition != core.ConditionAvailable || w.ConsecutiveFailures != 0 {
+		t.Fatalf("pushback worker: %+v", w)
+	}
+	if n := g.retries[retryPushback].Load(); n != 8 {
+		t.Fatalf("pushback retries %d", n)
+	}
+}
+
+// Once a byte of the answer went to the client, a failing worker is not retried: the client
+// sees the stream cut, and the worker's lease ends as a failure.
+func TestNoRetryAfterTheFirstByte(t *testing.T) {
+	var other atomic.Int32
+	cut := worker(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write([]byte("data: 1\n\n"))
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // the worker drops the connection mid-stream
+	})
+	spare := worker(t, func(w http.ResponseWriter, r *http.Request) { other.Add(1); w.Write([]byte("spare")) })
+	urls := []string{cut.URL, spare.URL}
+	order := ringOrder(t, urls, "s")
+	key := "s"
+	if order[0] != 0 {
+		key = ""
+		for i := 0; i < 1000 && key == ""; i++ {
+			if k := "s" + itoa(int64(i)); ringOrder(t, urls, k)[0] == 0 {
+				key = k
+			}
+		}
+	}
+	r := newRouter(t, urls...)
+	g := start(t, r, Options{})
+	req, _ := http.NewRequest("GET", "http://"+g.Addr()+"/stream", nil)
+	req.Header = keyed(key)
+	res, err := client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	n, _ := res.Body.Read(buf)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.HasPrefix(string(buf[:n]), "data: 1") {
+		t.Fatalf("got %d %q", res.StatusCode, buf[:n])
+	}
+	waitLeases(t, r, 0)
+	if other.Load() != 0 {
+		t.Fatal("the request was sent again after its first byte")
+	}
+	if w := r.Workers()[0]; w.Outcomes[core.OutcomeFailure] != 1 {
+		t.Fatalf("the cut stream's worker: %+v", w.Outcomes)
+	}
+}
