@@ -177,11 +177,11 @@ int32_t br_release_many(uint64_t router, const uint64_t *leases, uint32_t n);
  * after the circuit breaker's threshold; br_release is br_finish with BR_OUTCOME_SUCCESS.
  * Returns 1 if released, 0 if already released or unknown. */
 int32_t br_finish(uint64_t router, uint64_t lease, int32_t outcome);
-/* Routes a retry as br_route does with a lease, never to the workers whose URLs the JSON array
+/* Routes a retry as br_route does with a lease of weight (0 means 1), never to the workers whose URLs the JSON array
  * avoid_json lists (non-members are ignored): a keyed request goes to the next available worker
  * clockwise from its key (BR_BRANCH_FAILOVER), any other where the policy sends it. */
 int32_t br_route_avoiding(uint64_t router, const char *key, size_t key_len, const char *headers, size_t headers_len,
-                          const char *avoid_json, size_t avoid_len, uint64_t *out);
+                          int64_t weight, const char *avoid_json, size_t avoid_len, uint64_t *out);
 
 /* JSON reports, answered as br_constants_json. br_lease_workers_json: {"worker_url",
  * "preferred_url"} of an active lease. br_workers_json: [{"url", "id", "healthy", "load",

@@ -7,7 +7,11 @@ package core
 // a stable second home. A request without a key goes where the policy sends it among the untried
 // workers. A request naming a target worker has no fallback, so it is not routed again; nor is
 // any request once every available worker has been tried (no lease, BranchNoHealthyWorkers).
+// With nothing tried it is Route.
 func (r *Router) RouteAvoiding(req *Request, tried []uint32) Decision {
+	if len(tried) == 0 {
+		return r.Route(req)
+	}
 	key, weight := r.explicitKeyOf(req.RoutingKey), req.leaseWeight()
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -219,7 +219,7 @@ func TestRouteAvoidingFollowsTheKeysRing(t *testing.T) {
 	d := r.RouteAvoiding(&Request{RoutingKey: key}, tried)
 	assert.Equal(t, BranchNoHealthyWorkers, d.Branch, "every worker tried")
 	assert.Zero(t, d.Lease)
-	assert.Equal(t, Decision{Branch: BranchTargetWorkerMiss}, r.RouteAvoiding(&Request{HasTarget: true, TargetIndex: 1}, nil), "a target worker has no fallback")
+	assert.Equal(t, Decision{Branch: BranchTargetWorkerMiss}, r.RouteAvoiding(&Request{HasTarget: true, TargetIndex: 1}, tried[:1]), "a target worker has no fallback")
 	r.Release(first.Lease, false)
 	assert.Equal(t, 0, r.Stats().ActiveLeases)
 	for _, w := range r.Workers() {
