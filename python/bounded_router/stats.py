@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Sequence, Tuple
 
+from .health import OUTCOMES
+
 __all__ = ["WorkerInfo", "Statistics"]
 
 
@@ -43,7 +45,7 @@ class WorkerInfo:
     consecutive_failures: int = 0
     ejections: int = 0
     routed: int = 0
-    outcomes: Mapping[str, int] = field(default_factory=dict)
+    outcomes: Mapping[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     probes_passed: int = 0
     probes_failed: int = 0
 
