@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"context"
 	"io"
+	"math/rand"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -230,5 +233,69 @@ func TestNoRetryAfterTheFirstByte(t *testing.T) {
 	}
 	if w := r.Workers()[0]; w.Outcomes[core.OutcomeFailure] != 1 {
 		t.Fatalf("the cut stream's worker: %+v", w.Outcomes)
+	}
+}
+
+// Seeded random faults (refused connections, 503s, 429s, streams cut after their first byte,
+// clients that leave) over concurrent keyed requests: every lease ends, none leaks, and every
+// request that got a 200 was served by a worker that answered it.
+func TestNoLeaseLeaksUnderRandomFaults(t *testing.T) {
+	rng := rand.New(rand.NewSource(20))
+	var mu sync.Mutex
+	draw := func(n int) int { mu.Lock(); defer mu.Unlock(); return rng.Intn(n) }
+	var urls []string
+	for i := 0; i < 4; i++ {
+		urls = append(urls, worker(t, func(w http.ResponseWriter, r *http.Request) {
+			switch draw(6) {
+			case 0:
+				http.Error(w, "busy", http.StatusServiceUnavailable)
+			case 1:
+				http.Error(w, "slow down", http.StatusTooManyRequests)
+			case 2:
+				w.Write([]byte("partial"))
+				w.(http.Flusher).Flush()
+				panic(http.ErrAbortHandler)
+			default:
+				w.Write([]byte("ok"))
+			}
+		}).URL)
+	}
+	dead := worker(t, func(http.ResponseWriter, *http.Request) {})
+	urls = append(urls, dead.URL)
+	dead.Close()
+	r := newRouter(t, urls...)
+	g := start(t, r, Options{})
+	var wg sync.WaitGroup
+	for c := 0; c < 8; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			cl := client()
+			for i := 0; i < 40; i++ {
+				ctx, cancel := context.WithCancel(context.Background())
+				req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+g.Addr()+"/x", nil)
+				req.Header = keyed("k" + itoa(int64(draw(30))))
+				if res, err := cl.Do(req); err == nil {
+					if draw(4) == 0 {
+						cancel() // the client leaves before reading the answer
+					}
+					io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+				}
+				cancel()
+			}
+		}(c)
+	}
+	wg.Wait()
+	waitLeases(t, r, 0)
+	var routed, ended uint64
+	for _, w := range r.Workers() {
+		routed += w.Routed
+		for _, n := range w.Outcomes {
+			ended += n
+		}
+	}
+	if routed != ended || r.Stats().Leaked != 0 {
+		t.Fatalf("%d leases taken, %d ended, %d leaked", routed, ended, r.Stats().Leaked)
 	}
 }

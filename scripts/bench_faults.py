@@ -104,7 +104,7 @@ async def one_request(session: "object", url: str, key: str, stream: bool, timeo
 
     assert isinstance(session, aiohttp.ClientSession)
     sent = time.monotonic()
-    body = {"prompt": "session %s turn" % key, "max_tokens": 8, "stream": stream}
+    body = {"model": "mock-model", "prompt": "session %s turn" % key, "max_tokens": 8, "stream": stream}
     try:
         async with session.post(url + "/v1/completions", json=body, headers={"X-SMG-Routing-Key": key}, timeout=aiohttp.ClientTimeout(total=timeout)) as res:
             text = await res.read()
