@@ -45,6 +45,9 @@ func (c WorkerCondition) String() string {
 	return "unknown_condition"
 }
 
+// Routable reports whether a worker in this condition can be chosen.
+func (c WorkerCondition) Routable() bool { return c == ConditionAvailable || c == ConditionHalfOpen }
+
 // ConditionNames are the conditions' names in the order of their codes.
 func ConditionNames() []string { return conditionNames[:] }
 

@@ -1,7 +1,7 @@
 package gateway
 
 import (
-	"errors"
+	"context"
 	"io"
 	"net/http"
 
@@ -10,13 +10,14 @@ import (
 
 // Why a request was sent to another worker (the retries metric's reasons).
 const (
-	retryConnection = iota // the worker refused, reset or closed the connection
-	retryStatus            // the worker answered 502, 503 or 504
-	retryPushback          // the worker answered 429
+	retryConnection  = iota // the worker refused, reset or closed the connection
+	retryStatus             // the worker answered 502, 503 or 504
+	retryPushback           // the worker answered 429
+	retryUnavailable        // the worker stopped being routable while the request waited for it
 	numRetryReasons
 )
 
-var retryReasonNames = [numRetryReasons]string{"connection", "status", "pushback"}
+var retryReasonNames = [numRetryReasons]string{"connection", "status", "pushback", "unavailable"}
 
 // maxDiscard is how much of a failed answer's body is read before its connection is dropped, so
 // that a short error body leaves the connection reusable.
@@ -32,7 +33,7 @@ type failover struct{ g *Gateway }
 func (f failover) RoundTrip(out *http.Request) (*http.Response, error) {
 	g, ex := f.g, exchangeOf(out.Context())
 	for tries := 0; ; tries++ {
-		res, err := g.transport.RoundTrip(out)
+		res, err := g.try(ex, out)
 		outcome, reason := ex.judge(res, err)
 		ex.outcome = outcome
 		if reason < 0 || tries >= g.maxRetries || ex.Err() != nil {
@@ -56,6 +57,20 @@ func (f failover) RoundTrip(out *http.Request) (*http.Response, error) {
 	}
 }
 
+// try sends one try to the exchange's worker, cancelled with errWorkerDown if that worker stops
+// being routable before its response headers arrive.
+func (g *Gateway) try(ex *exchange, out *http.Request) (*http.Response, error) {
+	ctx, cancel := context.WithCancelCause(out.Context())
+	worker := ex.decision.WorkerID
+	g.waiting.add(worker, ex, cancel)
+	res, err := g.transport.RoundTrip(out.WithContext(ctx))
+	g.waiting.remove(worker, ex)
+	if err != nil && context.Cause(ctx) == errWorkerDown {
+		err = errWorkerDown
+	}
+	return res, err
+}
+
 // judge classifies one try and says why it may be retried (-1: it may not). A connection
 // error is retried only when the client is still there and the first-byte timeout has not
 // passed; a timeout before the headers is a failure, not retried (the deadline is spent).
@@ -65,8 +80,8 @@ func (ex *exchange) judge(res *http.Response, err error) (core.Outcome, int) {
 		return core.OutcomeNeutral, -1 // the client left: nothing to say about the worker
 	case err != nil && ex.timedOut.Load():
 		return core.OutcomeFailure, -1
-	case err != nil && errors.Is(err, errNotRetryable):
-		return core.OutcomeFailure, -1
+	case err == errWorkerDown:
+		return core.OutcomeFailure, retryUnavailable
 	case err != nil:
 		return core.OutcomeFailure, retryConnection
 	}
@@ -79,9 +94,6 @@ func (ex *exchange) judge(res *http.Response, err error) (core.Outcome, int) {
 	}
 	return outcome, -1
 }
-
-// errNotRetryable marks transport errors after which the request must not be sent again.
-var errNotRetryable = errors.New("not retryable")
 
 // retargeted is the request to the exchange's new worker: a copy (the transport may still read
 // the old one's body) with the new worker's scheme, host and path prefix and a fresh body.

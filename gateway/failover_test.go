@@ -299,3 +299,63 @@ func TestNoLeaseLeaksUnderRandomFaults(t *testing.T) {
 		t.Fatalf("%d leases taken, %d ended, %d leaked", routed, ended, r.Stats().Leaked)
 	}
 }
+
+// A worker that accepted a request and went silent: once it stops being routable (its probes
+// fail, or the user sets it unhealthy), the requests waiting for its headers go to another worker
+// at once instead of waiting out first_byte_timeout.
+func TestRequestsWaitingOnAWorkerThatGoesDownFailOver(t *testing.T) {
+	hung := make(chan struct{})
+	defer close(hung)
+	var arrived atomic.Int32
+	silent := worker(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived.Add(1)
+		select {
+		case <-hung:
+		case <-r.Context().Done():
+		}
+	}).URL
+	f := newFleet(t, 2)
+	urls := append([]string{silent}, f.urls...)
+	order := ringOrder(t, urls, "h")
+	key := "h"
+	for i := 0; order[0] != 0 && i < 1000; i++ {
+		key = "h" + itoa(int64(i))
+		order = ringOrder(t, urls, key)
+	}
+	r := newRouter(t, urls...)
+	g := start(t, r, Options{ExposeRoutingHeaders: true})
+	type answer struct {
+		status int
+		body   string
+		branch string
+	}
+	answers := make(chan answer, 3)
+	for i := 0; i < 3; i++ {
+		go func() {
+			req, _ := http.NewRequest("GET", "http://"+g.Addr()+"/x", nil)
+			req.Header = keyed(key)
+			res, err := client().Do(req)
+			if err != nil {
+				answers <- answer{status: -1, body: err.Error()}
+				return
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			answers <- answer{res.StatusCode, string(body), res.Header.Get(HeaderBranch)}
+		}()
+	}
+	eventually(t, "three requests waiting on the silent worker", func() bool { return arrived.Load() == 3 })
+	if err := r.SetHealthy(silent, false); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		a := <-answers
+		if a.status != 200 || a.body != "w"+itoa(int64(order[1]-1)) || a.branch != "failover" {
+			t.Fatalf("got %+v, want the key's next ring worker w%d", a, order[1]-1)
+		}
+	}
+	waitLeases(t, r, 0)
+	if n := g.retries[retryUnavailable].Load(); n != 3 {
+		t.Fatalf("retries for an unavailable worker: %d", n)
+	}
+}

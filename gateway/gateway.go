@@ -52,6 +52,10 @@ type Gateway struct {
 	// maxRetries is retry_max_retries, 0 with disable_retries; retries counts them by reason.
 	maxRetries int
 	retries    [numRetryReasons]atomic.Uint64
+	// waiting holds the tries waiting for their worker's headers; unsubscribe ends its
+	// subscription to the monitor when the gateway stops.
+	waiting     waiting
+	unsubscribe func()
 	// routingHeaders are the headers read for routing inputs, fixed with the router.
 	routingHeaders []routingHeader
 	transport      *http.Transport
@@ -84,6 +88,7 @@ func New(monitor *health.Monitor, opts Options) (*Gateway, error) {
 	if opts.DisableRetries {
 		g.maxRetries = 0
 	}
+	g.unsubscribe = monitor.Subscribe(g.waiting.workerChanged)
 	g.transport = &http.Transport{
 		Proxy:               nil, // workers are reached directly, never through $HTTP_PROXY
 		DialContext:         (&net.Dialer{Timeout: seconds(opts.ConnectTimeout), KeepAlive: 30 * time.Second}).DialContext,
@@ -182,6 +187,7 @@ func (g *Gateway) shutdown(timeout time.Duration) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	defer g.unsubscribe()
 	drained := g.server.Shutdown(ctx)
 	if drained != nil {
 		g.server.Close() // cancels the requests still running

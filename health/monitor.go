@@ -36,12 +36,31 @@ type Monitor struct {
 	done    sync.WaitGroup
 	// probing are the workers whose probe is still out (a hung worker is not probed twice).
 	probing map[string]bool
+	// subscribers are told every change after it is logged (see Subscribe), by subscription.
+	subscribers map[int]func(core.ConditionChange)
+	subscribed  int
+}
+
+// Subscribe adds a function told about every change of a worker's condition, after the
+// monitor has logged it; the gateway uses it to send the requests still waiting on a worker
+// that stopped being routable to another. The returned function ends the subscription.
+func (m *Monitor) Subscribe(fn func(core.ConditionChange)) (unsubscribe func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.subscribed++
+	id := m.subscribed
+	m.subscribers[id] = fn
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(m.subscribers, id)
+	}
 }
 
 // New attaches a monitor to a router: it becomes the router's condition listener. Call Start to
 // run the probes (when the router has a health check) and Stop when the router is closed.
 func New(r *core.Router, opts Options) *Monitor {
-	m := &Monitor{router: r, clock: opts.Clock, probe: opts.Prober, cfg: r.HealthCheck(), log: opts.Logger, stop: make(chan struct{}), probing: map[string]bool{}}
+	m := &Monitor{router: r, clock: opts.Clock, probe: opts.Prober, cfg: r.HealthCheck(), log: opts.Logger, stop: make(chan struct{}), probing: map[string]bool{}, subscribers: map[int]func(core.ConditionChange){}}
 	if m.clock == nil {
 		m.clock = SystemClock
 	}
@@ -145,14 +164,23 @@ func (m *Monitor) endProbe(url string) {
 func (m *Monitor) changed(c core.ConditionChange) {
 	if c.From == c.To {
 		m.log.Debug("bounded-router: worker failures in a row", "worker", c.URL, "condition", c.To.String(), "consecutive_failures", c.Failures)
-		return
+	} else {
+		attrs := []any{"worker", c.URL, "from", c.From.String(), "to", c.To.String()}
+		if c.To == core.ConditionEjected {
+			attrs = append(attrs, "until", c.Until.Format(time.RFC3339Nano))
+			m.scheduleExpiry(c.Until)
+		}
+		m.log.Warn("bounded-router: worker condition changed", attrs...)
 	}
-	attrs := []any{"worker", c.URL, "from", c.From.String(), "to", c.To.String()}
-	if c.To == core.ConditionEjected {
-		attrs = append(attrs, "until", c.Until.Format(time.RFC3339Nano))
-		m.scheduleExpiry(c.Until)
+	m.mu.Lock()
+	subscribers := make([]func(core.ConditionChange), 0, len(m.subscribers))
+	for _, fn := range m.subscribers {
+		subscribers = append(subscribers, fn)
 	}
-	m.log.Warn("bounded-router: worker condition changed", attrs...)
+	m.mu.Unlock()
+	for _, fn := range subscribers {
+		fn(c)
+	}
 }
 
 // scheduleExpiry makes sure the router's ejections are looked at by until.
