@@ -16,6 +16,9 @@ streamed), and at ``--fault-at`` seconds worker 0 is
 * ``hang``: stopped (SIGSTOP) for ``--fault-for`` seconds, then continued;
 * ``none``: left alone (the reference for latency).
 
+Then ``--burst`` streams at once through each gateway and, ``--settle`` seconds after the last
+ended, the file descriptors each gateway process still holds (idle connections to the workers).
+
 Printed per scenario and gateway: failed requests (a status other than 200, a broken stream or
 no answer within ``--client-timeout``), when the last failure came after the fault began, how
 long after the fault ended worker 0 served a request again, the p99 latency of the requests that
@@ -210,6 +213,41 @@ def scenario_run(args: argparse.Namespace, smg: str, scenario: str) -> List[Run]
         workers.stop()
 
 
+def open_fds(pid: int) -> int:
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def burst_fds(args: argparse.Namespace, smg: str) -> Dict[str, int]:
+    """Descriptors each gateway holds ``--settle`` s after ``--burst`` concurrent streams ended."""
+    workers = MockWorkers(4, args.time_scale)
+    ours: Optional[ServerProcess] = None
+    theirs: Optional[Gateway] = None
+    try:
+        ours = ServerProcess("gateway", "bounded_router", ["serve", "--port", "0", "--worker-urls"] + workers.urls)
+        theirs = Gateway(smg, workers.urls, "consistent_hashing")
+        theirs.wait_ready(workers.urls)
+
+        async def burst(url: str) -> None:
+            import aiohttp
+
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+                start = time.monotonic()
+                await asyncio.gather(*(one_request(session, url, "key-%d" % i, True, args.client_timeout, start) for i in range(args.burst)))
+
+        async def both() -> None:
+            await asyncio.gather(burst(ours.url), burst(theirs.url))
+
+        asyncio.run(both())
+        time.sleep(args.settle)
+        return {"bounded-router": open_fds(ours.process.pid), "smg " + SMG_VERSION: open_fds(theirs.process.pid)}
+    finally:
+        if theirs is not None:
+            theirs.stop()
+        if ours is not None:
+            ours.stop()
+        workers.stop()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
@@ -221,6 +259,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--client-timeout", type=float, default=20.0)
     parser.add_argument("--time-scale", type=float, default=0.01, help="mock worker time scale (default %(default)s)")
     parser.add_argument("--venv", default="/tmp/bounded-router-smg-" + SMG_VERSION, help="scratch venv for smg")
+    parser.add_argument("--burst", type=int, default=1000, help="concurrent streams of the idle-connection check (0: skip)")
+    parser.add_argument("--settle", type=float, default=10.0, help="seconds after the burst before counting descriptors")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
     smg = smg_executable(args.venv)
@@ -251,6 +291,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 ),
                 flush=True,
             )
+    if args.burst:
+        fds = burst_fds(args, smg)
+        for label, n in fds.items():
+            print("burst        %-16s %d concurrent streams, %g s later: %d open file descriptors" % (label, args.burst, args.settle, n), flush=True)
+        rows.append({"scenario": "burst", "fds": fds})
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
