@@ -147,7 +147,7 @@ func (c *cacheChoice) leastLoaded() int {
 	}
 	return c.v.ring.first(c.position, func(owner uint32) bool {
 		w := c.v.workers[owner]
-		return w.healthy && w.load == least
+		return w.spillable && w.load == least
 	})
 }
 

@@ -41,7 +41,7 @@ func (s SpillTarget) find(t *spillTest, position uint64) int {
 	if s == SpillClockwise {
 		return v.ring.first(position, func(owner uint32) bool {
 			w := v.workers[owner]
-			return w.healthy && float64(w.load) <= t.bound
+			return w.spillable && float64(w.load) <= t.bound
 		})
 	}
 	least := t.leastLoad()
@@ -54,6 +54,6 @@ func (s SpillTarget) find(t *spillTest, position uint64) int {
 	}
 	return v.ring.first(position, func(owner uint32) bool {
 		w := v.workers[owner]
-		return w.healthy && w.load == least
+		return w.spillable && w.load == least
 	})
 }

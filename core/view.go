@@ -7,8 +7,10 @@ import "math/rand/v2"
 type view struct {
 	workers []*worker // membership order
 	ring    *ring
-	// available lists the indices (into workers) of healthy workers, in membership order.
-	available []uint32
+	// available lists the indices (into workers) of healthy workers, in membership order;
+	// spillable those of them that take spills and enter the least loads: the trusted ones, or
+	// all of them when none is (contract: Worker failures).
+	available, spillable []uint32
 	// availableLoad is the sum of the loads of the available workers, kept as a running total
 	// so the relative test never has to scan the workers.
 	availableLoad int64
@@ -35,21 +37,21 @@ func (v *view) meanLoad() float64 {
 	return float64(v.availableLoad) / float64(len(v.available))
 }
 
-// minLoad is the smallest load among the available workers. It scans them, so callers use it
+// minLoad is the smallest load among the spillable workers. It scans them, so callers use it
 // only once cheaper tests have passed.
 func (v *view) minLoad() int64 {
-	least := v.workers[v.available[0]].load
-	for _, i := range v.available[1:] {
+	least := v.workers[v.spillable[0]].load
+	for _, i := range v.spillable[1:] {
 		least = min(least, v.workers[i].load)
 	}
 	return least
 }
 
-// leastLoaded is minLoad that also returns the first available worker (in membership order)
+// leastLoaded is minLoad that also returns the first spillable worker (in membership order)
 // carrying the least load and how many do, in the same single scan.
 func (v *view) leastLoaded() (least int64, at, count int) {
 	least = -1
-	for _, i := range v.available {
+	for _, i := range v.spillable {
 		switch load := v.workers[i].load; {
 		case load == least:
 			count++

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/bounded-router/bounded-router/core"
+	"github.com/bounded-router/bounded-router/health"
 )
 
 func TestRoutesByRoutingKeyAsTheRouterDecides(t *testing.T) {
@@ -580,7 +581,7 @@ func TestGracefulShutdownDrains(t *testing.T) {
 		io.WriteString(w, "b")
 	})
 	r := newRouter(t, w.URL)
-	g, err := Start(r, Options{})
+	g, err := Start(health.New(r, health.Options{}), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -613,7 +614,7 @@ func TestGracefulShutdownDrains(t *testing.T) {
 func TestShutdownCutsStreamsPastTheTimeout(t *testing.T) {
 	url, cancelled := blockingWorker(t, true)
 	r := newRouter(t, url)
-	g, err := Start(r, Options{})
+	g, err := Start(health.New(r, health.Options{}), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -680,7 +681,7 @@ func TestEventStreamWithKnownLengthFlushedPerEvent(t *testing.T) {
 func TestAccessLog(t *testing.T) {
 	w := worker(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") })
 	r := newRouter(t, w.URL)
-	g, err := New(r, Options{AccessLog: true})
+	g, err := New(health.New(r, health.Options{}), Options{AccessLog: true})
 	if err != nil {
 		t.Fatal(err)
 	}

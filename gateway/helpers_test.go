@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bounded-router/bounded-router/core"
+	"github.com/bounded-router/bounded-router/health"
 )
 
 // worker starts a loopback worker that the test stops at its end.
@@ -33,7 +34,7 @@ func newRouter(t *testing.T, urls ...string) *core.Router {
 // start serves a gateway on a free loopback port until the test ends.
 func start(t *testing.T, r *core.Router, opts Options) *Gateway {
 	t.Helper()
-	g, err := Start(r, opts)
+	g, err := Start(health.New(r, health.Options{}), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,6 +75,7 @@ BRANCHES = (
     "cache_aware_key_hit",
     "cache_aware_balance",
     "cache_aware_no_match",
+    "failover",
 )
 
 TARGET_HEADER = b"x-smg-target-worker"

@@ -50,6 +50,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     router, options = router_and_options(parser, args)
+    failures = RouterArgs.from_cli_args(args)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -60,6 +61,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             metrics_port=args.metrics_port,
             shutdown_timeout=args.shutdown_timeout,
             access_log=args.access_log,
+            retry_max_retries=failures.retry_config().max_retries,
+            request_timeout_secs=failures.request_timeout_secs,
             **dataclasses.asdict(options),
         )
     except ValueError as e:
