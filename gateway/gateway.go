@@ -15,7 +15,8 @@
 // Expect. The raw path and query are forwarded byte for byte. Streamed answers (server-sent
 // events, chunked bodies) are flushed per write, so each event arrives as the worker sends it.
 // The proxy port never answers /metrics; the router's Prometheus metrics are served on a
-// separate listener when Options.MetricsPort is set.
+// separate listener, the admin listener, when Options.MetricsPort is set. SMG's worker API
+// (workers_api.go) is served there too, and on the proxy port only when asked for.
 package gateway
 
 import (
@@ -55,7 +56,10 @@ type Gateway struct {
 	metrics        *http.Server // nil without a metrics listener
 	metricsLn      net.Listener
 	accessLog      *slog.Logger // nil when access logging is off
-	targets        sync.Map     // worker URL -> *target
+	control        *controlPlane
+	// apiOnProxyPort serves the worker API on the proxy port (keys set, or asked for).
+	apiOnProxyPort bool
+	targets        sync.Map // worker URL -> *target
 	// inflight counts requests inside ServeHTTP; shutdown waits for it to reach 0.
 	inflight atomic.Int64
 	serving  sync.WaitGroup
@@ -73,7 +77,11 @@ func New(router *core.Router, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	g := &Gateway{router: router, opts: opts, routingHeaders: routingHeadersOf(router)}
+	g := &Gateway{router: router, opts: opts, routingHeaders: routingHeadersOf(router), control: newControlPlane(router, opts.ControlPlaneAPIKeys)}
+	g.apiOnProxyPort = len(opts.ControlPlaneAPIKeys) > 0 || opts.WorkerAPIOnProxyPort
+	if opts.WorkerAPIOnProxyPort && len(opts.ControlPlaneAPIKeys) == 0 {
+		g.control.log.Warn("the worker API is open on the proxy port: anyone who reaches it can add and remove workers (set control_plane_api_keys to require a key)")
+	}
 	g.transport = &http.Transport{
 		Proxy:               nil, // workers are reached directly, never through $HTTP_PROXY
 		DialContext:         (&net.Dialer{Timeout: seconds(opts.ConnectTimeout), KeepAlive: 30 * time.Second}).DialContext,
@@ -126,7 +134,7 @@ func Start(router *core.Router, opts Options) (*Gateway, error) {
 			g.listener.Close()
 			return nil, fmt.Errorf("gateway: cannot listen for metrics on %s port %d: %w", g.opts.Host, *g.opts.MetricsPort, err)
 		}
-		g.metrics = &http.Server{Handler: metricsHandler(router), ReadHeaderTimeout: seconds(g.opts.ReadHeaderTimeout), ErrorLog: g.server.ErrorLog}
+		g.metrics = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: seconds(g.opts.ReadHeaderTimeout), ErrorLog: g.server.ErrorLog}
 		g.serve(g.metrics, g.metricsLn)
 	}
 	g.serve(g.server, g.listener)
