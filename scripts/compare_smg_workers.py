@@ -4,7 +4,8 @@
 Not part of CI (it installs SMG into a scratch venv). Run from the repository root with the
 package installed (``make install``)::
 
-    .venv/bin/python scripts/compare_smg_workers.py
+    .venv/bin/python scripts/compare_smg_workers.py                                # prints the table
+    .venv/bin/python scripts/compare_smg_workers.py --write docs/smg-comparison.md  # and writes its section
 
 The sequence, on 127.0.0.1, in front of four mock workers (each gateway started with none): add
 the four with ``POST /workers``; list them (``GET /workers``: ``id``, ``url``); route keyed
@@ -12,14 +13,17 @@ requests; remove one with ``DELETE /workers/{id}`` while a request streams from 
 again; then the bad inputs (a duplicate, a URL that is not one, an id that is not a UUID, an
 unknown UUID). SMG registers in the background (``202`` first, a member later), so the script
 waits for its list to show the change before it goes on; bounded-router's change is done when
-it answers. Differences are explained in docs/smg-comparison.md ("The worker API"). Every
-process it starts is stopped by its PID before it exits.
+it answers. ``--write`` puts the table and the differences by design into the section "The
+worker API" of a report of scripts/compare_smg.py (which keeps that section when it rewrites the
+rest). Every process it starts is stopped by its PID before it exits.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
+import platform
 import sys
 import threading
 import time
@@ -123,9 +127,65 @@ def _stream(base: str, key: str, out: Dict[str, Any]) -> None:
             out["result"] = "%d, %d lines, ends with [DONE]: %s" % (r.status_code, chunks, "yes" if chunks > 1 else "no")
 
 
+HEADING = "## The worker API"
+
+# What differs by design, written under the table (docs/contract.md, "The worker API", has the rules).
+DIFFERENCES = """Differences by design:
+
+- Registration is synchronous here: the worker is a member when `202` is answered, and the worker
+  is not probed first. SMG queues it, probes the worker (`/get_server_info`, `/v1/models`, ...)
+  and lists it once that succeeds; a `DELETE` of an id already queued for removal answers `202`
+  again there, `404` here (it is gone).
+- `GET /workers` lists `id`, `url`, `worker_type`, `connection_mode`, `is_healthy`, `status` and
+  `load`; SMG adds what it discovered from the worker (`model_id`, `models`, `runtime_type`,
+  `labels`, `priority`, `cost`, `engine_load`, ...). The `?model=` filter is ignored.
+- Ids are UUIDs in both; SMG's are version 7 (time-ordered), these a random per-gateway prefix
+  and the router's number of the worker (version 4 bits).
+- Refused here, accepted by SMG: `worker_type` `prefill`, `decode` or `encode` (no disaggregation),
+  `grpc://`, `grpcs://` and `ipc://` URLs, `PUT` and `PATCH /workers/{id}` (`405`).
+- sglang-router's older `/add_worker?url=`, `/remove_worker?url=` and `/list_workers` are served
+  here; SMG 1.13.0 answers `404` for all three.
+- Who can reach it: SMG serves the worker API on its main port, open unless keys are set
+  (`--control-plane-api-keys`, JWT, or the shared `--api-key`). Here it is always on the admin
+  listener (`--metrics-port`, `prometheus_port` under `launch_router`), and on the proxy port
+  only with `--control-plane-api-keys` or `--worker-api-on-proxy-port`. Keys have SMG's
+  `id:name:role:key` form; only `admin` keys are accepted, as SMG's middleware requires the admin
+  role on these routes (`check_admin_role`); here a `user` key gets `401` like an unknown one, and
+  a list with no admin key is refused when the gateway starts. No JWT, no `--api-key` fallback, no audit flag: changes and refusals are
+  always logged.
+- Worker API bodies are limited to 64 KiB (`413`); SMG applies its `--max-payload-size`.
+- Error bodies have SMG's form, `{"error": ..., "code": ...}`, with the same codes where both
+  refuse; the messages differ."""
+
+
+def section(rows_by_target: Dict[str, List[Tuple[str, Any]]]) -> str:
+    """The report section: the two sides' answers step by step, then the differences."""
+    (a, rows_a), (b, rows_b) = rows_by_target.items()
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    out = [HEADING, "", "Written by `scripts/compare_smg_workers.py` from one run on %s, CPython %s, 4 mock workers on 127.0.0.1." % (stamp, platform.python_version()), ""]
+    out += ["| step | %s | %s |" % (a, b), "|---|---|---|"]
+    for (step, left), (_, right) in zip(rows_a, rows_b):
+        out.append("| %s | %s | %s |" % (step, _cell(left), _cell(right) if right != left else "same"))
+    return "\n".join(out + ["", DIFFERENCES]) + "\n"
+
+
+def _cell(value: Any) -> str:
+    return ", ".join(value) if isinstance(value, list) else str(value)
+
+
+def with_section(report: str, text: str) -> str:
+    """report with its worker API section replaced by text (appended when it has none)."""
+    start = report.find(HEADING)
+    if start < 0:
+        return report.rstrip("\n") + "\n\n" + text
+    end = report.find("\n## ", start + len(HEADING))
+    return report[:start] + text + ("" if end < 0 else report[end:])
+
+
 def main(argv: Sequence[str] = ()) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--venv", default="/tmp/bounded-router-smg-" + SMG_VERSION, help="scratch venv for smg")
+    parser.add_argument("--write", metavar="FILE.md", help="also put the section into this report")
     args = parser.parse_args(list(argv) or None)
     smg = smg_executable(args.venv)
     workers = [start_mock_worker("w%d" % i, time_scale=0.05, lifetime=600) for i in range(4)]
@@ -144,10 +204,13 @@ def main(argv: Sequence[str] = ()) -> int:
     finally:
         for w in workers:
             w.stop()
-    (a, rows_a), (b, rows_b) = results.items()
-    print("| step | %s | %s |\n|---|---|---|" % (a, b))
-    for (step, left), (_, right) in zip(rows_a, rows_b):
-        print("| %s | %s | %s |%s" % (step, left, right, "" if left == right else " differs"))
+    text = section(results)
+    print(text)
+    if args.write:
+        with open(args.write) as f:
+            report = f.read()
+        with open(args.write, "w") as f:
+            f.write(with_section(report, text))
     return 0
 
 
