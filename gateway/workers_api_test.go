@@ -21,16 +21,8 @@ func call(t *testing.T, method, base, path, contentType, body string, header htt
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	res, err := client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	text, _ := io.ReadAll(res.Body)
-	return res.StatusCode, res.Header, string(text)
+	res, text := do(t, req, header)
+	return res.StatusCode, res.Header, text
 }
 
 func decode(t *testing.T, text string) map[string]any {
@@ -71,12 +63,7 @@ func register(t *testing.T, admin, url string) string {
 
 func TestWorkerAPIRegistersListsRoutesAndRemoves(t *testing.T) {
 	release := make(chan struct{})
-	streaming := worker(t, func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "data: a\n\n")
-		w.(http.Flusher).Flush()
-		<-release
-		io.WriteString(w, "data: b\n\n")
-	})
+	streaming := heldStream(t, release, nil)
 	others := []string{"http://127.0.0.1:9", "http://127.0.0.1:10", "http://127.0.0.1:11"}
 	r := newRouter(t)
 	g, admin, logs := adminGateway(t, r, Options{})
