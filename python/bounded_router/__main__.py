@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    router, options = router_and_options(parser, args)
+    router, options = router_and_options(parser, args, worker_api=True)
     try:
         settings = RouterArgs.from_cli_args(args).gateway_options()
         settings.update(metrics_port=args.metrics_port, shutdown_timeout=args.shutdown_timeout, access_log=args.access_log)

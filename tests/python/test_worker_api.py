@@ -167,3 +167,12 @@ def test_the_worker_api_changes_the_routers_own_membership(engines: List[ServerP
         router.remove_worker(engines[2].url)
         assert [w["url"] for w in client.get(admin + "/workers").json()["workers"]] == [engines[0].url]
         assert client.get(admin + "/metrics").status_code == 200
+
+
+def test_serve_refuses_a_key_of_the_wrong_form_naming_it() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bounded_router", "serve", "--port", "0", "--control-plane-api-keys", "just-a-secret"],
+        capture_output=True, text=True, timeout=WAIT_S, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 2 and "control_plane_api_keys[0] must be ID:NAME:ROLE:KEY" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -112,14 +112,19 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def router_and_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> "Tuple[Router, ProxyOptions]":
-    """The router and proxy options of a serve command line, or a usage error naming what is wrong."""
+def router_and_options(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, worker_api: bool = False
+) -> "Tuple[Router, ProxyOptions]":
+    """The router and proxy options of a serve command line, or a usage error naming what is wrong.
+    ``worker_api``: the server has the worker API (the native gateway); without it its flags are refused."""
     from ..args import RouterArgs
     from ..router import Router
 
     router_args = RouterArgs.from_cli_args(args)
-    if not args.worker_urls and not _registers_workers(args, router_args):
-        parser.error("--worker-urls: give at least one worker URL (or serve the worker API, where workers register)")
+    if not worker_api and (router_args.control_plane_api_keys or router_args.worker_api_on_proxy_port):
+        parser.error("--control-plane-api-keys, --worker-api-on-proxy-port: only the native gateway (bounded-router serve) has the worker API")
+    if not args.worker_urls and not (worker_api and _registers_workers(args, router_args)):
+        parser.error("--worker-urls: give at least one worker URL (or, with bounded-router serve, serve the worker API, where workers register)")
     try:
         options = ProxyOptions.from_cli_args(args)
         return Router.from_args(router_args), options
