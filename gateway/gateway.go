@@ -77,7 +77,7 @@ func New(router *core.Router, opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	g := &Gateway{router: router, opts: opts, routingHeaders: routingHeadersOf(router), control: newControlPlane(router, opts.ControlPlaneAPIKeys)}
+	g := &Gateway{router: router, opts: opts, routingHeaders: routingHeadersOf(router), control: newControlPlane(router, opts.ControlPlaneAPIKeys, seconds(opts.BodyTimeout))}
 	g.apiOnProxyPort = len(opts.ControlPlaneAPIKeys) > 0 || opts.WorkerAPIOnProxyPort
 	if opts.WorkerAPIOnProxyPort && len(opts.ControlPlaneAPIKeys) == 0 {
 		g.control.log.Warn("the worker API is open on the proxy port: anyone who reaches it can add and remove workers (set control_plane_api_keys to require a key)")

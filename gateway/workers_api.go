@@ -26,6 +26,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/bounded-router/bounded-router/core"
 )
@@ -43,10 +44,12 @@ type controlPlane struct {
 	idPrefix [8]byte
 	log      *slog.Logger
 	api      *http.ServeMux // the worker API
+	// bodyTimeout bounds the reading of a request body, as Options.BodyTimeout does the proxy's.
+	bodyTimeout time.Duration
 }
 
-func newControlPlane(router *core.Router, keys []string) *controlPlane {
-	c := &controlPlane{router: router, log: slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "bounded-router worker API")}
+func newControlPlane(router *core.Router, keys []string, bodyTimeout time.Duration) *controlPlane {
+	c := &controlPlane{router: router, bodyTimeout: bodyTimeout, log: slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "bounded-router worker API")}
 	rand.Read(c.idPrefix[:])
 	for _, k := range keys {
 		c.keys = append(c.keys, sha256.Sum256([]byte(k)))
@@ -128,6 +131,7 @@ func (c *controlPlane) serveAPI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxControlBody)
+	http.NewResponseController(w).SetReadDeadline(time.Now().Add(c.bodyTimeout)) // a trickled body is cut
 	c.api.ServeHTTP(w, r)
 }
 
@@ -190,6 +194,8 @@ func decodeBody(body io.Reader, v any) (int, error) {
 	switch {
 	case errors.As(err, &tooLarge):
 		return http.StatusRequestEntityTooLarge, fmt.Errorf("a worker API body may have at most %d bytes", maxControlBody)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return http.StatusRequestTimeout, errors.New("the body did not arrive within body_timeout")
 	case err != nil:
 		return http.StatusBadRequest, fmt.Errorf("the body is not a JSON object of the worker API: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
@@ -372,8 +378,11 @@ func apiError(w http.ResponseWriter, status int, code, message string) {
 }
 
 func codeOf(status int) string {
-	if status == http.StatusRequestEntityTooLarge {
+	switch status {
+	case http.StatusRequestEntityTooLarge:
 		return "PAYLOAD_TOO_LARGE"
+	case http.StatusRequestTimeout:
+		return "REQUEST_TIMEOUT"
 	}
 	return "BAD_REQUEST"
 }

@@ -305,3 +305,12 @@ func TestWorkerIDsAreNewForAWorkerAddedAgain(t *testing.T) {
 		t.Fatalf("an id in uppercase: %d", status)
 	}
 }
+
+func TestWorkerAPIBodyTrickledPastTheBodyTimeoutIsCut(t *testing.T) {
+	r := newRouter(t)
+	_, admin, _ := adminGateway(t, r, Options{BodyTimeout: 0.2})
+	res, body := raw(t, strings.TrimPrefix(admin, "http://"), "POST /workers HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{\"url\":")
+	if res.StatusCode != http.StatusRequestTimeout || !strings.Contains(body, "body_timeout") || len(r.Workers()) != 0 {
+		t.Fatalf("a body that never ends: %d, members %v", res.StatusCode, r.Workers())
+	}
+}
