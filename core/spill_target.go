@@ -52,8 +52,5 @@ func (s SpillTarget) find(t *spillTest, position uint64) int {
 	if t.leastCount == 1 {
 		return t.leastAt
 	}
-	return v.ring.first(position, func(owner uint32) bool {
-		w := v.workers[owner]
-		return w.spillable && w.load == least
-	})
+	return v.firstClockwiseAt(position, least)
 }

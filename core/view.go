@@ -62,6 +62,42 @@ func (v *view) leastLoaded() (least int64, at, count int) {
 	return least, at, count
 }
 
+// leastLoadedFor is the least loaded available worker, ties broken by the request's routing key
+// (docs/contract.md, "Ties by the key"): the first tied worker clockwise from the key's position
+// when keyed, else a uniformly random tied worker. Breaking ties by membership order would send
+// every new key on an idle fleet to the first worker.
+func (v *view) leastLoadedFor(position uint64, keyed bool) int {
+	least, at, count := v.leastLoaded()
+	switch {
+	case count == 1:
+		return at
+	case keyed:
+		return v.firstClockwiseAt(position, least)
+	}
+	return v.nthAt(least, v.randomIndex(count))
+}
+
+// firstClockwiseAt is the first spillable worker clockwise from position whose load is least.
+func (v *view) firstClockwiseAt(position uint64, least int64) int {
+	return v.ring.first(position, func(owner uint32) bool {
+		w := v.workers[owner]
+		return w.spillable && w.load == least
+	})
+}
+
+// nthAt is the spillable worker number n (from 0, in membership order) among those whose load is least.
+func (v *view) nthAt(least int64, n int) int {
+	for _, i := range v.spillable {
+		if v.workers[i].load == least {
+			if n == 0 {
+				return int(i)
+			}
+			n--
+		}
+	}
+	panic("core: nthAt past the tied workers")
+}
+
 // randomAvailable picks an available worker uniformly.
 func (v *view) randomAvailable() int {
 	return int(v.available[v.randomIndex(len(v.available))])

@@ -15,7 +15,8 @@
 // Expect. The raw path and query are forwarded byte for byte. Streamed answers (server-sent
 // events, chunked bodies) are flushed per write, so each event arrives as the worker sends it.
 // The proxy port never answers /metrics; the router's Prometheus metrics are served on a
-// separate listener when Options.MetricsPort is set.
+// separate listener, the admin listener, when Options.MetricsPort is set. SMG's worker API
+// (workers_api.go) is served there too, and on the proxy port only when asked for.
 package gateway
 
 import (
@@ -65,7 +66,10 @@ type Gateway struct {
 	metrics        *http.Server // nil without a metrics listener
 	metricsLn      net.Listener
 	accessLog      *slog.Logger // nil when access logging is off
-	targets        sync.Map     // worker URL -> *target
+	control        *controlPlane
+	// apiOnProxyPort serves the worker API on the proxy port (keys set, or asked for).
+	apiOnProxyPort bool
+	targets        sync.Map // worker URL -> *target
 	// inflight counts requests inside ServeHTTP; shutdown waits for it to reach 0.
 	inflight atomic.Int64
 	serving  sync.WaitGroup
@@ -84,11 +88,16 @@ func New(monitor *health.Monitor, opts Options) (*Gateway, error) {
 	}
 	opts = opts.withDefaults()
 	router := monitor.Router()
-	g := &Gateway{router: router, health: monitor, opts: opts, routingHeaders: routingHeadersOf(router), maxRetries: *opts.RetryMaxRetries}
+	g := &Gateway{router: router, health: monitor, opts: opts, routingHeaders: routingHeadersOf(router), maxRetries: *opts.RetryMaxRetries,
+		control: newControlPlane(router, opts.ControlPlaneAPIKeys, seconds(opts.BodyTimeout))}
 	if opts.DisableRetries {
 		g.maxRetries = 0
 	}
 	g.unsubscribe = monitor.Subscribe(g.waiting.workerChanged)
+	g.apiOnProxyPort = len(opts.ControlPlaneAPIKeys) > 0 || opts.WorkerAPIOnProxyPort
+	if opts.WorkerAPIOnProxyPort && len(opts.ControlPlaneAPIKeys) == 0 {
+		g.control.log.Warn("the worker API is open on the proxy port: anyone who reaches it can add and remove workers (set control_plane_api_keys to require a key)")
+	}
 	g.transport = &http.Transport{
 		Proxy:               nil, // workers are reached directly, never through $HTTP_PROXY
 		DialContext:         (&net.Dialer{Timeout: seconds(opts.ConnectTimeout), KeepAlive: 30 * time.Second}).DialContext,
@@ -141,7 +150,7 @@ func Start(monitor *health.Monitor, opts Options) (*Gateway, error) {
 			g.listener.Close()
 			return nil, fmt.Errorf("gateway: cannot listen for metrics on %s port %d: %w", g.opts.Host, *g.opts.MetricsPort, err)
 		}
-		g.metrics = &http.Server{Handler: metricsHandler(g), ReadHeaderTimeout: seconds(g.opts.ReadHeaderTimeout), ErrorLog: g.server.ErrorLog}
+		g.metrics = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: seconds(g.opts.ReadHeaderTimeout), ErrorLog: g.server.ErrorLog}
 		g.serve(g.metrics, g.metricsLn)
 	}
 	g.serve(g.server, g.listener)

@@ -127,12 +127,7 @@ func TestClientDisconnectMidStreamReleasesAndCancels(t *testing.T) {
 
 func TestLeaseHeldUntilTheAnswerIsFinished(t *testing.T) {
 	release := make(chan struct{})
-	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "data: a\n\n")
-		w.(http.Flusher).Flush()
-		<-release
-		io.WriteString(w, "data: b\n\n")
-	})
+	w := heldStream(t, release, nil)
 	r := newRouter(t, w.URL)
 	g := start(t, r, Options{})
 	res, err := client().Get("http://" + g.Addr() + "/s")
@@ -250,13 +245,7 @@ func TestStreamsCancelledAtRandomPointsLeaveNoLease(t *testing.T) {
 
 func TestMembershipChangeWhileStreaming(t *testing.T) {
 	release := make(chan struct{})
-	handler := func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "data: a\n\n")
-		w.(http.Flusher).Flush()
-		<-release
-		io.WriteString(w, "data: b\n\n")
-	}
-	a, b := worker(t, handler), worker(t, handler)
+	a, b := heldStream(t, release, nil), heldStream(t, release, nil)
 	r := newRouter(t, a.URL, b.URL)
 	g := start(t, r, Options{})
 	var wg sync.WaitGroup
@@ -657,14 +646,7 @@ func TestParseOptions(t *testing.T) {
 
 func TestEventStreamWithKnownLengthFlushedPerEvent(t *testing.T) {
 	release := make(chan struct{})
-	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
-		w.Header().Set("Content-Length", "18")
-		io.WriteString(w, "data: a\n\n")
-		w.(http.Flusher).Flush()
-		<-release
-		io.WriteString(w, "data: b\n\n")
-	})
+	w := heldStream(t, release, map[string]string{"Content-Type": "text/event-stream; charset=utf-8", "Content-Length": "18"})
 	g := start(t, newRouter(t, w.URL), Options{})
 	res, err := client().Get("http://" + g.Addr() + "/")
 	if err != nil {

@@ -50,6 +50,12 @@ func client() *http.Client {
 func get(t *testing.T, g *Gateway, target string, header http.Header) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", "http://"+g.Addr()+target, nil)
+	return do(t, req, header)
+}
+
+// do sends req with header added and reads the whole answer.
+func do(t *testing.T, req *http.Request, header http.Header) (*http.Response, string) {
+	t.Helper()
 	for k, v := range header {
 		req.Header[k] = v
 	}
@@ -60,6 +66,20 @@ func get(t *testing.T, g *Gateway, target string, header http.Header) (*http.Res
 	defer res.Body.Close()
 	body, _ := io.ReadAll(res.Body)
 	return res, string(body)
+}
+
+// heldStream is a worker that streams "data: a", then waits for release to close before it
+// sends "data: b" (with extra headers set first).
+func heldStream(t *testing.T, release chan struct{}, header map[string]string) *httptest.Server {
+	return worker(t, func(w http.ResponseWriter, r *http.Request) {
+		for k, v := range header {
+			w.Header().Set(k, v)
+		}
+		io.WriteString(w, "data: a\n\n")
+		w.(http.Flusher).Flush()
+		<-release
+		io.WriteString(w, "data: b\n\n")
+	})
 }
 
 // raw sends raw bytes on a new connection and reads one response.

@@ -141,19 +141,18 @@ func sample(b *bytes.Buffer, name, label, value string, n int64) {
 	b.WriteByte('\n')
 }
 
-// metricsHandler answers GET /metrics on the metrics listener and 404 elsewhere.
-func metricsHandler(g *Gateway) http.Handler {
+// adminHandler serves the admin listener: GET /metrics, the probes and the worker API; 404 elsewhere.
+func (g *Gateway) adminHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.URL.Path != "/metrics" {
+		switch {
+		case g.control.probe(w, req):
+		case isAPIPath(req.URL.Path):
+			g.control.serveAPI(w, req)
+		case req.URL.Path != "/metrics":
 			http.NotFound(w, req)
-			return
+		case allowRead(w, req):
+			w.Header().Set("Content-Type", metricsContentType)
+			w.Write(renderMetrics(g))
 		}
-		if req.Method != http.MethodGet && req.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-			return
-		}
-		w.Header().Set("Content-Type", metricsContentType)
-		w.Write(renderMetrics(g))
 	})
 }

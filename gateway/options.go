@@ -62,6 +62,12 @@ type Options struct {
 	// WorkerIdleTimeout, in seconds, closes a pooled connection to a worker idle this long: below
 	// the engines' own keep-alive, so the gateway never reuses one the worker has closed.
 	WorkerIdleTimeout float64 `json:"worker_idle_timeout"`
+	// ControlPlaneAPIKeys, when set, are the bearer keys the worker API accepts (SMG's
+	// --control-plane-api-keys), on the admin listener and on the proxy port, which then serves it.
+	ControlPlaneAPIKeys []string `json:"control_plane_api_keys"`
+	// WorkerAPIOnProxyPort serves the worker API on the proxy port without a key, as SMG does
+	// (slime's engines register there): anyone who reaches the port can change the workers.
+	WorkerAPIOnProxyPort bool `json:"worker_api_on_proxy_port"`
 }
 
 // DefaultRetryMaxRetries: two more workers. A failed request costs a round trip to a worker
@@ -71,6 +77,12 @@ const DefaultRetryMaxRetries = 2
 
 // MaxRetries bounds retry_max_retries.
 const MaxRetries = 16
+
+// Limits of the control plane's keys: a few per deployment, each a header value.
+const (
+	maxControlPlaneKeys   = 64
+	maxControlPlaneKeyLen = 4096
+)
 
 // Defaults are the options a zero field stands for.
 var Defaults = Options{
@@ -159,6 +171,20 @@ func (o Options) Validate() error {
 	}
 	if o.PrefixBlocks != "" && o.PrefixBlocks != "off" && o.PrefixBlocks != "text" {
 		return invalid("prefix_blocks", `must be "off" or "text", got %q`, o.PrefixBlocks)
+	}
+	return checkControlPlaneKeys(o.ControlPlaneAPIKeys)
+}
+
+// checkControlPlaneKeys: at most maxControlPlaneKeys keys, each 1 to maxControlPlaneKeyLen
+// visible ASCII bytes (a bearer token in a header, compared whole).
+func checkControlPlaneKeys(keys []string) error {
+	if len(keys) > maxControlPlaneKeys {
+		return invalid("control_plane_api_keys", "may hold at most %d keys, got %d", maxControlPlaneKeys, len(keys))
+	}
+	for i, k := range keys {
+		if len(k) == 0 || len(k) > maxControlPlaneKeyLen || strings.IndexFunc(k, func(r rune) bool { return r <= ' ' || r > '~' }) >= 0 {
+			return invalid(fmt.Sprintf("control_plane_api_keys[%d]", i), "must be 1 to %d visible ASCII characters without spaces", maxControlPlaneKeyLen)
+		}
 	}
 	return nil
 }

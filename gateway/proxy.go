@@ -100,13 +100,37 @@ func (g *Gateway) targetOf(workerURL string) (*target, error) {
 	if t, ok := g.targets.Load(workerURL); ok {
 		return t.(*target), nil
 	}
-	u, err := url.Parse(workerURL)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, errors.New("the worker URL is not an http:// or https:// URL with a host")
+	u, err := parseWorkerURL(workerURL)
+	if err != nil {
+		return nil, err
 	}
 	t := &target{scheme: u.Scheme, host: u.Host, pathPrefix: strings.TrimRight(u.EscapedPath(), "/")}
 	g.targets.Store(workerURL, t)
 	return t, nil
+}
+
+// parseWorkerURL reads a worker URL the gateway can forward to: http:// or https:// with a host.
+func parseWorkerURL(workerURL string) (*url.URL, error) {
+	u, err := url.Parse(workerURL)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, errors.New("the worker URL is not an http:// or https:// URL with a host")
+	}
+	return u, nil
+}
+
+// checkWorkerURL is the worker API's rule for a new worker: parseWorkerURL's, written in the
+// form the gateway forwards to (lowercase scheme, no user info, query or fragment).
+func checkWorkerURL(workerURL string) error {
+	u, err := parseWorkerURL(workerURL)
+	switch {
+	case err != nil:
+		return err
+	case !strings.HasPrefix(workerURL, u.Scheme+"://"):
+		return errors.New("the scheme must be written in lowercase, http:// or https://")
+	case u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return errors.New("a worker URL has no user info, query or fragment")
+	}
+	return nil
 }
 
 // routingHeader is a header that carries a routing input: its canonical form (http.Header's
@@ -144,6 +168,13 @@ func (g *Gateway) routingRequest(h http.Header) core.Request {
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.inflight.Add(1)
 	defer g.inflight.Add(-1)
+	if g.control.probe(w, r) {
+		return
+	}
+	if g.apiOnProxyPort && isAPIPath(r.URL.Path) {
+		g.control.serveAPI(w, r)
+		return
+	}
 	ex := &exchange{client: r.Context(), outcome: core.OutcomeNeutral}
 	if g.accessLog != nil {
 		ex.start = time.Now()

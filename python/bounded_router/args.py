@@ -122,6 +122,10 @@ class RouterArgs:
     retry_max_retries: int = DEFAULT_RETRY_MAX_RETRIES
     disable_retries: bool = False
     request_timeout_secs: float = 1800.0
+    # The gateway's (serve, launch_router), with SMG's names; Router.from_args ignores them.
+    control_plane_api_keys: List[str] = dataclasses.field(default_factory=list)
+    worker_api_on_proxy_port: bool = False
+    prometheus_port: Optional[int] = None
 
     def health_check_config(self) -> Optional[HealthCheckConfig]:
         """The health check these settings describe, None with ``disable_health_check``."""
@@ -268,6 +272,51 @@ class RouterArgs:
             "matched, from 0.0 to 1.0 (default: %(default)s, as SMG)",
         )
         _add_failure_args(add)
+
+        add(
+            "control-plane-api-keys",
+            type=str,
+            nargs="*",
+            action="extend",
+            metavar="ID:NAME:ROLE:KEY",
+            help="gateway: keys of the worker API (POST/GET/DELETE /workers ...), SMG's format, role admin; "
+            "with keys set every worker API request needs Authorization: Bearer KEY, and the proxy port serves it",
+        )
+        add(
+            "worker-api-on-proxy-port",
+            action="store_true",
+            default=None,
+            help="gateway: serve the worker API on the proxy port, as SMG does (without keys anyone who reaches "
+            "the port can add and remove workers); otherwise only on the metrics (admin) port",
+        )
+
+    def control_plane_keys(self) -> List[str]:
+        """The bearer keys of ``control_plane_api_keys`` (SMG's ``id:name:role:key``, role
+        ``admin`` or ``user``). Only admin keys may use the worker API, as in SMG; ValueError
+        names an entry of the wrong form, and a list with no admin key (which would leave the
+        API without a usable key)."""
+        keys = []
+        for i, entry in enumerate(self.control_plane_api_keys):
+            parts = entry.split(":", 3)
+            if len(parts) != 4 or parts[2].lower() not in ("admin", "user") or not parts[3]:
+                raise ValueError("control_plane_api_keys[%d] must be ID:NAME:ROLE:KEY with ROLE admin or user, got %r" % (i, entry))
+            if parts[2].lower() == "admin":
+                keys.append(parts[3])
+        if self.control_plane_api_keys and not keys:
+            raise ValueError("control_plane_api_keys: no key has the role admin, which the worker API needs")
+        return keys
+
+    def gateway_options(self) -> Dict[str, Any]:
+        """The native gateway's options these arguments set (see :mod:`bounded_router.gateway`)."""
+        return {
+            "host": self.host,
+            "port": self.port,
+            "metrics_port": self.prometheus_port,
+            "control_plane_api_keys": self.control_plane_keys(),
+            "worker_api_on_proxy_port": self.worker_api_on_proxy_port,
+            "retry_max_retries": self.retry_config().max_retries,
+            "request_timeout_secs": self.request_timeout_secs,
+        }
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace, use_router_prefix: bool = False) -> "RouterArgs":

@@ -38,6 +38,8 @@ SERVE = [sys.executable, "-m", "bounded_router.integrations.serve"]
         (["--routing-key-headers", "a b"], "routing_key_headers"),
         (["--policy", "bucket"], "exists in SMG but is not implemented"),
         (["--policy", "manual", "--max-keys", "0"], "max_keys"),
+        (["--worker-api-on-proxy-port"], "only the native gateway"),
+        (["--control-plane-api-keys", "k:n:admin:s"], "only the native gateway"),
     ],
 )
 def test_a_bad_flag_is_a_usage_error_naming_it(flags: List[str], named: str) -> None:
