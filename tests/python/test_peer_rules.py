@@ -19,6 +19,7 @@ from bounded_router.simulate.peer_rules import (
     cache_aware_choice,
     dynamo_logits,
     llm_d_scores,
+    parse_prototype,
     peer_rows,
     pick_highest,
     pick_lowest,
@@ -177,3 +178,27 @@ def test_cli_peers_rows(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--trace", FIXTURE, "--peers", "--prefill-report-ms", "-5"])
     assert "--prefill-report-ms must be a number of milliseconds >= 0, got -5" in capsys.readouterr().err
+
+
+def test_prototypes_from_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    row = parse_prototype("cache_aware:mixed8:32:1", report_ms=50)
+    assert (row.policy, row.load, row.waiting_weight, row.min_load_gap, row.max_load_skew, row.report_ms) == (
+        "prefill_cache_aware",
+        "mixed",
+        8,
+        32,
+        1.0,
+        50,
+    )
+    assert parse_prototype("bounded:waiting_tokens:131072:1.5").label == "prefill_bounded load=waiting_tokens gap=131072 skew=1.5"
+    assert main(["--trace", FIXTURE, "--prefill-prototypes", "cache_aware:waiting:4:1,bounded:in_flight:2:1.5"]) == 0
+    out = capsys.readouterr().out
+    assert "prefill_cache_aware load=waiting gap=4 skew=1" in out and "prefill_bounded load=in_flight gap=2 skew=1.5" in out
+    for spec, message in [
+        ("cache:waiting:1:1", "expected RULE:LOAD:GAP:SKEW with RULE one of cache_aware, bounded, got 'cache:waiting:1:1'"),
+        ("bounded:waiting:x:1", "GAP must be an integer and SKEW a number"),
+        ("bounded:tokens:1:1", "--prefill-prototypes 'bounded:tokens:1:1': load must be one of"),
+    ]:
+        with pytest.raises(SystemExit):
+            main(["--trace", FIXTURE, "--prefill-prototypes", spec])
+        assert message in capsys.readouterr().err

@@ -58,6 +58,7 @@ __all__ = [
     "bounded_choice",
     "cache_aware_choice",
     "peer_rows",
+    "parse_prototype",
 ]
 
 #: The rows this module adds.
@@ -234,6 +235,29 @@ def peer_rows(prefill_margins: Sequence[int] = (DEFAULT_PREFILL_MARGIN,), report
     """The peers' rows: llm-d's default scorers, Dynamo's KV router, the prefill-queue oracles."""
     rows = [PeerPolicy("llm_d", report_ms=report_ms), PeerPolicy("dynamo")]
     return rows + [PeerPolicy("oracle_prefill", margin=m, report_ms=report_ms) for m in prefill_margins]
+
+
+def parse_prototype(text: str, report_ms: float = 0.0) -> PeerPolicy:
+    """A prototype row from ``RULE:LOAD:GAP:SKEW``: RULE ``cache_aware`` or ``bounded``, LOAD one of
+    :data:`LOADS` (``mixed`` as ``mixedK``, K the waiting weight), e.g. ``cache_aware:waiting_tokens:100000:1``."""
+    parts = text.split(":")
+    rules = ("cache_aware", "bounded")
+    if len(parts) != 4 or parts[0] not in rules:
+        raise ValueError("--prefill-prototypes: expected RULE:LOAD:GAP:SKEW with RULE one of %s, got %r" % (", ".join(rules), text))
+    rule, load, gap, skew = parts
+    weight = 0
+    if load.startswith("mixed") and load[5:].isdigit():
+        load, weight = "mixed", int(load[5:])
+    try:
+        gap_value, skew_value = int(gap), float(skew)
+    except ValueError:
+        raise ValueError("--prefill-prototypes: GAP must be an integer and SKEW a number, got %r" % text) from None
+    try:
+        return PeerPolicy(
+            "prefill_" + rule, min_load_gap=gap_value, max_load_skew=skew_value, load=load, waiting_weight=weight, report_ms=report_ms
+        )
+    except ValueError as e:
+        raise ValueError("--prefill-prototypes %r: %s" % (text, e)) from None
 
 
 class WorkerView:
