@@ -15,11 +15,11 @@ func selectBounded(v *view, req *Request, keyPos uint64, p *Policy) (int, Branch
 // the request being routed.
 func selectBoundedExplicit(v *view, position uint64, p *Policy) (int, Branch) {
 	preferred := v.preferred(position)
-	test := spillTest{v: v, target: p.SpillTarget, bound: v.meanLoad() * p.MaxLoadSkew, gap: p.MinLoadGap, least: -1}
-	if last := v.memory.recall(position); last >= 0 && last != preferred && !test.overloaded(v.workers[last].load) {
+	test := newSpillTest(v, p)
+	if last := v.memory.recall(position); last >= 0 && last != preferred && !test.overloaded(v.workers[last]) {
 		return last, BranchExplicitRoutingKeyRemembered
 	}
-	if !test.overloaded(v.workers[preferred].load) {
+	if !test.overloaded(v.workers[preferred]) {
 		return preferred, BranchExplicitRoutingKeyHit
 	}
 	target := p.SpillTarget.find(&test, position)
@@ -29,23 +29,31 @@ func selectBoundedExplicit(v *view, position uint64, p *Policy) (int, Branch) {
 	return target, BranchExplicitRoutingKeySpillover
 }
 
-// spillTest tells whether a worker is clearly overloaded: its load exceeds both the least load
-// of the available workers by more than gap and the mean by more than a factor maxLoadSkew
-// (both strict). The relative test needs only the running total; the scan for the least load
-// runs only when it fires, and at most once per decision.
+// spillTest tells whether a worker is clearly overloaded: its load (as the policy's balance_by
+// measures it) exceeds both the least load of the spillable workers by more than gap and the
+// mean by more than a factor maxLoadSkew (both strict). The relative test needs only the running
+// total; the scan for the least load runs only when it fires, and at most once per decision.
 type spillTest struct {
 	v      *view
 	target SpillTarget
+	by     LoadMeasure
 	bound  float64 // the mean load times maxLoadSkew: also the spill target's load bound
 	gap    int64
-	// least is the least load of the available workers, -1 until scanned. For a least-loaded
-	// spill the same scan finds the first worker carrying it (leastAt) and how many do.
+	// least is the least load of the spillable workers, -1 until scanned. For a least-loaded
+	// spill the same scan finds the least rank (leastRank), the first worker carrying it
+	// (leastAt) and how many do.
 	least      int64
+	leastRank  rank
 	leastAt    int
 	leastCount int
 }
 
-func (t *spillTest) overloaded(load int64) bool {
+func newSpillTest(v *view, p *Policy) spillTest {
+	return spillTest{v: v, target: p.SpillTarget, by: p.BalanceBy, bound: v.meanLoad(p.BalanceBy) * p.MaxLoadSkew, gap: p.MinLoadGap, least: -1}
+}
+
+func (t *spillTest) overloaded(w *worker) bool {
+	load := w.measured(t.by)
 	return float64(load) > t.bound && load-t.leastLoad() > t.gap
 }
 
@@ -53,10 +61,11 @@ func (t *spillTest) leastLoad() int64 {
 	switch {
 	case t.least >= 0:
 	case t.target == SpillLeastLoaded:
-		t.least, t.leastAt, t.leastCount = t.v.leastLoaded()
+		t.leastRank, t.leastAt, t.leastCount = t.v.leastLoaded(t.by)
+		t.least = t.leastRank.load
 	default:
 		// The minimum alone is a branchless scan, cheaper than counting ties.
-		t.least = t.v.minLoad()
+		t.least = t.v.minLoad(t.by)
 	}
 	return t.least
 }

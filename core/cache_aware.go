@@ -36,7 +36,7 @@ func selectCacheAware(v *view, req *Request, keyPos uint64, p *Policy) (int, Bra
 	if req.HasTarget {
 		return selectTarget(v, req.TargetIndex)
 	}
-	c := cacheChoice{v: v, x: x, test: spillTest{v: v, bound: v.meanLoad() * p.MaxLoadSkew, gap: p.MinLoadGap, least: -1}}
+	c := cacheChoice{v: v, x: x, test: newSpillTest(v, p)}
 	c.position, c.keyed, c.positioned = tiePosition(v, req, keyPos)
 	blocks := req.PrefixBlocks
 	for x.depth < len(blocks) {
@@ -54,8 +54,10 @@ func selectCacheAware(v *view, req *Request, keyPos uint64, p *Policy) (int, Bra
 	switch {
 	case x.depth > 0 && float64(x.depth) > p.CacheThreshold*float64(len(blocks)):
 		chosen, branch = c.amongCandidates(blocks[x.depth-1]), BranchCacheAwarePrefixHit
-	case c.keyed:
+	case c.keyed && p.BalanceBy == LoadInFlight:
 		chosen, branch = v.ring.first(c.position, c.passesOwner), BranchCacheAwareKeyHit
+	case c.keyed:
+		chosen, branch = c.leastLoaded(), BranchCacheAwareKeyHit
 	default:
 		chosen, branch = c.leastLoaded(), BranchCacheAwareNoMatch
 	}
@@ -76,7 +78,7 @@ type cacheChoice struct {
 	keyed, positioned bool
 }
 
-func (c *cacheChoice) passes(w *worker) bool { return w.healthy && !c.test.overloaded(w.load) }
+func (c *cacheChoice) passes(w *worker) bool { return w.healthy && !c.test.overloaded(w) }
 
 func (c *cacheChoice) passesOwner(owner uint32) bool { return c.passes(c.v.workers[owner]) }
 
@@ -106,10 +108,11 @@ func mixBlock(h uint64) uint64 {
 	return h ^ h>>33
 }
 
-// amongCandidates stamps the passing holders of block (there is at least one) and picks one.
+// amongCandidates stamps the passing holders of block (there is at least one) and picks one:
+// under in_flight the key's first clockwise, else (and without a key) the least ranked.
 func (c *cacheChoice) amongCandidates(block uint64) int {
-	x := c.x
-	count, only, least, leastAt, leastCount := 0, -1, int64(-1), -1, 0
+	x, by := c.x, c.test.by
+	count, only, least, leastAt, leastCount := 0, -1, rank{}, -1, 0
 	for n := x.firstHolder(block); n != 0; n = x.nodes[n].nextHolder {
 		w := x.nodes[n].worker
 		if !c.passes(w) {
@@ -117,35 +120,35 @@ func (c *cacheChoice) amongCandidates(block uint64) int {
 		}
 		w.candidate = x.epoch
 		count, only = count+1, w.index
-		switch {
-		case w.load == least:
+		switch r := w.rank(by); {
+		case leastAt >= 0 && r == least:
 			leastCount++
-		case w.load < least || least < 0:
-			least, leastAt, leastCount = w.load, w.index, 1
+		case leastAt < 0 || r.less(least):
+			least, leastAt, leastCount = r, w.index, 1
 		}
 	}
 	switch {
 	case count == 1:
 		return only
-	case c.keyed:
+	case c.keyed && by == LoadInFlight:
 		return c.v.ring.first(c.position, func(owner uint32) bool { return c.v.workers[owner].candidate == x.epoch })
 	case leastCount == 1:
 		return leastAt
 	}
 	return c.v.ring.first(c.position, func(owner uint32) bool {
 		w := c.v.workers[owner]
-		return w.candidate == x.epoch && w.load == least
+		return w.candidate == x.epoch && w.rank(by) == least
 	})
 }
 
-// leastLoaded is the least loaded available worker (which passes), ties broken clockwise from
-// the first block's position, or by membership order when the request has no blocks.
+// leastLoaded is the least ranked spillable worker (which passes), ties broken clockwise from
+// the key's or the first block's position, or by membership order when the request has neither.
 func (c *cacheChoice) leastLoaded() int {
-	least, at, count := c.v.leastLoaded()
+	least, at, count := c.v.leastLoaded(c.test.by)
 	if count == 1 || !c.positioned {
 		return at
 	}
-	return c.v.firstClockwiseAt(c.position, least)
+	return c.v.firstClockwiseAt(c.position, least, c.test.by)
 }
 
 // prefixCounts are the counters of the matched fraction: blocks requested, blocks matched.

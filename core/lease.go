@@ -31,6 +31,9 @@ type leaseSlot struct {
 	keyPos     uint64
 	// weight is what the lease counts on its worker's load.
 	weight int64
+	// waiting is set until the lease is marked as having seen its first token; while it is,
+	// the weight counts on the worker's prefill load too.
+	waiting bool
 	// worker is nil while the slot is free.
 	worker    *worker
 	preferred *worker
@@ -54,7 +57,7 @@ func (t *leaseTable) take(w, preferred *worker, hasKey bool, keyPos uint64, weig
 	}
 	s := &t.slots[i]
 	s.generation = nextGeneration()
-	s.worker, s.preferred, s.hasKey, s.keyPos, s.weight = w, preferred, hasKey, keyPos, weight
+	s.worker, s.preferred, s.hasKey, s.keyPos, s.weight, s.waiting = w, preferred, hasKey, keyPos, weight, true
 	t.active++
 	return LeaseID(uint64(s.generation)<<32 | uint64(i))
 }

@@ -216,6 +216,7 @@ func (r *Router) take(w, preferred *worker, key explicitKey, weight int64) Lease
 	w.requests++
 	w.routed++
 	r.addLoad(w, weight)
+	r.addPrefill(w, 1, weight)
 	return r.leases.take(w, preferred, key.present, key.position, weight)
 }
 
@@ -225,6 +226,31 @@ func (r *Router) addLoad(w *worker, delta int64) {
 	if w.healthy && !w.removed {
 		r.view.availableLoad += delta
 	}
+}
+
+// addPrefill changes a worker's prefill queue by requests leases of total weight delta and,
+// while it is an available member, the running total.
+func (r *Router) addPrefill(w *worker, requests, delta int64) {
+	w.prefillRequests += requests
+	w.prefillLoad += delta
+	if w.healthy && !w.removed {
+		r.view.availablePrefill += delta
+	}
+}
+
+// FirstToken marks an active lease as having seen its first token: its weight leaves its
+// worker's prefill load (docs/contract.md, "Prefill load"). It reports whether it did anything:
+// a lease marked before, released or never issued is a no-op. O(1) under the router's lock.
+func (r *Router) FirstToken(id LeaseID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.leases.lookup(id)
+	if s == nil || !s.waiting {
+		return false
+	}
+	s.waiting = false
+	r.addPrefill(s.worker, -1, -s.weight)
+	return true
 }
 
 // Release undoes exactly what the lease counted and reports whether it did anything: a lease
@@ -265,6 +291,9 @@ func (r *Router) release(id LeaseID, abandoned bool) *worker {
 	}
 	s.worker.requests--
 	r.addLoad(s.worker, -s.weight)
+	if s.waiting {
+		r.addPrefill(s.worker, -1, -s.weight)
+	}
 	if abandoned {
 		r.leaked++
 	}
@@ -443,12 +472,13 @@ func (r *Router) install(next *membership) {
 func (r *Router) refreshAvailable() {
 	v := &r.view
 	v.available, v.spillable = v.available[:0], v.spillable[:0]
-	v.availableLoad = 0
+	v.availableLoad, v.availablePrefill = 0, 0
 	for i, w := range r.members.workers {
 		w.spillable = w.trusted()
 		if w.healthy {
 			v.available = append(v.available, uint32(i))
 			v.availableLoad += w.load
+			v.availablePrefill += w.prefillLoad
 		}
 		if w.spillable {
 			v.spillable = append(v.spillable, uint32(i))

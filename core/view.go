@@ -11,9 +11,9 @@ type view struct {
 	// spillable those of them that take spills and enter the least loads: the trusted ones, or
 	// all of them when none is (contract: Worker failures).
 	available, spillable []uint32
-	// availableLoad is the sum of the loads of the available workers, kept as a running total
-	// so the relative test never has to scan the workers.
-	availableLoad int64
+	// availableLoad and availablePrefill are the sums of the loads and prefill loads of the
+	// available workers, kept as running totals so the relative test never has to scan the workers.
+	availableLoad, availablePrefill int64
 	// roundRobin is the shared round_robin counter; the router advances it after each route.
 	roundRobin uint64
 	// memory is the key memory of bounded_consistent_hashing; nil when it is off.
@@ -32,31 +32,35 @@ func (v *view) isAvailable(owner uint32) bool { return v.workers[owner].healthy 
 // preferred is the first available worker clockwise from a key's position.
 func (v *view) preferred(position uint64) int { return v.ring.first(position, v.isAvailable) }
 
-// meanLoad is the mean load over the available workers (there is at least one).
-func (v *view) meanLoad() float64 {
-	return float64(v.availableLoad) / float64(len(v.available))
+// meanLoad is the mean load, as m measures it, over the available workers (there is at least one).
+func (v *view) meanLoad(m LoadMeasure) float64 {
+	total := v.availableLoad
+	if m == LoadPrefill {
+		total = v.availablePrefill
+	}
+	return float64(total) / float64(len(v.available))
 }
 
-// minLoad is the smallest load among the spillable workers. It scans them, so callers use it
-// only once cheaper tests have passed.
-func (v *view) minLoad() int64 {
-	least := v.workers[v.spillable[0]].load
+// minLoad is the smallest load, as m measures it, among the spillable workers. It scans them,
+// so callers use it only once cheaper tests have passed.
+func (v *view) minLoad(m LoadMeasure) int64 {
+	least := v.workers[v.spillable[0]].measured(m)
 	for _, i := range v.spillable[1:] {
-		least = min(least, v.workers[i].load)
+		least = min(least, v.workers[i].measured(m))
 	}
 	return least
 }
 
-// leastLoaded is minLoad that also returns the first spillable worker (in membership order)
-// carrying the least load and how many do, in the same single scan.
-func (v *view) leastLoaded() (least int64, at, count int) {
-	least = -1
+// leastLoaded is the least rank (see rank) among the spillable workers, the first of them (in
+// membership order) carrying it and how many do, in a single scan.
+func (v *view) leastLoaded(m LoadMeasure) (least rank, at, count int) {
+	at = -1
 	for _, i := range v.spillable {
-		switch load := v.workers[i].load; {
-		case load == least:
+		switch r := v.workers[i].rank(m); {
+		case at >= 0 && r == least:
 			count++
-		case load < least || least < 0:
-			least, at, count = load, int(i), 1
+		case at < 0 || r.less(least):
+			least, at, count = r, int(i), 1
 		}
 	}
 	return least, at, count
@@ -67,21 +71,21 @@ func (v *view) leastLoaded() (least int64, at, count int) {
 // when keyed, else a uniformly random tied worker. Breaking ties by membership order would send
 // every new key on an idle fleet to the first worker.
 func (v *view) leastLoadedFor(position uint64, keyed bool) int {
-	least, at, count := v.leastLoaded()
+	least, at, count := v.leastLoaded(LoadInFlight)
 	switch {
 	case count == 1:
 		return at
 	case keyed:
-		return v.firstClockwiseAt(position, least)
+		return v.firstClockwiseAt(position, least, LoadInFlight)
 	}
-	return v.nthAt(least, v.randomIndex(count))
+	return v.nthAt(least.load, v.randomIndex(count))
 }
 
-// firstClockwiseAt is the first spillable worker clockwise from position whose load is least.
-func (v *view) firstClockwiseAt(position uint64, least int64) int {
+// firstClockwiseAt is the first spillable worker clockwise from position whose rank is least.
+func (v *view) firstClockwiseAt(position uint64, least rank, m LoadMeasure) int {
 	return v.ring.first(position, func(owner uint32) bool {
 		w := v.workers[owner]
-		return w.spillable && w.load == least
+		return w.spillable && w.rank(m) == least
 	})
 }
 
