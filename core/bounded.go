@@ -12,7 +12,7 @@ func selectBounded(v *view, req *Request, keyPos uint64, p *Policy) (int, Branch
 // spillTest). Then the request spills to a worker whose load is at most maxLoadSkew times the
 // mean, chosen as p.SpillTarget says; if none is, it stays. With key memory, a key first goes
 // to its last worker, as long as that worker is not clearly overloaded. The loads never count
-// the request being routed.
+// the request being routed; they are the prefill loads under balance_by prefill.
 func selectBoundedExplicit(v *view, position uint64, p *Policy) (int, Branch) {
 	preferred := v.preferred(position)
 	test := newSpillTest(v, p)

@@ -23,6 +23,9 @@ package core
 //     order for a request with no blocks), so every process breaks them the same way.
 //   - When some available worker holds block depth (a longer prefix) but is overloaded, the
 //     branch is cache_aware_balance instead, whichever worker was chosen.
+//   - With balance_by prefill (docs/contract.md, "Prefill load") the test reads the prefill
+//     loads, and every choice among several workers, keyed or not, is the least ranked (the
+//     least prefill load, then the fewest leases in flight), ties broken as above.
 //
 // Cost: a step along a recency list per leading block held by a passing worker, and an index
 // lookup only where the blocks leave the list's run (blockIndex.nextOnPath), plus one; a walk of

@@ -1,10 +1,11 @@
-"""The request path of weighted leases and prefix blocks from Python, next to the key-only path.
+"""The request path of weighted leases, prefix blocks and first tokens from Python, next to the key-only path.
 
     .venv/bin/python scripts/bench_weights.py [--rounds 15] [--plain-only]
 
 One request's life at 64 workers (route, then release; the release travels with the next call
 into the library): ``route(key)``, the key-only path; ``route(key, weight=...)`` and
-``route(key, prefix_blocks=<16 blocks>)``, which go through ``br_route_request``; and batches of
+``route(key, prefix_blocks=<16 blocks>)``, which go through ``br_route_request``; ``route(key)`` with
+``lease.first_token()`` between route and release (one ``br_first_token`` call); and batches of
 64 keys, ``route_many(keys)`` against ``route_many(keys, weights=...)``. Cases run one after
 another in rounds (a noisy neighbour slows every case of a round alike); the median over the
 rounds is printed, and each case's ratio to ``route(key)`` taken within each round, then its
@@ -56,7 +57,13 @@ def cases(router: Router, plain_only: bool) -> List[Tuple[str, Callable[[], None
     found: List[Tuple[str, Callable[[], None]]] = [("route(key)", lambda: router.route(key()).release())]
     if plain_only:
         return found
+    def first_token() -> None:
+        lease = router.route(key())
+        lease.first_token()
+        lease.release()
+
     found += [
+        ("route(key) + first_token()", first_token),
         ("route(key, weight=1000)", lambda: router.route(key(), weight=1000).release()),
         ("route(key, prefix_blocks=16 blocks)", lambda: router.route(key(), prefix_blocks=blocks).release()),
         ("route_many(64 keys) / key", lambda: router.release_many(router.route_many(batch))),

@@ -8,6 +8,7 @@ import sys
 from typing import List, Optional, Sequence
 
 from .._request import MAX_LEASE_WEIGHT
+from ..policy import BALANCE_BY
 from .batching import StepCosts
 from .oracle import DEFAULT_MARGIN
 from .peer_rules import DEFAULT_PREFILL_MARGIN, parse_prototype, peer_rows
@@ -159,6 +160,19 @@ def _parser() -> argparse.ArgumentParser:
         help="max_load_skew of the cache_aware rows (default %g)" % DEFAULT_CACHE_AWARE_SKEW,
     )
     pol.add_argument(
+        "--cache-aware-balance-by",
+        choices=BALANCE_BY,
+        default=BALANCE_BY[0],
+        help="balance_by of the cache_aware rows: prefill weighs the requests waiting for their first token "
+        "(docs/contract.md, \"Prefill load\") (default %s)" % BALANCE_BY[0],
+    )
+    pol.add_argument(
+        "--cache-aware-weights",
+        choices=WEIGHTS,
+        default="requests",
+        help="tokens: the cache_aware rows' leases weigh the request's prompt tokens (default: requests)",
+    )
+    pol.add_argument(
         "--blocks-per-worker",
         type=int,
         default=None,
@@ -221,6 +235,8 @@ def replay_policies(
     cache_aware_gaps: Sequence[int] = (DEFAULT_CACHE_AWARE_GAP,),
     cache_aware_skew: float = DEFAULT_CACHE_AWARE_SKEW,
     blocks_per_worker: Optional[int] = None,
+    cache_aware_balance_by: str = BALANCE_BY[0],
+    cache_aware_weights: str = "requests",
 ) -> List[ReplayPolicy]:
     """The rows of a replay: the baselines, SMG's policies asked for, strict and bounded hashing
     (also with the library's options, when any is set, and with token weights for each of
@@ -239,7 +255,15 @@ def replay_policies(
     ]
     keyed_rows = ([False] if cache_aware else []) + ([True] if cache_aware_keyed else [])
     rows += [
-        ReplayPolicy("cache_aware", gap, cache_aware_skew, blocks_per_worker=blocks_per_worker, keyed=keyed)
+        ReplayPolicy(
+            "cache_aware",
+            gap,
+            cache_aware_skew,
+            blocks_per_worker=blocks_per_worker,
+            keyed=keyed,
+            balance_by=cache_aware_balance_by,
+            weights=cache_aware_weights,
+        )
         for keyed in keyed_rows
         for gap in cache_aware_gaps
     ]
@@ -305,6 +329,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             cache_aware_gaps=args.cache_aware_gaps,
             cache_aware_skew=args.cache_aware_skew,
             blocks_per_worker=args.blocks_per_worker,
+            cache_aware_balance_by=args.cache_aware_balance_by,
+            cache_aware_weights=args.cache_aware_weights,
         )
         if not args.prefill_report_ms >= 0:
             raise ValueError("--prefill-report-ms must be a number of milliseconds >= 0, got %g" % args.prefill_report_ms)
