@@ -343,20 +343,7 @@ func (r *Router) workers() []WorkerState {
 // unavailable whatever its probes and breaker say (contract: Worker failures). Health never
 // changes the ring.
 func (r *Router) SetHealthy(url string, healthy bool) error {
-	r.mu.Lock()
-	w, ok := r.members.lookup(url)
-	if !ok {
-		r.mu.Unlock()
-		return unknownWorker(url)
-	}
-	before := w.health()
-	w.userHealthy = healthy
-	change, changed := r.reassess(w, before)
-	r.mu.Unlock()
-	if changed {
-		r.announce(change)
-	}
-	return nil
+	return r.changeWorker(url, func(w *worker) { w.userHealthy = healthy })
 }
 
 // AddWorker adds a worker at the end of the membership order.

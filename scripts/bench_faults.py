@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -38,7 +39,7 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from record_smg_ring import SMG_VERSION, Gateway, free_port, smg_executable  # noqa: E402
@@ -178,7 +179,10 @@ def summary(run: Run, at: float, length: float, reference_p99: Optional[float]) 
     }
 
 
-def scenario_run(args: argparse.Namespace, smg: str, scenario: str) -> List[Run]:
+@contextlib.contextmanager
+def side_by_side(args: argparse.Namespace, smg: str) -> Iterator[Tuple[MockWorkers, ServerProcess, Gateway, str]]:
+    """Four mock workers, the native gateway (with its metrics URL) and SMG in front of them;
+    every process is stopped by its PID on the way out."""
     workers = MockWorkers(4, args.time_scale)
     ours: Optional[ServerProcess] = None
     theirs: Optional[Gateway] = None
@@ -191,6 +195,17 @@ def scenario_run(args: argparse.Namespace, smg: str, scenario: str) -> List[Run]
         metrics_url = next(line.rsplit(" listening on ", 1)[1].strip() for line in ours.lines if line.startswith("metrics "))
         theirs = Gateway(smg, workers.urls, "consistent_hashing")
         theirs.wait_ready(workers.urls)
+        yield workers, ours, theirs, metrics_url
+    finally:
+        if theirs is not None:
+            theirs.stop()
+        if ours is not None:
+            ours.stop()
+        workers.stop()
+
+
+def scenario_run(args: argparse.Namespace, smg: str, scenario: str) -> List[Run]:
+    with side_by_side(args, smg) as (workers, ours, theirs, metrics_url):
         runs = [Run("bounded-router"), Run("smg " + SMG_VERSION)]
 
         async def main() -> None:
@@ -205,12 +220,6 @@ def scenario_run(args: argparse.Namespace, smg: str, scenario: str) -> List[Run]
         asyncio.run(main())
         runs[0].leases_left = active_leases(metrics_url)
         return runs
-    finally:
-        if theirs is not None:
-            theirs.stop()
-        if ours is not None:
-            ours.stop()
-        workers.stop()
 
 
 def open_fds(pid: int) -> int:
@@ -219,13 +228,7 @@ def open_fds(pid: int) -> int:
 
 def burst_fds(args: argparse.Namespace, smg: str) -> Dict[str, int]:
     """Descriptors each gateway holds ``--settle`` s after ``--burst`` concurrent streams ended."""
-    workers = MockWorkers(4, args.time_scale)
-    ours: Optional[ServerProcess] = None
-    theirs: Optional[Gateway] = None
-    try:
-        ours = ServerProcess("gateway", "bounded_router", ["serve", "--port", "0", "--worker-urls"] + workers.urls)
-        theirs = Gateway(smg, workers.urls, "consistent_hashing")
-        theirs.wait_ready(workers.urls)
+    with side_by_side(args, smg) as (_, ours, theirs, _):
 
         async def burst(url: str) -> None:
             import aiohttp
@@ -240,12 +243,6 @@ def burst_fds(args: argparse.Namespace, smg: str) -> Dict[str, int]:
         asyncio.run(both())
         time.sleep(args.settle)
         return {"bounded-router": open_fds(ours.process.pid), "smg " + SMG_VERSION: open_fds(theirs.process.pid)}
-    finally:
-        if theirs is not None:
-            theirs.stop()
-        if ours is not None:
-            ours.stop()
-        workers.stop()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
