@@ -103,12 +103,12 @@ class MockWorkers:
                 process.stop()
 
 
-async def one_request(session: "object", url: str, key: str, stream: bool, timeout: float, start: float) -> Outcome:
+async def one_request(session: "object", url: str, key: str, stream: bool, timeout: float, start: float, max_tokens: int = 8) -> Outcome:
     import aiohttp
 
     assert isinstance(session, aiohttp.ClientSession)
     sent = time.monotonic()
-    body = {"model": "mock-model", "prompt": "session %s turn" % key, "max_tokens": 8, "stream": stream}
+    body = {"model": "mock-model", "prompt": "session %s turn" % key, "max_tokens": max_tokens, "stream": stream}
     try:
         async with session.post(url + "/v1/completions", json=body, headers={"X-SMG-Routing-Key": key}, timeout=aiohttp.ClientTimeout(total=timeout)) as res:
             text = await res.read()
@@ -118,7 +118,7 @@ async def one_request(session: "object", url: str, key: str, stream: bool, timeo
         return Outcome(sent - start, False, time.monotonic() - sent)
 
 
-async def drive(url: str, rate: float, duration: float, keys: int, timeout: float, start: float) -> List[Outcome]:
+async def drive(url: str, rate: float, duration: float, keys: int, timeout: float, start: float, max_tokens: int) -> List[Outcome]:
     """Send requests at a fixed rate (open loop), then wait for all of them."""
     import aiohttp
 
@@ -129,7 +129,7 @@ async def drive(url: str, rate: float, duration: float, keys: int, timeout: floa
             delay = start + i / rate - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.ensure_future(one_request(session, url, "key-%d" % (i % keys), i % 2 == 0, timeout, start)))
+            tasks.append(asyncio.ensure_future(one_request(session, url, "key-%d" % (i % keys), i % 2 == 0, timeout, start, max_tokens)))
         return list(await asyncio.gather(*tasks))
 
 
@@ -211,8 +211,8 @@ def scenario_run(args: argparse.Namespace, smg: str, scenario: str) -> List[Run]
         async def main() -> None:
             start = time.monotonic() + 0.5
             results = await asyncio.gather(
-                drive(ours.url, args.rate, args.duration, args.keys, args.client_timeout, start),
-                drive(theirs.url, args.rate, args.duration, args.keys, args.client_timeout, start),
+                drive(ours.url, args.rate, args.duration, args.keys, args.client_timeout, start, args.max_tokens),
+                drive(theirs.url, args.rate, args.duration, args.keys, args.client_timeout, start, args.max_tokens),
                 inject(workers, scenario, args.fault_at, args.fault_for, start),
             )
             runs[0].outcomes, runs[1].outcomes = results[0], results[1]
@@ -255,6 +255,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--fault-for", type=float, default=15.0)
     parser.add_argument("--client-timeout", type=float, default=20.0)
     parser.add_argument("--time-scale", type=float, default=0.01, help="mock worker time scale (default %(default)s)")
+    parser.add_argument("--max-tokens", type=int, default=8, help="tokens each request asks for: longer answers, more in flight (default %(default)s)")
     parser.add_argument("--venv", default="/tmp/bounded-router-smg-" + SMG_VERSION, help="scratch venv for smg")
     parser.add_argument("--burst", type=int, default=1000, help="concurrent streams of the idle-connection check (0: skip)")
     parser.add_argument("--settle", type=float, default=10.0, help="seconds after the burst before counting descriptors")
