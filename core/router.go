@@ -211,6 +211,7 @@ func (r *Router) addLoad(w *worker, delta int64) {
 	w.load += delta
 	if w.healthy && !w.removed {
 		r.view.availableLoad += delta
+		r.view.least.moved(w.index, w.load-delta, w.load)
 	}
 }
 
@@ -411,6 +412,7 @@ func (r *Router) install(next *membership) {
 func (r *Router) refreshAvailable() {
 	r.view.available = r.view.available[:0]
 	r.view.availableLoad = 0
+	r.view.least.forget()
 	for i, w := range r.members.workers {
 		if w.healthy {
 			r.view.available = append(r.view.available, uint32(i))
