@@ -152,7 +152,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	req := g.routingRequest(r.Header)
 	if g.opts.PrefixBlocks == "text" {
-		req.PrefixBlocks = bodyPrefixBlocks(ex.body, g.opts.PrefixBlockBytes)
+		req.PrefixBlocks = bodyPrefixBlocks(ex.body, g.opts.PrefixBlockBytes, g.opts.PrefixMaxBytes)
 	}
 	ex.decision = g.router.Route(&req)
 	if ex.decision.Lease == 0 {
