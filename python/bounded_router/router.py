@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequ
 from . import _native
 from ._encoding import DEFAULT_FILTER, DEFAULT_ROUTING_KEY_HEADERS, HeaderFilter, HeadersLike, encode_headers, key_bytes, url_bytes
 from ._native_router import NativeRouter
-from ._request import check_weight, one_request, pack_requests, prefix_block_array, prefix_block_bytes, weight_array
+from ._request import MAX_LEASE_WEIGHT, check_weight, one_request, pack_requests, prefix_block_array, prefix_block_bytes, weight_array
 from .args import RouterArgs
 from .errors import NoWorkerAvailableError
 from .gateway import Gateway
@@ -319,7 +319,7 @@ class Router:
             block = encode_headers(headers, self._header_filter)
         plain = weight is None and prefix_blocks is None
         if not plain:
-            checked = 1 if weight is None else check_weight(weight)
+            checked = 1 if weight is None else weight if type(weight) is int and 0 < weight <= MAX_LEASE_WEIGHT else check_weight(weight)
             blocks = b"" if prefix_blocks is None else prefix_block_bytes(prefix_blocks)
         released = native.released
         if released:
@@ -338,11 +338,13 @@ class Router:
         elif plain:
             decision = native.route_headers(native.handle_arg, key, _size(len(key)), block, _size(len(block)), out_ref)
         else:
+            n, m = len(key), len(blocks) >> 3
             if headers is None:
-                block = b""
-            decision = native.route_request(
-                native.handle_arg, key, _size(len(key)), block, _size(len(block)), checked, blocks, _size(len(blocks) >> 3), out_ref
-            )
+                block, block_size = b"", _SIZES[0]
+            else:
+                block_size = _size(len(block))
+            key_size, blocks_size = _SIZES[n] if n < 256 else _size(n), _SIZES[m] if m < 256 else _size(m)
+            decision = native.route_request(native.handle_arg, key, key_size, block, block_size, checked, blocks, blocks_size, out_ref)
         lease_id = out[0]
         if not lease_id:
             # `previous` stays in released: handed over again, it is skipped if it was released.
