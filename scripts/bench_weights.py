@@ -7,7 +7,8 @@ into the library): ``route(key)``, the key-only path; ``route(key, weight=...)``
 ``route(key, prefix_blocks=...)`` with 1 and 128 blocks (real block hashes, as a list and as an
 ``array("Q")``), which take ``br_release_then_route_request``; and batches of 64 keys,
 ``route_many(keys)`` against ``route_many(keys, weights=...)``. The cost of a block is the
-difference between the 128-block and the 1-block rows, over 127. Cases run one after
+difference between the 128-block and the 1-block rows, over 127, and the weighted batch is
+also compared with the plain one, each within its round. Cases run one after
 another in rounds (a noisy neighbour slows every case of a round alike); the median over the
 rounds is printed, and each case's ratio to ``route(key)`` taken within each round, then its
 median. ``--plain-only`` measures ``route(key)`` alone, for comparing builds of the package
@@ -98,6 +99,8 @@ def main() -> int:
         for many_name in ("route(key, prefix_blocks=128 blocks)", "route(key, prefix_blocks=array 128)"):
             per_block = [(m - o) / 127 for m, o in zip(times[many_name], times["route(key, prefix_blocks=1 block)"])]
             print("%-38s %10.1f ns per extra block" % (many_name, statistics.median(per_block)))
+        weighted = [w / p for w, p in zip(times["route_many(64 keys, weights) / key"], times["route_many(64 keys) / key"])]
+        print("%-38s %10.2f x route_many(64 keys)" % ("route_many(64 keys, weights) / key", statistics.median(weighted)))
     return 0
 
 
