@@ -46,9 +46,9 @@ func (s *jsonScanner) peek() byte {
 func (s *jsonScanner) value() bool {
 	switch s.peek() {
 	case '{':
-		return s.object(func(*jsonScanner, []byte) bool { return s.value() })
+		return s.object(func(s *jsonScanner, _ []byte) bool { return s.value() })
 	case '[':
-		return s.array(func(*jsonScanner) bool { return s.value() })
+		return s.array((*jsonScanner).value)
 	case '"':
 		return s.text(nil)
 	case 't':
