@@ -15,7 +15,7 @@ func selectBounded(v *view, req *Request, keyPos uint64, p *Policy) (int, Branch
 // the request being routed.
 func selectBoundedExplicit(v *view, position uint64, p *Policy) (int, Branch) {
 	preferred := v.preferred(position)
-	test := spillTest{v: v, target: p.SpillTarget, bound: v.meanLoad() * p.MaxLoadSkew, gap: p.MinLoadGap, least: -1}
+	test := spillTest{v: v, bound: v.meanLoad() * p.MaxLoadSkew, gap: p.MinLoadGap}
 	if last := v.memory.recall(position); last >= 0 && last != preferred && !test.overloaded(v.workers[last].load) {
 		return last, BranchExplicitRoutingKeyRemembered
 	}
@@ -31,32 +31,14 @@ func selectBoundedExplicit(v *view, position uint64, p *Policy) (int, Branch) {
 
 // spillTest tells whether a worker is clearly overloaded: its load exceeds both the least load
 // of the available workers by more than gap and the mean by more than a factor maxLoadSkew
-// (both strict). The relative test needs only the running total; the scan for the least load
-// runs only when it fires, and at most once per decision.
+// (both strict). The relative test needs only the running total; the least load is read only
+// when it fires.
 type spillTest struct {
-	v      *view
-	target SpillTarget
-	bound  float64 // the mean load times maxLoadSkew: also the spill target's load bound
-	gap    int64
-	// least is the least load of the available workers, -1 until scanned. For a least-loaded
-	// spill the same scan finds the first worker carrying it (leastAt) and how many do.
-	least      int64
-	leastAt    int
-	leastCount int
+	v     *view
+	bound float64 // the mean load times maxLoadSkew: also the spill target's load bound
+	gap   int64
 }
 
 func (t *spillTest) overloaded(load int64) bool {
-	return float64(load) > t.bound && load-t.leastLoad() > t.gap
-}
-
-func (t *spillTest) leastLoad() int64 {
-	switch {
-	case t.least >= 0:
-	case t.target == SpillLeastLoaded:
-		t.least, t.leastAt, t.leastCount = t.v.leastLoaded()
-	default:
-		// The minimum alone is a branchless scan, cheaper than counting ties.
-		t.least = t.v.minLoad()
-	}
-	return t.least
+	return float64(load) > t.bound && load-t.v.minLoad() > t.gap
 }

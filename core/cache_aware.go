@@ -36,7 +36,7 @@ func selectCacheAware(v *view, req *Request, keyPos uint64, p *Policy) (int, Bra
 	if req.HasTarget {
 		return selectTarget(v, req.TargetIndex)
 	}
-	c := cacheChoice{v: v, x: x, test: spillTest{v: v, bound: v.meanLoad() * p.MaxLoadSkew, gap: p.MinLoadGap, least: -1}}
+	c := cacheChoice{v: v, x: x, test: spillTest{v: v, bound: v.meanLoad() * p.MaxLoadSkew, gap: p.MinLoadGap}}
 	c.position, c.keyed, c.positioned = tiePosition(v, req, keyPos)
 	blocks := req.PrefixBlocks
 	for x.depth < len(blocks) {

@@ -224,6 +224,9 @@ func (r *Router) addLoad(w *worker, delta int64) {
 	w.load += delta
 	if w.healthy && !w.removed {
 		r.view.availableLoad += delta
+		if w.spillable {
+			r.view.least.moved(w.index, w.load-delta, w.load)
+		}
 	}
 }
 
@@ -431,6 +434,7 @@ func (r *Router) refreshAvailable() {
 	v := &r.view
 	v.available, v.spillable = v.available[:0], v.spillable[:0]
 	v.availableLoad = 0
+	v.least.forget()
 	for i, w := range r.members.workers {
 		w.spillable = w.trusted()
 		if w.healthy {

@@ -3,7 +3,8 @@ package core
 import "math/rand/v2"
 
 // view is what a policy sees when it decides: the membership, its ring, which workers are
-// available and their loads. Policies only read it; the router updates it under its lock.
+// available and their loads. Policies only read it (reading the least load may fill its memo
+// in); the router updates it under its lock.
 type view struct {
 	workers []*worker // membership order
 	ring    *ring
@@ -14,6 +15,9 @@ type view struct {
 	// availableLoad is the sum of the loads of the available workers, kept as a running total
 	// so the relative test never has to scan the workers.
 	availableLoad int64
+	// least remembers the least load of the spillable workers (see leastLoadMemo). Reading
+	// the least load may fill it in, which is why even a policy's reads happen under the lock.
+	least leastLoadMemo
 	// roundRobin is the shared round_robin counter; the router advances it after each route.
 	roundRobin uint64
 	// memory is the key memory of bounded_consistent_hashing; nil when it is off.
@@ -24,7 +28,11 @@ type view struct {
 	randomIndex func(n int) int
 }
 
-func newView() view { return view{ring: &ring{}, randomIndex: rand.IntN} }
+func newView() view {
+	v := view{ring: &ring{}, randomIndex: rand.IntN}
+	v.least.forget()
+	return v
+}
 
 // isAvailable is the predicate for the preferred worker.
 func (v *view) isAvailable(owner uint32) bool { return v.workers[owner].healthy }
@@ -37,20 +45,37 @@ func (v *view) meanLoad() float64 {
 	return float64(v.availableLoad) / float64(len(v.available))
 }
 
-// minLoad is the smallest load among the spillable workers. It scans them, so callers use it
-// only once cheaper tests have passed.
+// minLoad is the smallest load among the spillable workers (there is at least one).
 func (v *view) minLoad() int64 {
-	least := v.workers[v.spillable[0]].load
-	for _, i := range v.spillable[1:] {
-		least = min(least, v.workers[i].load)
-	}
+	least, _ := v.leastLoadCount()
 	return least
 }
 
-// leastLoaded is minLoad that also returns the first spillable worker (in membership order)
-// carrying the least load and how many do, in the same single scan.
+// leastLoadCount is minLoad and how many spillable workers carry it.
+func (v *view) leastLoadCount() (least int64, count int) {
+	if v.least.count == 0 {
+		v.scanLeast()
+	}
+	return v.least.load, v.least.count
+}
+
+// leastLoaded is minLoad, the first spillable worker (in membership order) carrying it and how
+// many do; with no spillable worker, -1, 0 and 0. It looks for the first from the memo's bound.
 func (v *view) leastLoaded() (least int64, at, count int) {
-	least = -1
+	least, count = v.leastLoadCount()
+	if count == 0 {
+		return -1, 0, 0
+	}
+	m := &v.least
+	for w := v.workers[m.at]; !w.spillable || w.load != least; w = v.workers[m.at] {
+		m.at++
+	}
+	return least, m.at, count
+}
+
+// scanLeast fills the memo in from a scan of the spillable workers.
+func (v *view) scanLeast() {
+	least, at, count := int64(-1), 0, 0
 	for _, i := range v.spillable {
 		switch load := v.workers[i].load; {
 		case load == least:
@@ -59,7 +84,11 @@ func (v *view) leastLoaded() (least int64, at, count int) {
 			least, at, count = load, int(i), 1
 		}
 	}
-	return least, at, count
+	if count == 0 {
+		v.least.forget()
+		return
+	}
+	v.least = leastLoadMemo{load: least, count: count, at: at}
 }
 
 // leastLoadedFor is the least loaded available worker, ties broken by the request's routing key
