@@ -66,9 +66,9 @@ test-go:
 	$(GO) test -race -count=1 ./...
 	$(GO) test -count=1 -run 'Allocate' ./core
 
-# Each Go fuzz target for FUZZTIME (the seed corpora in core/testdata/fuzz also run in test-go).
+# Each Go fuzz target for FUZZTIME (their seed corpora also run in test-go).
 FUZZTIME ?= 20s
-FUZZ_TARGETS := FuzzRequestFromHeaders FuzzParseConfig FuzzRouterOperations FuzzCacheAware
+FUZZ_TARGETS := FuzzRequestFromHeaders FuzzParseConfig FuzzRouterOperations FuzzCacheAware ./gateway:FuzzPromptTextMatchesEncodingJSON
 test-fuzz:
 	GO=$(GO) bash scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
 

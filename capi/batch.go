@@ -22,6 +22,24 @@ import (
 //export br_route_keys
 func br_route_keys(router C.uint64_t, keys *C.char, keysLen C.size_t, lengths *C.uint32_t, n C.uint32_t, out *C.uint64_t) (status C.int32_t) {
 	defer guard(&status)
+	return routeKeyBatch(router, keys, keysLen, lengths, nil, n, out)
+}
+
+// br_route_weighted_keys: see capi/bounded_router.h. The batch is one step of
+// core.RouteWeightedKeys; an invalid weight routes nothing and the error names its index.
+//
+//export br_route_weighted_keys
+func br_route_weighted_keys(router C.uint64_t, keys *C.char, keysLen C.size_t, lengths *C.uint32_t, weights *C.int64_t, n C.uint32_t, out *C.uint64_t) (status C.int32_t) {
+	defer guard(&status)
+	if weights == nil && n > 0 {
+		return fail(invalidArgument("weights must not be NULL"))
+	}
+	return routeKeyBatch(router, keys, keysLen, lengths, weights, n, out)
+}
+
+// routeKeyBatch routes the n keys of a key block, with the lease weights at weights (each 1 when
+// weights is nil), answering as br_route_keys does.
+func routeKeyBatch(router C.uint64_t, keys *C.char, keysLen C.size_t, lengths *C.uint32_t, weights *C.int64_t, n C.uint32_t, out *C.uint64_t) C.int32_t {
 	r, err := lookupRouter(uint64(router))
 	if err != nil {
 		return fail(err)
@@ -44,7 +62,14 @@ func br_route_keys(router C.uint64_t, keys *C.char, keysLen C.size_t, lengths *C
 	if err != nil {
 		return fail(err)
 	}
-	r.RouteKeys(int(n), keySplitter(block, sizes), decidedInto(o, int(n)))
+	if weights == nil {
+		r.RouteKeys(int(n), keySplitter(block, sizes), decidedInto(o, int(n)))
+		return statusOK
+	}
+	each := unsafe.Slice((*int64)(unsafe.Pointer(weights)), n)
+	if err := r.RouteWeightedKeys(int(n), keySplitter(block, sizes), func(i int) int64 { return each[i] }, decidedInto(o, int(n))); err != nil {
+		return fail(err)
+	}
 	return statusOK
 }
 

@@ -61,12 +61,13 @@
 #define BR_OUTCOME_NEUTRAL 3
 #define BR_OUTCOME_COUNT 4
 
-/* Packed decisions (answers of br_release_then_route_key, br_release_then_route and
- * br_route_keys): the branch code in the low BR_DECISION_BRANCH_BITS bits, the chosen worker's
- * id from bit BR_DECISION_WORKER_SHIFT and the preferred worker's id from bit
- * BR_DECISION_PREFERRED_SHIFT, each below BR_DECISION_ID_LIMIT. Both ids are 0 when no worker was
- * chosen, so such a decision is below 64. Ids that do not fit (a router 2^28 workers have
- * joined) are left out and BR_DECISION_IDS_DONT_FIT is set; the call's other output has them. */
+/* Packed decisions (answers of br_release_then_route_key, br_release_then_route,
+ * br_release_then_route_request and br_route_keys): the branch code in the low
+ * BR_DECISION_BRANCH_BITS bits, the chosen worker's id from bit BR_DECISION_WORKER_SHIFT and the
+ * preferred worker's id from bit BR_DECISION_PREFERRED_SHIFT, each below BR_DECISION_ID_LIMIT.
+ * Both ids are 0 when no worker was chosen, so such a decision is below 64. Ids that do not fit
+ * (a router 2^28 workers have joined) are left out and BR_DECISION_IDS_DONT_FIT is set; the
+ * call's other output has them. */
 #define BR_DECISION_BRANCH_BITS 6
 #define BR_DECISION_WORKER_SHIFT 6
 #define BR_DECISION_PREFERRED_SHIFT 34
@@ -152,13 +153,23 @@ int64_t br_release_then_route(uint64_t router, const char *key, size_t key_len, 
  * ids (as out[1] above). All or nothing: either every key gets a lease or none does. */
 int32_t br_route_keys(uint64_t router, const char *keys, size_t keys_len, const uint32_t *lengths, uint32_t n,
                       uint64_t *out);
+/* br_route_keys with a lease of weights[i] (1..BR_MAX_LEASE_WEIGHT) for key i. A weight out of
+ * range routes no key: BR_ERR_INVALID_ARGUMENT, and the text names its index. */
+int32_t br_route_weighted_keys(uint64_t router, const char *keys, size_t keys_len, const uint32_t *lengths,
+                               const int64_t *weights, uint32_t n, uint64_t *out);
 
 /* Routes (take_lease 1) or only selects (0) one request from every routing input it carries,
  * answering as br_route does; a lease counts the request's weight. A weight outside 0..
  * BR_MAX_LEASE_WEIGHT or more than BR_MAX_PREFIX_BLOCKS prefix blocks is
- * BR_ERR_INVALID_ARGUMENT, and the text names the field. The key exports stay the fast path
- * for requests with no weight and no prefix blocks. */
+ * BR_ERR_INVALID_ARGUMENT, and the text names the field. */
 int32_t br_route_request(uint64_t router, const br_request *request, int32_t take_lease, uint64_t *out);
+/* Release the lease in io[2], then route like br_route_request with a lease, in one step, with
+ * the request's inputs as arguments (weight 0 means 1; prefix_blocks may be NULL with
+ * prefix_blocks_len 0): answers as br_release_then_route. The release happens even when an
+ * argument is rejected. */
+int64_t br_release_then_route_request(uint64_t router, const char *key, size_t key_len, const char *headers,
+                                      size_t headers_len, int32_t weight, const uint64_t *prefix_blocks,
+                                      size_t prefix_blocks_len, uint64_t *io);
 /* Routes n requests in order as one step, answering as br_route_keys does (out: 3n values), all
  * or nothing. An invalid request routes none, and the text names its index. */
 int32_t br_route_requests(uint64_t router, const br_request *requests, uint32_t n, uint64_t *out);

@@ -13,9 +13,10 @@ import (
 	"github.com/bounded-router/bounded-router/core"
 )
 
-// Routing from a br_request, the struct that carries every routing input: key, header block,
-// lease weight and prefix blocks. The slow path, for callers that pass a weight or prefix
-// blocks; the key exports stay the fast path for the others.
+// Routing from every routing input of a request: key, header block, lease weight and prefix
+// blocks, passed in a br_request (alone or in a batch) or as the arguments of
+// br_release_then_route_request, the request path of bindings whose calls cost more than the
+// routing behind them.
 
 //export br_route_request
 func br_route_request(router C.uint64_t, request *C.br_request, takeLease C.int32_t, out *C.uint64_t) (status C.int32_t) {
@@ -58,18 +59,36 @@ func br_route_requests(router C.uint64_t, requests *C.br_request, n C.uint32_t, 
 	return statusOK
 }
 
-// requestArg reads a br_request. Its prefix blocks are viewed, not copied: the router reads them
-// during the call only.
+// br_release_then_route_request: see capi/bounded_router.h. The release happens even when the
+// arguments are rejected.
+//
+//export br_release_then_route_request
+func br_release_then_route_request(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t, weight C.int32_t, prefixBlocks *C.uint64_t, prefixBlocksLen C.size_t, io *C.uint64_t) (status C.int64_t) {
+	defer guard(&status)
+	previous := takePrevious(io)
+	d, o, err := routeRequest(router, io, "io", previous, true, func(r *core.Router) (core.Request, error) {
+		return requestOf(r, key, keyLen, headers, headersLen, int64(weight), prefixBlocks, prefixBlocksLen)
+	})
+	return writePackedDecision(d, o, err)
+}
+
+// requestArg reads a br_request.
 func requestArg(r *core.Router, p *C.br_request) (core.Request, error) {
 	if p == nil {
 		return core.Request{}, invalidArgument("request must not be NULL")
 	}
-	req, err := requestFrom(r, p.key, p.key_len, p.headers, p.headers_len)
+	return requestOf(r, p.key, p.key_len, p.headers, p.headers_len, int64(p.weight), p.prefix_blocks, p.prefix_blocks_len)
+}
+
+// requestOf reads every routing input of one request. The prefix blocks are viewed, not copied:
+// the router reads them during the call only.
+func requestOf(r *core.Router, key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t, weight int64, blocks *C.uint64_t, blocksLen C.size_t) (core.Request, error) {
+	req, err := requestFrom(r, key, keyLen, headers, headersLen)
 	if err != nil {
 		return core.Request{}, err
 	}
-	req.Weight = int64(p.weight)
-	if req.PrefixBlocks, err = prefixBlocksArg(p.prefix_blocks, p.prefix_blocks_len); err != nil {
+	req.Weight = weight
+	if req.PrefixBlocks, err = prefixBlocksArg(blocks, blocksLen); err != nil {
 		return core.Request{}, err
 	}
 	return req, core.CheckRequest(&req)

@@ -127,6 +127,11 @@ func requestFrom(r *core.Router, key *C.char, keyLen C.size_t, headers *C.char, 
 	if err != nil {
 		return core.Request{}, err
 	}
+	if len(block) == 0 {
+		// The same request, without RequestFrom's header iterator, whose state escapes to the
+		// heap (4 allocations per request).
+		return core.KeyRequest(k), nil
+	}
 	return r.RequestFrom(k, headerPairs(block)), nil
 }
 

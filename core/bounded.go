@@ -32,24 +32,18 @@ func selectBoundedExplicit(v *view, position uint64, p *Policy) (int, Branch) {
 // spillTest tells whether a worker is clearly overloaded: its load (as the policy's balance_by
 // measures it) exceeds both the least load of the spillable workers by more than gap and the
 // mean by more than a factor maxLoadSkew (both strict). The relative test needs only the running
-// total; the scan for the least load runs only when it fires, and at most once per decision.
+// total; the least load is read only when it fires (under prefill, scanned once per decision).
 type spillTest struct {
-	v      *view
-	target SpillTarget
-	by     LoadMeasure
-	bound  float64 // the mean load times maxLoadSkew: also the spill target's load bound
-	gap    int64
-	// least is the least load of the spillable workers, -1 until scanned. For a least-loaded
-	// spill the same scan finds the least rank (leastRank), the first worker carrying it
-	// (leastAt) and how many do.
-	least      int64
-	leastRank  rank
-	leastAt    int
-	leastCount int
+	v     *view
+	by    LoadMeasure
+	bound float64 // the mean load times maxLoadSkew: also the spill target's load bound
+	gap   int64
+	// leastPrefill is the least prefill load of the spillable workers, -1 until scanned.
+	leastPrefill int64
 }
 
 func newSpillTest(v *view, p *Policy) spillTest {
-	return spillTest{v: v, target: p.SpillTarget, by: p.BalanceBy, bound: v.meanLoad(p.BalanceBy) * p.MaxLoadSkew, gap: p.MinLoadGap, least: -1}
+	return spillTest{v: v, by: p.BalanceBy, bound: v.meanLoad(p.BalanceBy) * p.MaxLoadSkew, gap: p.MinLoadGap, leastPrefill: -1}
 }
 
 func (t *spillTest) overloaded(w *worker) bool {
@@ -58,14 +52,12 @@ func (t *spillTest) overloaded(w *worker) bool {
 }
 
 func (t *spillTest) leastLoad() int64 {
-	switch {
-	case t.least >= 0:
-	case t.target == SpillLeastLoaded:
-		t.leastRank, t.leastAt, t.leastCount = t.v.leastLoaded(t.by)
-		t.least = t.leastRank.load
-	default:
-		// The minimum alone is a branchless scan, cheaper than counting ties.
-		t.least = t.v.minLoad(t.by)
+	if t.by == LoadInFlight {
+		return t.v.minLoad()
 	}
-	return t.least
+	if t.leastPrefill < 0 {
+		least, _, _ := t.v.leastRanked(LoadPrefill)
+		t.leastPrefill = least.load
+	}
+	return t.leastPrefill
 }

@@ -147,7 +147,7 @@ func (c *cacheChoice) amongCandidates(block uint64) int {
 // leastLoaded is the least ranked spillable worker (which passes), ties broken clockwise from
 // the key's or the first block's position, or by membership order when the request has neither.
 func (c *cacheChoice) leastLoaded() int {
-	least, at, count := c.v.leastLoaded(c.test.by)
+	least, at, count := c.v.leastRanked(c.test.by)
 	if count == 1 || !c.positioned {
 		return at
 	}

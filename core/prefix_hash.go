@@ -19,19 +19,54 @@ func HashPrefixBlocks(data []byte, blockLen int, out []uint64) (int, error) {
 	if len(out) < n {
 		return 0, invalid("out has room for %d prefix blocks, %d needed", len(out), n)
 	}
-	var d xxhash.Digest
-	var previous [8]byte
-	for i := range n {
-		d.Reset()
-		if i > 0 {
-			binary.LittleEndian.PutUint64(previous[:], out[i-1])
-			d.Write(previous[:])
-		}
-		d.Write(data[i*blockLen : (i+1)*blockLen])
-		out[i] = d.Sum64()
-	}
-	return n, nil
+	h := NewPrefixHasher(blockLen, n, out[:0])
+	h.Write(data)
+	return len(h.Blocks()), nil
 }
+
+// PrefixHasher computes HashPrefixBlocks' hashes of a text written to it in pieces of any size,
+// holding one block's hash state instead of the text. It hashes up to a limit of blocks and
+// ignores what is written after.
+type PrefixHasher struct {
+	blocks   []uint64
+	digest   xxhash.Digest
+	blockLen int
+	limit    int
+	filled   int // bytes of the current block written so far
+}
+
+// NewPrefixHasher hashes at most limit blocks of blockLen (> 0) bytes, appending them to out.
+func NewPrefixHasher(blockLen, limit int, out []uint64) *PrefixHasher {
+	h := &PrefixHasher{blocks: out, blockLen: blockLen, limit: limit}
+	h.digest.Reset()
+	return h
+}
+
+// Write hashes p as the continuation of what was written before. It never fails.
+func (h *PrefixHasher) Write(p []byte) (int, error) {
+	written := len(p)
+	for len(p) > 0 && !h.Full() {
+		n := min(len(p), h.blockLen-h.filled)
+		h.digest.Write(p[:n])
+		p, h.filled = p[n:], h.filled+n
+		if h.filled == h.blockLen {
+			sum := h.digest.Sum64()
+			h.blocks = append(h.blocks, sum)
+			var previous [8]byte
+			binary.LittleEndian.PutUint64(previous[:], sum)
+			h.digest.Reset()
+			h.digest.Write(previous[:])
+			h.filled = 0
+		}
+	}
+	return written, nil
+}
+
+// Full reports whether the limit is reached: what is written from then on is not hashed.
+func (h *PrefixHasher) Full() bool { return len(h.blocks) >= h.limit }
+
+// Blocks is the hashes of the full blocks written so far.
+func (h *PrefixHasher) Blocks() []uint64 { return h.blocks }
 
 // CountPrefixBlocks is the number of full blocks of blockLen bytes in dataLen bytes, or an
 // error naming the field when blockLen is not positive or the blocks exceed MaxPrefixBlocks.

@@ -2,10 +2,12 @@ package core
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/stretchr/testify/require"
 )
 
 // chainedReference hashes each block by concatenating the bytes HashPrefixBlocks documents,
@@ -130,4 +132,29 @@ func FuzzHashPrefixBlocks(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A text written to a PrefixHasher in pieces of any size hashes as HashPrefixBlocks hashes it
+// whole (itself checked against the vectors above), and blocks past the limit are left out.
+func TestPrefixHasherTakesTheTextInAnyPieces(t *testing.T) {
+	data := make([]byte, 1000)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	want := make([]uint64, len(data)/24)
+	n, err := HashPrefixBlocks(data, 24, want)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(3, 5))
+	for round := 0; round < 50; round++ {
+		room := rng.IntN(n + 5)
+		h := NewPrefixHasher(24, room, []uint64{})
+		for rest := data; len(rest) > 0; {
+			k := min(len(rest), rng.IntN(60))
+			written, _ := h.Write(rest[:k])
+			require.Equal(t, k, written)
+			rest = rest[k:]
+		}
+		require.Equal(t, want[:min(n, room)], h.Blocks(), "room %d", room)
+		require.Equal(t, room <= n, h.Full())
+	}
 }

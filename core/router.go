@@ -225,6 +225,9 @@ func (r *Router) addLoad(w *worker, delta int64) {
 	w.load += delta
 	if w.healthy && !w.removed {
 		r.view.availableLoad += delta
+		if w.spillable {
+			r.view.least.moved(w.index, w.load-delta, w.load)
+		}
 	}
 }
 
@@ -372,20 +375,7 @@ func (r *Router) workers() []WorkerState {
 // unavailable whatever its probes and breaker say (contract: Worker failures). Health never
 // changes the ring.
 func (r *Router) SetHealthy(url string, healthy bool) error {
-	r.mu.Lock()
-	w, ok := r.members.lookup(url)
-	if !ok {
-		r.mu.Unlock()
-		return unknownWorker(url)
-	}
-	before := w.health()
-	w.userHealthy = healthy
-	change, changed := r.reassess(w, before)
-	r.mu.Unlock()
-	if changed {
-		r.announce(change)
-	}
-	return nil
+	return r.changeWorker(url, func(w *worker) { w.userHealthy = healthy })
 }
 
 // AddWorker adds a worker at the end of the membership order.
@@ -473,6 +463,7 @@ func (r *Router) refreshAvailable() {
 	v := &r.view
 	v.available, v.spillable = v.available[:0], v.spillable[:0]
 	v.availableLoad, v.availablePrefill = 0, 0
+	v.least.forget()
 	for i, w := range r.members.workers {
 		w.spillable = w.trusted()
 		if w.healthy {

@@ -9,8 +9,8 @@ const (
 	// SpillClockwise: the first such worker clockwise from the key, the contract's default.
 	SpillClockwise SpillTarget = iota
 	// SpillLeastLoaded: the least loaded such worker, ties broken by the clockwise order from the
-	// key so that every process breaks them the same way. Its spill test counts the ties while
-	// it scans for the least load, and it walks the ring only when several workers tie.
+	// key so that every process breaks them the same way (under balance_by prefill, the least
+	// rank: see rank). It walks the ring only when several workers tie.
 	SpillLeastLoaded
 )
 
@@ -44,13 +44,13 @@ func (s SpillTarget) find(t *spillTest, position uint64) int {
 			return w.spillable && float64(w.measured(t.by)) <= t.bound
 		})
 	}
-	least := t.leastLoad()
-	if float64(least) > t.bound {
+	least, at, count := v.leastRanked(t.by)
+	if float64(least.load) > t.bound {
 		return -1
 	}
 	// A lone least loaded worker needs no ring walk, which would be long to find it among many.
-	if t.leastCount == 1 {
-		return t.leastAt
+	if count == 1 {
+		return at
 	}
-	return v.firstClockwiseAt(position, t.leastRank, t.by)
+	return v.firstClockwiseAt(position, least, t.by)
 }

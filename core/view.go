@@ -3,7 +3,8 @@ package core
 import "math/rand/v2"
 
 // view is what a policy sees when it decides: the membership, its ring, which workers are
-// available and their loads. Policies only read it; the router updates it under its lock.
+// available and their loads. Policies only read it (reading the least load may fill its memo
+// in); the router updates it under its lock.
 type view struct {
 	workers []*worker // membership order
 	ring    *ring
@@ -14,6 +15,9 @@ type view struct {
 	// availableLoad and availablePrefill are the sums of the loads and prefill loads of the
 	// available workers, kept as running totals so the relative test never has to scan the workers.
 	availableLoad, availablePrefill int64
+	// least remembers the least load of the spillable workers (see leastLoadMemo). Reading
+	// the least load may fill it in, which is why even a policy's reads happen under the lock.
+	least leastLoadMemo
 	// roundRobin is the shared round_robin counter; the router advances it after each route.
 	roundRobin uint64
 	// memory is the key memory of bounded_consistent_hashing; nil when it is off.
@@ -24,7 +28,11 @@ type view struct {
 	randomIndex func(n int) int
 }
 
-func newView() view { return view{ring: &ring{}, randomIndex: rand.IntN} }
+func newView() view {
+	v := view{ring: &ring{}, randomIndex: rand.IntN}
+	v.least.forget()
+	return v
+}
 
 // isAvailable is the predicate for the preferred worker.
 func (v *view) isAvailable(owner uint32) bool { return v.workers[owner].healthy }
@@ -41,19 +49,60 @@ func (v *view) meanLoad(m LoadMeasure) float64 {
 	return float64(total) / float64(len(v.available))
 }
 
-// minLoad is the smallest load, as m measures it, among the spillable workers. It scans them,
-// so callers use it only once cheaper tests have passed.
-func (v *view) minLoad(m LoadMeasure) int64 {
-	least := v.workers[v.spillable[0]].measured(m)
-	for _, i := range v.spillable[1:] {
-		least = min(least, v.workers[i].measured(m))
-	}
+// minLoad is the smallest load among the spillable workers (there is at least one).
+func (v *view) minLoad() int64 {
+	least, _ := v.leastLoadCount()
 	return least
 }
 
-// leastLoaded is the least rank (see rank) among the spillable workers, the first of them (in
-// membership order) carrying it and how many do, in a single scan.
-func (v *view) leastLoaded(m LoadMeasure) (least rank, at, count int) {
+// leastLoadCount is minLoad and how many spillable workers carry it.
+func (v *view) leastLoadCount() (least int64, count int) {
+	if v.least.count == 0 {
+		v.scanLeast()
+	}
+	return v.least.load, v.least.count
+}
+
+// leastLoaded is minLoad, the first spillable worker (in membership order) carrying it and how
+// many do; with no spillable worker, -1, 0 and 0. It looks for the first from the memo's bound.
+func (v *view) leastLoaded() (least int64, at, count int) {
+	least, count = v.leastLoadCount()
+	if count == 0 {
+		return -1, 0, 0
+	}
+	m := &v.least
+	for w := v.workers[m.at]; !w.spillable || w.load != least; w = v.workers[m.at] {
+		m.at++
+	}
+	return least, m.at, count
+}
+
+// scanLeast fills the memo in from a scan of the spillable workers.
+func (v *view) scanLeast() {
+	least, at, count := int64(-1), 0, 0
+	for _, i := range v.spillable {
+		switch load := v.workers[i].load; {
+		case load == least:
+			count++
+		case load < least || least < 0:
+			least, at, count = load, int(i), 1
+		}
+	}
+	if count == 0 {
+		v.least.forget()
+		return
+	}
+	v.least = leastLoadMemo{load: least, count: count, at: at}
+}
+
+// leastRanked is the least rank (see rank) among the spillable workers, the first of them in
+// membership order carrying it and how many do. Under in_flight it reads the memo; the prefill
+// loads have none, so under prefill it scans.
+func (v *view) leastRanked(m LoadMeasure) (least rank, at, count int) {
+	if m == LoadInFlight {
+		load, at, count := v.leastLoaded()
+		return rank{load: load}, at, count
+	}
 	at = -1
 	for _, i := range v.spillable {
 		switch r := v.workers[i].rank(m); {
@@ -71,14 +120,14 @@ func (v *view) leastLoaded(m LoadMeasure) (least rank, at, count int) {
 // when keyed, else a uniformly random tied worker. Breaking ties by membership order would send
 // every new key on an idle fleet to the first worker.
 func (v *view) leastLoadedFor(position uint64, keyed bool) int {
-	least, at, count := v.leastLoaded(LoadInFlight)
+	least, at, count := v.leastLoaded()
 	switch {
 	case count == 1:
 		return at
 	case keyed:
-		return v.firstClockwiseAt(position, least, LoadInFlight)
+		return v.firstClockwiseAt(position, rank{load: least}, LoadInFlight)
 	}
-	return v.nthAt(least.load, v.randomIndex(count))
+	return v.nthAt(least, v.randomIndex(count))
 }
 
 // firstClockwiseAt is the first spillable worker clockwise from position whose rank is least.

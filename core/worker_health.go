@@ -188,6 +188,19 @@ func (r *Router) Finish(id LeaseID, o Outcome, now time.Time) bool {
 
 // ReportProbe records one health-check probe of a member: ok when it answered 2xx in time.
 func (r *Router) ReportProbe(url string, ok bool) error {
+	return r.changeWorker(url, func(w *worker) {
+		if ok {
+			w.probes.Passed++
+		} else {
+			w.probes.Failed++
+		}
+		w.probe.record(ok, &r.healthCheck)
+	})
+}
+
+// changeWorker applies change to a member's verdicts under the lock, reassesses it and tells
+// the listener about the change, if any, once the lock is released.
+func (r *Router) changeWorker(url string, change func(*worker)) error {
 	r.mu.Lock()
 	w, member := r.members.lookup(url)
 	if !member {
@@ -195,16 +208,11 @@ func (r *Router) ReportProbe(url string, ok bool) error {
 		return unknownWorker(url)
 	}
 	before := w.health()
-	if ok {
-		w.probes.Passed++
-	} else {
-		w.probes.Failed++
-	}
-	w.probe.record(ok, &r.healthCheck)
-	change, changed := r.reassess(w, before)
+	change(w)
+	c, changed := r.reassess(w, before)
 	r.mu.Unlock()
 	if changed {
-		r.announce(change)
+		r.announce(c)
 	}
 	return nil
 }

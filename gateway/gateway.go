@@ -117,6 +117,7 @@ func New(monitor *health.Monitor, opts Options) (*Gateway, error) {
 		FlushInterval:  0,
 		ModifyResponse: g.modifyResponse,
 		ErrorHandler:   g.proxyError,
+		BufferPool:     newCopyBuffers(),
 		ErrorLog:       errorLog,
 	}
 	if opts.AccessLog {

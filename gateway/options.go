@@ -47,8 +47,11 @@ type Options struct {
 	// PrefixBlocks "text" routes each request with the prefix block hashes of its JSON body's
 	// "messages" or "prompt" (for cache_aware); "off" or absent does not read the body for
 	// routing. PrefixBlockBytes is the block size in UTF-8 bytes (0 or absent: 64).
+	// PrefixMaxBytes is how much of a prompt's text is hashed, in UTF-8 bytes (0 or absent:
+	// 1 MiB): a longer prompt is routed by the blocks of its beginning.
 	PrefixBlocks     string `json:"prefix_blocks"`
 	PrefixBlockBytes int    `json:"prefix_block_bytes"`
+	PrefixMaxBytes   int    `json:"prefix_max_bytes"`
 	// AccessLog writes one JSON line per request to stderr (log/slog).
 	AccessLog bool `json:"access_log"`
 	// RetryMaxRetries is how many more workers a request is sent to when its worker fails it
@@ -101,6 +104,7 @@ var Defaults = Options{
 	WorkerIdleTimeout:   4,
 	PrefixBlocks:        "off",
 	PrefixBlockBytes:    64,
+	PrefixMaxBytes:      1 << 20,
 }
 
 // ParseOptions reads options from a JSON object; absent fields take their defaults. An empty
@@ -160,7 +164,7 @@ func (o Options) Validate() error {
 	}{
 		{"max_body_size", o.MaxBodySize}, {"max_header_bytes", int64(o.MaxHeaderBytes)},
 		{"max_idle_conns_per_host", int64(o.MaxIdleConnsPerHost)}, {"max_conns_per_host", int64(o.MaxConnsPerHost)},
-		{"prefix_block_bytes", int64(o.PrefixBlockBytes)},
+		{"prefix_block_bytes", int64(o.PrefixBlockBytes)}, {"prefix_max_bytes", int64(o.PrefixMaxBytes)},
 	} {
 		if f.value < 0 {
 			return invalid(f.name, "must not be negative (0 or absent: the default), got %d", f.value)
@@ -225,6 +229,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PrefixBlockBytes == 0 {
 		o.PrefixBlockBytes = d.PrefixBlockBytes
+	}
+	if o.PrefixMaxBytes == 0 {
+		o.PrefixMaxBytes = d.PrefixMaxBytes
 	}
 	return o
 }

@@ -199,7 +199,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ex.request = g.routingRequest(r.Header)
 	if g.opts.PrefixBlocks == "text" {
-		ex.request.PrefixBlocks = bodyPrefixBlocks(ex.body, g.opts.PrefixBlockBytes)
+		ex.request.PrefixBlocks = bodyPrefixBlocks(ex.body, g.opts.PrefixBlockBytes, g.opts.PrefixMaxBytes)
 	}
 	ex.decision = g.router.Route(&ex.request)
 	if ex.decision.Lease == 0 {

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -38,7 +39,7 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from record_smg_ring import SMG_VERSION, Gateway, free_port, smg_executable  # noqa: E402
@@ -102,12 +103,12 @@ class MockWorkers:
                 process.stop()
 
 
-async def one_request(session: "object", url: str, key: str, stream: bool, timeout: float, start: float) -> Outcome:
+async def one_request(session: "object", url: str, key: str, stream: bool, timeout: float, start: float, max_tokens: int = 8) -> Outcome:
     import aiohttp
 
     assert isinstance(session, aiohttp.ClientSession)
     sent = time.monotonic()
-    body = {"model": "mock-model", "prompt": "session %s turn" % key, "max_tokens": 8, "stream": stream}
+    body = {"model": "mock-model", "prompt": "session %s turn" % key, "max_tokens": max_tokens, "stream": stream}
     try:
         async with session.post(url + "/v1/completions", json=body, headers={"X-SMG-Routing-Key": key}, timeout=aiohttp.ClientTimeout(total=timeout)) as res:
             text = await res.read()
@@ -117,7 +118,7 @@ async def one_request(session: "object", url: str, key: str, stream: bool, timeo
         return Outcome(sent - start, False, time.monotonic() - sent)
 
 
-async def drive(url: str, rate: float, duration: float, keys: int, timeout: float, start: float) -> List[Outcome]:
+async def drive(url: str, rate: float, duration: float, keys: int, timeout: float, start: float, max_tokens: int) -> List[Outcome]:
     """Send requests at a fixed rate (open loop), then wait for all of them."""
     import aiohttp
 
@@ -128,7 +129,7 @@ async def drive(url: str, rate: float, duration: float, keys: int, timeout: floa
             delay = start + i / rate - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.ensure_future(one_request(session, url, "key-%d" % (i % keys), i % 2 == 0, timeout, start)))
+            tasks.append(asyncio.ensure_future(one_request(session, url, "key-%d" % (i % keys), i % 2 == 0, timeout, start, max_tokens)))
         return list(await asyncio.gather(*tasks))
 
 
@@ -178,7 +179,10 @@ def summary(run: Run, at: float, length: float, reference_p99: Optional[float]) 
     }
 
 
-def scenario_run(args: argparse.Namespace, smg: str, scenario: str) -> List[Run]:
+@contextlib.contextmanager
+def side_by_side(args: argparse.Namespace, smg: str) -> Iterator[Tuple[MockWorkers, ServerProcess, Gateway, str]]:
+    """Four mock workers, the native gateway (with its metrics URL) and SMG in front of them;
+    every process is stopped by its PID on the way out."""
     workers = MockWorkers(4, args.time_scale)
     ours: Optional[ServerProcess] = None
     theirs: Optional[Gateway] = None
@@ -191,20 +195,7 @@ def scenario_run(args: argparse.Namespace, smg: str, scenario: str) -> List[Run]
         metrics_url = next(line.rsplit(" listening on ", 1)[1].strip() for line in ours.lines if line.startswith("metrics "))
         theirs = Gateway(smg, workers.urls, "consistent_hashing")
         theirs.wait_ready(workers.urls)
-        runs = [Run("bounded-router"), Run("smg " + SMG_VERSION)]
-
-        async def main() -> None:
-            start = time.monotonic() + 0.5
-            results = await asyncio.gather(
-                drive(ours.url, args.rate, args.duration, args.keys, args.client_timeout, start),
-                drive(theirs.url, args.rate, args.duration, args.keys, args.client_timeout, start),
-                inject(workers, scenario, args.fault_at, args.fault_for, start),
-            )
-            runs[0].outcomes, runs[1].outcomes = results[0], results[1]
-
-        asyncio.run(main())
-        runs[0].leases_left = active_leases(metrics_url)
-        return runs
+        yield workers, ours, theirs, metrics_url
     finally:
         if theirs is not None:
             theirs.stop()
@@ -213,19 +204,31 @@ def scenario_run(args: argparse.Namespace, smg: str, scenario: str) -> List[Run]
         workers.stop()
 
 
+def scenario_run(args: argparse.Namespace, smg: str, scenario: str) -> List[Run]:
+    with side_by_side(args, smg) as (workers, ours, theirs, metrics_url):
+        runs = [Run("bounded-router"), Run("smg " + SMG_VERSION)]
+
+        async def main() -> None:
+            start = time.monotonic() + 0.5
+            results = await asyncio.gather(
+                drive(ours.url, args.rate, args.duration, args.keys, args.client_timeout, start, args.max_tokens),
+                drive(theirs.url, args.rate, args.duration, args.keys, args.client_timeout, start, args.max_tokens),
+                inject(workers, scenario, args.fault_at, args.fault_for, start),
+            )
+            runs[0].outcomes, runs[1].outcomes = results[0], results[1]
+
+        asyncio.run(main())
+        runs[0].leases_left = active_leases(metrics_url)
+        return runs
+
+
 def open_fds(pid: int) -> int:
     return len(os.listdir("/proc/%d/fd" % pid))
 
 
 def burst_fds(args: argparse.Namespace, smg: str) -> Dict[str, int]:
     """Descriptors each gateway holds ``--settle`` s after ``--burst`` concurrent streams ended."""
-    workers = MockWorkers(4, args.time_scale)
-    ours: Optional[ServerProcess] = None
-    theirs: Optional[Gateway] = None
-    try:
-        ours = ServerProcess("gateway", "bounded_router", ["serve", "--port", "0", "--worker-urls"] + workers.urls)
-        theirs = Gateway(smg, workers.urls, "consistent_hashing")
-        theirs.wait_ready(workers.urls)
+    with side_by_side(args, smg) as (_, ours, theirs, _):
 
         async def burst(url: str) -> None:
             import aiohttp
@@ -240,12 +243,6 @@ def burst_fds(args: argparse.Namespace, smg: str) -> Dict[str, int]:
         asyncio.run(both())
         time.sleep(args.settle)
         return {"bounded-router": open_fds(ours.process.pid), "smg " + SMG_VERSION: open_fds(theirs.process.pid)}
-    finally:
-        if theirs is not None:
-            theirs.stop()
-        if ours is not None:
-            ours.stop()
-        workers.stop()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -258,6 +255,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--fault-for", type=float, default=15.0)
     parser.add_argument("--client-timeout", type=float, default=20.0)
     parser.add_argument("--time-scale", type=float, default=0.01, help="mock worker time scale (default %(default)s)")
+    parser.add_argument("--max-tokens", type=int, default=8, help="tokens each request asks for: longer answers, more in flight (default %(default)s)")
     parser.add_argument("--venv", default="/tmp/bounded-router-smg-" + SMG_VERSION, help="scratch venv for smg")
     parser.add_argument("--burst", type=int, default=1000, help="concurrent streams of the idle-connection check (0: skip)")
     parser.add_argument("--settle", type=float, default=10.0, help="seconds after the burst before counting descriptors")

@@ -13,7 +13,17 @@ in front of the same workers:
 * ``gateway``: ``python -m bounded_router serve`` (the native gateway, bounded_consistent_hashing);
 * ``smg``: ``smg launch --policy consistent_hashing`` (skipped with a note when ``--smg`` is absent);
 * ``python-proxy``: ``python -m bounded_router.integrations.serve`` (FastAPI + httpx);
+* ``haproxy``: HAProxy with bounded-load consistent hashing on the routing key (``balance
+  hdr(X-SMG-Routing-Key)``, ``hash-type consistent``, ``hash-balance-factor 150``, ``option
+  http-no-delay``, ``http-reuse always``);
+* ``nginx``: nginx with ``hash $http_x_smg_routing_key consistent``, upstream keep-alive and
+  ``proxy_buffering off``;
 * ``direct``: the workers themselves, in turn, as the baseline.
+
+HAProxy and nginx are Debian's packages; with ``--install`` the script installs the missing ones
+with ``apt-get`` (as root), without it it skips them with a note. Their configurations are
+generated in the scratch directory. A second table gives the gateway's figures as ratios to each
+other target's.
 
 Every request is a small ``POST /v1/completions`` (8 tokens) with ``X-SMG-Routing-Key`` (64
 keys). Measured, with the targets in a new random order in every round:
@@ -149,6 +159,71 @@ def write_section(path: str, text: str) -> None:
         f.write(current)
 
 
+class Configured:
+    """A server started from a generated configuration; ready once a completion answers."""
+
+    def __init__(self, name: str, argv: List[str], url: str) -> None:
+        self.name, self.url = name, url
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, start_new_session=True)
+        try:
+            wait_http(url)
+        except RuntimeError:
+            self.stop()
+            self.log.seek(0)
+            raise RuntimeError("%s did not start: %s" % (name, self.log.read()[-2000:]))
+
+    pid = Process.pid
+    stop = Process.stop
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def peer_executable(name: str, install: bool) -> Optional[str]:
+    """``name`` on PATH (or in /usr/sbin), installed with apt-get first when allowed."""
+    found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin")
+    if found or not install:
+        return found
+    subprocess.run(["apt-get", "install", "-y", "-qq", name], check=True, env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+    return shutil.which(name, path="/usr/sbin:/usr/bin")
+
+
+def haproxy(executable: str, scratch: str, urls: List[str]) -> Configured:
+    port = free_port()
+    servers = "\n".join("    server w%d %s" % (i, u.split("//", 1)[1]) for i, u in enumerate(urls))
+    config = os.path.join(scratch, "haproxy.cfg")
+    with open(config, "w") as f:
+        f.write(
+            "global\n    maxconn 4096\n\ndefaults\n    mode http\n    timeout connect 10s\n    timeout client 600s\n"
+            "    timeout server 600s\n    http-reuse always\n\nfrontend proxy\n    bind 127.0.0.1:%d\n    default_backend workers\n\n"
+            "backend workers\n    balance hdr(X-SMG-Routing-Key)\n    hash-type consistent\n    hash-balance-factor 150\n"
+            "    option http-no-delay\n%s\n" % (port, servers)
+        )
+    return Configured("haproxy", [executable, "-db", "-f", config], "http://127.0.0.1:%d" % port)
+
+
+def nginx(executable: str, scratch: str, urls: List[str]) -> Configured:
+    port = free_port()
+    servers = "".join("        server %s;\n" % u.split("//", 1)[1] for u in urls)
+    config = os.path.join(scratch, "nginx.conf")
+    with open(config, "w") as f:
+        f.write(
+            "daemon off;\nworker_processes auto;\npid %s/nginx.pid;\nerror_log %s/nginx-error.log;\n"
+            "events { worker_connections 8192; }\nhttp {\n    access_log off;\n    client_body_temp_path %s;\n"
+            "    upstream workers {\n        hash $http_x_smg_routing_key consistent;\n%s        keepalive 256;\n    }\n"
+            "    server {\n        listen 127.0.0.1:%d;\n        location / {\n            proxy_pass http://workers;\n"
+            "            proxy_http_version 1.1;\n            proxy_set_header Connection \"\";\n            proxy_buffering off;\n"
+            "        }\n    }\n}\n" % (scratch, scratch, scratch, servers, port)
+        )
+    return Configured("nginx", [executable, "-c", config, "-p", scratch], "http://127.0.0.1:%d" % port)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smg", default=shutil.which("smg"), help="the smg executable (pip install smg==1.13.0); default: smg on PATH")
@@ -158,6 +233,7 @@ def main() -> int:
     parser.add_argument("--throughput-rounds", type=int, default=3, help="rounds of the throughput measurement (default: %(default)s)")
     parser.add_argument("--requests", type=int, default=20000, help="requests per throughput run; a tenth for the Python proxy (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--install", action="store_true", help="apt-get install haproxy and nginx when missing (as root)")
     parser.add_argument("--write", metavar="BENCHMARKS.md", help="also put the table in this file (see above)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
@@ -165,7 +241,7 @@ def main() -> int:
     tool_path = os.path.join(scratch, "bench_gateway_tool")
     subprocess.run([os.environ.get("GO", "go"), "build", "-o", tool_path, os.path.join(ROOT, "scripts", "bench_gateway_tool.go")], check=True, cwd=ROOT)
 
-    processes: List[Union[Process, SmgGateway]] = []
+    processes: List[Union[Process, Configured, SmgGateway]] = []
     try:
         workers = [Process("worker %d" % i, [tool_path, "worker"]) for i in range(args.workers)]
         processes += workers
@@ -186,6 +262,17 @@ def main() -> int:
             targets["smg"] = (smg.url, smg.process.pid)
         else:
             smg_note = "not measured: no smg executable (pass --smg)"
+        peer_notes = []
+        for peer, start in (("haproxy", haproxy), ("nginx", nginx)):
+            executable = peer_executable(peer, args.install)
+            if executable is None:
+                peer_notes.append("%s not measured: not installed (pass --install)" % peer)
+                continue
+            server = start(executable, scratch, urls)
+            processes.append(server)
+            targets[peer] = (server.url, server.pid)
+            version = subprocess.run([executable, "-v"], capture_output=True, text=True)
+            peer_notes.append((version.stdout or version.stderr).strip().splitlines()[0])
         for name, (url, _) in targets.items():
             wait_http(url.split(",")[0])
 
@@ -231,9 +318,9 @@ def main() -> int:
         "sequential requests per target and mode, %d throughput rounds of %d requests, targets "
         "interleaved in a new order every round; SMG: %s). Added latency: the quantile through the "
         "target minus the same quantile calling the workers directly. CPU per request: the target's "
-        "processes' utime + stime over the concurrency-16 runs."
+        "processes' utime + stime over the concurrency-16 runs. Peers: %s."
         % (" ".join(["python", "scripts/bench_gateway.py"] + sys.argv[1:]), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           args.workers, args.rounds, args.per_round, args.throughput_rounds, args.requests, smg_note),
+           args.workers, args.rounds, args.per_round, args.throughput_rounds, args.requests, smg_note, "; ".join(peer_notes)),
         "",
         "| target | added median | added p99 | added median, streaming | added p99, streaming | req/s at c=16 | req/s at c=64 | CPU per request |",
         "|---|---|---|---|---|---|---|---|",
@@ -249,12 +336,29 @@ def main() -> int:
         row += ["%.0f" % statistics.median(throughput[(name, c)]) for c in (16, 64)]
         row.append("%.3f ms" % statistics.median(cpu[name]) if cpu[name] else "-")
         lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "The gateway's figures as ratios to each other target's (below 1: the gateway adds less, or spends less; above 1 for req/s: it serves more):", ""]
+    lines += ratio_table(names, latency, throughput, cpu)
     text = "\n".join(lines)
     print(text)
     if args.write:
         write_section(args.write, text)
         print("wrote the section in %s" % args.write)
     return 0
+
+
+def ratio_table(names: List[str], latency: Dict[Tuple[str, bool], List[float]], throughput: Dict[Tuple[str, int], List[float]], cpu: Dict[str, List[float]]) -> List[str]:
+    def added(name: str, q: float) -> float:
+        return quantile(latency[(name, False)], q) - quantile(latency[("direct", False)], q)
+
+    rows = ["| gateway against | added median | added p99 | req/s at c=64 | CPU per request |", "|---|---|---|---|---|"]
+    for name in names:
+        if name in ("direct", "gateway"):
+            continue
+        cells = ["%.2fx" % (added("gateway", q) / added(name, q)) if min(added(name, q), added("gateway", q)) > 0 else "-" for q in (0.5, 0.99)]
+        cells.append("%.2fx" % (statistics.median(throughput[("gateway", 64)]) / statistics.median(throughput[(name, 64)])))
+        cells.append("%.2fx" % (statistics.median(cpu["gateway"]) / statistics.median(cpu[name])) if cpu[name] and cpu["gateway"] else "-")
+        rows.append("| %s | %s |" % (name, " | ".join(cells)))
+    return rows
 
 
 if __name__ == "__main__":

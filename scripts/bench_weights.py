@@ -4,9 +4,12 @@
 
 One request's life at 64 workers (route, then release; the release travels with the next call
 into the library): ``route(key)``, the key-only path; ``route(key, weight=...)`` and
-``route(key, prefix_blocks=<16 blocks>)``, which go through ``br_route_request``; ``route(key)`` with
+``route(key, prefix_blocks=...)`` with 1 and 128 blocks (real block hashes, as a list and as an
+``array("Q")``), which take ``br_release_then_route_request``; ``route(key)`` with
 ``lease.first_token()`` between route and release (one ``br_first_token`` call); and batches of
-64 keys, ``route_many(keys)`` against ``route_many(keys, weights=...)``. Cases run one after
+64 keys, ``route_many(keys)`` against ``route_many(keys, weights=...)``. The cost of a block is the
+difference between the 128-block and the 1-block rows, over 127, and the weighted batch is
+also compared with the plain one, each within its round. Cases run one after
 another in rounds (a noisy neighbour slows every case of a round alike); the median over the
 rounds is printed, and each case's ratio to ``route(key)`` taken within each round, then its
 median. ``--plain-only`` measures ``route(key)`` alone, for comparing builds of the package
@@ -16,12 +19,13 @@ median. ``--plain-only`` measures ``route(key)`` alone, for comparing builds of 
 from __future__ import annotations
 
 import argparse
+from array import array
 import statistics
 import sys
 import time
 from typing import Callable, Dict, List, Tuple
 
-from bounded_router import Router
+from bounded_router import Router, prefix_blocks
 
 WORKERS = 64
 BATCH = 64
@@ -47,7 +51,8 @@ def cases(router: Router, plain_only: bool) -> List[Tuple[str, Callable[[], None
     keys = ["session-%d" % i for i in range(4096)]
     batch = keys[:BATCH]
     weights = [1 + 37 * i for i in range(BATCH)]
-    blocks = list(range(1 << 40, (1 << 40) + 16))
+    one, many = prefix_blocks(range(16)), prefix_blocks(range(16 * 128))
+    many_array = array("Q", many)
     counter = [0]
 
     def key() -> str:
@@ -65,7 +70,10 @@ def cases(router: Router, plain_only: bool) -> List[Tuple[str, Callable[[], None
     found += [
         ("route(key) + first_token()", first_token),
         ("route(key, weight=1000)", lambda: router.route(key(), weight=1000).release()),
-        ("route(key, prefix_blocks=16 blocks)", lambda: router.route(key(), prefix_blocks=blocks).release()),
+        ("route(key, prefix_blocks=1 block)", lambda: router.route(key(), prefix_blocks=one).release()),
+        ("route(key, prefix_blocks=128 blocks)", lambda: router.route(key(), prefix_blocks=many).release()),
+        ("route(key, prefix_blocks=array 128)", lambda: router.route(key(), prefix_blocks=many_array).release()),
+        ("route(key, weight, 1 block)", lambda: router.route(key(), weight=1000, prefix_blocks=one).release()),
         ("route_many(64 keys) / key", lambda: router.release_many(router.route_many(batch))),
         ("route_many(64 keys, weights) / key", lambda: router.release_many(router.route_many(batch, weights=weights))),
     ]
@@ -94,6 +102,12 @@ def main() -> int:
     print("%-38s %10s %10s" % ("case (route + release)", "ns", "x route"))
     for name, _ in measured:
         print("%-38s %10.0f %10.2f" % (name, statistics.median(times[name]), statistics.median(ratios[name])))
+    if not args.plain_only:
+        for many_name in ("route(key, prefix_blocks=128 blocks)", "route(key, prefix_blocks=array 128)"):
+            per_block = [(m - o) / 127 for m, o in zip(times[many_name], times["route(key, prefix_blocks=1 block)"])]
+            print("%-38s %10.1f ns per extra block" % (many_name, statistics.median(per_block)))
+        weighted = [w / p for w, p in zip(times["route_many(64 keys, weights) / key"], times["route_many(64 keys) / key"])]
+        print("%-38s %10.2f x route_many(64 keys)" % ("route_many(64 keys, weights) / key", statistics.median(weighted)))
     return 0
 
 

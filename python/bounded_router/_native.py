@@ -275,9 +275,22 @@ class Library:
         """Release the lease in io[2], then route from a key and a header block: the packed decision."""
         raise NotImplementedError
 
+    @_export(c_int64, c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, c_int32, _u64p, c_size_t, _u64p, holds_gil=True)
+    def br_release_then_route_request(
+        self, router: Any, key: bytes, key_len: Any, headers: bytes, headers_len: Any, weight: int, prefix_blocks: bytes, prefix_blocks_len: Any, io: Any
+    ) -> int:
+        """Release the lease in io[2], then route from every input of a request (weight 0 is 1,
+        the prefix blocks as the bytes of their uint64s): the packed decision."""
+        raise NotImplementedError
+
     @_export(c_int32, c_uint64, c_char_p, c_size_t, POINTER(c_uint32), c_uint32, _u64p, holds_gil=True)
     def br_route_keys(self, router: Any, keys: bytes, keys_len: Any, lengths: bytes, n: int, out: Any) -> int:
         """Route n keys as one step: leases, packed decisions and worker ids in out."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, POINTER(c_uint32), POINTER(c_int64), c_uint32, _u64p, holds_gil=True)
+    def br_route_weighted_keys(self, router: Any, keys: bytes, keys_len: Any, lengths: bytes, weights: bytes, n: int, out: Any) -> int:
+        """br_route_keys with a lease of weights[i] (the bytes of int64s) for key i."""
         raise NotImplementedError
 
     @_export(c_int32, c_uint64, _requestp, c_int32, _u64p, holds_gil=True)

@@ -50,8 +50,9 @@ class NativeRouter:
             argument for the request path's exports.
         closed: whether the router was closed (its handle is invalid from then on).
         released: lease ids released but not yet handed over (see the module docstring).
-        route_key, route_headers: ``br_release_then_route_key`` and ``br_release_then_route``,
-            bound here so that the fork handler can replace them.
+        route_key, route_headers, route_request: ``br_release_then_route_key``,
+            ``br_release_then_route`` and ``br_release_then_route_request``, bound here so that
+            the fork handler can replace them.
         urls: worker id -> URL, replaced (never mutated) after every membership change.
         decided: packed decision -> (worker_url, preferred_url, branch). Worker ids are never
             reused, so an entry never goes stale; the cache starts again after a membership
@@ -68,6 +69,7 @@ class NativeRouter:
         self.handle_arg = c_uint64.from_param(self.handle)
         self.route_key: Callable[..., int] = lib.br_release_then_route_key
         self.route_headers: Callable[..., int] = lib.br_release_then_route
+        self.route_request: Callable[..., int] = lib.br_release_then_route_request
         self.released: List[int] = []
         self.urls: Dict[int, str] = {}
         self.decided: Dict[int, LeaseDecision] = {}
@@ -218,7 +220,7 @@ class _ReleasedInForkedChild(List[int]):
 def _after_fork_in_child() -> None:
     for native in list(_ROUTERS):
         native.released = _ReleasedInForkedChild()
-        native.route_key = native.route_headers = _native.forked
+        native.route_key = native.route_headers = native.route_request = _native.forked
 
 
 if hasattr(os, "register_at_fork"):

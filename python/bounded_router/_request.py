@@ -1,7 +1,7 @@
 """The routing inputs beyond the key and the headers: a lease's weight and the request's prefix
-blocks, checked here once and packed into the library's ``br_request`` structs
-(docs/contract.md, "Weighted leases"). The key exports stay the request path of requests that
-carry neither; :class:`~bounded_router.Router` takes this one only when one is given.
+blocks, checked here once (docs/contract.md, "Weighted leases") and converted to what the
+library takes: bytes of uint64s and int64s for the request path (``route`` and ``route_many``),
+``br_request`` structs for a batch with prefix blocks and for ``select``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Iterable, List, NoReturn, Optional, Sequence
 
 from ._native import BrRequest
 
-__all__ = ["MAX_LEASE_WEIGHT", "MAX_PREFIX_BLOCKS", "check_weight", "one_request", "pack_requests", "prefix_block_array"]
+__all__ = ["MAX_LEASE_WEIGHT", "MAX_PREFIX_BLOCKS", "check_weight", "one_request", "pack_requests", "prefix_block_array", "prefix_block_bytes", "weight_array"]
 
 #: The largest weight one lease may count (``BR_MAX_LEASE_WEIGHT``; the tests check it against
 #: the library's constants).
@@ -48,6 +48,18 @@ def check_weight(weight: Any, what: str = "weight") -> int:
     return number
 
 
+def weight_array(weights: List[Any], what: str) -> "array[int]":
+    """The weights of a batch as an ``array("q")``, each checked as :func:`check_weight` checks
+    one (the error names its index in ``what``)."""
+    try:
+        packed = array("q", weights)  # one conversion in C, where a bool passes as 0 or 1
+    except (TypeError, OverflowError):
+        packed = None
+    if packed is None or min(packed) < 1 or max(packed) > MAX_LEASE_WEIGHT or bool in map(type, weights):
+        packed = array("q", [check_weight(w, "%s[%d]" % (what, i)) for i, w in enumerate(weights)])
+    return packed
+
+
 def prefix_block_array(blocks: Any, what: str = "prefix_blocks") -> "array[int]":
     """``blocks`` (a sequence of ints from 0 to 2**64-1, at most :data:`MAX_PREFIX_BLOCKS`) as an
     ``array("Q")``.
@@ -73,6 +85,30 @@ def prefix_block_array(blocks: Any, what: str = "prefix_blocks") -> "array[int]"
     if packed is None or bool in map(type, items):
         _raise_bad_block(items, what)
     return packed
+
+
+def prefix_block_bytes(blocks: Any, what: str = "prefix_blocks") -> bytes:
+    """:func:`prefix_block_array`'s blocks as the bytes of their uint64s, the form the request
+    path passes to the library (ctypes passes bytes as a pointer without a converter)."""
+    if type(blocks) is list and len(blocks) <= MAX_PREFIX_BLOCKS:
+        try:
+            raw = array("Q", blocks).tobytes()
+        except (TypeError, OverflowError):
+            raw = b""
+        # array("Q") lets a bool through as 0 or 1, and testing the type of every block costs
+        # more than the conversion: this shortcut takes the array only when no block is 0 or 1,
+        # searching its bytes for the 7 zero bytes that follow the low byte of both (a false
+        # alarm, such as a run of zeros across two blocks, only costs the exact test). Hash
+        # values almost never hold 7 zero bytes in a row. (find, not `in`, which tries the
+        # needle as an int first and clears the error.)
+        if raw and raw.find(_SEVEN_ZEROS) < 0:
+            return raw
+    elif type(blocks) is array and blocks.typecode == "Q" and len(blocks) <= MAX_PREFIX_BLOCKS:
+        return blocks.tobytes()  # no conversion, no bool
+    return prefix_block_array(blocks, what).tobytes()
+
+
+_SEVEN_ZEROS = bytes(7)
 
 
 def _raise_bad_block(items: Sequence[Any], what: str) -> NoReturn:

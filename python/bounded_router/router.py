@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequ
 from . import _native
 from ._encoding import DEFAULT_FILTER, DEFAULT_ROUTING_KEY_HEADERS, HeaderFilter, HeadersLike, encode_headers, key_bytes, url_bytes
 from ._native_router import NativeRouter
-from ._request import check_weight, one_request, pack_requests, prefix_block_array
+from ._request import MAX_LEASE_WEIGHT, check_weight, one_request, pack_requests, prefix_block_array, prefix_block_bytes, weight_array
 from .args import RouterArgs
 from .errors import NoWorkerAvailableError
 from .gateway import Gateway
@@ -304,7 +304,8 @@ class Router:
                 (docs/contract.md, "Weighted leases"). It plays no part in choosing the worker.
             prefix_blocks: the prompt's prefix block hashes in order (integers from 0 to
                 2**64-1, at most ``MAX_PREFIX_BLOCKS``; see :func:`~bounded_router.prefix_blocks`);
-                ``cache_aware`` routes by them, the other policies ignore them.
+                ``cache_aware`` routes by them, the other policies ignore them. An
+                ``array("Q")`` is passed on as it is; a list costs a conversion per block.
             exclude: the URLs of workers the request already failed on, for a retry
                 (docs/contract.md, "Worker failures"): a keyed request goes to the next
                 available worker clockwise from its key that is not excluded (branch
@@ -324,11 +325,10 @@ class Router:
         """
         if exclude is not None:
             return self._route_avoiding(routing_key, headers, weight, exclude)
-        if weight is not None or prefix_blocks is not None:
-            return self._route_request(routing_key, headers, weight, prefix_blocks)
         # One native call per request, which also hands over a lease released since the last
         # one (the release path, see _native_router); the lease's URLs come from the decision
-        # cache (NativeRouter.decided). What each shortcut here buys: BENCHMARKS.md.
+        # cache (NativeRouter.decided). A weight or prefix blocks take the same path with the
+        # export that carries them. What each shortcut here buys: BENCHMARKS.md.
         try:
             out, out_ref = _BUFFERS.value
         except AttributeError:
@@ -346,6 +346,10 @@ class Router:
         else:
             key = key_bytes(routing_key)
             block = encode_headers(headers, self._header_filter)
+        plain = weight is None and prefix_blocks is None
+        if not plain:
+            checked = 1 if weight is None else weight if type(weight) is int and 0 < weight <= MAX_LEASE_WEIGHT else check_weight(weight)
+            blocks = b"" if prefix_blocks is None else prefix_block_bytes(prefix_blocks)
         released = native.released
         if released:
             try:
@@ -357,11 +361,19 @@ class Router:
                 out[2] = previous
         else:
             previous = 0
-        if headers is None:
+        if plain and headers is None:
             n = len(key)
             decision = native.route_key(native.handle_arg, key, _SIZES[n] if n < 256 else _size(n), out_ref)
-        else:
+        elif plain:
             decision = native.route_headers(native.handle_arg, key, _size(len(key)), block, _size(len(block)), out_ref)
+        else:
+            n, m = len(key), len(blocks) >> 3
+            if headers is None:
+                block, block_size = b"", _SIZES[0]
+            else:
+                block_size = _size(len(block))
+            key_size, blocks_size = _SIZES[n] if n < 256 else _size(n), _SIZES[m] if m < 256 else _size(m)
+            decision = native.route_request(native.handle_arg, key, key_size, block, block_size, checked, blocks, blocks_size, out_ref)
         lease_id = out[0]
         if not lease_id:
             # `previous` stays in released: handed over again, it is skipped if it was released.
@@ -379,22 +391,6 @@ class Router:
         lease._id = lease_id
         lease._decision = urls
         return lease
-
-    def _route_request(
-        self, routing_key: Union[str, bytes, None], headers: Optional[HeadersLike], weight: Optional[int], prefix_blocks: Any
-    ) -> Lease:
-        """:meth:`route` with a weight or prefix blocks: one ``br_route_request`` call."""
-        native = self._native
-        request = _request(routing_key, headers, weight, prefix_blocks, self._header_filter)
-        native.check_open()
-        native.hand_over()
-        out, out_ref = _native.thread_buffers()
-        lib = native.lib
-        code = lib.check(lib.br_route_request(native.handle_arg, request, 1, out_ref))
-        lease_id = out[0]
-        if not lease_id:
-            raise native.unrouted(code)
-        return _HeldLease(native, lease_id, native.lease_decision(code, out[1], lease_id))
 
     def _route_avoiding(
         self, routing_key: Union[str, bytes, None], headers: Optional[HeadersLike], weight: Optional[int], exclude: Iterable[str]
@@ -433,8 +429,7 @@ class Router:
             keys: routing keys (``str``, ``bytes``, or None / empty for no key).
             weights: the weight of each key's lease, aligned with ``keys`` (see :meth:`route`).
             prefix_blocks: each key's prefix blocks (a sequence, or None), aligned with
-                ``keys``. Without weights and prefix blocks the batch takes the library's
-                key-only path.
+                ``keys``.
 
         Returns:
             One :class:`Lease` per key, in the order of ``keys``.
@@ -452,8 +447,9 @@ class Router:
         if isinstance(keys, (str, bytes)):
             raise TypeError("route_many takes an iterable of keys, not a single %s" % type(keys).__name__)
         batch = keys if type(keys) is list else list(keys)
-        if weights is not None or prefix_blocks is not None:
+        if prefix_blocks is not None:
             return self._route_requests(batch, weights, prefix_blocks)
+        weight_list = _aligned(weights, "weights", len(batch))
         try:
             encoded = list(map(str.encode, batch))  # all str, the common case: encoded in C
         except (TypeError, UnicodeEncodeError):
@@ -461,15 +457,20 @@ class Router:
         n = len(encoded)
         if not n:
             return []
+        packed = None if weight_list is None else weight_array(weight_list, "weights").tobytes()
         native.hand_over()
         block = b"".join(encoded)
         lengths = array(_UINT32, map(len, encoded)).tobytes()
         out = (c_uint64 * (3 * n))()
-        native.lib.check(native.lib.br_route_keys(native.handle_arg, block, _size(len(block)), lengths, n, out))
+        lib = native.lib
+        if packed is None:
+            lib.check(lib.br_route_keys(native.handle_arg, block, _size(len(block)), lengths, n, out))
+        else:
+            lib.check(lib.br_route_weighted_keys(native.handle_arg, block, _size(len(block)), lengths, packed, n, out))
         return _batch_leases(native, out, n)
 
     def _route_requests(self, keys: List[Any], weights: Optional[Iterable[int]], prefix_blocks: Any) -> List[Lease]:
-        """:meth:`route_many` with weights or prefix blocks: one ``br_route_requests`` call."""
+        """:meth:`route_many` with prefix blocks: one ``br_route_requests`` call."""
         n = len(keys)
         weight_list = _aligned(weights, "weights", n)
         block_list = _aligned(prefix_blocks, "prefix_blocks", n)

@@ -96,6 +96,19 @@ static void check_weighted_requests(void) {
 	CHECK(br_route_request(router, &req, 1, out) == BR_ERR_INVALID_ARGUMENT, "NULL prefix blocks");
 	CHECK(load_of(router, url) == 301, "refused requests count nothing");
 
+	// br_release_then_route_request: the struct's inputs as arguments, and the release of io[2]
+	// first, which stands even when an argument is rejected.
+	uint64_t io[3] = {0, 0, out[0]};
+	int64_t decision = br_release_then_route_request(router, "session-7", 9, NULL, 0, 40, blocks, 3, io);
+	CHECK(BR_DECISION_BRANCH(decision) == BR_BRANCH_EXPLICIT_ROUTING_KEY_HIT && io[0] != 0 && io[2] == 0, "weighted route with release");
+	CHECK(BR_DECISION_WORKER_ID(decision) == chosen(io) && chosen(io) == chosen(plain), "packed: the key's worker");
+	CHECK(load_of(router, url) == 41, "weight 300 released, weight 40 taken: %lld", load_of(router, url));
+	io[2] = io[0];
+	CHECK(br_release_then_route_request(router, "session-7", 9, NULL, 0, -3, NULL, 0, io) == BR_ERR_INVALID_ARGUMENT, "bad weight");
+	CHECK(strstr(br_last_error(), "weight") != NULL, "names weight: %s", br_last_error());
+	CHECK(br_release_then_route_request(router, "k", 1, NULL, 0, 0, NULL, 1, io) == BR_ERR_INVALID_ARGUMENT, "NULL blocks");
+	CHECK(io[2] == 0 && load_of(router, url) == 1, "released although refused: %lld", load_of(router, url));
+
 	// A batch: every request gets a lease, or none does and the error names the bad one.
 	br_request batch[3] = {{"a", 1, NULL, 0, 5, NULL, 0}, {"b", 1, NULL, 0, 0, blocks, 2}, {"a", 1, NULL, 0, 7, NULL, 0}};
 	uint64_t leases[9];
@@ -108,6 +121,20 @@ static void check_weighted_requests(void) {
 	CHECK(br_route_requests(router, batch, 3, leases) == BR_ERR_INVALID_ARGUMENT, "batch with a bad weight");
 	CHECK(strstr(br_last_error(), "(request 2)") != NULL, "names the request: %s", br_last_error());
 	CHECK(leases[0] == 0 && leases[1] == 0, "all or nothing");
+
+	// br_route_weighted_keys: the keys' batch with a weight each; a bad weight routes none.
+	int64_t weights[2] = {6, 9};
+	uint32_t lengths[2] = {1, 1};
+	memset(leases, 0, sizeof leases);
+	CHECK(br_route_weighted_keys(router, "ab", 2, lengths, weights, 2, leases) == BR_OK && leases[0] && leases[1], "weighted keys");
+	long long total = load_of(router, "http://w0:8000") + load_of(router, "http://w1:8000") + load_of(router, "http://w2:8000");
+	CHECK(total == 1 + 6 + 9, "the plain lease and the weights: %lld", total);
+	CHECK(br_release_many(router, leases, 2) == 2, "release the weighted keys");
+	weights[1] = 0;
+	memset(leases, 0, sizeof leases);
+	CHECK(br_route_weighted_keys(router, "ab", 2, lengths, weights, 2, leases) == BR_ERR_INVALID_ARGUMENT, "weight 0");
+	CHECK(strstr(br_last_error(), "(request 1)") != NULL && leases[0] == 0, "names the key, routes none: %s", br_last_error());
+	CHECK(br_route_weighted_keys(router, "ab", 2, lengths, NULL, 2, leases) == BR_ERR_INVALID_ARGUMENT, "NULL weights");
 
 	// br_acquire counts its weight; 0 means 1.
 	uint64_t acquired[2];

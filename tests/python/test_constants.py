@@ -154,6 +154,7 @@ def test_each_export_is_declared_once_with_the_header_types():
         "uint64_t": [ctypes.c_uint64], "size_t": [ctypes.c_size_t],
         "char*": [ctypes.c_char_p, ctypes.POINTER(ctypes.c_char)],
         "uint64_t*": [ctypes.POINTER(ctypes.c_uint64)], "uint32_t*": [ctypes.POINTER(ctypes.c_uint32)],
+        "int64_t*": [ctypes.POINTER(ctypes.c_int64)],
         "br_request*": [ctypes.POINTER(_native.BrRequest)],
     }
     with open(HEADER) as f:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from array import array
 
 import pytest
 
@@ -17,7 +18,7 @@ def count_calls(monkeypatch, router):
     """Record each call of the router's request-path functions, by name, in the list returned."""
     calls = []
     native = router._native
-    targets = [(native, "route_key"), (native, "route_headers"), (native.lib, "br_release_many")]
+    targets = [(native, "route_key"), (native, "route_headers"), (native, "route_request"), (native.lib, "br_release_many")]
     for owner, name in targets:
         original = getattr(owner, name)
 
@@ -60,6 +61,20 @@ def test_a_release_is_handed_over_by_a_route_with_headers(w0_at_3, monkeypatch):
     lease = router.route(headers={"X-SMG-Routing-Key": key})
     assert calls == ["route_headers"] and router._native.released == []
     assert lease.branch == "explicit_routing_key_hit"
+
+
+@pytest.mark.parametrize("options", [{"weight": 2}, {"prefix_blocks": [7, 2**64 - 1]}, {"weight": 1, "prefix_blocks": array("Q", [9])}])
+def test_a_release_is_handed_over_by_a_route_with_a_weight_or_prefix_blocks(w0_at_3, monkeypatch, options):
+    # A weight or prefix blocks take the same path as a key: one call, which carries the release
+    # and whose decision fills the same cache.
+    router, key, held = w0_at_3
+    calls = count_calls(monkeypatch, router)
+    held[2].release()
+    lease = router.route(key, **options)
+    assert calls == ["route_request"] and router._native.released == []
+    assert lease.branch == "explicit_routing_key_hit" and lease.worker_url == W[0]
+    assert router.loads()[W[0]] == 2 + options.get("weight", 1)
+    assert list(router._native.decided.values()) == [(W[0], W[0], "explicit_routing_key_hit")]  # cached as a key's
 
 
 def test_several_releases_are_handed_over_in_one_call(w0_at_3, monkeypatch):
@@ -203,7 +218,8 @@ def test_request_path_keeps_the_gil_and_the_rest_releases_it():
     keeps_gil = ctypes._FUNCFLAG_PYTHONAPI  # what PyDLL sets on its functions
     request_path = [name for name, export in _native.EXPORTS.items() if export.holds_gil]
     assert sorted(request_path) == [
-        "br_release_many", "br_release_then_route", "br_release_then_route_key", "br_route_keys", "br_route_request", "br_route_requests",
+        "br_first_token", "br_release_many", "br_release_then_route", "br_release_then_route_key", "br_release_then_route_request", "br_route_keys",
+        "br_route_request", "br_route_requests", "br_route_weighted_keys",
     ]  # fmt: skip
     assert all(getattr(lib, name)._flags_ & keeps_gil for name in request_path)
     assert not lib.br_add_worker._flags_ & keeps_gil and not lib.br_workers_json._flags_ & keeps_gil

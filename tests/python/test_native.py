@@ -215,6 +215,7 @@ def child():
     calls = [
         ("route", lambda: router.route("k")),
         ("route_headers", lambda: router.route(headers={"Cookie": "c"})),
+        ("route_weighted", lambda: router.route("k", weight=2, prefix_blocks=[5])),
         ("select", lambda: router.select("k")),
         ("acquire", lambda: router.acquire("http://w0:8000")),
         ("add_worker", lambda: router.add_worker("http://w9")),
@@ -250,7 +251,7 @@ print(router.loads())
     status, *outcomes = lines[0].split()
     assert status == "exit=0", lines[0]
     assert all(outcome.endswith(":ok") for outcome in outcomes), outcomes
-    assert len(outcomes) == 9
+    assert len(outcomes) == 10
     assert lines[1] == "{'http://w0:8000': 0, 'http://w1:8000': 0}"
     assert "Exception ignored" not in result.stderr
 

@@ -70,15 +70,28 @@ def test_a_prompt_longer_than_the_block_limit_is_cut_to_it_not_refused() -> None
     assert blocks == text_prefix_blocks("ab" * limit, 2)
 
 
+def test_prefix_max_bytes_cuts_the_text_before_the_blocks() -> None:
+    body = json.dumps({"messages": [{"role": "user", "content": "x" * 100}, {"role": "a", "content": "more"}]}).encode()
+    text = prompt_text(body)
+    assert text is not None and body_prefix_blocks(body, 8, 50) == text_prefix_blocks(text[:50], 8)
+    assert len(text_prefix_blocks(text[:50], 8)) == 6
+    assert body_prefix_blocks(body, 8, 7) is None  # less than a block
+
+
 def test_the_option_is_validated_and_has_flags() -> None:
     assert ProxyOptions().prefix_blocks == "off"
+    assert ProxyOptions().prefix_max_bytes == 1 << 20
     with pytest.raises(ValueError, match="prefix_blocks must be one of off, text"):
         ProxyOptions(prefix_blocks="tokens")
     with pytest.raises(ValueError, match="prefix_block_bytes"):
         ProxyOptions(prefix_block_bytes=0)
-    args = serve._parser().parse_args(["--worker-urls", "http://127.0.0.1:1", "--prefix-blocks", "text", "--prefix-block-bytes", "32"])
+    with pytest.raises(ValueError, match="prefix_max_bytes"):
+        ProxyOptions(prefix_max_bytes=0)
+    args = serve._parser().parse_args(
+        ["--worker-urls", "http://127.0.0.1:1", "--prefix-blocks", "text", "--prefix-block-bytes", "32", "--prefix-max-bytes", "4096"]
+    )
     options = ProxyOptions.from_cli_args(args)
-    assert (options.prefix_blocks, options.prefix_block_bytes) == ("text", 32)
+    assert (options.prefix_blocks, options.prefix_block_bytes, options.prefix_max_bytes) == ("text", 32, 4096)
     with pytest.raises(SystemExit):
         serve._parser().parse_args(["--prefix-blocks", "tokens"])
 
@@ -141,3 +154,26 @@ def test_the_native_gateway_takes_the_option_from_python_and_its_command_line(wo
     with Router([worker.url]) as router:
         with pytest.raises(ValueError, match="prefix_blocks"):
             router.serve(prefix_blocks="tokens")
+        with pytest.raises(ValueError, match="prefix_max_bytes"):
+            router.serve(prefix_max_bytes=-1)
+
+
+def test_the_gateway_and_the_python_proxy_hash_the_same_blocks_up_to_prefix_max_bytes(
+    worker: EchoWorker, serve_proxy: ProxyServer, client: httpx.Client
+) -> None:
+    # Counted by cache_aware: the blocks of each body's first 40 bytes (5 blocks of 8), or of its
+    # whole text when shorter.
+    from bounded_router import Router
+
+    bodies = [json.dumps(CHAT).encode(), json.dumps({"prompt": "short text"}).encode(), json.dumps({"prompt": ["a" * 30, "\u00e9" * 9]}).encode()]
+    want = sum(len(body_prefix_blocks(body, 8, 40) or []) for body in bodies)
+    assert want == 5 + 1 + 5
+    options = {"prefix_blocks": "text", "prefix_block_bytes": 8, "prefix_max_bytes": 40}
+    with Router([worker.url], policy="cache_aware") as router, router.serve(**options) as gateway:
+        for body in bodies:
+            post(client, gateway.url, body)
+        assert router.statistics().prefix_blocks == want
+    with serve_proxy([worker.url], policy="cache_aware", proxy_options=options) as (url, proxy, router):
+        for body in bodies:
+            post(client, url, body)
+        assert router.statistics().prefix_blocks == want

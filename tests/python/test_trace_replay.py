@@ -479,6 +479,8 @@ def test_the_replay_marks_first_tokens_for_the_prefill_load(balance_by: str, sam
 
 
 def test_cache_aware_rows_with_the_prefill_load_and_token_weights() -> None:
+    from bounded_router.simulate.replay_cli import replay_policies
+
     rows = replay_policies([2], 1.5, [8], cache_aware=True, cache_aware_gaps=[131072], cache_aware_skew=1.0,
                            cache_aware_balance_by="prefill", cache_aware_weights="tokens")  # fmt: skip
     (row,) = [r for r in rows if r.policy == "cache_aware"]

@@ -112,6 +112,8 @@ def test_the_largest_weight_is_accepted(make_router):
         ([1, -1], ValueError, r"prefix_blocks\[1\] must be an integer from 0 to 2\*\*64-1, got -1"),
         ([2**64], ValueError, r"prefix_blocks\[0\] .* got 18446744073709551616"),
         ([1, 2, True], TypeError, r"prefix_blocks\[2\]"),
+        ([2**64 - 1, False], TypeError, r"prefix_blocks\[1\]"),  # a bool among hashes found anywhere
+        ([1, True], TypeError, r"prefix_blocks\[1\]"),
         ([1.5], TypeError, r"prefix_blocks\[0\]"),
         ("abc", TypeError, "prefix_blocks must be a sequence"),
         (5, TypeError, "prefix_blocks must be a sequence"),
@@ -129,18 +131,19 @@ def test_bad_prefix_blocks_are_refused_naming_the_field(make_router, blocks, err
 
 def test_prefix_blocks_accept_any_sequence_up_to_the_limit(make_router):
     router = make_router(2)
-    for blocks in ([], (1, 2), array("Q", [2**64 - 1]), range(MAX_PREFIX_BLOCKS), iter([3, 4])):
+    for blocks in ([], (1, 2), [0, 1, 2**64 - 1], array("Q", [2**64 - 1, 0, 1]), range(MAX_PREFIX_BLOCKS), iter([3, 4])):
         router.route("k", prefix_blocks=blocks).release()
     assert router.active_leases() == 0
 
 
-def test_route_many_with_weights_equals_successive_weighted_routes():
+@pytest.mark.parametrize("with_blocks", [False, True])
+def test_route_many_with_weights_equals_successive_weighted_routes(with_blocks):
     batched, single = Router(urls(4), min_load_gap=3), Router(urls(4), min_load_gap=3)
     try:
         # No keyless request: its random choice would differ between the two routers.
         keys = ["a", "a", "b", "a", b"d", "c", "a", "a"]
         weights = [5, 1, 2, 7, 3, 3, 1, 4]
-        blocks = [[i] * i for i in range(len(keys))]
+        blocks = [[i] * i for i in range(len(keys))] if with_blocks else None
         got = batched.route_many(keys, weights=weights, prefix_blocks=blocks)
         want = [single.route(k, weight=w) for k, w in zip(keys, weights)]
         assert [(g.worker_url, g.branch) for g in got] == [(w.worker_url, w.branch) for w in want]
@@ -158,6 +161,14 @@ def test_route_many_with_weights_is_all_or_nothing(make_router):
     router = make_router(3)
     with pytest.raises(ValueError, match=r"weights\[2\] must be an integer from 1 to 1073741824, got 0"):
         router.route_many(["a", "b", "c"], weights=[1, 2, 0])
+    for bad, error, text in [
+        ([1, True], TypeError, r"weights\[1\] must be an integer"),
+        ([2.0, 1], TypeError, r"weights\[0\] must be an integer"),
+        ([1, 2**30 + 1], ValueError, r"weights\[1\] must be an integer from 1 to 1073741824, got 1073741825"),
+        ([2**70, 1], ValueError, r"weights\[0\] must be an integer"),
+    ]:
+        with pytest.raises(error, match=text):
+            router.route_many(["a", "b"], weights=bad)
     with pytest.raises(ValueError, match=r"prefix_blocks\[1\]\[0\]"):
         router.route_many(["a", "b"], prefix_blocks=[None, [-1]])
     with pytest.raises(ValueError, match="weights has 2 items but there are 3 keys"):

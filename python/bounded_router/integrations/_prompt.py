@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, List, Optional
 
 from .._request import MAX_PREFIX_BLOCKS
 from ..prefix import hash_blocks
-from .options import ProxyOptions
+from .options import DEFAULT_PREFIX_MAX_BYTES, ProxyOptions
 
 __all__ = ["INLINE_BODY_LIMIT", "body_prefix_blocks", "request_prefix_blocks", "prompt_text"]
 
@@ -64,12 +64,13 @@ def _content_text(content: Any) -> str:
     return "".join(parts)
 
 
-def body_prefix_blocks(body: bytes, bytes_per_block: int) -> Optional[List[int]]:
-    """The prefix blocks of a body's prompt text (its first MAX_PREFIX_BLOCKS blocks), or None."""
+def body_prefix_blocks(body: bytes, bytes_per_block: int, max_bytes: int = DEFAULT_PREFIX_MAX_BYTES) -> Optional[List[int]]:
+    """The prefix blocks of a body's prompt text (of its first ``max_bytes`` UTF-8 bytes, at most
+    MAX_PREFIX_BLOCKS blocks), or None."""
     text = prompt_text(body)
     if text is None:
         return None
-    data = text.encode("utf-8", "surrogatepass")[: MAX_PREFIX_BLOCKS * bytes_per_block]
+    data = text.encode("utf-8", "surrogatepass")[: min(max_bytes, MAX_PREFIX_BLOCKS * bytes_per_block)]
     return hash_blocks(data, bytes_per_block) or None
 
 
@@ -83,5 +84,5 @@ async def request_prefix_blocks(
     if options.prefix_blocks == "off":
         return None
     if len(body) <= INLINE_BODY_LIMIT:
-        return body_prefix_blocks(body, options.prefix_block_bytes)
-    return await run_in_thread(body_prefix_blocks, body, options.prefix_block_bytes)
+        return body_prefix_blocks(body, options.prefix_block_bytes, options.prefix_max_bytes)
+    return await run_in_thread(body_prefix_blocks, body, options.prefix_block_bytes, options.prefix_max_bytes)

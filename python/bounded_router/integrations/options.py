@@ -16,6 +16,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["ProxyOptions", "positive_seconds", "router_and_options"]
 
 MIB = 1024 * 1024
+#: How many UTF-8 bytes of a prompt's text prefix_blocks="text" hashes by default.
+DEFAULT_PREFIX_MAX_BYTES = MIB
 #: The values of ``prefix_blocks``: off, or blocks of the body's prompt text.
 PREFIX_BLOCK_MODES = ("off", "text")
 
@@ -40,6 +42,9 @@ class ProxyOptions:
             routes with them, for the ``cache_aware`` policy; ``"off"`` (the default) does not
             read the body. A body without a prompt is routed without blocks.
         prefix_block_bytes: UTF-8 bytes per block with ``prefix_blocks="text"``.
+        prefix_max_bytes: how many UTF-8 bytes of a prompt's text are hashed with
+            ``prefix_blocks="text"`` (default 1 MiB): a longer prompt is routed by the blocks of
+            its beginning.
     """
 
     max_body_size: int = 4 * MIB
@@ -51,6 +56,7 @@ class ProxyOptions:
     expose_routing_headers: bool = False
     prefix_blocks: str = "off"
     prefix_block_bytes: int = DEFAULT_BYTES_PER_BLOCK
+    prefix_max_bytes: int = DEFAULT_PREFIX_MAX_BYTES
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -98,6 +104,7 @@ _HELP = {
     "expose_routing_headers": "name the chosen worker and branch in response headers and error bodies",
     "prefix_blocks": "'text': route with prefix block hashes of the JSON body's messages or prompt (for cache_aware)",
     "prefix_block_bytes": "UTF-8 bytes per prefix block with --prefix-blocks text",
+    "prefix_max_bytes": "UTF-8 bytes of a prompt's text hashed with --prefix-blocks text; a longer prompt is routed by its beginning",
 }
 
 
