@@ -134,3 +134,17 @@ def test_cache_aware_by_prefill_vectors() -> None:
         decision = router.select(prefix_blocks=[1, 2, 3, 4])
         assert (decision.branch, decision.worker_url) == ("cache_aware_prefix_hit", w[1])
         assert len(held) == 4 and router.leaked_leases() == 0
+
+
+def test_the_balance_by_flag() -> None:
+    import argparse
+
+    from bounded_router import RouterArgs
+
+    parser = argparse.ArgumentParser()
+    RouterArgs.add_cli_args(parser)
+    args = RouterArgs.from_cli_args(parser.parse_args(["--worker-urls", urls(1)[0], "--policy", "cache_aware", "--balance-by", "prefill"]))
+    with Router.from_args(args) as router:
+        assert router.policy.balance_by == "prefill"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--balance-by", "waiting"])
