@@ -46,15 +46,16 @@ func newSpillTest(v *view, p *Policy) spillTest {
 	return spillTest{v: v, by: p.BalanceBy, bound: v.meanLoad(p.BalanceBy) * p.MaxLoadSkew, gap: p.MinLoadGap, leastPrefill: -1}
 }
 
+// overloaded is the test on w; the in-flight form stays small enough to be inlined.
 func (t *spillTest) overloaded(w *worker) bool {
-	load := w.measured(t.by)
-	return float64(load) > t.bound && load-t.leastLoad() > t.gap
+	if t.by == LoadPrefill {
+		return float64(w.prefillLoad) > t.bound && w.prefillLoad-t.leastPrefillLoad() > t.gap
+	}
+	return float64(w.load) > t.bound && w.load-t.v.minLoad() > t.gap
 }
 
-func (t *spillTest) leastLoad() int64 {
-	if t.by == LoadInFlight {
-		return t.v.minLoad()
-	}
+// leastPrefillLoad is the least prefill load of the spillable workers, scanned once per decision.
+func (t *spillTest) leastPrefillLoad() int64 {
 	if t.leastPrefill < 0 {
 		least, _, _ := t.v.leastRanked(LoadPrefill)
 		t.leastPrefill = least.load

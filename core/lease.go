@@ -28,12 +28,12 @@ type leaseSlot struct {
 	// generation is that of the slot's active lease; 0 while the slot is free.
 	generation uint32
 	hasKey     bool
-	keyPos     uint64
-	// weight is what the lease counts on its worker's load.
-	weight int64
 	// waiting is set until the lease is marked as having seen its first token; while it is,
 	// the weight counts on the worker's prefill load too.
 	waiting bool
+	keyPos  uint64
+	// weight is what the lease counts on its worker's load.
+	weight int64
 	// worker is nil while the slot is free.
 	worker    *worker
 	preferred *worker

@@ -38,10 +38,17 @@ func spillTargetByName(name string) (SpillTarget, bool) {
 // find returns the spill target of a key at position, or -1 when no worker is under the bound.
 func (s SpillTarget) find(t *spillTest, position uint64) int {
 	v := t.v
-	if s == SpillClockwise {
+	if s == SpillClockwise && t.by == LoadPrefill {
 		return v.ring.first(position, func(owner uint32) bool {
 			w := v.workers[owner]
-			return w.spillable && float64(w.measured(t.by)) <= t.bound
+			return w.spillable && float64(w.prefillLoad) <= t.bound
+		})
+	}
+	if s == SpillClockwise {
+		// Apart from the prefill walk above so that this walk, the default's, reads w.load alone.
+		return v.ring.first(position, func(owner uint32) bool {
+			w := v.workers[owner]
+			return w.spillable && float64(w.load) <= t.bound
 		})
 	}
 	least, at, count := v.leastRanked(t.by)
