@@ -360,10 +360,10 @@ func ParsePolicy(data []byte) (Policy, error) {
 		return Policy{}, err
 	}
 	policy.MinLoadGap = int64(gap)
-	if policy.SpillTarget, err = spillTargetSetting(raw.SpillTarget); err != nil {
+	if policy.SpillTarget, err = namedSetting[SpillTarget]("spill_target", spillTargetRule, spillTargetNames[:], raw.SpillTarget); err != nil {
 		return Policy{}, err
 	}
-	if policy.BalanceBy, err = balanceBySetting(raw.BalanceBy); err != nil {
+	if policy.BalanceBy, err = namedSetting[LoadMeasure]("balance_by", balanceByRule, loadMeasureNames[:], raw.BalanceBy); err != nil {
 		return Policy{}, err
 	}
 	if policy.KeyMemory, err = intSetting("key_memory", keyMemoryRule, raw.KeyMemory, 0); err != nil {
@@ -458,32 +458,21 @@ func seededRandom(raw json.RawMessage) (Policy, error) {
 	return p, nil
 }
 
-// spillTargetSetting decodes spill_target, one of the names of SpillTarget.
-func spillTargetSetting(raw json.RawMessage) (SpillTarget, error) {
+// namedSetting decodes a setting that is one of names (absent: value 0, the default); field
+// and rule name it in the error.
+func namedSetting[T ~uint8](field, rule string, names []string, raw json.RawMessage) (T, error) {
 	if raw == nil {
-		return SpillClockwise, nil
+		return 0, nil
 	}
 	var name string
 	if json.Unmarshal(raw, &name) == nil {
-		if target, ok := spillTargetByName(name); ok {
-			return target, nil
+		for v, n := range names {
+			if n == name {
+				return T(v), nil
+			}
 		}
 	}
-	return 0, invalid("spill_target must be one of %s, got %s", spillTargetRule, raw)
-}
-
-// balanceBySetting decodes balance_by, one of the names of LoadMeasure.
-func balanceBySetting(raw json.RawMessage) (LoadMeasure, error) {
-	if raw == nil {
-		return LoadInFlight, nil
-	}
-	var name string
-	if json.Unmarshal(raw, &name) == nil {
-		if m, ok := loadMeasureByName(name); ok {
-			return m, nil
-		}
-	}
-	return 0, invalid("balance_by must be one of %s, got %s", balanceByRule, raw)
+	return 0, invalid("%s must be one of %s, got %s", field, rule, raw)
 }
 
 // healthCheckSetting reads "health_check": absent, null or false is none, true the defaults, an

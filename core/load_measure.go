@@ -24,15 +24,6 @@ func (m LoadMeasure) String() string {
 // LoadMeasureNames are the names of the load measures, in the order of their values.
 func LoadMeasureNames() []string { return loadMeasureNames[:] }
 
-func loadMeasureByName(name string) (LoadMeasure, bool) {
-	for m, n := range loadMeasureNames {
-		if n == name {
-			return LoadMeasure(m), true
-		}
-	}
-	return 0, false
-}
-
 // measured is the worker's load as m counts it.
 func (w *worker) measured(m LoadMeasure) int64 {
 	if m == LoadPrefill {

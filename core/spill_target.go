@@ -26,15 +26,6 @@ func (s SpillTarget) String() string {
 // SpillTargetNames are the names of the spill targets, in the order of their values.
 func SpillTargetNames() []string { return spillTargetNames[:] }
 
-func spillTargetByName(name string) (SpillTarget, bool) {
-	for s, n := range spillTargetNames {
-		if n == name {
-			return SpillTarget(s), true
-		}
-	}
-	return 0, false
-}
-
 // find returns the spill target of a key at position, or -1 when no worker is under the bound.
 func (s SpillTarget) find(t *spillTest, position uint64) int {
 	v := t.v
