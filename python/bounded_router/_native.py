@@ -329,7 +329,7 @@ class Library:
         raise NotImplementedError
 
     @_export(c_int32, c_uint64, c_uint64, holds_gil=True)
-    def br_first_token(self, router: Any, lease: int) -> int:
+    def br_first_token(self, router: Any, lease: Any) -> int:
         """Mark a lease as having seen its first token: 1 if marked, 0 if marked before or not active."""
         raise NotImplementedError
 
