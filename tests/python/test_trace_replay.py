@@ -444,7 +444,7 @@ def test_cache_aware_rows_build_the_library_policy_with_the_simulated_cache_as_i
         (dict(policy="cache_aware"), "cache_aware needs min_load_gap and max_load_skew"),
         (dict(policy="bounded_consistent_hashing", min_load_gap=2, max_load_skew=1.5, blocks_per_worker=4), "apply only to cache_aware"),
         (dict(policy="consistent_hashing", keyed=True), "apply only to cache_aware"),
-        (dict(policy="bounded_consistent_hashing", min_load_gap=2, max_load_skew=1.5, balance_by="prefill"), "balance_by apply only to cache_aware"),
+        (dict(policy="consistent_hashing", balance_by="prefill"), "balance_by applies only to bounded_consistent_hashing and cache_aware"),
     ],
 )
 def test_cache_aware_settings_are_checked(kwargs: dict, message: str) -> None:
@@ -486,6 +486,15 @@ def test_cache_aware_rows_with_the_prefill_load_and_token_weights() -> None:
     (row,) = [r for r in rows if r.policy == "cache_aware"]
     assert row.label == "cache_aware gap=131072 skew=1 load=prefill weights=tokens"
     router = row.make_router(["http://127.0.0.1:9"], 4)
+    assert router is not None and router.policy.balance_by == "prefill"
+    router.close()
+    rows = replay_policies([2], 1.5, [8], token_gaps=[131072], token_skew=1.5, spill_target="least_loaded", balance_by="prefill")
+    bounded = [r for r in rows if r.policy == "bounded_consistent_hashing" and r.balance_by == "prefill"]
+    assert [r.label for r in bounded] == [
+        "bounded gap=2 skew=1.5 spill=least_loaded load=prefill",
+        "bounded gap=131072 skew=1.5 spill=least_loaded load=prefill weights=tokens",
+    ]
+    router = bounded[1].make_router(["http://127.0.0.1:9"], 4)
     assert router is not None and router.policy.balance_by == "prefill"
     router.close()
 

@@ -109,6 +109,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     pol.add_argument("--key-memory", type=int, default=0, metavar="N", help="see --spill-target (default 0: none)")
     pol.add_argument(
+        "--balance-by",
+        choices=BALANCE_BY,
+        default=BALANCE_BY[0],
+        help="prefill: add bounded rows like --spill-target's whose bound weighs the requests waiting for "
+        "their first token; the token-weighted rows use it too (default %s)" % BALANCE_BY[0],
+    )
+    pol.add_argument(
         "--weights",
         choices=WEIGHTS,
         default="requests",
@@ -237,6 +244,7 @@ def replay_policies(
     blocks_per_worker: Optional[int] = None,
     cache_aware_balance_by: str = BALANCE_BY[0],
     cache_aware_weights: str = "requests",
+    balance_by: str = BALANCE_BY[0],
 ) -> List[ReplayPolicy]:
     """The rows of a replay: the baselines, SMG's policies asked for, strict and bounded hashing
     (also with the library's options, when any is set, and with token weights for each of
@@ -245,14 +253,14 @@ def replay_policies(
     rows = [ReplayPolicy("random"), ReplayPolicy("round_robin"), ReplayPolicy("consistent_hashing")]
     rows += [ReplayPolicy(name) for name in smg_policies]
     rows += [ReplayPolicy("bounded_consistent_hashing", gap, skew) for gap in gaps]
-    if (spill_target, key_memory) != ("clockwise", 0):
-        rows += [
-            ReplayPolicy("bounded_consistent_hashing", gap, skew, spill_target=spill_target, key_memory=key_memory) for gap in gaps
-        ]
-    rows += [
-        ReplayPolicy("bounded_consistent_hashing", gap, token_skew, spill_target=spill_target, key_memory=key_memory, weights="tokens")
-        for gap in token_gaps
-    ]
+    def bounded(gap: int, skew: float, weights: str) -> ReplayPolicy:
+        return ReplayPolicy(
+            "bounded_consistent_hashing", gap, skew, spill_target=spill_target, key_memory=key_memory, weights=weights, balance_by=balance_by
+        )
+
+    if (spill_target, key_memory, balance_by) != ("clockwise", 0, BALANCE_BY[0]):
+        rows += [bounded(gap, skew, "requests") for gap in gaps]
+    rows += [bounded(gap, token_skew, "tokens") for gap in token_gaps]
     keyed_rows = ([False] if cache_aware else []) + ([True] if cache_aware_keyed else [])
     rows += [
         ReplayPolicy(
@@ -331,6 +339,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             blocks_per_worker=args.blocks_per_worker,
             cache_aware_balance_by=args.cache_aware_balance_by,
             cache_aware_weights=args.cache_aware_weights,
+            balance_by=args.balance_by,
         )
         if not args.prefill_report_ms >= 0:
             raise ValueError("--prefill-report-ms must be a number of milliseconds >= 0, got %g" % args.prefill_report_ms)

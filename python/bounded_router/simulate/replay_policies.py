@@ -46,10 +46,10 @@ class ReplayPolicy:
 
     ``min_load_gap``, ``max_load_skew``, ``spill_target``, ``key_memory`` and ``weights`` apply to
     ``bounded_consistent_hashing`` (with ``weights="tokens"`` the gap is in prompt tokens);
-    ``min_load_gap``, ``max_load_skew`` and ``weights`` to ``cache_aware`` too, and
-    ``blocks_per_worker``, ``keyed`` (route with the routing key as well as the blocks) and
-    ``balance_by`` to ``cache_aware`` only (``blocks_per_worker`` None: each simulated worker's cache
-    capacity); ``margin`` to the oracle.
+    ``min_load_gap``, ``max_load_skew``, ``weights`` and ``balance_by`` to ``cache_aware`` too, and
+    ``blocks_per_worker`` and ``keyed`` (route with the routing key as well as the blocks) to
+    ``cache_aware`` only (``blocks_per_worker`` None: each simulated worker's cache capacity);
+    ``margin`` to the oracle.
     """
 
     policy: str
@@ -75,8 +75,10 @@ class ReplayPolicy:
                 raise ValueError("the oracle's margin must be an integer >= 0, got %r" % (self.margin,))
         elif self.margin is not None:
             raise ValueError("margin applies only to the oracle, not %s" % self.policy)
-        if (self.blocks_per_worker is not None or self.keyed or self.balance_by != "in_flight") and self.policy != "cache_aware":
-            raise ValueError("blocks_per_worker, keyed and balance_by apply only to cache_aware, not %s" % self.policy)
+        if (self.blocks_per_worker is not None or self.keyed) and self.policy != "cache_aware":
+            raise ValueError("blocks_per_worker and keyed apply only to cache_aware, not %s" % self.policy)
+        if self.balance_by != "in_flight" and self.policy not in ("bounded_consistent_hashing", "cache_aware"):
+            raise ValueError("balance_by applies only to bounded_consistent_hashing and cache_aware, not %s" % self.policy)
         if self.policy == "cache_aware":
             if self.min_load_gap is None or self.max_load_skew is None:
                 raise ValueError("cache_aware needs min_load_gap and max_load_skew")
@@ -89,7 +91,12 @@ class ReplayPolicy:
         if self.policy in ("oracle", "cache_aware"):
             return None
         return PolicySpec(
-            self.policy, self.min_load_gap, self.max_load_skew, spill_target=self.spill_target, key_memory=self.key_memory
+            self.policy,
+            self.min_load_gap,
+            self.max_load_skew,
+            spill_target=self.spill_target,
+            key_memory=self.key_memory,
+            balance_by=self.balance_by,
         )
 
     def make_router(self, urls: List[str], cache_blocks: int) -> Optional[Router]:
