@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 /* The version of this API; br_abi_version() returns the one the library implements. */
-#define BR_ABI_VERSION 4
+#define BR_ABI_VERSION 5
 
 /* Status codes: 0 or more is success. */
 #define BR_OK 0
@@ -183,6 +183,18 @@ int64_t br_stats_json(uint64_t router, char *buf, size_t capacity);
  * to out (room for out_capacity) and returns how many, or a negative status when block_len is
  * 0, out is too small or the blocks exceed BR_MAX_PREFIX_BLOCKS. */
 int64_t br_prefix_blocks(const char *data, size_t data_len, size_t block_len, uint64_t *out, size_t out_capacity);
+
+/* Blocks a worker's engine reports (cache_aware only; docs/contract.md, "Reported blocks"), so
+ * that the index holds what the engine really caches. br_store_blocks: the engine stores the n
+ * blocks (prefix block hashes as br_prefix_blocks computes them, in prefix order);
+ * engine_hashes, NULL or n values, are the engine's own names for them (NULL: the engine names
+ * them as this library does). br_remove_blocks: the engine evicted the n blocks it names
+ * engine_hashes. br_clear_blocks: the engine dropped every block. At most BR_MAX_PREFIX_BLOCKS
+ * blocks per call; another policy is BR_ERR_INVALID_ARGUMENT, a URL that is not a member
+ * BR_ERR_UNKNOWN_WORKER. */
+int32_t br_store_blocks(uint64_t router, const char *url, size_t url_len, const uint64_t *blocks, size_t n, const uint64_t *engine_hashes);
+int32_t br_remove_blocks(uint64_t router, const char *url, size_t url_len, const uint64_t *engine_hashes, size_t n);
+int32_t br_clear_blocks(uint64_t router, const char *url, size_t url_len);
 
 /* The native HTTP gateway in front of a router's workers, run on the library's own threads.
  * br_gateway_start takes options as a JSON object ({"host", "port", "metrics_port",

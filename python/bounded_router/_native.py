@@ -38,7 +38,7 @@ __all__ = ["ABI_VERSION", "LIBRARY_ENV", "LIBRARY_NAME", "BrRequest", "Library",
 
 #: The ABI version this binding implements (``BR_ABI_VERSION`` of the header): the one constant
 #: a binding must hold itself, to know whether it can read the others.
-ABI_VERSION = 4
+ABI_VERSION = 5
 #: Environment variable naming another build of the library to load.
 LIBRARY_ENV = "BOUNDED_ROUTER_LIBRARY"
 #: File name of the library inside the package.
@@ -328,6 +328,21 @@ class Library:
     @_export(c_int64, c_char_p, c_size_t, c_size_t, _u64p, c_size_t)
     def br_prefix_blocks(self, data: bytes, data_len: int, block_len: int, out: Any, out_capacity: int) -> int:
         """Chained XXH64 of each full block of block_len bytes into out: how many blocks."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, _u64p, c_size_t, _u64p)
+    def br_store_blocks(self, router: int, url: bytes, url_len: int, blocks: Any, n: int, engine_hashes: Any) -> int:
+        """The worker's engine stores n blocks (engine_hashes: its names for them, or NULL)."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, _u64p, c_size_t)
+    def br_remove_blocks(self, router: int, url: bytes, url_len: int, engine_hashes: Any, n: int) -> int:
+        """The worker's engine evicted the n blocks it names engine_hashes."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t)
+    def br_clear_blocks(self, router: int, url: bytes, url_len: int) -> int:
+        """The worker's engine dropped every block."""
         raise NotImplementedError
 
     @_export(c_int32, c_uint64, c_char_p, c_size_t, _u64p)

@@ -561,6 +561,43 @@ class Router:
         raw = url_bytes(url)
         self._native.call("br_set_healthy", raw, len(raw), 1 if healthy else 0)
 
+    # -- blocks the engines report (cache_aware) -----------------------------------------------
+
+    def store_blocks(self, url: str, blocks: Sequence[int], engine_hashes: Optional[Sequence[int]] = None) -> None:
+        """The engine of worker ``url`` reports that it stores ``blocks`` (contract: "Reported blocks").
+
+        Args:
+            url: the worker.
+            blocks: prefix block hashes as :func:`~bounded_router.prefix_blocks` computes them
+                from the blocks' token ids, in prefix order; the worker then holds them as if a
+                route had just sent them there.
+            engine_hashes: the engine's own names of the blocks, one per block, by which
+                :meth:`remove_blocks` finds them; None: the engine names them as ``blocks``.
+
+        Raises:
+            KeyError: the URL is not a member.
+            ValueError: the policy is not ``cache_aware``, or a block or name is out of range,
+                or the two lists differ in length.
+        """
+        packed = prefix_block_array(blocks, "blocks")
+        names = None if engine_hashes is None else prefix_block_array(engine_hashes, "engine_hashes")
+        if names is not None and len(names) != len(packed):
+            raise ValueError("engine_hashes must name each of the %d blocks, got %d" % (len(packed), len(names)))
+        raw = url_bytes(url)
+        self._native.call("br_store_blocks", raw, len(raw), _uint64s(packed), len(packed), None if names is None else _uint64s(names))
+
+    def remove_blocks(self, url: str, engine_hashes: Sequence[int]) -> None:
+        """The engine of worker ``url`` reports evicting the blocks it names ``engine_hashes``
+        (see :meth:`store_blocks`); names it never reported are ignored."""
+        packed = prefix_block_array(engine_hashes, "engine_hashes")
+        raw = url_bytes(url)
+        self._native.call("br_remove_blocks", raw, len(raw), _uint64s(packed), len(packed))
+
+    def clear_blocks(self, url: str) -> None:
+        """The engine of worker ``url`` reports dropping every block: its index is emptied."""
+        raw = url_bytes(url)
+        self._native.call("br_clear_blocks", raw, len(raw))
+
     # -- statistics --------------------------------------------------------------------------
 
     def statistics(self) -> Statistics:
@@ -653,3 +690,9 @@ def _aligned(values: Optional[Iterable[Any]], what: str, n: int) -> Optional[Lis
     if len(items) != n:
         raise ValueError("%s has %d items but there are %d keys: give one per key" % (what, len(items), n))
     return items
+
+
+
+def _uint64s(values: "array[int]") -> Any:
+    """A pointer to the uint64s of ``values`` (None when empty), valid while ``values`` lives."""
+    return ctypes.cast(values.buffer_info()[0], ctypes.POINTER(c_uint64)) if values else None
