@@ -76,16 +76,34 @@ func TestCacheAwareKeyBreaksTiesClockwise(t *testing.T) {
 	}
 }
 
+// A key does not pull a prefix hit onto a busier holder: among the holders of the longest
+// prefix the least loaded wins, the key breaking ties only (issue 21, item 4).
+func TestCacheAwareKeyedHitTakesTheLeastLoadedHolder(t *testing.T) {
+	urls := workerURLs(4)
+	r, _ := routerWithLoads(t, cachePolicy(1.5, 2, 64), urls, []int{0, 0, 0, 1})
+	routeTo(t, r, 1, 10, 11)
+	routeTo(t, r, 3, 10, 11)
+	key := keyPreferringURL(t, urls, urls[3])
+	d := r.Select(prefixRequest(string(key), 10, 11, 12))
+	assert.Equal(t, BranchCacheAwarePrefixHit, d.Branch)
+	assert.Equal(t, urls[1], d.WorkerURL)
+}
+
 func TestCacheAwareWithoutMatch(t *testing.T) {
 	urls := workerURLs(4)
 	ring := newRefRing(urls, DefaultVirtualNodes)
 	r, _ := routerWithLoads(t, cachePolicy(1.5, 2, 64), urls, []int{1, 0, 1, 2})
 
-	// No match, a key: the key's ring worker, which passes the bound.
-	key := keyPreferringURL(t, urls, urls[3])
+	// No match, a key: the key's ring worker when it is not above the mean load (1 here)...
+	key := keyPreferringURL(t, urls, urls[2])
 	d := r.Select(prefixRequest(string(key), 40, 41))
 	assert.Equal(t, BranchCacheAwareKeyHit, d.Branch)
-	assert.Equal(t, urls[3], d.WorkerURL)
+	assert.Equal(t, urls[2], d.WorkerURL)
+	// ...else the next one clockwise that is not: w3 (load 2) passes the bound but is above it.
+	key = keyPreferringURL(t, urls, urls[3])
+	d = r.Select(prefixRequest(string(key), 40, 41))
+	assert.Equal(t, BranchCacheAwareKeyHit, d.Branch)
+	assert.Equal(t, ring.firstWhere(key, func(u string) bool { return u != urls[3] }), d.WorkerURL)
 
 	// No match, no key: the least loaded.
 	d = r.Select(prefixRequest("", 40, 41))
