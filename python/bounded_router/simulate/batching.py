@@ -134,6 +134,9 @@ class BatchingWorker:
         self._count = 0
         self._prefill = 0
         self.in_step = False
+        # When a list: what the cache reports, (stored, evicted) per prompt whose blocks entered
+        # it, in order, for the caller to take (the replay's KV cache events).
+        self.reports: Optional[List[Tuple[List[Hashable], List[Hashable]]]] = None
 
     def cached_blocks(self, blocks: Sequence[Hashable]) -> int:
         """How many leading blocks of a prompt this worker's cache holds (nothing is touched)."""
@@ -194,7 +197,9 @@ class BatchingWorker:
             finished.append(job)
         first = self._take_prefill()
         for job in first:
-            self.cache.insert(job.blocks)
+            report = self.cache.insert(job.blocks)
+            if self.reports is not None:
+                self.reports.append(report)
             job.first_token = now
             if job.output_tokens <= 1:
                 job.finished = now
