@@ -57,7 +57,10 @@ func selectCacheAware(v *view, req *Request, keyPos uint64, p *Policy) (int, Bra
 	case x.depth > 0 && float64(x.depth) > p.CacheThreshold*float64(len(blocks)):
 		chosen, branch = c.amongCandidates(blocks[x.depth-1]), BranchCacheAwarePrefixHit
 	case c.keyed:
-		chosen, branch = c.keyRingUnderMean(), BranchCacheAwareKeyHit
+		chosen, branch = c.ringUnderMean(c.position), BranchCacheAwareKeyHit
+	case len(blocks) > 0:
+		// The first block the match did not reach stands for a key: its own prefix's.
+		chosen, branch = c.ringUnderMean(mixBlock(blocks[min(x.depth, len(blocks)-1)])), BranchCacheAwareNoMatch
 	default:
 		chosen, branch = c.leastLoaded(), BranchCacheAwareNoMatch
 	}
@@ -138,13 +141,12 @@ func (c *cacheChoice) amongCandidates(block uint64) int {
 	})
 }
 
-// keyRingUnderMean is the first worker clockwise from the routing key that is available and not
-// above the mean load (the least loaded one is never above it, so there is one): a request that
-// matched nothing keeps its key's worker, so that every router in front of the same workers sends
-// a key's first turn to the same place, but never onto a worker that is busier than the average.
-func (c *cacheChoice) keyRingUnderMean() int {
+// ringUnderMean is the first worker clockwise from position that is available and not above
+// the mean load (the least loaded one never is, so there is one): every router in front of the
+// same workers starts a prefix in the same place, but never on a worker busier than the average.
+func (c *cacheChoice) ringUnderMean(position uint64) int {
 	mean := c.v.meanLoad()
-	return c.v.ring.first(c.position, func(owner uint32) bool {
+	return c.v.ring.first(position, func(owner uint32) bool {
 		w := c.v.workers[owner]
 		return w.healthy && float64(w.load) <= mean
 	})

@@ -105,12 +105,12 @@ func TestCacheAwareWithoutMatch(t *testing.T) {
 	assert.Equal(t, BranchCacheAwareKeyHit, d.Branch)
 	assert.Equal(t, ring.firstWhere(key, func(u string) bool { return u != urls[3] }), d.WorkerURL)
 
-	// No match, no key: the least loaded.
+	// No match, no key: the first block the match did not reach (40) stands for the key.
 	d = r.Select(prefixRequest("", 40, 41))
 	assert.Equal(t, BranchCacheAwareNoMatch, d.Branch)
-	assert.Equal(t, urls[1], d.WorkerURL)
+	assert.Equal(t, ring.firstFrom(murmurFinalizer(40), func(u string) bool { return u != urls[3] }), d.WorkerURL)
 
-	// Ties of the least load: clockwise from the first block's mixed position.
+	// All idle: clockwise from the first block's mixed position.
 	r2 := newTestRouter(t, cachePolicy(1.5, 2, 64), urls)
 	for _, b := range []uint64{0, 1, 2, 3, 1 << 40} {
 		want := ring.orderFrom(murmurFinalizer(b))[0]
@@ -141,12 +141,12 @@ func TestCacheAwareBalance(t *testing.T) {
 	assert.Equal(t, BranchCacheAwareBalance, d.Branch, "worker 2 holds more but is overloaded")
 	assert.Equal(t, urls[1], d.WorkerURL, "the longest match among the others")
 
-	// Only the overloaded worker matches at all: the least loaded, still a balance.
+	// Only the overloaded worker matches at all: a miss, still a balance.
 	routeTo(t, r, 2, 50)
 	d = r.Select(prefixRequest("", 50))
 	assert.Equal(t, BranchCacheAwareBalance, d.Branch)
-	// Loads are now 0, 1, 6, 0: workers 0 and 3 tie, clockwise from block 50's position.
-	want := newRefRing(urls, DefaultVirtualNodes).firstFrom(murmurFinalizer(50), func(u string) bool { return u == urls[0] || u == urls[3] })
+	// Loads are now 0, 1, 6, 0 (mean 1.75): clockwise from block 50's position, not worker 2.
+	want := newRefRing(urls, DefaultVirtualNodes).firstFrom(murmurFinalizer(50), func(u string) bool { return u != urls[2] })
 	assert.Equal(t, want, d.WorkerURL)
 }
 

@@ -496,9 +496,10 @@ class ReferenceRouter:
             branch = "cache_aware_balance"
         # A prefix hit's candidates hold the first depth blocks; _record looks any other worker up.
         self._depth, self._candidates = (depth, candidates) if hit else (0, [])
-        if key is not None and not hit:  # step 4: the key's ring, among workers not above the mean
+        if not hit and (key is not None or blocks):  # step 4: a ring, among workers not above the mean
             mean = sum(loads) / len(loads)
-            return next(url for url in self.clockwise(key) if url in available and self._workers[url].load <= mean), branch
+            order = self.clockwise(key) if key is not None else self.clockwise_from(fmix64(blocks[min(depth, len(blocks) - 1)]))
+            return next(url for url in order if url in available and self._workers[url].load <= mean), branch
         low = min(self._workers[url].load for url in candidates)
         tied = [url for url in candidates if self._workers[url].load == low]
         if len(tied) > 1 and key is not None:
