@@ -122,6 +122,12 @@ int32_t br_add_worker(uint64_t router, const char *url, size_t url_len);
 int32_t br_remove_worker(uint64_t router, const char *url, size_t url_len);
 int32_t br_set_workers(uint64_t router, const char *urls_json, size_t urls_len);
 int32_t br_set_healthy(uint64_t router, const char *url, size_t url_len, int32_t healthy);
+/* Engine load reports (docs/contract.md, "Engine load reports"): br_report_load records the load
+ * a worker's engine reports (its requests running and waiting, 0 to 2^40); the worker's routing
+ * load is then that report plus the weights of the leases taken since. br_forget_load drops the
+ * standing report (expired): the routing load is this router's leases again. */
+int32_t br_report_load(uint64_t router, const char *url, size_t url_len, int64_t load);
+int32_t br_forget_load(uint64_t router, const char *url, size_t url_len);
 
 /* Routes a request whose only input is an explicit key (empty: no key) and takes a lease on the
  * chosen worker. Returns the branch code; out[0] receives the lease (0 when no worker was

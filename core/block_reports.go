@@ -112,12 +112,5 @@ func (r *Router) withReports(url string, apply func(*blockIndex, *worker)) error
 	if r.view.blocks == nil {
 		return invalid("block reports apply only to cache_aware, not %s", r.policy.Kind)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	w, ok := r.members.lookup(url)
-	if !ok {
-		return unknownWorker(url)
-	}
-	apply(r.view.blocks, w)
-	return nil
+	return r.withWorker(url, func(w *worker) { apply(r.view.blocks, w) })
 }

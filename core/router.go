@@ -202,11 +202,12 @@ func (r *Router) take(w, preferred *worker, key explicitKey, weight int64) Lease
 		w.activeKeys++
 	}
 	w.requests++
+	w.held += weight
 	r.addLoad(w, weight)
 	return r.leases.take(w, preferred, key.present, key.position, weight)
 }
 
-// addLoad changes a worker's load and, while it is an available member, the running total.
+// addLoad changes a worker's routing load and, while it is an available member, the running total.
 func (r *Router) addLoad(w *worker, delta int64) {
 	w.load += delta
 	if w.healthy && !w.removed {
@@ -234,7 +235,10 @@ func (r *Router) release(id LeaseID, abandoned bool) bool {
 		s.worker.activeKeys--
 	}
 	s.worker.requests--
-	r.addLoad(s.worker, -s.weight)
+	s.worker.held -= s.weight
+	if !s.worker.reported || s.reports == s.worker.reports {
+		r.addLoad(s.worker, -s.weight) // else the engine's latest report counted it
+	}
 	if abandoned {
 		r.leaked++
 	}

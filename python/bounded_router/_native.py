@@ -330,6 +330,16 @@ class Library:
         """Chained XXH64 of each full block of block_len bytes into out: how many blocks."""
         raise NotImplementedError
 
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, c_int64)
+    def br_report_load(self, router: int, url: bytes, url_len: int, load: int) -> int:
+        """The worker's engine reports this load (requests running and waiting)."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t)
+    def br_forget_load(self, router: int, url: bytes, url_len: int) -> int:
+        """Drop the worker's standing engine load report."""
+        raise NotImplementedError
+
     @_export(c_int32, c_uint64, c_char_p, c_size_t, _u64p, c_size_t, _u64p)
     def br_store_blocks(self, router: int, url: bytes, url_len: int, blocks: Any, n: int, engine_hashes: Any) -> int:
         """The worker's engine stores n blocks (engine_hashes: its names for them, or NULL)."""

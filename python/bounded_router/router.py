@@ -561,6 +561,30 @@ class Router:
         raw = url_bytes(url)
         self._native.call("br_set_healthy", raw, len(raw), 1 if healthy else 0)
 
+    # -- loads the engines report ---------------------------------------------------------------
+
+    def report_load(self, url: str, load: int) -> None:
+        """The engine of worker ``url`` reports ``load`` requests running and waiting, every
+        router replica's included (contract: "Engine load reports"): until the next report, the
+        worker's load for routing is ``load`` plus the weights of this router's leases taken since.
+
+        Raises:
+            KeyError: the URL is not a member.
+            TypeError, ValueError: ``load`` is not an integer from 0 to 2**40.
+        """
+        if isinstance(load, bool) or not isinstance(load, int):
+            raise TypeError("load must be an integer from 0 to 2**40, got %r" % (load,))
+        if not 0 <= load <= 1 << 40:
+            raise ValueError("engine load must be from 0 to %d, got %d" % (1 << 40, load))
+        raw = url_bytes(url)
+        self._native.call("br_report_load", raw, len(raw), load)
+
+    def forget_load(self, url: str) -> None:
+        """Drop worker ``url``'s standing load report (it expired): its load for routing is this
+        router's leases again."""
+        raw = url_bytes(url)
+        self._native.call("br_forget_load", raw, len(raw))
+
     # -- blocks the engines report (cache_aware) -----------------------------------------------
 
     def store_blocks(self, url: str, blocks: Sequence[int], engine_hashes: Optional[Sequence[int]] = None) -> None:

@@ -553,3 +553,29 @@ def test_cli_replicas_and_events(capsys: pytest.CaptureFixture[str]) -> None:
     assert "replicas" in capsys.readouterr().err
     with pytest.raises(ValueError, match="apply only to cache_aware"):
         ReplayPolicy("random", events=True)
+
+
+def test_load_reports_reach_every_replica() -> None:
+    from bounded_router.simulate.replay import _Run
+
+    trace = load_trace(FIXTURE, 512)
+    config = ReplayConfig(workers=3, load=0.8, cache_blocks=40, replicas=2, load_interval_ms=100.0)
+    state = _Run(ReplayPolicy("bounded_consistent_hashing", 2, 1.5), trace, config)
+    reported: List[Dict[str, int]] = []
+    real = state.report_loads
+
+    def spy(now: float) -> None:
+        reported.append(dict(zip(state.urls, state.in_flight)))
+        real(now)
+
+    state.report_loads = spy  # type: ignore[method-assign]
+    state.run()
+    assert len(reported) > 10 and any(sum(r.values()) for r in reported), "polled while requests were in flight"
+    assert sum(reported[-1].values()) == 0, "the last poll comes after the last request finished"
+    for router in state.routing.routers:
+        router.close()
+    result = replay(ReplayPolicy("bounded_consistent_hashing", 2, 1.5), trace, config)
+    assert result.requests == len(trace.requests) and result.leaked_leases == 0
+    assert result.row()["config"]["load_interval_ms"] == 100.0
+    with pytest.raises(ValueError, match="load_interval_ms"):
+        ReplayConfig(load_interval_ms=0)

@@ -51,6 +51,10 @@ class ReplayConfig:
             (router replicas in front of the same workers; see ``make_routing``).
         events_delay_ms: how long a worker's KV cache events (blocks stored when a prefill ends,
             blocks evicted) take to reach every router, for the rows with ``events``.
+        load_interval_ms: when set, every router of the library's rows whose leases count
+            requests is told each worker's requests in flight (running and waiting, every
+            replica's) this often, as a poll of the engines' load endpoints would
+            (``Router.report_load``); None: no reports.
     """
 
     workers: int = 8
@@ -62,6 +66,7 @@ class ReplayConfig:
     ring_layout: int = 0
     replicas: int = 1
     events_delay_ms: float = 0.0
+    load_interval_ms: Optional[float] = None
 
     def __post_init__(self) -> None:
         _check_number("workers", self.workers, 1, integer=True)
@@ -74,6 +79,8 @@ class ReplayConfig:
         _check_number("ring_layout", self.ring_layout, 0, integer=True)
         _check_number("replicas", self.replicas, 1, integer=True)
         _check_number("events_delay_ms", self.events_delay_ms, 0.0)
+        if self.load_interval_ms is not None:
+            _check_number("load_interval_ms", self.load_interval_ms, 0.0, strict=True)
 
     def cache_capacity(self, trace: Trace) -> int:
         """Blocks each worker's cache holds for ``trace``."""
@@ -92,6 +99,7 @@ class ReplayConfig:
             "ring_layout": self.ring_layout,
             "replicas": self.replicas,
             "events_delay_ms": self.events_delay_ms,
+            "load_interval_ms": self.load_interval_ms,
         }
 
     def worker_urls(self) -> List[str]:
@@ -208,6 +216,7 @@ class ReplayResult(CacheAndLatency):
 _ARRIVE = 0
 _STEP_END = 1
 _EVENTS = 2
+_LOAD_REPORT = 3
 
 
 class _Run:
@@ -233,6 +242,13 @@ class _Run:
         if policy.events:
             for worker in self.workers:
                 worker.reports = []
+        # Load reports go to the library's rows whose loads count requests, as an engine's do.
+        self.load_interval_ms = config.load_interval_ms
+        if policy.policy in ("oracle", "random") or policy.weights != "requests":
+            self.load_interval_ms = None
+        self.served = 0
+        if self.load_interval_ms is not None:
+            heapq.heappush(self.events, (0.0, -1, _LOAD_REPORT, 0, 0))
         self.ttfts: List[float] = []
         self.placements = [-1] * len(trace.requests)
         self.cached = self.prompt = 0
@@ -267,6 +283,7 @@ class _Run:
             self.ttfts.append(now - job.arrival)
             self.cached += job.cached
             self.prompt += job.input_tokens
+        self.served += len(finished)
         for job in finished:
             job.payload.release()
             self.routing.finished(w)
@@ -295,6 +312,16 @@ class _Run:
             if evicted:
                 router.remove_blocks(url, evicted)
 
+    def report_loads(self, now: float) -> None:
+        """Tell every router each worker's requests in flight, and poll again unless all is done."""
+        for router in self.routing.routers:
+            for url, load in zip(self.urls, self.in_flight):
+                router.report_load(url, load)
+        if self.served < len(self.trace.requests):
+            assert self.load_interval_ms is not None
+            self.order += 1
+            heapq.heappush(self.events, (now + self.load_interval_ms, self.order, _LOAD_REPORT, 0, 0))
+
     def run(self) -> None:
         events = self.events
         while events:
@@ -303,6 +330,8 @@ class _Run:
                 self.arrive(subject, now)
             elif kind == _EVENTS:
                 self.deliver(subject)
+            elif kind == _LOAD_REPORT:
+                self.report_loads(now)
             elif version == self.workers[subject].version:  # else: a decode segment cut short, its new end is queued
                 self.step_end(subject, now)
         if len(self.ttfts) != len(self.trace.requests):  # pragma: no cover - an engine bug

@@ -97,6 +97,14 @@ def _parser() -> argparse.ArgumentParser:
         "evicted), delivered D ms after the cache changed (default: no such rows)",
     )
     fl.add_argument(
+        "--load-interval-ms",
+        type=float,
+        default=None,
+        metavar="I",
+        help="every I ms, tell each router every worker's requests in flight, as polling the engines' "
+        "load endpoints would (rows whose leases count requests; default: no reports)",
+    )
+    fl.add_argument(
         "--ring-layout",
         type=int,
         default=r.ring_layout,
@@ -272,6 +280,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             ring_layout=args.ring_layout,
             replicas=args.replicas,
             events_delay_ms=0.0 if args.events_delay_ms is None else args.events_delay_ms,
+            load_interval_ms=args.load_interval_ms,
         )
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be >= 1, got %d" % args.limit)

@@ -168,9 +168,10 @@ def describe_replay(path: str, trace: "Trace", result: "ReplayResult") -> str:
 
 def _replicas(config: "ReplayConfig") -> str:
     """The scenario's router replicas and event delay, when not the single router's."""
+    loads = "" if config.load_interval_ms is None else ", engine loads every %g ms" % config.load_interval_ms
     if config.replicas == 1:
-        return ""
-    return ", %d router replicas (events after %g ms)" % (config.replicas, config.events_delay_ms)
+        return loads
+    return ", %d router replicas (events after %g ms)%s" % (config.replicas, config.events_delay_ms, loads)
 
 
 def format_replay_table(results: Sequence["ReplayResult"]) -> str:
