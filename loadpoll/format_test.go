@@ -3,6 +3,7 @@ package loadpoll
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -61,4 +62,20 @@ func TestParseGarbage(t *testing.T) {
 	}
 	_, err := ParseLoad("triton", nil)
 	assert.EqualError(t, err, `load format must be one of sglang, vllm, got "triton"`)
+}
+
+func TestParseOptions(t *testing.T) {
+	targets, cfg, err := ParseOptions([]byte(`{"endpoints": {"http://w1": "http://w1/get_load", "http://w0": "http://w0/get_load"}, "format": "sglang", "interval_ms": 50}`))
+	require.NoError(t, err)
+	assert.Equal(t, []Target{{"http://w0", "http://w0/get_load", FormatSGLang}, {"http://w1", "http://w1/get_load", FormatSGLang}}, targets)
+	assert.Equal(t, Config{Interval: 50 * time.Millisecond}, cfg)
+	for body, text := range map[string]string{
+		`{"endpoints": {}, "format": "vllm"}`:                            "endpoints must name at least one worker",
+		`{"endpoints": {"a": "b"}, "format": "x"}`:                       `format must be one of sglang, vllm, got "x"`,
+		`{"endpoints": {"a": "b"}, "format": "vllm", "interval_ms": -1}`: "interval_ms must be from 0 to 3600000, got -1",
+		`{"endpoints": {"a": "b"}, "format": "vllm", "every": 1}`:        `unknown field "every"`,
+	} {
+		_, _, err := ParseOptions([]byte(body))
+		assert.ErrorContains(t, err, text, body)
+	}
 }

@@ -13,7 +13,7 @@ from array import array
 from ctypes import c_size_t, c_uint64
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequence, Type, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Type, Union
 
 from . import _native
 from ._encoding import DEFAULT_FILTER, DEFAULT_ROUTING_KEY_HEADERS, HeaderFilter, HeadersLike, encode_headers, key_bytes, url_bytes
@@ -23,6 +23,7 @@ from .args import RouterArgs
 from .errors import NoWorkerAvailableError
 from .gateway import Gateway
 from .lease import Lease, _HeldLease
+from .load_poller import LoadPoller
 from .metrics import render
 from .policy import DEFAULT_VIRTUAL_NODES, PolicyConfig, PolicyType, resolve_policy
 from .stats import Statistics, WorkerInfo
@@ -578,6 +579,18 @@ class Router:
             raise ValueError("engine load must be from 0 to %d, got %d" % (1 << 40, load))
         raw = url_bytes(url)
         self._native.call("br_report_load", raw, len(raw), load)
+
+    def poll_loads(
+        self,
+        endpoints: Mapping[str, str],
+        format: str = "sglang",
+        interval_secs: Optional[float] = None,
+        timeout_secs: Optional[float] = None,
+        expiry_secs: Optional[float] = None,
+    ) -> LoadPoller:
+        """Poll each worker's load endpoint (``endpoints``: worker URL to endpoint URL) and
+        report the loads (see :mod:`bounded_router.load_poller`); stop the poller to end it."""
+        return LoadPoller(self._native, endpoints, format, interval_secs, timeout_secs, expiry_secs)
 
     def forget_load(self, url: str) -> None:
         """Drop worker ``url``'s standing load report (it expired): its load for routing is this
