@@ -12,6 +12,14 @@ import (
 // whole prefix through block i. A partial last block is left out: engines with paged KV caches
 // cache only full pages. Token ids go in as little-endian uint32s, text as its UTF-8 bytes.
 func HashPrefixBlocks(data []byte, blockLen int, out []uint64) (int, error) {
+	return ChainPrefixBlocks(0, false, data, blockLen, out)
+}
+
+// ChainPrefixBlocks is HashPrefixBlocks for blocks that follow a block already hashed: with
+// hasPrevious, block 0 hashes previous (8 bytes, little-endian) followed by its bytes, as it
+// would in the whole prompt. So the hashes of an engine's stored blocks, reported after their
+// parent block, equal those of the whole prompt's prefix_blocks.
+func ChainPrefixBlocks(previous uint64, hasPrevious bool, data []byte, blockLen int, out []uint64) (int, error) {
 	n, err := CountPrefixBlocks(len(data), blockLen)
 	if err != nil {
 		return 0, err
@@ -20,15 +28,16 @@ func HashPrefixBlocks(data []byte, blockLen int, out []uint64) (int, error) {
 		return 0, invalid("out has room for %d prefix blocks, %d needed", len(out), n)
 	}
 	var d xxhash.Digest
-	var previous [8]byte
+	var chained [8]byte
 	for i := range n {
 		d.Reset()
-		if i > 0 {
-			binary.LittleEndian.PutUint64(previous[:], out[i-1])
-			d.Write(previous[:])
+		if i > 0 || hasPrevious {
+			binary.LittleEndian.PutUint64(chained[:], previous)
+			d.Write(chained[:])
 		}
 		d.Write(data[i*blockLen : (i+1)*blockLen])
 		out[i] = d.Sum64()
+		previous = out[i]
 	}
 	return n, nil
 }
