@@ -128,16 +128,24 @@ int32_t br_set_healthy(uint64_t router, const char *url, size_t url_len, int32_t
  * standing report (expired): the routing load is this router's leases again. */
 int32_t br_report_load(uint64_t router, const char *url, size_t url_len, int64_t load);
 int32_t br_forget_load(uint64_t router, const char *url, size_t url_len);
-/* Load pollers: poll the workers' load endpoints and report the loads (off unless started).
- * options_json: {"endpoints": {worker URL: endpoint URL}, "format": "sglang" (GET /get_load) or
- * "vllm" (GET /metrics), "interval_ms": 200, "timeout_ms": interval, "expiry_ms": 3 intervals}
- * (0 or absent: the default); every worker named must be a member. br_load_poll_stats_json
- * writes {"workers": [{"worker", "reports", "failures": {"unreachable", "status", "garbage"},
- * "expired", "standing"}]}; br_load_poll_stop waits for the polls in flight and forgets the
- * standing reports. */
-int32_t br_load_poll_start(uint64_t router, const char *options_json, size_t options_len, uint64_t *out_poller);
-int64_t br_load_poll_stats_json(uint64_t poller, char *buf, size_t capacity);
-int32_t br_load_poll_stop(uint64_t poller);
+/* Feeds: the engines' own state brought into a router on the library's threads, off unless
+ * started; each start stores a feed handle in *out_feed. br_load_poll_start polls the workers'
+ * load endpoints and reports the loads; options_json: {"endpoints": {worker URL: endpoint URL},
+ * "format": "sglang" (GET /get_load) or "vllm" (GET /metrics), "interval_ms": 200,
+ * "timeout_ms": interval, "expiry_ms": 3 intervals} (0 or absent: the default); its counters
+ * {"workers": [{"worker", "reports", "failures": {"unreachable", "status", "garbage"},
+ * "expired", "standing"}]}. br_kv_events_start (cache_aware only) subscribes to the workers' KV
+ * event streams (docs/contract.md, "Reported blocks"); options_json: {"endpoints": {worker URL:
+ * "tcp://host:port"}, "replay_endpoints": {worker URL: "tcp://host:port"}, "topic": "",
+ * "stale_after_ms": 10000}; its counters {"workers": [{"worker", "batches", "stored", "removed",
+ * "cleared", "unknown_parent", "adapter", "unknown_tag", "gaps", "replayed", "lost",
+ * "malformed", "restarts", "stale"}]}. Every worker named must be a member. br_feed_stats_json
+ * writes a feed's counters; br_feed_stop ends it and waits (a load poll forgets the reports
+ * that stand). */
+int32_t br_load_poll_start(uint64_t router, const char *options_json, size_t options_len, uint64_t *out_feed);
+int32_t br_kv_events_start(uint64_t router, const char *options_json, size_t options_len, uint64_t *out_feed);
+int64_t br_feed_stats_json(uint64_t feed, char *buf, size_t capacity);
+int32_t br_feed_stop(uint64_t feed);
 
 /* Routes a request whose only input is an explicit key (empty: no key) and takes a lease on the
  * chosen worker. Returns the branch code; out[0] receives the lease (0 when no worker was

@@ -56,13 +56,30 @@ func (s *Subscriber) Stats() Stats {
 	return s.stats
 }
 
-// Run subscribes until ctx is done.
-func (s *Subscriber) Run(ctx context.Context) error {
+// Run subscribes until ctx is done. An engine not up yet, or gone, is dialled again every
+// RedialInterval; its batches count again from the next one it publishes.
+func (s *Subscriber) Run(ctx context.Context) {
 	s.mu.Lock()
 	s.stats.last = -1
 	s.logged = map[string]bool{}
 	s.mu.Unlock()
-	sub := zmq4.NewSub(ctx, zmq4.WithAutomaticReconnect(true))
+	for ctx.Err() == nil {
+		if err := s.follow(ctx); err != nil && ctx.Err() == nil {
+			s.problem("connect", "KV events of worker %s from %s: %v", s.Worker, s.Endpoint, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(RedialInterval):
+		}
+	}
+}
+
+// RedialInterval is how long a subscriber waits before dialling an engine again.
+const RedialInterval = time.Second
+
+// follow dials the endpoint and applies what arrives until the connection or ctx ends.
+func (s *Subscriber) follow(ctx context.Context) error {
+	sub := zmq4.NewSub(ctx)
 	defer sub.Close()
 	if err := sub.Dial(s.Endpoint); err != nil {
 		return err
@@ -72,17 +89,8 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	}
 	for {
 		msg, err := sub.Recv()
-		if ctx.Err() != nil {
-			return nil
-		}
 		if err != nil {
-			s.problem("receive", "receiving from %s: %v", s.Endpoint, err)
-			select { // a broken connection is redialled; do not spin on it meanwhile
-			case <-ctx.Done():
-				return nil
-			case <-time.After(100 * time.Millisecond):
-			}
-			continue
+			return err
 		}
 		s.receive(ctx, msg.Frames)
 	}

@@ -86,7 +86,7 @@ func TestSubscriberFollowsAStreamAndReplaysAGap(t *testing.T) {
 		logs = append(logs, fmt.Sprintf(f, a...))
 	}}
 	done := make(chan struct{})
-	go func() { _ = s.Run(ctx); close(done) }()
+	go func() { s.Run(ctx); close(done) }()
 	send := func(frames ...[]byte) { require.NoError(t, pub.SendMulti(zmq4.NewMsgFrom(frames...))) }
 	// A subscriber joins late (ZeroMQ's slow joiner): send the first batch until it is seen.
 	waitFor(t, "the first batch", func() bool { send([]byte{}, seqFrame(0), batches[0]); return s.Stats().Batches > 0 })

@@ -136,7 +136,7 @@ func TestRunReportsUntilCancelled(t *testing.T) {
 	}))
 	defer server.Close()
 	r, logs := newFakeRouter(), []string{}
-	p := newTestPoller(t, r, server.URL+"/get_load", Config{Interval: 10 * time.Millisecond}, &logs)
+	p := newTestPoller(t, r, server.URL+"/get_load", Config{Interval: 10 * time.Millisecond, Timeout: 5 * time.Second, Expiry: time.Minute}, &logs)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { p.Run(ctx); close(done) }()

@@ -356,18 +356,23 @@ class Library:
         raise NotImplementedError
 
     @_export(c_int32, c_uint64, c_char_p, c_size_t, _u64p)
-    def br_load_poll_start(self, router: int, options_json: bytes, options_len: int, out_poller: Any) -> int:
-        """Start polling the workers' load endpoints (options as JSON)."""
+    def br_load_poll_start(self, router: int, options_json: bytes, options_len: int, out_feed: Any) -> int:
+        """Start a feed polling the workers' load endpoints (options as JSON)."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, _u64p)
+    def br_kv_events_start(self, router: int, options_json: bytes, options_len: int, out_feed: Any) -> int:
+        """Start a feed subscribing to the workers' KV event streams (options as JSON)."""
         raise NotImplementedError
 
     @_export(c_int64, c_uint64, _buf, c_size_t)
-    def br_load_poll_stats_json(self, poller: int, buf: Any, capacity: int) -> int:
-        """A load poller's counters per worker, as JSON."""
+    def br_feed_stats_json(self, feed: int, buf: Any, capacity: int) -> int:
+        """A feed's counters per worker, as JSON."""
         raise NotImplementedError
 
     @_export(c_int32, c_uint64)
-    def br_load_poll_stop(self, poller: int) -> int:
-        """Stop a load poller and forget the reports that stand."""
+    def br_feed_stop(self, feed: int) -> int:
+        """Stop a feed and wait for it."""
         raise NotImplementedError
 
     @_export(c_int32, c_uint64, c_char_p, c_size_t, _u64p)

@@ -23,7 +23,7 @@ from .args import RouterArgs
 from .errors import NoWorkerAvailableError
 from .gateway import Gateway
 from .lease import Lease, _HeldLease
-from .load_poller import LoadPoller
+from .feeds import Feed
 from .metrics import render
 from .policy import DEFAULT_VIRTUAL_NODES, PolicyConfig, PolicyType, resolve_policy
 from .stats import Statistics, WorkerInfo
@@ -158,6 +158,7 @@ class Router:
         routing_key_headers: Optional[Sequence[str]] = None,
         blocks_per_worker: Optional[int] = None,
         cache_threshold: Optional[float] = None,
+        kv_events: Optional[Mapping[str, str]] = None,
     ) -> None:
         urls = _url_list(worker_urls, "worker_urls")
         self._policy = resolve_policy(
@@ -184,6 +185,14 @@ class Router:
         self._header_filter = (
             DEFAULT_FILTER if routing_key_headers is None else HeaderFilter.for_key_headers(config["routing_key_headers"])
         )
+        # kv_events={url: "tcp://host:port"}: subscribed from the start, ended by close().
+        self.kv_events: Optional[Feed] = None
+        if kv_events is not None:
+            try:
+                self.kv_events = self.subscribe_kv_events(kv_events)
+            except BaseException:
+                self._native.close()
+                raise
 
     @classmethod
     def from_args(cls, args: RouterArgs) -> Router:
@@ -230,8 +239,10 @@ class Router:
         """Free the native router. Idempotent; outstanding leases become no-ops.
 
         In a process forked after the router was created, this only marks the inherited copy
-        closed (the parent's router is untouched).
+        closed (the parent's router is untouched). Stops the ``kv_events`` feed first.
         """
+        if self.kv_events is not None:
+            self.kv_events.stop()
         self._native.close()
 
     def __enter__(self) -> Router:
@@ -587,10 +598,31 @@ class Router:
         interval_secs: Optional[float] = None,
         timeout_secs: Optional[float] = None,
         expiry_secs: Optional[float] = None,
-    ) -> LoadPoller:
+    ) -> Feed:
         """Poll each worker's load endpoint (``endpoints``: worker URL to endpoint URL) and
-        report the loads (see :mod:`bounded_router.load_poller`); stop the poller to end it."""
-        return LoadPoller(self._native, endpoints, format, interval_secs, timeout_secs, expiry_secs)
+        report the loads (see :mod:`bounded_router.feeds`); stop the feed to end it.
+
+        Raises:
+            ValueError: a setting breaks its rule, or a worker named is not a member.
+        """
+        return Feed.load_poll(self._native, endpoints, format, interval_secs, timeout_secs, expiry_secs)
+
+    def subscribe_kv_events(
+        self,
+        endpoints: Mapping[str, str],
+        replay_endpoints: Optional[Mapping[str, str]] = None,
+        topic: str = "",
+        stale_after_secs: Optional[float] = None,
+    ) -> Feed:
+        """Subscribe to each worker's KV event stream (``endpoints``: worker URL to its engine's
+        ``tcp://host:port`` PUB endpoint; ``replay_endpoints`` likewise, for gaps) and keep the
+        ``cache_aware`` index to what the engines report (see :mod:`bounded_router.feeds`).
+
+        Raises:
+            ValueError: the policy is not ``cache_aware``, a setting breaks its rule, or a worker
+                named is not a member.
+        """
+        return Feed.kv_events(self._native, endpoints, replay_endpoints, topic, stale_after_secs)
 
     def forget_load(self, url: str) -> None:
         """Drop worker ``url``'s standing load report (it expired): its load for routing is this
