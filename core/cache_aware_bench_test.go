@@ -63,19 +63,42 @@ func BenchmarkCacheAwareRouteRelease(b *testing.B) {
 // BenchmarkCacheAwareIndexMemory reports the heap bytes per indexed (worker, block) pair: 64
 // workers whose indexes are filled to blocks_per_worker with distinct blocks.
 func BenchmarkCacheAwareIndexMemory(b *testing.B) {
+	b.Run("routed", func(b *testing.B) {
+		benchIndexMemory(b, func(r *Router, w int, url string, blocks []uint64) {
+			req := Request{HasTarget: true, TargetIndex: w, PrefixBlocks: blocks}
+			r.Release(r.Route(&req).Lease, false)
+		})
+	})
+	// Blocks the engines report under names of their own: each also has an engine name.
+	b.Run("reported", func(b *testing.B) {
+		names := make([]uint64, 1<<14)
+		benchIndexMemory(b, func(r *Router, w int, url string, blocks []uint64) {
+			for j, block := range blocks {
+				names[j] = ^block
+			}
+			if err := r.StoreBlocks(url, blocks, names); err != nil {
+				b.Fatal(err)
+			}
+		})
+	})
+}
+
+// benchIndexMemory fills 64 workers' indexes with 16,384 blocks each through fill and reports
+// the heap bytes per indexed block.
+func benchIndexMemory(b *testing.B, fill func(r *Router, w int, url string, blocks []uint64)) {
 	const workers, perWorker = 64, 1 << 14
 	for i := 0; i < b.N; i++ {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		r := newBenchRouterWith(b, cachePolicy(DefaultMaxLoadSkew, DefaultMinLoadGap, perWorker), workers, loadsIdle)
+		urls := r.Workers()
 		blocks := make([]uint64, perWorker)
 		for w := 0; w < workers; w++ {
 			for j := range blocks {
 				blocks[j] = mixBlock(uint64(w)<<32 | uint64(j))
 			}
-			req := Request{HasTarget: true, TargetIndex: w, PrefixBlocks: blocks}
-			r.Release(r.Route(&req).Lease, false)
+			fill(r, w, urls[w].URL, blocks)
 		}
 		blocks = nil
 		runtime.GC()
