@@ -9,6 +9,8 @@ import "C"
 import (
 	"context"
 	"sync"
+
+	"github.com/bounded-router/bounded-router/core"
 )
 
 // Feeds bring the engines' own state into a router on goroutines of the library: load polls
@@ -94,4 +96,27 @@ func checkMembers(members []string, urls []string, what string) error {
 		}
 	}
 	return nil
+}
+
+// withStart checks the arguments every start export takes (a router, options as JSON, the
+// out handle named outName), runs start and stores the handle it returns.
+func withStart(router C.uint64_t, optionsJSON *C.char, optionsLen C.size_t, outHandle *C.uint64_t, outName string, start func(*core.Router, []byte) (uint64, error)) C.int32_t {
+	out, err := outArg(outHandle, 1, outName)
+	if err != nil {
+		return fail(err)
+	}
+	r, err := lookupRouter(uint64(router))
+	if err != nil {
+		return fail(err)
+	}
+	text, err := bytesArg(optionsJSON, optionsLen, "options_json")
+	if err != nil {
+		return fail(err)
+	}
+	handle, err := start(r, text)
+	if err != nil {
+		return fail(err)
+	}
+	out[0] = C.uint64_t(handle)
+	return statusOK
 }

@@ -23,7 +23,7 @@ import (
 //export br_kv_events_start
 func br_kv_events_start(router C.uint64_t, optionsJSON *C.char, optionsLen C.size_t, outFeed *C.uint64_t) (status C.int32_t) {
 	defer guard(&status)
-	return withFeedStart(router, optionsJSON, optionsLen, outFeed, func(r *core.Router, text []byte) (uint64, error) {
+	return withStart(router, optionsJSON, optionsLen, outFeed, "out_feed", func(r *core.Router, text []byte) (uint64, error) {
 		if r.Policy().Kind != core.PolicyCacheAware {
 			return 0, invalidArgument("kv_events apply only to cache_aware, not %s", r.Policy().Kind)
 		}

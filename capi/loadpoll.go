@@ -20,7 +20,7 @@ import (
 //export br_load_poll_start
 func br_load_poll_start(router C.uint64_t, optionsJSON *C.char, optionsLen C.size_t, outFeed *C.uint64_t) (status C.int32_t) {
 	defer guard(&status)
-	return withFeedStart(router, optionsJSON, optionsLen, outFeed, func(r *core.Router, text []byte) (uint64, error) {
+	return withStart(router, optionsJSON, optionsLen, outFeed, "out_feed", func(r *core.Router, text []byte) (uint64, error) {
 		targets, cfg, err := loadpoll.ParseOptions(text)
 		if err != nil {
 			return 0, invalidArgument("%v", err)
@@ -47,28 +47,6 @@ func loadPollStats(p *loadpoll.Poller) any {
 		workers = append(workers, map[string]any{"worker": s.Worker, "reports": s.Reports, "failures": s.Failures, "expired": s.Expired, "standing": s.Standing})
 	}
 	return map[string]any{"workers": workers}
-}
-
-// withFeedStart checks the arguments every feed's start takes, then starts the feed.
-func withFeedStart(router C.uint64_t, optionsJSON *C.char, optionsLen C.size_t, outFeed *C.uint64_t, start func(*core.Router, []byte) (uint64, error)) C.int32_t {
-	out, err := outArg(outFeed, 1, "out_feed")
-	if err != nil {
-		return fail(err)
-	}
-	r, err := lookupRouter(uint64(router))
-	if err != nil {
-		return fail(err)
-	}
-	text, err := bytesArg(optionsJSON, optionsLen, "options_json")
-	if err != nil {
-		return fail(err)
-	}
-	handle, err := start(r, text)
-	if err != nil {
-		return fail(err)
-	}
-	out[0] = C.uint64_t(handle)
-	return statusOK
 }
 
 func memberURLs(r *core.Router) []string {
