@@ -68,7 +68,7 @@ test-go:
 
 # Each Go fuzz target for FUZZTIME (the seed corpora in core/testdata/fuzz also run in test-go).
 FUZZTIME ?= 20s
-FUZZ_TARGETS := FuzzRequestFromHeaders FuzzParseConfig FuzzRouterOperations FuzzCacheAware
+FUZZ_TARGETS := FuzzRequestFromHeaders FuzzParseConfig FuzzRouterOperations FuzzCacheAware kvevents/FuzzDecode
 test-fuzz:
 	GO=$(GO) bash scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
 

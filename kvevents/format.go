@@ -84,7 +84,7 @@ func Decode(payload []byte) (Batch, error) {
 	if len(payload) > MaxPayloadBytes {
 		return Batch{}, malformed("%d bytes, more than %d", len(payload), MaxPayloadBytes)
 	}
-	d := msgpack.NewDecoder(bytes.NewReader(payload))
+	d := newDecoder(payload)
 	var b Batch
 	fields, err := structFields(d, []string{"ts", "events", "data_parallel_rank"})
 	if err != nil {
@@ -109,17 +109,46 @@ func Decode(payload []byte) (Batch, error) {
 	return b, nil
 }
 
+// decoder is a msgpack decoder that knows how many bytes are left, so that no length a
+// header claims is allocated before the bytes that would fill it are there.
+type decoder struct {
+	*msgpack.Decoder
+	rest *bytes.Reader
+}
+
+func newDecoder(payload []byte) decoder {
+	r := bytes.NewReader(payload)
+	return decoder{msgpack.NewDecoder(r), r}
+}
+
+// arrayLen reads an array header of at most limit elements, each of which takes a byte at least.
+func (d decoder) arrayLen(limit int) (int, error) {
+	n, err := d.DecodeArrayLen()
+	switch {
+	case err != nil:
+		return 0, err
+	case n < 0:
+		return 0, fmt.Errorf("nil, not a list")
+	case n > limit || n > d.rest.Len():
+		return 0, fmt.Errorf("a list of %d elements, more than %d or than the %d bytes left", n, limit, d.rest.Len())
+	}
+	return n, nil
+}
+
+// maxFields bounds the fields of one struct; vLLM's have at most a dozen.
+const maxFields = 64
+
 // structFields reads an array_like struct's header and returns the names of the fields that
 // follow, in order ("-" past the known ones); the caller reads each field's value.
-func structFields(d *msgpack.Decoder, order []string) ([]string, error) {
+func structFields(d decoder, order []string) ([]string, error) {
 	code, err := d.PeekCode()
 	if err != nil {
 		return nil, malformed("%v", err)
 	}
 	if msgpcode.IsFixedArray(code) || code == msgpcode.Array16 || code == msgpcode.Array32 {
-		n, err := d.DecodeArrayLen()
-		if err != nil || n < 0 {
-			return nil, malformed("an array header: %v", err)
+		n, err := d.arrayLen(maxFields)
+		if err != nil {
+			return nil, malformed("a struct's fields: %v", err)
 		}
 		names := make([]string, n)
 		for i := range names {
@@ -133,13 +162,10 @@ func structFields(d *msgpack.Decoder, order []string) ([]string, error) {
 	return nil, malformed("a struct must be an array of its fields (array_like), got msgpack code 0x%02x", code)
 }
 
-func decodeEvents(d *msgpack.Decoder, b *Batch) error {
-	n, err := d.DecodeArrayLen()
-	if err != nil || n < 0 {
-		return malformed("events is not a list: %v", err)
-	}
-	if n > MaxEvents {
-		return malformed("%d events, more than %d", n, MaxEvents)
+func decodeEvents(d decoder, b *Batch) error {
+	n, err := d.arrayLen(MaxEvents)
+	if err != nil {
+		return malformed("events: %v", err)
 	}
 	b.Events = make([]Event, 0, n)
 	for i := 0; i < n; i++ {
@@ -166,10 +192,10 @@ var eventFields = map[string]struct {
 }
 
 // decodeEvent reads one tagged event; known is false for a tag not in eventFields (skipped).
-func decodeEvent(d *msgpack.Decoder) (e Event, known bool, err error) {
-	n, err := d.DecodeArrayLen()
+func decodeEvent(d decoder) (e Event, known bool, err error) {
+	n, err := d.arrayLen(maxFields)
 	if err != nil || n < 1 {
-		return e, false, malformed("an event must be an array with its tag first (array_like, tag=True): %v", err)
+		return e, false, malformed("an event must be an array with its tag first (array_like, tag=True): %d fields, %v", n, err)
 	}
 	tag, err := d.DecodeString()
 	if err != nil {
@@ -192,7 +218,7 @@ func decodeEvent(d *msgpack.Decoder) (e Event, known bool, err error) {
 	return e, known, err
 }
 
-func decodeEventField(d *msgpack.Decoder, e *Event, name string) error {
+func decodeEventField(d decoder, e *Event, name string) error {
 	var err error
 	switch name {
 	case "block_hashes":
@@ -222,10 +248,10 @@ func decodeEventField(d *msgpack.Decoder, e *Event, name string) error {
 	return err
 }
 
-func decodeHashes(d *msgpack.Decoder) ([]uint64, error) {
-	n, err := d.DecodeArrayLen()
-	if err != nil || n < 0 || n > MaxBlocks {
-		return nil, fmt.Errorf("a list of at most %d hashes: %d, %v", MaxBlocks, n, err)
+func decodeHashes(d decoder) ([]uint64, error) {
+	n, err := d.arrayLen(MaxBlocks)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]uint64, n)
 	for i := range out {
@@ -255,10 +281,10 @@ func hashValue(v any) (uint64, error) {
 	return 0, fmt.Errorf("a block hash must be an int or bytes, got %T", v)
 }
 
-func decodeTokens(d *msgpack.Decoder) ([]uint32, error) {
-	n, err := d.DecodeArrayLen()
-	if err != nil || n < 0 || n > MaxTokens {
-		return nil, fmt.Errorf("a list of at most %d token ids: %d, %v", MaxTokens, n, err)
+func decodeTokens(d decoder) ([]uint32, error) {
+	n, err := d.arrayLen(MaxTokens)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]uint32, n)
 	for i := range out {

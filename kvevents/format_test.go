@@ -3,6 +3,7 @@ package kvevents
 import (
 	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/bounded-router/bounded-router/core"
@@ -65,6 +66,10 @@ func TestDecodeMalformed(t *testing.T) {
 		"negative token":  {0x92, 0x00, 0x91, 0x95, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x91, 0x01, 0xc0, 0x91, 0xff, 0x01},
 		"zero block size": {0x92, 0x00, 0x91, 0x95, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x90, 0xc0, 0x90, 0x00},
 		"too large":       make([]byte, MaxPayloadBytes+1),
+		// Regression (found by FuzzDecode's seed): an array header claiming 4 Gi fields made the
+		// decoder allocate for them before reading any: out of memory.
+		"claims 4 Gi fields":  {0xdd, 0xff, 0xff, 0xff, 0xff},
+		"claims 64 Ki tokens": {0x92, 0x00, 0x91, 0x95, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x90, 0xc0, 0xdc, 0xff, 0xff},
 	} {
 		_, err := Decode(payload)
 		assert.True(t, errors.Is(err, ErrMalformed), "%s: %v", name, err)
@@ -113,4 +118,27 @@ func TestApplyNamesBlocksByThePromptsPrefixHashes(t *testing.T) {
 	require.NoError(t, Apply(r, urls[1], Batch{Events: []Event{{Kind: Cleared}}}, &c))
 	assert.Equal(t, 0, r.Workers()[1].IndexedBlocks)
 	assert.Equal(t, Counts{Stored: 2, Removed: 1, Cleared: 1, UnknownParent: 1, Adapter: 1, UnknownTag: 2}, c)
+}
+
+// Whatever arrives, Decode returns a batch or an error wrapping ErrMalformed, and never panics;
+// a batch it returns passes its own checks (tokens filling the stored blocks).
+func FuzzDecode(f *testing.F) {
+	f.Add(storedBatch)
+	f.Add(storedBatch[:20])
+	f.Add([]byte{0x92, 0x00, 0x90})
+	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff}) // an array claiming 4 Gi elements
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		b, err := Decode(payload)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) && !strings.Contains(err.Error(), "event") {
+				t.Fatalf("an error that is not ErrMalformed: %v", err)
+			}
+			return
+		}
+		for _, e := range b.Events {
+			if e.Kind == Stored && len(e.TokenIDs) != len(e.BlockHashes)*e.BlockSize {
+				t.Fatalf("a stored event whose tokens do not fill its blocks: %+v", e)
+			}
+		}
+	})
 }

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Run Go fuzz targets of ./core one after another, each for a duration:
-#     scripts/fuzz.sh 20s FuzzRequestFromHeaders FuzzParseConfig ...      (make test-fuzz)
+# Run Go fuzz targets one after another, each for a duration; a target of another package than
+# ./core is named package/Target:
+#     scripts/fuzz.sh 20s FuzzRequestFromHeaders kvevents/FuzzDecode ...      (make test-fuzz)
 #
 # Go's fuzzing coordinator can fail a target with a bare "context deadline exceeded" when
 # -fuzztime expires while a worker is still finishing a call (go.dev/issue/75804, not fixed in
 # go1.26). That message alone, with no failing input written, is the toolchain's race and not a
 # finding: it is reported and ignored. Every other failure (a failing input written under
-# core/testdata/fuzz/<target>/, a build error, a panic) fails the run.
+# <package>/testdata/fuzz/<target>/, a build error, a panic) fails the run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 fuzztime=$1
@@ -15,8 +16,13 @@ go=${GO:-go}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 for target in "$@"; do
-	echo "fuzz $target for $fuzztime"
-	"$go" test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" ./core 2>&1 | tee "$log"
+	pkg=./core
+	if [[ $target == */* ]]; then
+		pkg=./${target%/*}
+		target=${target##*/}
+	fi
+	echo "fuzz $target ($pkg) for $fuzztime"
+	"$go" test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg" 2>&1 | tee "$log"
 	status=${PIPESTATUS[0]}
 	if [ "$status" -ne 0 ]; then
 		if grep -q '^    context deadline exceeded$' "$log" && ! grep -q 'Failing input written to' "$log" \
