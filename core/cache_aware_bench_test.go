@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // benchConversations returns n chained prefixes of the given length, as a trace of n
@@ -106,5 +107,96 @@ func benchIndexMemory(b *testing.B, fill func(r *Router, w int, url string, bloc
 		indexed := r.Stats().IndexedBlocks
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(indexed), "bytes/block")
 		runtime.KeepAlive(r)
+	}
+}
+
+// BenchmarkCacheAwareRouteWithReports is BenchmarkCacheAwareRouteRelease (64 workers, 128
+// blocks) while another goroutine applies engine reports at a fixed rate, as a KV event
+// consumer does: each report stores 4 new blocks on one worker and removes 4 older ones, so the
+// index keeps its size. The route waits for the router's lock while a report holds it; the
+// difference with reports=0 is that wait.
+func BenchmarkCacheAwareRouteWithReports(b *testing.B) {
+	const conversations, workers, blocks = 64, 64, 128
+	keys := benchKeys(conversations)
+	for _, perSecond := range []int{0, 10000} {
+		b.Run(fmt.Sprintf("reports_per_s=%d", perSecond), func(b *testing.B) {
+			r := newBenchRouterWith(b, cachePolicy(DefaultMaxLoadSkew, DefaultMinLoadGap, DefaultBlocksPerWorker), workers, loadsIdle)
+			prefixes := benchConversations(conversations, blocks)
+			run := func(i int) {
+				req := Request{RoutingKey: keys[i%conversations], PrefixBlocks: prefixes[i%conversations]}
+				r.Release(r.Route(&req).Lease, false)
+			}
+			for i := 0; i < 2*conversations; i++ {
+				run(i)
+			}
+			stop, done, applied := make(chan struct{}), make(chan struct{}), 0
+			if perSecond > 0 {
+				go func() {
+					defer close(done)
+					urls := r.Workers()
+					// A ticker cannot tick every 100 µs on a busy machine: apply a millisecond's
+					// reports at each tick instead.
+					ticker := time.NewTicker(time.Millisecond)
+					defer ticker.Stop()
+					stored, old := make([]uint64, 4), make([]uint64, 4)
+					for n := uint64(0); ; {
+						select {
+						case <-stop:
+							return
+						case <-ticker.C:
+						}
+						for range perSecond / 1000 {
+							for j := range stored {
+								stored[j] = mixBlock(1<<63 | n<<2 | uint64(j))
+								old[j] = mixBlock(1<<63 | (n-workers)<<2 | uint64(j))
+							}
+							_ = r.StoreBlocks(urls[n%workers].URL, stored, nil)
+							if n >= workers {
+								_ = r.RemoveBlocks(urls[(n-workers)%workers].URL, old)
+							}
+							n++
+							applied++
+						}
+					}
+				}()
+			} else {
+				close(done)
+			}
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				run(i)
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			close(stop)
+			<-done
+			if perSecond > 0 {
+				b.ReportMetric(float64(applied)/elapsed.Seconds(), "reports/s")
+			}
+		})
+	}
+}
+
+// BenchmarkReport is one engine report as the KV event consumer applies it: store 4 new blocks
+// on a worker, remove 4 older ones; the time it holds the router's lock.
+func BenchmarkReport(b *testing.B) {
+	const workers = 64
+	r := newBenchRouterWith(b, cachePolicy(DefaultMaxLoadSkew, DefaultMinLoadGap, DefaultBlocksPerWorker), workers, loadsIdle)
+	urls := r.Workers()
+	stored, old := make([]uint64, 4), make([]uint64, 4)
+	b.ReportAllocs()
+	for n := uint64(0); n < uint64(b.N)+workers; n++ {
+		if n == workers {
+			b.ResetTimer()
+		}
+		for j := range stored {
+			stored[j] = mixBlock(1<<63 | n<<2 | uint64(j))
+			old[j] = mixBlock(1<<63 | (n-workers)<<2 | uint64(j))
+		}
+		_ = r.StoreBlocks(urls[n%workers].URL, stored, nil)
+		if n >= workers {
+			_ = r.RemoveBlocks(urls[(n-workers)%workers].URL, old)
+		}
 	}
 }
