@@ -54,6 +54,8 @@ class Feed:
 
     def __init__(self, native: NativeRouter, export: str, options: Dict[str, Any]) -> None:
         self._handle = 0
+        #: "load_poll" or "kv_events".
+        self.kind = "load_poll" if export == "br_load_poll_start" else "kv_events"
         native.check_open()
         text = json.dumps(options).encode()
         self._lib = native.lib

@@ -13,7 +13,7 @@ from array import array
 from ctypes import c_size_t, c_uint64
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Type, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Tuple, Type, Union
 
 from . import _native
 from ._encoding import DEFAULT_FILTER, DEFAULT_ROUTING_KEY_HEADERS, HeaderFilter, HeadersLike, encode_headers, key_bytes, url_bytes
@@ -185,7 +185,9 @@ class Router:
         self._header_filter = (
             DEFAULT_FILTER if routing_key_headers is None else HeaderFilter.for_key_headers(config["routing_key_headers"])
         )
+        # The feeds this router started (their counters go into metrics_text), and
         # kv_events={url: "tcp://host:port"}: subscribed from the start, ended by close().
+        self._feeds: List[Feed] = []
         self.kv_events: Optional[Feed] = None
         if kv_events is not None:
             try:
@@ -239,10 +241,11 @@ class Router:
         """Free the native router. Idempotent; outstanding leases become no-ops.
 
         In a process forked after the router was created, this only marks the inherited copy
-        closed (the parent's router is untouched). Stops the ``kv_events`` feed first.
+        closed (the parent's router is untouched). Stops the feeds it started first
+        (``kv_events``, :meth:`poll_loads`, :meth:`subscribe_kv_events`).
         """
-        if self.kv_events is not None:
-            self.kv_events.stop()
+        for feed in self._feeds:
+            feed.stop()
         self._native.close()
 
     def __enter__(self) -> Router:
@@ -605,7 +608,7 @@ class Router:
         Raises:
             ValueError: a setting breaks its rule, or a worker named is not a member.
         """
-        return Feed.load_poll(self._native, endpoints, format, interval_secs, timeout_secs, expiry_secs)
+        return self._started(Feed.load_poll(self._native, endpoints, format, interval_secs, timeout_secs, expiry_secs))
 
     def subscribe_kv_events(
         self,
@@ -622,7 +625,15 @@ class Router:
             ValueError: the policy is not ``cache_aware``, a setting breaks its rule, or a worker
                 named is not a member.
         """
-        return Feed.kv_events(self._native, endpoints, replay_endpoints, topic, stale_after_secs)
+        return self._started(Feed.kv_events(self._native, endpoints, replay_endpoints, topic, stale_after_secs))
+
+    def _started(self, feed: Feed) -> Feed:
+        self._feeds = [f for f in self._feeds if f.running] + [feed]
+        return feed
+
+    def feed_statistics(self) -> List[Tuple[str, Dict[str, Dict[str, Any]]]]:
+        """``(kind, statistics)`` of each running feed this router started (see :mod:`bounded_router.feeds`)."""
+        return [(feed.kind, feed.statistics()) for feed in self._feeds if feed.running]
 
     def forget_load(self, url: str) -> None:
         """Drop worker ``url``'s standing load report (it expired): its load for routing is this

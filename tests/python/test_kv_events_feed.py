@@ -48,3 +48,23 @@ def test_replay_endpoints_must_name_subscribed_workers() -> None:
     with Router([W0, W1], policy="cache_aware") as router:
         with pytest.raises(ValueError, match="replay_endpoints names"):
             router.subscribe_kv_events({W0: "tcp://127.0.0.1:9"}, replay_endpoints={W1: "tcp://127.0.0.1:9"})
+
+
+def test_feed_counters_are_in_the_metrics() -> None:
+    from bounded_router.metrics import parse
+
+    with Router([W0, W1], policy="cache_aware") as router:
+        plain = router.metrics_text()
+        assert "kv_events" not in plain and "engine_load" not in plain, "no feed: no feed families"
+        router.subscribe_kv_events({W0: _silent_endpoint()})
+        loads = router.poll_loads({W1: "http://127.0.0.1:9/get_load"})  # nothing listens: unreachable
+        metrics = parse(router.metrics_text())
+        assert metrics[("bounded_router_kv_events_stale", (("worker", W0),))] == 1
+        assert metrics[("bounded_router_kv_events_batches_total", (("worker", W0),))] == 0
+        assert metrics[("bounded_router_kv_events_problems_total", (("kind", "malformed"), ("worker", W0)))] == 0
+        assert metrics[("bounded_router_engine_load_standing", (("worker", W1),))] == 0
+        assert ("bounded_router_engine_load_failures_total", (("kind", "unreachable"), ("worker", W1))) in metrics
+        loads.stop()
+        left = parse(router.metrics_text())
+        assert not [name for name, _ in left if "engine_load" in name], "a stopped feed leaves the metrics"
+    assert not loads.running
