@@ -6,10 +6,11 @@
 // The format is vLLM's vllm/distributed/kv_events.py (SGLang publishes the same structures):
 // a batch is a msgspec Struct KVEventBatch{ts float, events list, data_parallel_rank int|None}
 // and each event a tagged Struct, the tag being the class name. Published with array_like=True,
-// as vLLM's publisher and its example subscriber declare them, a struct is a msgpack array of
+// as vLLM's publisher and its example subscriber declared them, a struct is a msgpack array of
 // its fields in declaration order (an event's tag first), trailing fields at their defaults
-// left out (omit_defaults). Fields past those read here are skipped, so later versions that
-// append fields still decode:
+// left out (omit_defaults); later vLLM versions declare them without array_like, so a struct
+// is a map of its field names (an event's tag under "type"). Both are read; fields not read
+// here are skipped, so versions that add fields still decode:
 //
 //	BlockStored:      block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium, lora_name, ...
 //	BlockRemoved:     block_hashes, medium, ...
@@ -86,25 +87,24 @@ func Decode(payload []byte) (Batch, error) {
 	}
 	d := newDecoder(payload)
 	var b Batch
-	fields, err := structFields(d, []string{"ts", "events", "data_parallel_rank"})
-	if err != nil {
-		return Batch{}, err
-	}
-	for _, name := range fields {
+	err := d.eachField([]string{"ts", "events", "data_parallel_rank"}, func(name string) error {
+		var err error
 		switch name {
 		case "ts":
 			if b.TS, err = d.DecodeFloat64(); err != nil {
-				return Batch{}, malformed("ts: %v", err)
+				return malformed("ts: %v", err)
 			}
 		case "events":
-			if err = decodeEvents(d, &b); err != nil {
-				return Batch{}, err
-			}
+			return decodeEvents(d, &b)
 		default:
 			if err = d.Skip(); err != nil {
-				return Batch{}, malformed("%s: %v", name, err)
+				return malformed("%s: %v", name, err)
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return Batch{}, err
 	}
 	return b, nil
 }
@@ -138,28 +138,53 @@ func (d decoder) arrayLen(limit int) (int, error) {
 // maxFields bounds the fields of one struct; vLLM's have at most a dozen.
 const maxFields = 64
 
-// structFields reads an array_like struct's header and returns the names of the fields that
-// follow, in order ("-" past the known ones); the caller reads each field's value.
-func structFields(d decoder, order []string) ([]string, error) {
+// isMap reports whether the next value is a map: a struct encoded without array_like.
+func (d decoder) isMap() (bool, error) {
 	code, err := d.PeekCode()
 	if err != nil {
-		return nil, malformed("%v", err)
+		return false, malformed("%v", err)
 	}
-	if msgpcode.IsFixedArray(code) || code == msgpcode.Array16 || code == msgpcode.Array32 {
-		n, err := d.arrayLen(maxFields)
-		if err != nil {
-			return nil, malformed("a struct's fields: %v", err)
+	return msgpcode.IsFixedMap(code) || code == msgpcode.Map16 || code == msgpcode.Map32, nil
+}
+
+// eachField reads a struct, an array of its fields in order (array_like; "-" names the fields
+// past order) or a map of field names, and calls visit with each field's name, visit reading
+// its value.
+func (d decoder) eachField(order []string, visit func(name string) error) error {
+	asMap, err := d.isMap()
+	if err != nil {
+		return err
+	}
+	if asMap {
+		n, err := d.DecodeMapLen()
+		if err != nil || n < 0 || n > maxFields || 2*n > d.rest.Len() {
+			return malformed("a struct's fields: a map of %d, %v", n, err)
 		}
-		names := make([]string, n)
-		for i := range names {
-			names[i] = "-"
-			if i < len(order) {
-				names[i] = order[i]
+		for range n {
+			name, err := d.DecodeString()
+			if err != nil {
+				return malformed("a field name: %v", err)
+			}
+			if err := visit(name); err != nil {
+				return err
 			}
 		}
-		return names, nil
+		return nil
 	}
-	return nil, malformed("a struct must be an array of its fields (array_like), got msgpack code 0x%02x", code)
+	n, err := d.arrayLen(maxFields)
+	if err != nil {
+		return malformed("a struct must be an array of its fields or a map: %v", err)
+	}
+	for i := range n {
+		name := "-"
+		if i < len(order) {
+			name = order[i]
+		}
+		if err := visit(name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func decodeEvents(d decoder, b *Batch) error {
@@ -182,36 +207,58 @@ func decodeEvents(d decoder, b *Batch) error {
 	return nil
 }
 
-var eventFields = map[string]struct {
+type eventSpec struct {
 	kind   Kind
 	fields []string
-}{
+}
+
+var eventFields = map[string]eventSpec{
 	"BlockStored":      {Stored, []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"}},
 	"BlockRemoved":     {Removed, []string{"block_hashes", "medium"}},
 	"AllBlocksCleared": {Cleared, nil},
 }
 
-// decodeEvent reads one tagged event; known is false for a tag not in eventFields (skipped).
+// decodeEvent reads one tagged event, an array with its tag first (array_like) or a map with
+// its tag under "type"; known is false for a tag not in eventFields (skipped).
 func decodeEvent(d decoder) (e Event, known bool, err error) {
-	n, err := d.arrayLen(maxFields)
-	if err != nil || n < 1 {
-		return e, false, malformed("an event must be an array with its tag first (array_like, tag=True): %d fields, %v", n, err)
-	}
-	tag, err := d.DecodeString()
+	asMap, err := d.isMap()
 	if err != nil {
-		return e, false, malformed("an event's tag: %v", err)
+		return e, false, err
 	}
-	spec, known := eventFields[tag]
+	tag := ""
+	var spec eventSpec
+	if asMap {
+		err = d.eachField(nil, func(name string) error {
+			if name != "type" {
+				return decodeEventField(d, &e, name)
+			}
+			var err error
+			if tag, err = d.DecodeString(); err == nil {
+				spec, known = eventFields[tag]
+			}
+			return err
+		})
+	} else {
+		var n int
+		if n, err = d.arrayLen(maxFields); err != nil || n < 1 {
+			return e, false, malformed("an event must be an array with its tag first (array_like, tag=True) or a map: %d fields, %v", n, err)
+		}
+		if tag, err = d.DecodeString(); err != nil {
+			return e, false, malformed("an event's tag: %v", err)
+		}
+		spec, known = eventFields[tag]
+		for i := 1; i < n && err == nil; i++ {
+			name := "-"
+			if known && i-1 < len(spec.fields) {
+				name = spec.fields[i-1]
+			}
+			err = decodeEventField(d, &e, name)
+		}
+	}
+	if err != nil {
+		return e, false, malformed("%s: %v", tag, err)
+	}
 	e.Kind = spec.kind
-	for i := 1; i < n; i++ {
-		name := "-"
-		if known && i-1 < len(spec.fields) {
-			name = spec.fields[i-1]
-		}
-		if err := decodeEventField(d, &e, name); err != nil {
-			return e, false, malformed("%s.%s: %v", tag, name, err)
-		}
-	}
 	if known && spec.kind == Stored {
 		err = checkStored(&e)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/bounded-router/bounded-router/core"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // storedBatch is a KVEventBatch as vLLM's msgspec encoder writes it (array_like, tag first),
@@ -35,6 +36,31 @@ func TestDecodeStoredBatch(t *testing.T) {
 	assert.Equal(t, []Event{{Kind: Stored, BlockHashes: []uint64{11, 12}, TokenIDs: []uint32{1, 2, 3, 4}, BlockSize: 2}}, b.Events)
 }
 
+// Later vLLM versions declare the structs without array_like: maps of field names, the tag
+// under "type" (msgspec's default tag field), fields added since (medium, group_idx, ...) skipped.
+func TestDecodeMapForm(t *testing.T) {
+	stored := map[string]any{"type": "BlockStored", "block_hashes": []uint64{11, 12}, "parent_block_hash": nil,
+		"token_ids": []uint32{1, 2, 3, 4}, "block_size": 2, "lora_id": nil, "medium": "GPU", "lora_name": nil, "group_idx": 0}
+	removed := map[string]any{"type": "BlockRemoved", "block_hashes": []uint64{7}, "medium": "GPU"}
+	future := map[string]any{"type": "FutureEvent", "x": 1}
+	payload, err := msgpack.Marshal(map[string]any{"ts": 1.5, "events": []any{stored, future, removed}, "data_parallel_rank": 0})
+	require.NoError(t, err)
+	b, err := Decode(payload)
+	require.NoError(t, err)
+	assert.Equal(t, 1.5, b.TS)
+	assert.Equal(t, []Event{
+		{Kind: Stored, BlockHashes: []uint64{11, 12}, TokenIDs: []uint32{1, 2, 3, 4}, BlockSize: 2},
+		{Kind: Removed, BlockHashes: []uint64{7}},
+	}, b.Events)
+	assert.Equal(t, 1, b.UnknownEvents)
+	lora, err := msgpack.Marshal(map[string]any{"ts": 0.0, "events": []any{map[string]any{"type": "BlockStored", "block_hashes": []uint64{1},
+		"token_ids": []uint32{1, 2}, "block_size": 2, "lora_name": "adapter-1"}}})
+	require.NoError(t, err)
+	b, err = Decode(lora)
+	require.NoError(t, err)
+	assert.True(t, b.Events[0].Adapter)
+}
+
 func TestDecodeRemovedClearedAndUnknown(t *testing.T) {
 	payload := []byte{
 		0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, // [0.0, events, data_parallel_rank 3]
@@ -57,15 +83,15 @@ func TestDecodeRemovedClearedAndUnknown(t *testing.T) {
 
 func TestDecodeMalformed(t *testing.T) {
 	for name, payload := range map[string][]byte{
-		"empty":           {},
-		"truncated":       storedBatch[:20],
-		"a map":           {0x81, 0xa2, 't', 's', 0x00},
-		"events not list": {0x92, 0x00, 0x05},
-		"tag not string":  {0x92, 0x00, 0x91, 0x91, 0x05},
-		"tokens short":    {0x92, 0x00, 0x91, 0x95, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x91, 0x01, 0xc0, 0x91, 0x01, 0x02},
-		"negative token":  {0x92, 0x00, 0x91, 0x95, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x91, 0x01, 0xc0, 0x91, 0xff, 0x01},
-		"zero block size": {0x92, 0x00, 0x91, 0x95, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x90, 0xc0, 0x90, 0x00},
-		"too large":       make([]byte, MaxPayloadBytes+1),
+		"empty":             {},
+		"truncated":         storedBatch[:20],
+		"a field not named": {0x81, 0x01, 0x00},
+		"events not list":   {0x92, 0x00, 0x05},
+		"tag not string":    {0x92, 0x00, 0x91, 0x91, 0x05},
+		"tokens short":      {0x92, 0x00, 0x91, 0x95, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x91, 0x01, 0xc0, 0x91, 0x01, 0x02},
+		"negative token":    {0x92, 0x00, 0x91, 0x95, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x91, 0x01, 0xc0, 0x91, 0xff, 0x01},
+		"zero block size":   {0x92, 0x00, 0x91, 0x95, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x90, 0xc0, 0x90, 0x00},
+		"too large":         make([]byte, MaxPayloadBytes+1),
 		// Regression (found by FuzzDecode's seed): an array header claiming 4 Gi fields made the
 		// decoder allocate for them before reading any: out of memory.
 		"claims 4 Gi fields":  {0xdd, 0xff, 0xff, 0xff, 0xff},
