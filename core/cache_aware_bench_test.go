@@ -40,14 +40,7 @@ func BenchmarkCacheAwareRouteRelease(b *testing.B) {
 			b.Run(fmt.Sprintf("workers=%d/blocks=%d", n, blocks), func(b *testing.B) {
 				policy := cachePolicy(DefaultMaxLoadSkew, DefaultMinLoadGap, DefaultBlocksPerWorker)
 				r := newBenchRouterWith(b, policy, n, loadsIdle)
-				prefixes := benchConversations(conversations, blocks)
-				run := func(i int) {
-					req := Request{RoutingKey: keys[i%conversations], PrefixBlocks: prefixes[i%conversations]}
-					r.Release(r.Route(&req).Lease, false)
-				}
-				for i := 0; i < 2*conversations; i++ {
-					run(i)
-				}
+				run := warmConversations(r, keys, benchConversations(conversations, blocks))
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
@@ -121,14 +114,7 @@ func BenchmarkCacheAwareRouteWithReports(b *testing.B) {
 	for _, perSecond := range []int{0, 10000} {
 		b.Run(fmt.Sprintf("reports_per_s=%d", perSecond), func(b *testing.B) {
 			r := newBenchRouterWith(b, cachePolicy(DefaultMaxLoadSkew, DefaultMinLoadGap, DefaultBlocksPerWorker), workers, loadsIdle)
-			prefixes := benchConversations(conversations, blocks)
-			run := func(i int) {
-				req := Request{RoutingKey: keys[i%conversations], PrefixBlocks: prefixes[i%conversations]}
-				r.Release(r.Route(&req).Lease, false)
-			}
-			for i := 0; i < 2*conversations; i++ {
-				run(i)
-			}
+			run := warmConversations(r, keys, benchConversations(conversations, blocks))
 			stop, done, applied := make(chan struct{}), make(chan struct{}), 0
 			if perSecond > 0 {
 				go func() {
@@ -146,14 +132,7 @@ func BenchmarkCacheAwareRouteWithReports(b *testing.B) {
 						case <-ticker.C:
 						}
 						for range perSecond / 1000 {
-							for j := range stored {
-								stored[j] = mixBlock(1<<63 | n<<2 | uint64(j))
-								old[j] = mixBlock(1<<63 | (n-workers)<<2 | uint64(j))
-							}
-							_ = r.StoreBlocks(urls[n%workers].URL, stored, nil)
-							if n >= workers {
-								_ = r.RemoveBlocks(urls[(n-workers)%workers].URL, old)
-							}
+							applyReport(r, urls, n, stored, old)
 							n++
 							applied++
 						}
@@ -190,13 +169,33 @@ func BenchmarkReport(b *testing.B) {
 		if n == workers {
 			b.ResetTimer()
 		}
-		for j := range stored {
-			stored[j] = mixBlock(1<<63 | n<<2 | uint64(j))
-			old[j] = mixBlock(1<<63 | (n-workers)<<2 | uint64(j))
-		}
-		_ = r.StoreBlocks(urls[n%workers].URL, stored, nil)
-		if n >= workers {
-			_ = r.RemoveBlocks(urls[(n-workers)%workers].URL, old)
-		}
+		applyReport(r, urls, n, stored, old)
 	}
+}
+
+// applyReport applies engine report n: 4 new blocks stored on worker n mod workers, and, from
+// the second round on, the blocks of report n - workers removed, so the index keeps its size.
+func applyReport(r *Router, urls []WorkerState, n uint64, stored, old []uint64) {
+	workers := uint64(len(urls))
+	for j := range stored {
+		stored[j] = mixBlock(1<<63 | n<<2 | uint64(j))
+		old[j] = mixBlock(1<<63 | (n-workers)<<2 | uint64(j))
+	}
+	_ = r.StoreBlocks(urls[n%workers].URL, stored, nil)
+	if n >= workers {
+		_ = r.RemoveBlocks(urls[(n-workers)%workers].URL, old)
+	}
+}
+
+// warmConversations returns one request's life (route conversation i mod n with its key and
+// prefix, release) after running every conversation twice, so each has its worker.
+func warmConversations(r *Router, keys [][]byte, prefixes [][]uint64) func(i int) {
+	run := func(i int) {
+		req := Request{RoutingKey: keys[i%len(prefixes)], PrefixBlocks: prefixes[i%len(prefixes)]}
+		r.Release(r.Route(&req).Lease, false)
+	}
+	for i := 0; i < 2*len(prefixes); i++ {
+		run(i)
+	}
+	return run
 }
