@@ -215,12 +215,16 @@ func (r *Router) take(w, preferred *worker, key explicitKey, weight int64) Lease
 	}
 	w.requests++
 	w.routed++
+	w.held += weight
 	r.addLoad(w, weight)
 	return r.leases.take(w, preferred, key.present, key.position, weight)
 }
 
-// addLoad changes a worker's load and, while it is an available member, the running total.
+// addLoad changes a worker's routing load and, while it is an available member, the running total.
 func (r *Router) addLoad(w *worker, delta int64) {
+	if delta == 0 {
+		return // an engine report equal to the load: the least-load memo must not see a move
+	}
 	w.load += delta
 	if w.healthy && !w.removed {
 		r.view.availableLoad += delta
@@ -267,7 +271,10 @@ func (r *Router) release(id LeaseID, abandoned bool) *worker {
 		s.worker.activeKeys--
 	}
 	s.worker.requests--
-	r.addLoad(s.worker, -s.weight)
+	s.worker.held -= s.weight
+	if !s.worker.reported || s.reports == s.worker.reports {
+		r.addLoad(s.worker, -s.weight) // else the engine's latest report counted it
+	}
 	if abandoned {
 		r.leaked++
 	}

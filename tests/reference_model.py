@@ -134,6 +134,8 @@ class ModelWorker:
     keys: Dict[bytes, int] = field(default_factory=dict)  # explicit key -> leases holding it
     # cache_aware: the blocks sent here, least recent first
     blocks: "OrderedDict[int, None]" = field(default_factory=OrderedDict)
+    # cache_aware: the engine's names of the blocks it reported (contract: "Reported blocks")
+    engine_names: Dict[int, int] = field(default_factory=dict)  # engine name -> block
 
     @property
     def active_keys(self) -> int:
@@ -496,10 +498,14 @@ class ReferenceRouter:
             branch = "cache_aware_balance"
         # A prefix hit's candidates hold the first depth blocks; _record looks any other worker up.
         self._depth, self._candidates = (depth, candidates) if hit else (0, [])
-        if key is not None:
-            return next(url for url in self.clockwise(key) if url in candidates), branch
+        if not hit and (key is not None or blocks):  # step 4: a ring, among workers not above the mean
+            mean = sum(loads) / len(loads)
+            order = self.clockwise(key) if key is not None else self.clockwise_from(fmix64(blocks[min(depth, len(blocks) - 1)]))
+            return next(url for url in order if url in available and self._workers[url].load <= mean), branch
         low = min(self._workers[url].load for url in candidates)
         tied = [url for url in candidates if self._workers[url].load == low]
+        if len(tied) > 1 and key is not None:
+            return next(url for url in self.clockwise(key) if url in tied), branch
         if len(tied) > 1 and blocks:
             return next(url for url in self.clockwise_from(fmix64(blocks[0])) if url in tied), branch
         return tied[0], branch  # candidates keep membership order
@@ -514,11 +520,53 @@ class ReferenceRouter:
             matched = next((i for i, b in enumerate(blocks) if b not in worker.blocks), len(blocks))
         self.prefix_blocks += len(blocks)
         self.prefix_blocks_matched += matched
+        self._touch_all(worker, blocks)
+
+    def _touch_all(self, worker: ModelWorker, blocks: Sequence[int]) -> None:
         for block in reversed(blocks):  # each the most recent in turn, from the last to the first
             worker.blocks.pop(block, None)
             worker.blocks[block] = None
             if len(worker.blocks) > self.blocks_per_worker:
-                worker.blocks.popitem(last=False)
+                forgotten, _ = worker.blocks.popitem(last=False)
+                self._unname(worker, forgotten)
+
+    @staticmethod
+    def _unname(worker: ModelWorker, block: int) -> None:
+        for name in [name for name, held in worker.engine_names.items() if held == block]:
+            del worker.engine_names[name]
+
+    # -- blocks the engines report (contract: "Reported blocks") ---------------------------------
+
+    def _reporting(self, url: str) -> ModelWorker:
+        if self.policy != "cache_aware":
+            raise ValueError("block reports apply only to cache_aware, not %s" % self.policy)
+        if url not in self._workers:
+            raise KeyError(url)
+        return self._workers[url]
+
+    def store_blocks(self, url: str, blocks: Sequence[int], engine_hashes: Optional[Sequence[int]] = None) -> None:
+        names = list(blocks if engine_hashes is None else engine_hashes)
+        if len(names) != len(blocks):
+            raise ValueError("engine_hashes must name each of the %d blocks" % len(blocks))
+        worker = self._reporting(url)
+        self._touch_all(worker, blocks)
+        for block, name in zip(blocks, names):
+            if block in worker.blocks:
+                self._unname(worker, block)
+                worker.engine_names[name] = block
+
+    def remove_blocks(self, url: str, engine_hashes: Sequence[int]) -> None:
+        worker = self._reporting(url)
+        for name in engine_hashes:
+            block = worker.engine_names.get(name, name)
+            if block in worker.blocks:
+                self._unname(worker, block)
+                del worker.blocks[block]
+
+    def clear_blocks(self, url: str) -> None:
+        worker = self._reporting(url)
+        worker.blocks.clear()
+        worker.engine_names.clear()
 
     def indexed_blocks(self) -> List[int]:
         """cache_aware: each member's number of indexed blocks, in membership order."""

@@ -13,7 +13,7 @@ from array import array
 from ctypes import c_size_t, c_uint64
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequence, Type, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Tuple, Type, Union
 
 from . import _native
 from ._encoding import DEFAULT_FILTER, DEFAULT_ROUTING_KEY_HEADERS, HeaderFilter, HeadersLike, encode_headers, key_bytes, url_bytes
@@ -24,6 +24,7 @@ from .errors import NoWorkerAvailableError
 from .gateway import Gateway
 from .health import CircuitBreakerConfig, HealthCheckConfig, circuit_breaker_setting, health_check_setting
 from .lease import Lease, _HeldLease
+from .feeds import Feed
 from .metrics import render
 from .policy import DEFAULT_VIRTUAL_NODES, PolicyConfig, PolicyType, resolve_policy
 from .stats import Statistics, WorkerInfo
@@ -165,6 +166,7 @@ class Router:
         cache_threshold: Optional[float] = None,
         health_check: Union[HealthCheckConfig, bool, None] = None,
         circuit_breaker: Union[CircuitBreakerConfig, bool, None] = None,
+        kv_events: Optional[Mapping[str, str]] = None,
     ) -> None:
         urls = _url_list(worker_urls, "worker_urls")
         self._policy = resolve_policy(
@@ -196,6 +198,16 @@ class Router:
         self._header_filter = (
             DEFAULT_FILTER if routing_key_headers is None else HeaderFilter.for_key_headers(config["routing_key_headers"])
         )
+        # The feeds this router started (their counters go into metrics_text), and
+        # kv_events={url: "tcp://host:port"}: subscribed from the start, ended by close().
+        self._feeds: List[Feed] = []
+        self.kv_events: Optional[Feed] = None
+        if kv_events is not None:
+            try:
+                self.kv_events = self.subscribe_kv_events(kv_events)
+            except BaseException:
+                self._native.close()
+                raise
 
     @classmethod
     def from_args(cls, args: RouterArgs) -> Router:
@@ -244,8 +256,11 @@ class Router:
         """Free the native router. Idempotent; outstanding leases become no-ops.
 
         In a process forked after the router was created, this only marks the inherited copy
-        closed (the parent's router is untouched).
+        closed (the parent's router is untouched). Stops the feeds it started first
+        (``kv_events``, :meth:`poll_loads`, :meth:`subscribe_kv_events`).
         """
+        for feed in self._feeds:
+            feed.stop()
         self._native.close()
 
     def __enter__(self) -> Router:
@@ -604,6 +619,108 @@ class Router:
         raw = url_bytes(url)
         self._native.call("br_set_healthy", raw, len(raw), 1 if healthy else 0)
 
+    # -- loads the engines report ---------------------------------------------------------------
+
+    def report_load(self, url: str, load: int) -> None:
+        """The engine of worker ``url`` reports ``load`` requests running and waiting, every
+        router replica's included (contract: "Engine load reports"): until the next report, the
+        worker's load for routing is ``load`` plus the weights of this router's leases taken since.
+
+        Raises:
+            KeyError: the URL is not a member.
+            TypeError, ValueError: ``load`` is not an integer from 0 to 2**40.
+        """
+        if isinstance(load, bool) or not isinstance(load, int):
+            raise TypeError("load must be an integer from 0 to 2**40, got %r" % (load,))
+        if not 0 <= load <= 1 << 40:
+            raise ValueError("engine load must be from 0 to %d, got %d" % (1 << 40, load))
+        raw = url_bytes(url)
+        self._native.call("br_report_load", raw, len(raw), load)
+
+    def poll_loads(
+        self,
+        endpoints: Mapping[str, str],
+        format: str = "sglang",
+        interval_secs: Optional[float] = None,
+        timeout_secs: Optional[float] = None,
+        expiry_secs: Optional[float] = None,
+    ) -> Feed:
+        """Poll each worker's load endpoint (``endpoints``: worker URL to endpoint URL) and
+        report the loads (see :mod:`bounded_router.feeds`); stop the feed to end it.
+
+        Raises:
+            ValueError: a setting breaks its rule, or a worker named is not a member.
+        """
+        return self._started(Feed.load_poll(self._native, endpoints, format, interval_secs, timeout_secs, expiry_secs))
+
+    def subscribe_kv_events(
+        self,
+        endpoints: Mapping[str, str],
+        replay_endpoints: Optional[Mapping[str, str]] = None,
+        topic: str = "",
+        stale_after_secs: Optional[float] = None,
+    ) -> Feed:
+        """Subscribe to each worker's KV event stream (``endpoints``: worker URL to its engine's
+        ``tcp://host:port`` PUB endpoint; ``replay_endpoints`` likewise, for gaps) and keep the
+        ``cache_aware`` index to what the engines report (see :mod:`bounded_router.feeds`).
+
+        Raises:
+            ValueError: the policy is not ``cache_aware``, a setting breaks its rule, or a worker
+                named is not a member.
+        """
+        return self._started(Feed.kv_events(self._native, endpoints, replay_endpoints, topic, stale_after_secs))
+
+    def _started(self, feed: Feed) -> Feed:
+        self._feeds = [f for f in self._feeds if f.running] + [feed]
+        return feed
+
+    def feed_statistics(self) -> List[Tuple[str, Dict[str, Dict[str, Any]]]]:
+        """``(kind, statistics)`` of each running feed this router started (see :mod:`bounded_router.feeds`)."""
+        return [(feed.kind, feed.statistics()) for feed in self._feeds if feed.running]
+
+    def forget_load(self, url: str) -> None:
+        """Drop worker ``url``'s standing load report (it expired): its load for routing is this
+        router's leases again."""
+        raw = url_bytes(url)
+        self._native.call("br_forget_load", raw, len(raw))
+
+    # -- blocks the engines report (cache_aware) -----------------------------------------------
+
+    def store_blocks(self, url: str, blocks: Sequence[int], engine_hashes: Optional[Sequence[int]] = None) -> None:
+        """The engine of worker ``url`` reports that it stores ``blocks`` (contract: "Reported blocks").
+
+        Args:
+            url: the worker.
+            blocks: prefix block hashes as :func:`~bounded_router.prefix_blocks` computes them
+                from the blocks' token ids, in prefix order; the worker then holds them as if a
+                route had just sent them there.
+            engine_hashes: the engine's own names of the blocks, one per block, by which
+                :meth:`remove_blocks` finds them; None: the engine names them as ``blocks``.
+
+        Raises:
+            KeyError: the URL is not a member.
+            ValueError: the policy is not ``cache_aware``, or a block or name is out of range,
+                or the two lists differ in length.
+        """
+        packed = prefix_block_array(blocks, "blocks")
+        names = None if engine_hashes is None else prefix_block_array(engine_hashes, "engine_hashes")
+        if names is not None and len(names) != len(packed):
+            raise ValueError("engine_hashes must name each of the %d blocks, got %d" % (len(packed), len(names)))
+        raw = url_bytes(url)
+        self._native.call("br_store_blocks", raw, len(raw), _uint64s(packed), len(packed), None if names is None else _uint64s(names))
+
+    def remove_blocks(self, url: str, engine_hashes: Sequence[int]) -> None:
+        """The engine of worker ``url`` reports evicting the blocks it names ``engine_hashes``
+        (see :meth:`store_blocks`); names it never reported are ignored."""
+        packed = prefix_block_array(engine_hashes, "engine_hashes")
+        raw = url_bytes(url)
+        self._native.call("br_remove_blocks", raw, len(raw), _uint64s(packed), len(packed))
+
+    def clear_blocks(self, url: str) -> None:
+        """The engine of worker ``url`` reports dropping every block: its index is emptied."""
+        raw = url_bytes(url)
+        self._native.call("br_clear_blocks", raw, len(raw))
+
     # -- statistics --------------------------------------------------------------------------
 
     def statistics(self) -> Statistics:
@@ -696,3 +813,9 @@ def _aligned(values: Optional[Iterable[Any]], what: str, n: int) -> Optional[Lis
     if len(items) != n:
         raise ValueError("%s has %d items but there are %d keys: give one per key" % (what, len(items), n))
     return items
+
+
+
+def _uint64s(values: "array[int]") -> Any:
+    """A pointer to the uint64s of ``values`` (None when empty), valid while ``values`` lives."""
+    return ctypes.cast(values.buffer_info()[0], ctypes.POINTER(c_uint64)) if values else None

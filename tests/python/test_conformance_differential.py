@@ -68,6 +68,8 @@ operations = st.one_of(
     st.tuples(st.just("remove"), urls),
     st.tuples(st.just("set"), st.lists(st.sampled_from(URLS), max_size=6)),  # duplicates possible
     st.tuples(st.just("health"), urls, st.booleans()),
+    st.tuples(st.sampled_from(["store", "store", "unstore"]), urls, prefixes, st.booleans()),
+    st.tuples(st.just("clear"), urls),
 )
 configs = st.tuples(
     st.lists(st.sampled_from(URLS), max_size=6, unique=True),

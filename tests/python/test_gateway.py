@@ -204,6 +204,11 @@ def _run_cli(*args: str) -> "subprocess.CompletedProcess[str]":
         (["--first-byte-timeout", "nan"], "first_byte_timeout"),
         (["--host", "192.0.2.1"], "listen"),  # not this machine's: bind fails, nothing is sent (no DNS lookup)
         (["--policy", "nonsense"], "--policy"),
+        (["--kv-events", "nonsense"], "--kv-events"),
+        (["--policy", "cache_aware", "--kv-events", "http://127.0.0.1:8=tcp://127.0.0.1:7"], "not a worker of this router"),
+        (["--kv-events", "http://127.0.0.1:9=tcp://127.0.0.1:7"], "kv_events apply only to cache_aware"),
+        (["--kv-events-replay", "http://127.0.0.1:9=tcp://127.0.0.1:7"], "--kv-events-replay needs --kv-events"),
+        (["--load-poll", "triton"], "--load-poll"),
     ],
 )
 def test_cli_usage_errors(args: List[str], message: str) -> None:
@@ -228,6 +233,16 @@ def test_cli_serves_and_stops_on_sigterm(fast_worker: Any, client: httpx.Client)
         assert "Traceback" not in gateway.log()
     finally:
         gateway.stop()
+
+
+def test_cli_starts_and_stops_the_engine_feeds() -> None:
+    # Nothing listens on the worker's ports: the feeds start, count their failures, stop cleanly.
+    done = _run_cli(
+        "serve", "--worker-urls", "http://127.0.0.1:9", "--port", "0", "--lifetime", "0.5", "--policy", "cache_aware",
+        "--kv-events", "http://127.0.0.1:9=tcp://127.0.0.1:9", "--load-poll", "sglang",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "gateway listening on" in done.stdout and "Traceback" not in done.stderr
 
 
 def test_console_script_is_installed() -> None:
