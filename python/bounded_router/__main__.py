@@ -19,20 +19,23 @@ import dataclasses
 import signal
 import sys
 import threading
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
+from ._cli import SERVE_HINT, CommandParser
 from .args import RouterArgs, port_number
 from .integrations.options import ProxyOptions, positive_seconds, router_and_options
 
 __all__ = ["main"]
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bounded-router", description="bounded-router: bounded consistent-hashing request routing.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+def _parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The command's parser and its ``serve`` subcommand's."""
+    parser = CommandParser(prog="bounded-router", description="bounded-router: bounded consistent-hashing request routing.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     commands.required = True
     serve = commands.add_parser(
         "serve",
+        hint=SERVE_HINT,
         help="run the native HTTP gateway in front of the workers",
         description="Run the native HTTP gateway: each request goes to the worker the router chooses from its "
         "headers (X-SMG-Routing-Key, ...), and the answer streams back.",
@@ -43,12 +46,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--shutdown-timeout", type=positive_seconds, default=10.0, help="seconds in-flight requests may take to finish on SIGTERM/SIGINT (default: %(default)s)")
     serve.add_argument("--access-log", action="store_true", help="log one JSON line per request to stderr")
     serve.add_argument("--lifetime", type=positive_seconds, default=None, help="stop after this many seconds (for demos and tests)")
-    return parser
+    return parser, serve
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    top, parser = _parser()
+    args = top.parse_args(argv)
     router, options = router_and_options(parser, args)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
