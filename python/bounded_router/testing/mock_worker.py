@@ -18,7 +18,7 @@ Endpoints:
 * ``POST /v1/completions`` -- JSON ``{"prompt": str, "max_tokens": int, "stream": bool}``,
   optionally ``"fail_after_tokens": n`` to abort the connection after n tokens (to test
   failures). The stream is server-sent events: one ``{"choices": [{"text": ...}]}`` per token,
-  then one with ``"usage"`` (``prompt_tokens``, ``completion_tokens``,
+  then one with ``"usage"`` (``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
   ``prompt_tokens_details.cached_tokens``), the worker's name and its time to first token, then
   ``data: [DONE]``. Output text is :func:`expected_text`, so a client can check it arrived intact.
   Every response carries ``X-Mock-Worker: <name>``. A ``"model"`` and OpenAI's other sampling
@@ -381,6 +381,7 @@ class MockWorker:
             usage = {
                 "prompt_tokens": len(words),
                 "completion_tokens": max_tokens,
+                "total_tokens": len(words) + max_tokens,  # OpenAI's CompletionUsage has all three
                 "prompt_tokens_details": {"cached_tokens": cached},
             }
             if not stream:
