@@ -140,8 +140,8 @@ MUTANTS: List[Mutant] = [
     Mutant(
         "from-cli-args-drops-a-field",
         PACKAGE + "args.py",
-        '        values["worker_urls"] = list(values["worker_urls"] or [])',
-        '        values["worker_urls"] = list(values["worker_urls"] or [])\n        values.pop("min_load_gap")',
+        '        values["worker_urls"] = list(values.get("worker_urls") or [])',
+        '        values["worker_urls"] = list(values.get("worker_urls") or [])\n        values.pop("min_load_gap")',
         ("python/test_config.py", "python/test_serve.py", "python/test_simulate.py"),
         why="RouterArgs.from_cli_args loses min_load_gap (the default is used)",
     ),
@@ -253,8 +253,8 @@ MUTANTS: List[Mutant] = [
     Mutant(
         "capi-null-with-length",
         "capi/convert.go",
-        "\tcase n == 0:\n\t\treturn nil, nil\n\tcase p == nil:",
-        "\tcase n == 0 || p == nil:\n\t\treturn nil, nil\n\tcase p == nil:",
+        "\tcase n == 0:\n\t\treturn nil, nil\n\tcase p == nil:\n\t\treturn nil, invalidArgument(\"%s is NULL but %s_len",
+        "\tcase n == 0 || p == nil:\n\t\treturn nil, nil\n\tcase p == nil:\n\t\treturn nil, invalidArgument(\"%s is NULL but %s_len",
         ("python/test_hostile_input.py", "python/test_conformance_bad_input.py", "python/test_native.py"),
         ("./capi",),
         why="a NULL pointer with a non-zero length is taken as an empty argument",
@@ -280,7 +280,7 @@ MUTANTS: List[Mutant] = [
     Mutant(
         "core-batch-skips-request-checks",
         "core/batch.go",
-        "\t\tif err == nil {\n\t\t\terr = CheckRequest(&req)\n\t\t}",
+        "\t\tif err == nil {\n\t\t\terr = CheckRequest(req)\n\t\t}",
         "",
         ("python/test_weights.py",),
         ("./core", "./capi"),
