@@ -8,7 +8,9 @@
 # The aarch64 root is Debian's arm64 libc6 and python3 packages, downloaded with apt-get into
 # build/aarch64/ and unpacked there (not installed: the machine's dpkg state is not touched); the
 # tests' aarch64 dependencies come from the package index. Needs .venv (make venv) and Debian's
-# qemu-user, which it installs (as root) when qemu-aarch64 is missing. A few minutes.
+# qemu-user: when qemu-aarch64 is missing it says so and asks before installing qemu-user with
+# apt-get (as root, through sudo when not root); with CI=true it installs without asking, and
+# without a terminal to ask it stops and says what to install. A few minutes.
 #
 #   bash scripts/check_aarch64.sh [pytest arguments, default: the contract test files]
 set -euo pipefail
@@ -18,9 +20,20 @@ VPY=$REPO/.venv/bin/python
 WORK=$REPO/build/aarch64
 ROOT=$WORK/root
 
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 if ! command -v qemu-aarch64 >/dev/null; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user
+  echo "qemu-aarch64 (Debian's qemu-user) is missing: it runs the aarch64 wheel on this machine."
+  if [ "${CI:-}" = true ]; then
+    echo "CI=true: installing qemu-user with apt-get, as root"
+  elif [ -t 0 ]; then
+    read -r -p "Install qemu-user now with apt-get, as root? [y/N] " answer
+    case "$answer" in [yY]*) ;; *) echo "not installed; install qemu-user, then run make check-aarch64 again" >&2; exit 1 ;; esac
+  else
+    echo "error: no terminal to ask: install qemu-user (apt-get install qemu-user), or set CI=true to let this do it" >&2
+    exit 1
+  fi
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user
 fi
 
 make wheel-aarch64
@@ -65,7 +78,10 @@ rm -rf "$WORK/c" && mkdir -p "$WORK/c"
 $VPY -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2], [
     "bounded_router/libbounded_router.so", "bounded_router/libbounded_router.h"])' "$WHEEL" "$WORK/c"
 LIBDIR=$WORK/c/bounded_router
-"$ZIG" cc -target aarch64-linux-gnu.2.17 -std=c11 -Wall -Wextra -Werror -I"$LIBDIR" \
+# The program includes the header by its source name (capi/bounded_router.h); the wheel ships it
+# as libbounded_router.h, beside the library. The wheel's copy is the one compiled against.
+mkdir -p "$WORK/c/include" && cp "$LIBDIR/libbounded_router.h" "$WORK/c/include/bounded_router.h"
+"$ZIG" cc -target aarch64-linux-gnu.2.17 -std=c11 -Wall -Wextra -Werror -I"$WORK/c/include" \
   -o "$WORK/c/route_keys" tests/c/route_keys.c -L"$LIBDIR" -lbounded_router -Wl,-rpath,"$LIBDIR"
 file "$WORK/c/route_keys" | grep -q 'ARM aarch64' || { file "$WORK/c/route_keys"; exit 1; }
 run "$WORK/c/route_keys"
