@@ -28,6 +28,8 @@ def main() -> int:
 
     outcomes = run(workload, progress=progress)
     print("\n" + format_table(outcomes) + "\n")
+    print("Times are real time on this machine: other load on it moves them from run to run (the")
+    print("+- column is one run's noise); the cached and spill columns repeat best.\n")
     print(conclusion(outcomes))
     found = problems(outcomes)
     for problem in found:
