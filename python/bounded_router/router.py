@@ -528,7 +528,8 @@ class Router:
         """Add a worker at the end of the membership order.
 
         Raises:
-            ValueError: the URL is empty or already a member, or the ring would be too large.
+            ValueError: the URL is not a worker URL (docs/contract.md, "Workers and membership"),
+                is already a member in any spelling, or the ring would be too large.
             TypeError: the URL is not a str.
         """
         raw = url_bytes(url)
@@ -549,7 +550,8 @@ class Router:
         Workers that stay keep their health and load; the others are removed.
 
         Raises:
-            ValueError: a URL is empty or listed twice, or the ring would be too large.
+            ValueError: a URL is not a worker URL, two name the same worker, or the ring would
+                be too large.
             TypeError: a URL is not a str.
         """
         data = _json(_url_list(urls, "urls"))
