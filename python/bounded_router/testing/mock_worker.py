@@ -91,9 +91,10 @@ class _HttpError(Exception):
 
 
 class _Job:
-    __slots__ = ("keys", "prompt_tokens", "reader", "done", "cached")
+    __slots__ = ("keys", "prompt_tokens", "reader", "done", "cached", "arrival")
 
     def __init__(self, keys: List[Any], prompt_tokens: int, reader: asyncio.StreamReader) -> None:
+        self.arrival = asyncio.get_running_loop().time()
         self.keys = keys
         self.prompt_tokens = prompt_tokens
         self.reader = reader
@@ -155,13 +156,19 @@ class MockWorker:
 
     async def _prefill_engine(self) -> None:
         assert self._queue is not None
+        loop = asyncio.get_running_loop()
+        free_at = 0.0  # when the last prefill ends, on the loop's clock
         while True:
             job = await self._queue.get()
             if job.reader.at_eof():  # the client left while queued: drop it, as engines do
                 job.done.set_result(None)
                 continue
             cached = min(self.cache.lookup(job.keys), job.prompt_tokens)
-            await asyncio.sleep(self._seconds(self.cost.prefill_ms(job.prompt_tokens - cached)))
+            # A prefill starts when the job arrived or the previous one ended, whichever is later,
+            # by the clock: a late wake-up of this process (a busy machine) does not push back
+            # every prefill queued behind it.
+            free_at = max(job.arrival, free_at) + self._seconds(self.cost.prefill_ms(job.prompt_tokens - cached))
+            await asyncio.sleep(max(0.0, free_at - loop.time()))
             self.cache.insert(job.keys)
             job.done.set_result(cached)
 
