@@ -5,7 +5,7 @@ PYTHON  ?= python3
 VENV    := .venv
 VPY     := $(VENV)/bin/python
 LIB     := build/libbounded_router.so
-GO_SRC  := $(shell find core capi gateway -name '*.go' -o -name '*.c' -o -name '*.h') go.mod go.sum
+GO_SRC  := $(shell find core capi gateway health -name '*.go' -o -name '*.c' -o -name '*.h') go.mod go.sum
 VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' python/bounded_router/__init__.py)
 ARCH    := $(shell uname -m)
 # The manylinux2014 (glibc 2.17) wheel of one architecture, x86_64 or aarch64.

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 /* The version of this API; br_abi_version() returns the one the library implements. */
-#define BR_ABI_VERSION 4
+#define BR_ABI_VERSION 5
 
 /* Status codes: 0 or more is success. */
 #define BR_OK 0
@@ -51,7 +51,15 @@
 #define BR_BRANCH_CACHE_AWARE_KEY_HIT 19
 #define BR_BRANCH_CACHE_AWARE_BALANCE 20
 #define BR_BRANCH_CACHE_AWARE_NO_MATCH 21
-#define BR_BRANCH_COUNT 22
+#define BR_BRANCH_FAILOVER 22
+#define BR_BRANCH_COUNT 23
+
+/* How a request ended on its worker, for br_finish (docs/contract.md, "Worker failures"). */
+#define BR_OUTCOME_SUCCESS 0
+#define BR_OUTCOME_FAILURE 1
+#define BR_OUTCOME_PUSHBACK 2
+#define BR_OUTCOME_NEUTRAL 3
+#define BR_OUTCOME_COUNT 4
 
 /* Packed decisions (answers of br_release_then_route_key, br_release_then_route and
  * br_route_keys): the branch code in the low BR_DECISION_BRANCH_BITS bits, the chosen worker's
@@ -165,10 +173,20 @@ int32_t br_release(uint64_t router, uint64_t lease);
 int32_t br_release_abandoned(uint64_t router, uint64_t lease);
 /* Releases n leases in one step; returns how many it released. */
 int32_t br_release_many(uint64_t router, const uint64_t *leases, uint32_t n);
+/* Release a lease and record how its request ended (BR_OUTCOME_*): failures eject a worker
+ * after the circuit breaker's threshold; br_release is br_finish with BR_OUTCOME_SUCCESS.
+ * Returns 1 if released, 0 if already released or unknown. */
+int32_t br_finish(uint64_t router, uint64_t lease, int32_t outcome);
+/* Routes a retry as br_route does with a lease of weight (0 means 1), never to the workers whose URLs the JSON array
+ * avoid_json lists (non-members are ignored): a keyed request goes to the next available worker
+ * clockwise from its key (BR_BRANCH_FAILOVER), any other where the policy sends it. */
+int32_t br_route_avoiding(uint64_t router, const char *key, size_t key_len, const char *headers, size_t headers_len,
+                          int64_t weight, const char *avoid_json, size_t avoid_len, uint64_t *out);
 
 /* JSON reports, answered as br_constants_json. br_lease_workers_json: {"worker_url",
  * "preferred_url"} of an active lease. br_workers_json: [{"url", "id", "healthy", "load",
- * "requests", "active_keys", "indexed_blocks"}] in membership order ("load" the weights of the
+ * "requests", "active_keys", "indexed_blocks", "condition", "consecutive_failures", "ejections",
+ * "routed", "outcomes", "probes"}] in membership order ("load" the weights of the
  * worker's leases, "requests" their number). br_stats_json: {"branches": {name: count},
  * "leaked", "active_leases", "prefix_blocks", "prefix_blocks_matched", "indexed_blocks",
  * "policy", "workers"}, all read in one snapshot. */

@@ -57,7 +57,13 @@ var (
 	_ = same{}[C.BR_BRANCH_CACHE_AWARE_KEY_HIT-core.BranchCacheAwareKeyHit]
 	_ = same{}[C.BR_BRANCH_CACHE_AWARE_BALANCE-core.BranchCacheAwareBalance]
 	_ = same{}[C.BR_BRANCH_CACHE_AWARE_NO_MATCH-core.BranchCacheAwareNoMatch]
+	_ = same{}[C.BR_BRANCH_FAILOVER-core.BranchFailover]
 	_ = same{}[C.BR_BRANCH_COUNT-core.NumBranches]
+	_ = same{}[C.BR_OUTCOME_SUCCESS-core.OutcomeSuccess]
+	_ = same{}[C.BR_OUTCOME_FAILURE-core.OutcomeFailure]
+	_ = same{}[C.BR_OUTCOME_PUSHBACK-core.OutcomePushback]
+	_ = same{}[C.BR_OUTCOME_NEUTRAL-core.OutcomeNeutral]
+	_ = same{}[C.BR_OUTCOME_COUNT-core.NumOutcomes]
 	_ = same{}[C.BR_MAX_LEASE_WEIGHT-core.MaxLeaseWeight]
 	_ = same{}[C.BR_MAX_PREFIX_BLOCKS-core.MaxPrefixBlocks]
 	// Every branch code (0..NumBranches-1) fits in the decision's branch bits.
@@ -80,7 +86,9 @@ func constants() map[string]any {
 			"ok": statusOK, "invalid_handle": statusInvalidHandle, "invalid_argument": statusInvalidArgument,
 			"unknown_worker": statusUnknownWorker, "duplicate_worker": statusDuplicateWorker, "internal": statusInternal,
 		},
-		"branches": branches,
+		"branches":   branches,
+		"outcomes":   core.OutcomeNames(),
+		"conditions": core.ConditionNames(),
 		"decision": map[string]uint64{
 			"branch_bits": decisionBranchBits, "worker_shift": decisionWorkerShift,
 			"preferred_shift": decisionPreferredShift, "id_limit": packedIDLimit, "ids_dont_fit": packedIDsDontFit,

@@ -12,6 +12,7 @@ import "C"
 
 import (
 	"github.com/bounded-router/bounded-router/core"
+	"github.com/bounded-router/bounded-router/health"
 )
 
 func main() {}
@@ -50,7 +51,9 @@ func br_router_new(configJSON *C.char, configLen C.size_t, outRouter *C.uint64_t
 	if err != nil {
 		return fail(err)
 	}
-	out[0] = C.uint64_t(registerRouter(r))
+	m := health.New(r, health.Options{})
+	m.Start() // probes only when the config has a health_check
+	out[0] = C.uint64_t(registerRouter(m))
 	return statusOK
 }
 

@@ -40,7 +40,7 @@ func br_gateway_start(router C.uint64_t, optionsJSON *C.char, optionsLen C.size_
 	if err != nil {
 		return fail(err)
 	}
-	r, err := lookupRouter(uint64(router))
+	m, err := lookupMonitor(uint64(router))
 	if err != nil {
 		return fail(err)
 	}
@@ -52,7 +52,7 @@ func br_gateway_start(router C.uint64_t, optionsJSON *C.char, optionsLen C.size_
 	if err != nil {
 		return fail(invalidArgument("%v", err))
 	}
-	g, err := gateway.Start(r, opts)
+	g, err := gateway.Start(m, opts)
 	if err != nil {
 		return fail(invalidArgument("%v", err))
 	}

@@ -8,51 +8,66 @@ import (
 	"sync/atomic"
 
 	"github.com/bounded-router/bounded-router/core"
+	"github.com/bounded-router/bounded-router/health"
 )
 
-// handles maps the opaque integers C holds to routers. Lookups read an immutable map through
+// handles maps the opaque integers C holds to routers, each with the health monitor that
+// finishes its leases and probes its workers. Lookups read an immutable map through
 // an atomic pointer (no lock on the request path); creating or closing a router copies it.
 // Handles are never reused, so a closed handle stays invalid.
 var handles = struct {
 	mu      sync.Mutex
 	next    uint64
-	routers atomic.Pointer[map[uint64]*core.Router]
+	routers atomic.Pointer[map[uint64]*health.Monitor]
 }{}
 
 func init() {
-	empty := map[uint64]*core.Router{}
+	empty := map[uint64]*health.Monitor{}
 	handles.routers.Store(&empty)
 }
 
 func lookupRouter(handle uint64) (*core.Router, error) {
-	if r, ok := (*handles.routers.Load())[handle]; ok {
-		return r, nil
+	m, err := lookupMonitor(handle)
+	if err != nil {
+		return nil, err
+	}
+	return m.Router(), nil
+}
+
+func lookupMonitor(handle uint64) (*health.Monitor, error) {
+	if m, ok := (*handles.routers.Load())[handle]; ok {
+		return m, nil
 	}
 	return nil, errInvalidHandle
 }
 
-func registerRouter(r *core.Router) uint64 {
+func registerRouter(r *health.Monitor) uint64 {
 	handles.mu.Lock()
 	defer handles.mu.Unlock()
 	handles.next++
-	updateHandles(func(m map[uint64]*core.Router) { m[handles.next] = r })
+	updateHandles(func(m map[uint64]*health.Monitor) { m[handles.next] = r })
 	return handles.next
 }
 
+// unregisterRouter closes a handle and stops its router's probes.
 func unregisterRouter(handle uint64) error {
 	handles.mu.Lock()
-	defer handles.mu.Unlock()
-	if _, ok := (*handles.routers.Load())[handle]; !ok {
+	m, ok := (*handles.routers.Load())[handle]
+	if ok {
+		updateHandles(func(m map[uint64]*health.Monitor) { delete(m, handle) })
+	}
+	handles.mu.Unlock()
+	if !ok {
 		return errInvalidHandle
 	}
-	updateHandles(func(m map[uint64]*core.Router) { delete(m, handle) })
+	m.Stop()
 	return nil
 }
 
 // updateHandles publishes a modified copy of the table; the caller holds handles.mu.
-func updateHandles(change func(map[uint64]*core.Router)) {
+func updateHandles(change func(map[uint64]*health.Monitor)) {
 	current := *handles.routers.Load()
-	next := make(map[uint64]*core.Router, len(current)+1)
+	next := make(map[uint64]*health.Monitor, len(current)+1)
 	for h, r := range current {
 		next[h] = r
 	}

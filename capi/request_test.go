@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bounded-router/bounded-router/core"
+	"github.com/bounded-router/bounded-router/health"
 )
 
 // br_route_request and br_route_requests called as C would call them, with br_request values laid
@@ -68,7 +69,7 @@ func testRouter(t *testing.T, n int) (uint64, *core.Router, []string) {
 	cfg.Policy.MinLoadGap = 1 << 40 // no spill: a key stays on its worker whatever the weights
 	r, err := core.NewRouter(cfg)
 	require.NoError(t, err)
-	h := registerRouter(r)
+	h := registerRouter(health.New(r, health.Options{}))
 	t.Cleanup(func() { _ = unregisterRouter(h) })
 	return h, r, urls
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 )
 
 // RouteKeys routes n requests whose only input is an explicit routing key, in order, exactly
@@ -77,12 +78,18 @@ var batches = sync.Pool{New: func() any { return new([]batchKey) }}
 // step, and returns how many of them it released (unknown or already released ones are skipped).
 func (r *Router) ReleaseMany(ids []LeaseID) int {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	released := 0
+	var changes []ConditionChange
 	for _, id := range ids {
-		if r.release(id, false) {
+		ok, change, changed := r.releaseWith(id, OutcomeSuccess, time.Time{})
+		if ok {
 			released++
 		}
+		if changed {
+			changes = append(changes, change)
+		}
 	}
+	r.mu.Unlock()
+	r.announce(changes...)
 	return released
 }

@@ -27,6 +27,9 @@ const (
 	BranchCacheAwareKeyHit
 	BranchCacheAwareBalance
 	BranchCacheAwareNoMatch
+	// BranchFailover: a retry of a keyed request after a failure, sent to the next available
+	// worker clockwise from the key that it has not tried (contract: Worker failures).
+	BranchFailover
 	// NumBranches is the number of branches; branch codes are 0..NumBranches-1.
 	NumBranches
 )
@@ -54,6 +57,7 @@ var branchNames = [NumBranches]string{
 	BranchCacheAwareKeyHit:                      "cache_aware_key_hit",
 	BranchCacheAwareBalance:                     "cache_aware_balance",
 	BranchCacheAwareNoMatch:                     "cache_aware_no_match",
+	BranchFailover:                              "failover",
 }
 
 func (b Branch) String() string {

@@ -145,10 +145,7 @@ func (c *cacheChoice) leastLoaded() int {
 	if count == 1 || !c.positioned {
 		return at
 	}
-	return c.v.ring.first(c.position, func(owner uint32) bool {
-		w := c.v.workers[owner]
-		return w.healthy && w.load == least
-	})
+	return c.v.firstClockwiseAt(c.position, least)
 }
 
 // prefixCounts are the counters of the matched fraction: blocks requested, blocks matched.

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -66,6 +67,28 @@ type Config struct {
 	// RoutingKeyHeaders are the header names consulted for the explicit routing key, in order
 	// (see CheckRoutingKeyHeaders); nil is DefaultRoutingKeyHeaders.
 	RoutingKeyHeaders []string
+	// HealthCheck is the active health check, nil for none; Breaker the circuit breaker of every
+	// worker, nil for its defaults (contract: Worker failures).
+	HealthCheck *HealthCheckConfig
+	Breaker     *BreakerConfig
+}
+
+// HealthCheckOrOff is the health check's settings, Disabled when there is none.
+func (c *Config) HealthCheckOrOff() HealthCheckConfig {
+	if c.HealthCheck == nil {
+		off := DefaultHealthCheckConfig()
+		off.Disabled = true
+		return off
+	}
+	return *c.HealthCheck
+}
+
+// BreakerOrDefault is the circuit breaker's settings, the defaults when none are given.
+func (c *Config) BreakerOrDefault() BreakerConfig {
+	if c.Breaker == nil {
+		return DefaultBreakerConfig()
+	}
+	return *c.Breaker
 }
 
 // DefaultConfig is a bounded_consistent_hashing router with the default settings.
@@ -92,6 +115,16 @@ func (c *Config) Validate() error {
 	}
 	if err := checkRingSize(len(c.WorkerURLs), c.VirtualNodes); err != nil {
 		return err
+	}
+	if c.HealthCheck != nil && !c.HealthCheck.Disabled {
+		if err := c.HealthCheck.Validate(); err != nil {
+			return err
+		}
+	}
+	if c.Breaker != nil && !c.Breaker.Disabled {
+		if err := c.Breaker.Validate(); err != nil {
+			return err
+		}
 	}
 	_, err := normalizeWorkerURLs(c.WorkerURLs)
 	return err
@@ -180,6 +213,24 @@ type configJSON struct {
 	Policy            json.RawMessage `json:"policy"`
 	VirtualNodes      json.RawMessage `json:"virtual_nodes,omitempty"`
 	RoutingKeyHeaders json.RawMessage `json:"routing_key_headers,omitempty"`
+	HealthCheck       json.RawMessage `json:"health_check,omitempty"`
+	CircuitBreaker    json.RawMessage `json:"circuit_breaker,omitempty"`
+}
+
+// healthCheckJSON and circuitBreakerJSON are the settings objects of "health_check" and
+// "circuit_breaker"; an omitted setting keeps its default.
+type healthCheckJSON struct {
+	Endpoint         *string  `json:"endpoint"`
+	IntervalSecs     *float64 `json:"interval_secs"`
+	TimeoutSecs      *float64 `json:"timeout_secs"`
+	FailureThreshold *int     `json:"failure_threshold"`
+	SuccessThreshold *int     `json:"success_threshold"`
+}
+
+type circuitBreakerJSON struct {
+	FailureThreshold    *int     `json:"failure_threshold"`
+	SuccessThreshold    *int     `json:"success_threshold"`
+	TimeoutDurationSecs *float64 `json:"timeout_duration_secs"`
 }
 
 // hashingPolicies names the policies with a hash_ring setting, for errors.
@@ -207,6 +258,12 @@ func ParseConfig(data []byte) (Config, error) {
 		return Config{}, err
 	}
 	if cfg.RoutingKeyHeaders, err = routingKeyHeadersSetting(raw.RoutingKeyHeaders); err != nil {
+		return Config{}, err
+	}
+	if cfg.HealthCheck, err = healthCheckSetting(raw.HealthCheck); err != nil {
+		return Config{}, err
+	}
+	if cfg.Breaker, err = circuitBreakerSetting(raw.CircuitBreaker); err != nil {
 		return Config{}, err
 	}
 	return cfg, cfg.Validate()
@@ -381,6 +438,96 @@ func spillTargetSetting(raw json.RawMessage) (SpillTarget, error) {
 	return 0, invalid("spill_target must be one of %s, got %s", spillTargetRule, raw)
 }
 
+// healthCheckSetting reads "health_check": absent, null or false is none, true the defaults, an
+// object the defaults with its settings.
+func healthCheckSetting(raw json.RawMessage) (*HealthCheckConfig, error) {
+	c := DefaultHealthCheckConfig()
+	on, settings, err := switchedSetting("health_check", raw, false)
+	if err != nil || !on {
+		return nil, err
+	}
+	if settings == nil {
+		return &c, nil
+	}
+	var j healthCheckJSON
+	if err := decodeStrict(settings, &j); err != nil {
+		return nil, invalid("health_check: %v", err)
+	}
+	setString(&c.Endpoint, j.Endpoint)
+	setSeconds(&c.Interval, j.IntervalSecs)
+	setSeconds(&c.Timeout, j.TimeoutSecs)
+	setInt(&c.FailureThreshold, j.FailureThreshold)
+	setInt(&c.SuccessThreshold, j.SuccessThreshold)
+	return &c, nil
+}
+
+// circuitBreakerSetting reads "circuit_breaker": absent or null is none given (the defaults),
+// true the defaults, false off, an object the defaults with its settings.
+func circuitBreakerSetting(raw json.RawMessage) (*BreakerConfig, error) {
+	c := DefaultBreakerConfig()
+	on, settings, err := switchedSetting("circuit_breaker", raw, true)
+	switch {
+	case err != nil || len(raw) == 0 || isNull(raw):
+		return nil, err
+	case !on:
+		c.Disabled = true
+		return &c, nil
+	case settings == nil:
+		return &c, nil
+	}
+	var j circuitBreakerJSON
+	if err := decodeStrict(settings, &j); err != nil {
+		return nil, invalid("circuit_breaker: %v", err)
+	}
+	setInt(&c.FailureThreshold, j.FailureThreshold)
+	setInt(&c.SuccessThreshold, j.SuccessThreshold)
+	setSeconds(&c.Timeout, j.TimeoutDurationSecs)
+	return &c, nil
+}
+
+// switchedSetting reads a setting that is a boolean or an object of settings: whether it is on,
+// and the object (nil for a boolean or an absent setting, which is on when fallback is).
+func switchedSetting(name string, raw json.RawMessage, fallback bool) (on bool, settings json.RawMessage, err error) {
+	switch text := string(bytes.TrimSpace(raw)); {
+	case len(raw) == 0 || text == "null":
+		return fallback, nil, nil
+	case text == "true":
+		return true, nil, nil
+	case text == "false":
+		return false, nil, nil
+	case strings.HasPrefix(text, "{"):
+		return true, raw, nil
+	default:
+		return false, nil, invalid("%s must be true, false or an object of settings, got %s", name, text)
+	}
+}
+
+func setString(into *string, v *string) {
+	if v != nil {
+		*into = *v
+	}
+}
+
+func setInt(into *int, v *int) {
+	if v != nil {
+		*into = *v
+	}
+}
+
+// setSeconds sets a duration given in seconds; a value too large for a Duration becomes one that
+// Validate refuses, never a wrapped-around one.
+func setSeconds(into *time.Duration, secs *float64) {
+	switch {
+	case secs == nil:
+	case math.IsNaN(*secs) || *secs <= 0:
+		*into = 0
+	case *secs > MaxHealthDuration.Seconds():
+		*into = MaxHealthDuration + time.Second
+	default:
+		*into = time.Duration(*secs * float64(time.Second))
+	}
+}
+
 // ParseWorkerURLs reads a JSON array of worker URLs, as strictly as ParseConfig reads its list.
 func ParseWorkerURLs(data []byte) ([]string, error) {
 	var urls []string
@@ -485,13 +632,23 @@ func (c Config) MarshalJSON() ([]byte, error) {
 	if c.RoutingKeyHeaders != nil {
 		out["routing_key_headers"] = c.RoutingKeyHeaders
 	}
+	if h := c.HealthCheck; h != nil && !h.Disabled {
+		out["health_check"] = map[string]any{"endpoint": h.Endpoint, "interval_secs": h.Interval.Seconds(), "timeout_secs": h.Timeout.Seconds(),
+			"failure_threshold": h.FailureThreshold, "success_threshold": h.SuccessThreshold}
+	}
+	if b := c.Breaker; b != nil && b.Disabled {
+		out["circuit_breaker"] = false
+	} else if b != nil {
+		out["circuit_breaker"] = map[string]any{"failure_threshold": b.FailureThreshold, "success_threshold": b.SuccessThreshold, "timeout_duration_secs": b.Timeout.Seconds()}
+	}
 	return json.Marshal(out)
 }
 
 // fieldNames are the object keys of every JSON form the core reads, spelled exactly.
 var fieldNames = map[string]bool{"worker_urls": true, "policy": true, "virtual_nodes": true, "type": true, "max_load_skew": true, "min_load_gap": true,
 	"spill_target": true, "key_memory": true, "seed": true, "assignment_mode": true, "max_keys": true, "routing_key_headers": true,
-	"blocks_per_worker": true, "cache_threshold": true}
+	"blocks_per_worker": true, "cache_threshold": true, "health_check": true, "circuit_breaker": true, "endpoint": true, "interval_secs": true,
+	"timeout_secs": true, "failure_threshold": true, "success_threshold": true, "timeout_duration_secs": true}
 
 // checkFieldNames refuses object keys that differ from a field name only in case, which
 // encoding/json would take for that field (keys it does not know at all it reports itself).

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,23 +12,42 @@ func TestLeastLoadPicksTheLeastLoadedAvailableWorker(t *testing.T) {
 	urls := workerURLs(4)
 	r, _ := routerWithLoads(t, Policy{Kind: PolicyLeastLoad}, urls, []int{0, 4, 2, 3})
 	require.NoError(t, r.SetHealthy(urls[0], false))
-	d := r.Route(&Request{HasTarget: true, TargetIndex: 0, RoutingKey: []byte("k")}) // inputs ignored
+	d := r.Route(&Request{HasTarget: true, TargetIndex: 0, ImplicitKey: []byte("cookie")}) // inputs ignored
 	assert.Equal(t, BranchLeastLoad, d.Branch)
 	assert.Equal(t, urls[2], d.WorkerURL)
 	assert.Equal(t, d.WorkerURL, d.PreferredURL)
 	assert.Equal(t, []int64{0, 4, 3, 3}, loadsOf(r))
-	// Now w2 and w3 tie at 3: the first in membership order wins, in every process.
-	assert.Equal(t, urls[2], r.Select(&Request{}).WorkerURL)
 }
 
-func TestLeastLoadTiesFollowMembershipOrderNotURLs(t *testing.T) {
-	urls := []string{"http://c", "http://a", "http://b"}
-	r := newTestRouter(t, Policy{Kind: PolicyLeastLoad}, urls)
-	var got []string
-	for i := 0; i < 6; i++ {
-		got = append(got, route(r, "").WorkerURL)
+// TestLeastLoadTiesGoClockwiseFromTheKey: among tied workers a keyed request takes the first
+// clockwise from its key (docs/contract.md, "Ties by the key"), computed here by the reference ring.
+func TestLeastLoadTiesGoClockwiseFromTheKey(t *testing.T) {
+	urls := []string{"http://c", "http://a", "http://b", "http://d"}
+	ring := newRefRing(urls, DefaultVirtualNodes)
+	r, _ := routerWithLoads(t, Policy{Kind: PolicyLeastLoad}, urls, []int{1, 0, 2, 0}) // a and d tie
+	for i := 0; i < 40; i++ {
+		key := []byte(fmt.Sprintf("session-%d", i))
+		want := ring.firstWhere(key, func(u string) bool { return u == "http://a" || u == "http://d" })
+		assert.Equal(t, want, r.Select(&Request{RoutingKey: key}).WorkerURL, "key %s", key)
 	}
-	assert.Equal(t, append(urls[:3:3], urls...), got, "equal loads fill in membership order")
+}
+
+// TestLeastLoadKeylessTiesAreDrawn: without a key the router's generator picks among the tied
+// workers, numbered in membership order.
+func TestLeastLoadKeylessTiesAreDrawn(t *testing.T) {
+	urls := workerURLs(4)
+	r, _ := routerWithLoads(t, Policy{Kind: PolicyLeastLoad}, urls, []int{0, 1, 0, 0})
+	bounds := scriptedDraws(r, 2, 0, 1)
+	assert.Equal(t, urls[3], r.Select(&Request{}).WorkerURL)
+	assert.Equal(t, urls[0], r.Select(&Request{ImplicitKey: []byte("cookie")}).WorkerURL)
+	assert.Equal(t, urls[2], r.Select(&Request{}).WorkerURL)
+	assert.Equal(t, []int{3, 3, 3}, *bounds, "one draw among the 3 tied workers per request")
+	_, _, err := r.Acquire(urls[0], nil)
+	require.NoError(t, err)
+	_, _, err = r.Acquire(urls[2], nil)
+	require.NoError(t, err)
+	assert.Equal(t, urls[3], r.Select(&Request{}).WorkerURL, "a lone least loaded worker draws nothing")
+	assert.Len(t, *bounds, 3)
 }
 
 func TestLeastLoadComparesWeightedLoads(t *testing.T) {

@@ -7,7 +7,7 @@ type AssignmentMode uint8
 const (
 	// AssignRandom: a uniformly random available worker, SMG's default for manual.
 	AssignRandom AssignmentMode = iota
-	// AssignMinLoad: the least loaded available worker, ties to the first in membership order.
+	// AssignMinLoad: the least loaded available worker, ties broken by the key (leastLoadedFor).
 	AssignMinLoad
 )
 
@@ -41,22 +41,21 @@ const (
 // remembers the chosen worker of every keyed decision (remembers); a selection remembers nothing.
 func selectManual(v *view, req *Request, keyPos uint64, mode AssignmentMode) (int, Branch) {
 	if len(req.RoutingKey) == 0 {
-		return mode.assign(v), BranchManualNoRoutingKey
+		return mode.assign(v, keyPos, false), BranchManualNoRoutingKey
 	}
 	if held := v.memory.recall(keyPos); held >= 0 {
 		return held, BranchManualOccupiedHit
 	}
 	if v.memory.holds(keyPos) {
-		return mode.assign(v), BranchManualOccupiedMiss
+		return mode.assign(v, keyPos, true), BranchManualOccupiedMiss
 	}
-	return mode.assign(v), BranchManualVacant
+	return mode.assign(v, keyPos, true), BranchManualVacant
 }
 
-// assign picks the worker of a new key.
-func (m AssignmentMode) assign(v *view) int {
+// assign picks the worker of a new key (at position, when keyed).
+func (m AssignmentMode) assign(v *view, position uint64, keyed bool) int {
 	if m == AssignMinLoad {
-		_, at, _ := v.leastLoaded()
-		return at
+		return v.leastLoadedFor(position, keyed)
 	}
 	return v.randomAvailable()
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -30,20 +31,21 @@ func TestManualKeyKeepsItsFirstWorker(t *testing.T) {
 func TestManualReassignsOnlyAfterItsWorkerFails(t *testing.T) {
 	urls := workerURLs(2)
 	r := newTestRouter(t, manualPolicy(AssignMinLoad, 16), urls)
-	first := route(r, "k") // both idle: min_load takes w0
+	k := string(keyPreferringURL(t, urls, urls[0]))
+	first := route(r, k) // both idle: min_load takes the first clockwise from the key, w0
 	require.Equal(t, urls[0], first.WorkerURL)
 	require.NoError(t, r.SetHealthy(urls[0], false))
-	moved := route(r, "k")
+	moved := route(r, k)
 	assert.Equal(t, BranchManualOccupiedMiss, moved.Branch)
 	assert.Equal(t, urls[1], moved.WorkerURL)
 	// The first worker's return does not take the key back: it stays where it was moved.
 	require.NoError(t, r.SetHealthy(urls[0], true))
-	d := route(r, "k")
+	d := route(r, k)
 	assert.Equal(t, BranchManualOccupiedHit, d.Branch)
 	assert.Equal(t, urls[1], d.WorkerURL)
 	// Removing that worker moves it again.
 	require.NoError(t, r.RemoveWorker(urls[1]))
-	d = route(r, "k")
+	d = route(r, k)
 	assert.Equal(t, BranchManualOccupiedMiss, d.Branch)
 	assert.Equal(t, urls[0], d.WorkerURL)
 }
@@ -51,11 +53,14 @@ func TestManualReassignsOnlyAfterItsWorkerFails(t *testing.T) {
 func TestManualMinLoadAssignsNewKeysToTheLeastLoaded(t *testing.T) {
 	urls := workerURLs(3)
 	r, _ := routerWithLoads(t, Policy{Kind: PolicyManual, AssignmentMode: AssignMinLoad, MaxKeys: 8}, urls, []int{2, 1, 1})
-	assert.Equal(t, urls[1], route(r, "a").WorkerURL, "w1 and w2 tie: membership order")
-	assert.Equal(t, urls[2], route(r, "b").WorkerURL)
+	a := string(newRefRing(urls, DefaultVirtualNodes).keyWhere(t, func(order []string) bool {
+		return slices.Index(order, urls[2]) < slices.Index(order, urls[1])
+	}))
+	assert.Equal(t, urls[2], route(r, a).WorkerURL, "w1 and w2 tie: the first clockwise from the key")
+	assert.Equal(t, urls[1], route(r, "b").WorkerURL)
 	// A key stays on its worker whatever the loads.
-	assert.Equal(t, urls[1], route(r, "a").WorkerURL)
-	assert.Equal(t, urls[1], route(r, "a").WorkerURL)
+	assert.Equal(t, urls[2], route(r, a).WorkerURL)
+	assert.Equal(t, urls[2], route(r, a).WorkerURL)
 }
 
 func TestManualRandomAssignmentUsesTheViewsDraw(t *testing.T) {
@@ -73,12 +78,14 @@ func TestManualRandomAssignmentUsesTheViewsDraw(t *testing.T) {
 func TestManualIgnoresTargetAndImplicitKeys(t *testing.T) {
 	urls := workerURLs(3)
 	r := newTestRouter(t, manualPolicy(AssignMinLoad, 8), urls)
+	bounds := scriptedDraws(r, 0, 0)
 	req := Request{HasTarget: true, TargetIndex: 2, ImplicitKey: []byte("cookie")}
 	for i := 0; i < 3; i++ {
 		d := r.Route(&req)
 		assert.Equal(t, BranchManualNoRoutingKey, d.Branch)
 		assert.Equal(t, urls[i], d.WorkerURL, "keyless requests are assigned, min_load, never pinned")
 	}
+	assert.Equal(t, []int{3, 2}, *bounds, "keyless ties are drawn among the tied workers; a lone least loaded one is not")
 }
 
 func TestManualForgetsTheLeastRecentlyRoutedKeyBeyondMaxKeys(t *testing.T) {
@@ -132,18 +139,21 @@ func TestManualSettingsAreValidated(t *testing.T) {
 func TestManualContractVector(t *testing.T) {
 	urls := workerURLs(3)
 	r := newTestRouter(t, manualPolicy(AssignMinLoad, 16), urls)
+	ring := newRefRing(urls, DefaultVirtualNodes)
+	a := string(ring.keyPreferring(t, urls[0]))
+	b := string(ring.keyWhere(t, func(order []string) bool { return slices.Index(order, urls[1]) < slices.Index(order, urls[2]) }))
 	check := func(key string, wantURL string, want Branch) {
 		t.Helper()
 		d := r.Route(&Request{RoutingKey: []byte(key)})
 		assert.Equal(t, want, d.Branch)
 		assert.Equal(t, wantURL, d.WorkerURL)
 	}
-	check("a", urls[0], BranchManualVacant)
-	check("b", urls[1], BranchManualVacant)
-	check("a", urls[0], BranchManualOccupiedHit)
+	check(a, urls[0], BranchManualVacant)
+	check(b, urls[1], BranchManualVacant)
+	check(a, urls[0], BranchManualOccupiedHit)
 	require.NoError(t, r.SetHealthy(urls[0], false))
-	check("a", urls[2], BranchManualOccupiedMiss)
+	check(a, urls[2], BranchManualOccupiedMiss)
 	require.NoError(t, r.SetHealthy(urls[0], true))
-	check("a", urls[2], BranchManualOccupiedHit)
+	check(a, urls[2], BranchManualOccupiedHit)
 	check("", urls[1], BranchManualNoRoutingKey)
 }

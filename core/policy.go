@@ -105,7 +105,7 @@ func (p *Policy) selectWorker(v *view, req *Request, keyPos uint64) (int, Branch
 	case PolicyPowerOfTwo:
 		return selectPowerOfTwo(v)
 	case PolicyLeastLoad:
-		return selectLeastLoad(v)
+		return selectLeastLoad(v, req, keyPos)
 	case PolicyManual:
 		return selectManual(v, req, keyPos, p.AssignmentMode)
 	case PolicyCacheAware:

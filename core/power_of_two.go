@@ -6,14 +6,14 @@ package core
 // the pair, as SMG's coin flip between tied candidates is. Routing inputs are ignored, as by
 // SMG. Two draws and two load reads: O(1) whatever the number of workers.
 func selectPowerOfTwo(v *view) (int, Branch) {
-	n := len(v.available)
+	n := len(v.spillable)
 	if n == 1 {
-		return int(v.available[0]), BranchPowerOfTwo
+		return int(v.spillable[0]), BranchPowerOfTwo
 	}
 	// The second draw skips the first by an offset in 1..n-1, so the two are distinct (SMG's draw).
 	i := v.randomIndex(n)
 	j := (i + 1 + v.randomIndex(n-1)) % n
-	first, second := v.available[i], v.available[j]
+	first, second := v.spillable[i], v.spillable[j]
 	if v.workers[second].load < v.workers[first].load {
 		return int(second), BranchPowerOfTwo
 	}

@@ -8,6 +8,7 @@ import (
 	"iter"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Router routes requests to workers and counts the requests in flight on each one. All its
@@ -17,6 +18,10 @@ type Router struct {
 	virtualNodes int
 	// keyHeaders are the routing_key_headers, fixed when the router is built.
 	keyHeaders []string
+	// healthCheck and breakerCfg are the worker-failure settings, fixed when the router is built.
+	healthCheck HealthCheckConfig
+	breakerCfg  BreakerConfig
+	listener    conditionListener
 
 	// membershipMu serialises membership changes; the new ring is built while holding only it,
 	// so routing continues on the old snapshot until the new one is installed.
@@ -42,7 +47,8 @@ func NewRouter(cfg Config) (*Router, error) {
 		return nil, err
 	}
 	urls, _ := normalizeWorkerURLs(cfg.WorkerURLs) // Validate checked them
-	r := &Router{policy: cfg.Policy, virtualNodes: cfg.VirtualNodes, keyHeaders: keyHeadersOrDefault(cfg.RoutingKeyHeaders), members: emptyMembership(cfg.Policy.HashRing), view: newView(), keys: newKeyCounts()}
+	r := &Router{policy: cfg.Policy, virtualNodes: cfg.VirtualNodes, keyHeaders: keyHeadersOrDefault(cfg.RoutingKeyHeaders), members: emptyMembership(cfg.Policy.HashRing), view: newView(), keys: newKeyCounts(),
+		healthCheck: cfg.HealthCheckOrOff(), breakerCfg: cfg.BreakerOrDefault()}
 	switch {
 	case cfg.Policy.Kind == PolicyBoundedConsistentHashing && cfg.Policy.KeyMemory > 0:
 		r.view.memory = newKeyMemory(cfg.Policy.KeyMemory)
@@ -108,11 +114,17 @@ func (r *Router) Route(req *Request) Decision { return r.ReleaseThenRoute(0, req
 func (r *Router) ReleaseThenRoute(previous LeaseID, req *Request) Decision {
 	key, weight := r.explicitKeyOf(req.RoutingKey), req.leaseWeight()
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	var change ConditionChange
+	var changed bool
 	if previous != 0 {
-		r.release(previous, false)
+		_, change, changed = r.releaseWith(previous, OutcomeSuccess, time.Time{})
 	}
-	return r.route(req, key, weight)
+	d := r.route(req, key, weight)
+	r.mu.Unlock()
+	if changed {
+		r.announce(change)
+	}
+	return d
 }
 
 // route is Route for a caller that holds r.mu and has hashed the request's explicit key and
@@ -203,6 +215,7 @@ func (r *Router) take(w, preferred *worker, key explicitKey, weight int64) Lease
 		w.activeKeys++
 	}
 	w.requests++
+	w.routed++
 	r.addLoad(w, weight)
 	return r.leases.take(w, preferred, key.present, key.position, weight)
 }
@@ -218,19 +231,36 @@ func (r *Router) addLoad(w *worker, delta int64) {
 // Release undoes exactly what the lease counted and reports whether it did anything: a lease
 // released before (or never issued) is a no-op. Leases on a worker that has since been removed
 // release against that worker only, never against a new worker with the same URL. abandoned
-// marks a lease the caller lost track of; it is counted as leaked.
+// marks a lease the caller lost track of; it is counted as leaked. A lease released by its
+// holder is a success of its worker (contract: Worker failures); Finish tells other outcomes.
 func (r *Router) Release(id LeaseID, abandoned bool) bool {
+	if !abandoned {
+		return r.Finish(id, OutcomeSuccess, time.Time{}) // a success needs no clock
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.release(id, abandoned)
+	return r.release(id, true) != nil
 }
 
-// release is Release for a caller that holds r.mu.
-func (r *Router) release(id LeaseID, abandoned bool) bool {
+// releaseWith releases a lease and records its outcome; the caller holds r.mu and announces
+// the change, if any, once it has released the lock.
+func (r *Router) releaseWith(id LeaseID, o Outcome, now time.Time) (bool, ConditionChange, bool) {
+	w := r.release(id, false)
+	if w == nil {
+		return false, ConditionChange{}, false
+	}
+	change, changed := r.recordOutcome(w, o, now)
+	return true, change, changed
+}
+
+// release is Release without the outcome, for a caller that holds r.mu: it returns the
+// lease's worker, or nil when the lease was not active.
+func (r *Router) release(id LeaseID, abandoned bool) *worker {
 	s := r.leases.lookup(id)
 	if s == nil {
-		return false
+		return nil
 	}
+	w := s.worker
 	if s.hasKey && r.keys.remove(s.worker.id, s.keyPos) {
 		s.worker.activeKeys--
 	}
@@ -240,7 +270,7 @@ func (r *Router) release(id LeaseID, abandoned bool) bool {
 		r.leaked++
 	}
 	r.leases.drop(id, s)
-	return true
+	return w
 }
 
 // LeaseWorkers returns the chosen and preferred worker URLs of an active lease.
@@ -310,22 +340,11 @@ func (r *Router) workers() []WorkerState {
 	return states
 }
 
-// SetHealthy marks a member healthy (available) or not. Health never changes the ring.
+// SetHealthy marks a member healthy or not, the user's verdict: a worker set unhealthy is
+// unavailable whatever its probes and breaker say (contract: Worker failures). Health never
+// changes the ring.
 func (r *Router) SetHealthy(url string, healthy bool) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	w, ok := r.members.lookup(memberURL(url))
-	if !ok {
-		return unknownWorker(url)
-	}
-	if w.healthy != healthy {
-		w.healthy = healthy
-		if !healthy {
-			w.outages++
-		}
-		r.refreshAvailable()
-	}
-	return nil
+	return r.changeWorker(url, func(w *worker) { w.userHealthy = healthy })
 }
 
 // AddWorker adds a worker at the end of the membership order.
@@ -415,12 +434,24 @@ func (r *Router) install(next *membership) {
 // refreshAvailable recomputes the available workers and their total load after a health or
 // membership change; the caller holds r.mu.
 func (r *Router) refreshAvailable() {
-	r.view.available = r.view.available[:0]
-	r.view.availableLoad = 0
+	v := &r.view
+	v.available, v.spillable = v.available[:0], v.spillable[:0]
+	v.availableLoad = 0
 	for i, w := range r.members.workers {
+		w.spillable = w.trusted()
 		if w.healthy {
-			r.view.available = append(r.view.available, uint32(i))
-			r.view.availableLoad += w.load
+			v.available = append(v.available, uint32(i))
+			v.availableLoad += w.load
+		}
+		if w.spillable {
+			v.spillable = append(v.spillable, uint32(i))
+		}
+	}
+	if len(v.spillable) == 0 {
+		// Every available worker has failed lately: they are all as good a target as any.
+		v.spillable = append(v.spillable, v.available...)
+		for _, i := range v.available {
+			r.members.workers[i].spillable = true
 		}
 	}
 }

@@ -6,8 +6,17 @@ package core
 type worker struct {
 	url string
 	id  uint32
-	// healthy workers are available: they can be chosen and they count in statistics.
-	healthy bool
+	// healthy workers are available: they can be chosen and they count in statistics. It is
+	// userHealthy (set_healthy) and the probes' and the breaker's verdicts together (see
+	// worker_health.go); spillable workers are those the spill targets and least loads come from.
+	healthy, userHealthy, spillable bool
+	probe                           probeState
+	breaker                         breaker
+	// routed counts the leases taken on the worker; outcomes counts how they ended; probes
+	// counts its health-check probes, failed and passed.
+	routed   uint64
+	outcomes OutcomeCounts
+	probes   ProbeCounts
 	// removed is set once the worker has left the membership; its leases may still be released.
 	removed bool
 	// outages counts the times the worker stopped being available (turned unhealthy or left);
@@ -29,7 +38,7 @@ type worker struct {
 }
 
 func newWorker(url string, id uint32) *worker {
-	return &worker{url: url, id: id, healthy: true}
+	return &worker{url: url, id: id, healthy: true, userHealthy: true, spillable: true}
 }
 
 // WorkerState is a snapshot of one worker.
@@ -47,8 +56,19 @@ type WorkerState struct {
 	// IndexedBlocks is the number of prefix blocks cache_aware's index holds for the worker
 	// (at most blocks_per_worker; 0 under the other policies).
 	IndexedBlocks int `json:"indexed_blocks"`
+	// Condition says why the worker is or is not available (contract: Worker failures), and
+	// ConsecutiveFailures counts its failed requests since its last success.
+	Condition           WorkerCondition `json:"condition"`
+	ConsecutiveFailures int             `json:"consecutive_failures"`
+	// Ejections counts the times its circuit breaker opened.
+	Ejections uint64 `json:"ejections"`
+	// Routed counts every lease taken on the worker, Outcomes how the released ones ended.
+	Routed   uint64        `json:"routed"`
+	Outcomes OutcomeCounts `json:"outcomes"`
+	Probes   ProbeCounts   `json:"probes"`
 }
 
 func (w *worker) state() WorkerState {
-	return WorkerState{URL: w.url, ID: w.id, Healthy: w.healthy, Load: w.load, Requests: w.requests, ActiveKeys: w.activeKeys, IndexedBlocks: len(w.blocks.nodes)}
+	return WorkerState{URL: w.url, ID: w.id, Healthy: w.healthy, Load: w.load, Requests: w.requests, ActiveKeys: w.activeKeys, IndexedBlocks: len(w.blocks.nodes),
+		Condition: w.condition(), ConsecutiveFailures: w.breaker.failures, Ejections: w.breaker.ejections, Routed: w.routed, Outcomes: w.outcomes, Probes: w.probes}
 }

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/bounded-router/bounded-router/health"
 )
 
 // BenchmarkProxy is one small completion through the gateway on loopback (client, gateway and
@@ -18,7 +20,7 @@ func BenchmarkProxy(b *testing.B) {
 	})
 	defer w.Close()
 	r, _ := newRouterB(w.URL)
-	g, err := Start(r, Options{})
+	g, err := Start(health.New(r, health.Options{}), Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

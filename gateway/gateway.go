@@ -15,7 +15,8 @@
 // Expect. The raw path and query are forwarded byte for byte. Streamed answers (server-sent
 // events, chunked bodies) are flushed per write, so each event arrives as the worker sends it.
 // The proxy port never answers /metrics; the router's Prometheus metrics are served on a
-// separate listener when Options.MetricsPort is set.
+// separate listener, the admin listener, when Options.MetricsPort is set. SMG's worker API
+// (workers_api.go) is served there too, and on the proxy port only when asked for.
 package gateway
 
 import (
@@ -34,6 +35,7 @@ import (
 	"time"
 
 	"github.com/bounded-router/bounded-router/core"
+	"github.com/bounded-router/bounded-router/health"
 )
 
 // Header names of the routing details added to responses with Options.ExposeRoutingHeaders.
@@ -45,7 +47,16 @@ const (
 // Gateway is a running proxy in front of a router's workers.
 type Gateway struct {
 	router *core.Router
+	// health finishes every lease with its request's outcome (contract: Worker failures).
+	health *health.Monitor
 	opts   Options
+	// maxRetries is retry_max_retries, 0 with disable_retries; retries counts them by reason.
+	maxRetries int
+	retries    [numRetryReasons]atomic.Uint64
+	// waiting holds the tries waiting for their worker's headers; unsubscribe ends its
+	// subscription to the monitor when the gateway stops.
+	waiting     waiting
+	unsubscribe func()
 	// routingHeaders are the headers read for routing inputs, fixed with the router.
 	routingHeaders []routingHeader
 	transport      *http.Transport
@@ -55,7 +66,10 @@ type Gateway struct {
 	metrics        *http.Server // nil without a metrics listener
 	metricsLn      net.Listener
 	accessLog      *slog.Logger // nil when access logging is off
-	targets        sync.Map     // worker URL -> *target
+	control        *controlPlane
+	// apiOnProxyPort serves the worker API on the proxy port (keys set, or asked for).
+	apiOnProxyPort bool
+	targets        sync.Map // worker URL -> *target
 	// inflight counts requests inside ServeHTTP; shutdown waits for it to reach 0.
 	inflight atomic.Int64
 	serving  sync.WaitGroup
@@ -63,30 +77,40 @@ type Gateway struct {
 	stopErr  error
 }
 
-// New builds a gateway for router with options (validated; zero fields take their defaults)
-// without listening: it is an http.Handler. Start builds one and serves it.
-func New(router *core.Router, opts Options) (*Gateway, error) {
-	if router == nil {
+// New builds a gateway for the monitor's router with options (validated; zero fields take their
+// defaults) without listening: it is an http.Handler. Start builds one and serves it.
+func New(monitor *health.Monitor, opts Options) (*Gateway, error) {
+	if monitor == nil {
 		return nil, errors.New("gateway: router must not be nil")
 	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	g := &Gateway{router: router, opts: opts, routingHeaders: routingHeadersOf(router)}
+	router := monitor.Router()
+	g := &Gateway{router: router, health: monitor, opts: opts, routingHeaders: routingHeadersOf(router), maxRetries: *opts.RetryMaxRetries,
+		control: newControlPlane(router, opts.ControlPlaneAPIKeys, seconds(opts.BodyTimeout))}
+	if opts.DisableRetries {
+		g.maxRetries = 0
+	}
+	g.unsubscribe = monitor.Subscribe(g.waiting.workerChanged)
+	g.apiOnProxyPort = len(opts.ControlPlaneAPIKeys) > 0 || opts.WorkerAPIOnProxyPort
+	if opts.WorkerAPIOnProxyPort && len(opts.ControlPlaneAPIKeys) == 0 {
+		g.control.log.Warn("the worker API is open on the proxy port: anyone who reaches it can add and remove workers (set control_plane_api_keys to require a key)")
+	}
 	g.transport = &http.Transport{
 		Proxy:               nil, // workers are reached directly, never through $HTTP_PROXY
 		DialContext:         (&net.Dialer{Timeout: seconds(opts.ConnectTimeout), KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: opts.MaxIdleConnsPerHost,
 		MaxConnsPerHost:     opts.MaxConnsPerHost,
-		IdleConnTimeout:     90 * time.Second,
+		IdleConnTimeout:     seconds(opts.WorkerIdleTimeout),
 		DisableCompression:  true, // bodies pass through as the worker sent them
 		TLSHandshakeTimeout: seconds(opts.ConnectTimeout),
 	}
 	errorLog := log.New(os.Stderr, "bounded-router gateway: ", log.LstdFlags)
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:   g.rewrite,
-		Transport: g.transport,
+		Transport: failover{g},
 		// 0: the ReverseProxy flushes after every write for text/event-stream and for bodies
 		// of unknown length (chunked), so streams arrive per event; a body of known length is
 		// written through the server's buffer (one write instead of two or more on the socket).
@@ -111,8 +135,8 @@ func New(router *core.Router, opts Options) (*Gateway, error) {
 
 // Start builds a gateway and serves it on opts.Host:opts.Port (and the metrics listener when
 // opts.MetricsPort is set) until Shutdown.
-func Start(router *core.Router, opts Options) (*Gateway, error) {
-	g, err := New(router, opts)
+func Start(monitor *health.Monitor, opts Options) (*Gateway, error) {
+	g, err := New(monitor, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +150,7 @@ func Start(router *core.Router, opts Options) (*Gateway, error) {
 			g.listener.Close()
 			return nil, fmt.Errorf("gateway: cannot listen for metrics on %s port %d: %w", g.opts.Host, *g.opts.MetricsPort, err)
 		}
-		g.metrics = &http.Server{Handler: metricsHandler(router), ReadHeaderTimeout: seconds(g.opts.ReadHeaderTimeout), ErrorLog: g.server.ErrorLog}
+		g.metrics = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: seconds(g.opts.ReadHeaderTimeout), ErrorLog: g.server.ErrorLog}
 		g.serve(g.metrics, g.metricsLn)
 	}
 	g.serve(g.server, g.listener)
@@ -172,6 +196,7 @@ func (g *Gateway) shutdown(timeout time.Duration) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	defer g.unsubscribe()
 	drained := g.server.Shutdown(ctx)
 	if drained != nil {
 		g.server.Close() // cancels the requests still running

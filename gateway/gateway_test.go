@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/bounded-router/bounded-router/core"
+	"github.com/bounded-router/bounded-router/health"
 )
 
 func TestRoutesByRoutingKeyAsTheRouterDecides(t *testing.T) {
@@ -126,12 +127,7 @@ func TestClientDisconnectMidStreamReleasesAndCancels(t *testing.T) {
 
 func TestLeaseHeldUntilTheAnswerIsFinished(t *testing.T) {
 	release := make(chan struct{})
-	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "data: a\n\n")
-		w.(http.Flusher).Flush()
-		<-release
-		io.WriteString(w, "data: b\n\n")
-	})
+	w := heldStream(t, release, nil)
 	r := newRouter(t, w.URL)
 	g := start(t, r, Options{})
 	res, err := client().Get("http://" + g.Addr() + "/s")
@@ -249,13 +245,7 @@ func TestStreamsCancelledAtRandomPointsLeaveNoLease(t *testing.T) {
 
 func TestMembershipChangeWhileStreaming(t *testing.T) {
 	release := make(chan struct{})
-	handler := func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "data: a\n\n")
-		w.(http.Flusher).Flush()
-		<-release
-		io.WriteString(w, "data: b\n\n")
-	}
-	a, b := worker(t, handler), worker(t, handler)
+	a, b := heldStream(t, release, nil), heldStream(t, release, nil)
 	r := newRouter(t, a.URL, b.URL)
 	g := start(t, r, Options{})
 	var wg sync.WaitGroup
@@ -580,7 +570,7 @@ func TestGracefulShutdownDrains(t *testing.T) {
 		io.WriteString(w, "b")
 	})
 	r := newRouter(t, w.URL)
-	g, err := Start(r, Options{})
+	g, err := Start(health.New(r, health.Options{}), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -613,7 +603,7 @@ func TestGracefulShutdownDrains(t *testing.T) {
 func TestShutdownCutsStreamsPastTheTimeout(t *testing.T) {
 	url, cancelled := blockingWorker(t, true)
 	r := newRouter(t, url)
-	g, err := Start(r, Options{})
+	g, err := Start(health.New(r, health.Options{}), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -656,14 +646,7 @@ func TestParseOptions(t *testing.T) {
 
 func TestEventStreamWithKnownLengthFlushedPerEvent(t *testing.T) {
 	release := make(chan struct{})
-	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
-		w.Header().Set("Content-Length", "18")
-		io.WriteString(w, "data: a\n\n")
-		w.(http.Flusher).Flush()
-		<-release
-		io.WriteString(w, "data: b\n\n")
-	})
+	w := heldStream(t, release, map[string]string{"Content-Type": "text/event-stream; charset=utf-8", "Content-Length": "18"})
 	g := start(t, newRouter(t, w.URL), Options{})
 	res, err := client().Get("http://" + g.Addr() + "/")
 	if err != nil {
@@ -680,7 +663,7 @@ func TestEventStreamWithKnownLengthFlushedPerEvent(t *testing.T) {
 func TestAccessLog(t *testing.T) {
 	w := worker(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") })
 	r := newRouter(t, w.URL)
-	g, err := New(r, Options{AccessLog: true})
+	g, err := New(health.New(r, health.Options{}), Options{AccessLog: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bounded-router/bounded-router/core"
+	"github.com/bounded-router/bounded-router/health"
 )
 
 // worker starts a loopback worker that the test stops at its end.
@@ -33,7 +34,7 @@ func newRouter(t *testing.T, urls ...string) *core.Router {
 // start serves a gateway on a free loopback port until the test ends.
 func start(t *testing.T, r *core.Router, opts Options) *Gateway {
 	t.Helper()
-	g, err := Start(r, opts)
+	g, err := Start(health.New(r, health.Options{}), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +50,12 @@ func client() *http.Client {
 func get(t *testing.T, g *Gateway, target string, header http.Header) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", "http://"+g.Addr()+target, nil)
+	return do(t, req, header)
+}
+
+// do sends req with header added and reads the whole answer.
+func do(t *testing.T, req *http.Request, header http.Header) (*http.Response, string) {
+	t.Helper()
 	for k, v := range header {
 		req.Header[k] = v
 	}
@@ -59,6 +66,20 @@ func get(t *testing.T, g *Gateway, target string, header http.Header) (*http.Res
 	defer res.Body.Close()
 	body, _ := io.ReadAll(res.Body)
 	return res, string(body)
+}
+
+// heldStream is a worker that streams "data: a", then waits for release to close before it
+// sends "data: b" (with extra headers set first).
+func heldStream(t *testing.T, release chan struct{}, header map[string]string) *httptest.Server {
+	return worker(t, func(w http.ResponseWriter, r *http.Request) {
+		for k, v := range header {
+			w.Header().Set(k, v)
+		}
+		io.WriteString(w, "data: a\n\n")
+		w.(http.Flusher).Flush()
+		<-release
+		io.WriteString(w, "data: b\n\n")
+	})
 }
 
 // raw sends raw bytes on a new connection and reads one response.

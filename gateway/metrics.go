@@ -25,14 +25,26 @@ var metricFamilies = [...]struct{ name, kind, help string }{
 	{"bounded_router_prefix_blocks_total", "counter", "Prefix blocks of the requests cache_aware routed."},
 	{"bounded_router_prefix_blocks_matched_total", "counter", "Prefix blocks of the requests cache_aware routed that their worker held (the matched prefix)."},
 	{"bounded_router_indexed_blocks", "gauge", "(worker, block) pairs in cache_aware's index, over all workers."},
+	{"bounded_router_worker_routed_total", "counter", "Leases taken on the worker: requests routed (or acquired) to it."},
+	{"bounded_router_worker_outcomes_total", "counter", "Released requests of the worker by outcome: success, failure, pushback (429), neutral."},
+	{"bounded_router_worker_condition", "gauge", "1 for the worker's condition: available, half_open, ejected, unhealthy_probe or unhealthy_user."},
+	{"bounded_router_worker_ejections_total", "counter", "Times the worker's circuit breaker opened."},
+	{"bounded_router_worker_probes_total", "counter", "Health-check probes of the worker, by result: passed or failed."},
 }
 
-// renderMetrics writes the router's statistics as bounded_router.metrics.render does.
-func renderMetrics(r *core.Router) []byte {
-	stats, workers := r.Stats(), r.Workers()
+// gatewayFamilies are the gateway's own families, after the router's.
+var gatewayFamilies = [...]struct{ name, kind, help string }{
+	{"bounded_router_retries_total", "counter", "Requests sent again to another worker after a failure before the first byte, by reason."},
+}
+
+// renderMetrics writes the router's statistics as bounded_router.metrics.render does, then
+// the gateway's own.
+func renderMetrics(g *Gateway) []byte {
+	snap := g.router.Snapshot()
+	stats, workers := snap.Stats, snap.Workers
 	var b bytes.Buffer
 	for i, f := range metricFamilies {
-		b.WriteString("# HELP " + f.name + " " + f.help + "\n# TYPE " + f.name + " " + f.kind + "\n")
+		header(&b, f.name, f.kind, f.help)
 		switch i {
 		case 0:
 			for branch, n := range stats.Branches {
@@ -52,9 +64,56 @@ func renderMetrics(r *core.Router) []byte {
 			sample(&b, f.name, "", "", int64(stats.PrefixBlocksMatched))
 		case 9:
 			sample(&b, f.name, "", "", int64(stats.IndexedBlocks))
+		default:
+			workerFailureMetrics(&b, f.name, i, workers)
+		}
+	}
+	for _, f := range gatewayFamilies {
+		header(&b, f.name, f.kind, f.help)
+		for reason, name := range retryReasonNames {
+			sample(&b, f.name, "reason", name, int64(g.retries[reason].Load()))
 		}
 	}
 	return b.Bytes()
+}
+
+func header(b *bytes.Buffer, name, kind, help string) {
+	b.WriteString("# HELP " + name + " " + help + "\n# TYPE " + name + " " + kind + "\n")
+}
+
+// workerFailureMetrics writes the per-worker families of contract "Worker failures" (10 to 14).
+func workerFailureMetrics(b *bytes.Buffer, name string, i int, workers []core.WorkerState) {
+	for _, w := range workers {
+		worker := `worker="` + labelEscaper.Replace(w.URL) + `"`
+		switch i {
+		case 10:
+			labelled(b, name, worker, int64(w.Routed))
+		case 11:
+			for o, n := range w.Outcomes {
+				labelled(b, name, worker+`,outcome="`+core.Outcome(o).String()+`"`, int64(n))
+			}
+		case 12:
+			for c := core.WorkerCondition(0); c < core.NumConditions; c++ {
+				labelled(b, name, worker+`,condition="`+c.String()+`"`, boolMetric(w.Condition == c))
+			}
+		case 13:
+			labelled(b, name, worker, int64(w.Ejections))
+		case 14:
+			labelled(b, name, worker+`,result="passed"`, int64(w.Probes.Passed))
+			labelled(b, name, worker+`,result="failed"`, int64(w.Probes.Failed))
+		}
+	}
+}
+
+func boolMetric(v bool) int64 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+func labelled(b *bytes.Buffer, name, labels string, n int64) {
+	b.WriteString(name + "{" + labels + "} " + strconv.FormatInt(n, 10) + "\n")
 }
 
 // workerMetric is the value of per-worker family i (1 to 4) for w.
@@ -65,10 +124,7 @@ func workerMetric(i int, w core.WorkerState) int64 {
 	case 2:
 		return int64(w.ActiveKeys)
 	case 3:
-		if w.Healthy {
-			return 1
-		}
-		return 0
+		return boolMetric(w.Healthy)
 	}
 	return int64(w.IndexedBlocks)
 }
@@ -85,19 +141,18 @@ func sample(b *bytes.Buffer, name, label, value string, n int64) {
 	b.WriteByte('\n')
 }
 
-// metricsHandler answers GET /metrics on the metrics listener and 404 elsewhere.
-func metricsHandler(r *core.Router) http.Handler {
+// adminHandler serves the admin listener: GET /metrics, the probes and the worker API; 404 elsewhere.
+func (g *Gateway) adminHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.URL.Path != "/metrics" {
+		switch {
+		case g.control.probe(w, req):
+		case isAPIPath(req.URL.Path):
+			g.control.serveAPI(w, req)
+		case req.URL.Path != "/metrics":
 			http.NotFound(w, req)
-			return
+		case allowRead(w, req):
+			w.Header().Set("Content-Type", metricsContentType)
+			w.Write(renderMetrics(g))
 		}
-		if req.Method != http.MethodGet && req.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-			return
-		}
-		w.Header().Set("Content-Type", metricsContentType)
-		w.Write(renderMetrics(r))
 	})
 }

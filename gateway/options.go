@@ -51,7 +51,38 @@ type Options struct {
 	PrefixBlockBytes int    `json:"prefix_block_bytes"`
 	// AccessLog writes one JSON line per request to stderr (log/slog).
 	AccessLog bool `json:"access_log"`
+	// RetryMaxRetries is how many more workers a request is sent to when its worker fails it
+	// before any byte of the answer reached the client (contract: Worker failures); nil is the
+	// default, DisableRetries sends every request once.
+	RetryMaxRetries *int `json:"retry_max_retries"`
+	DisableRetries  bool `json:"disable_retries"`
+	// RequestTimeout, in seconds, bounds a whole request, streaming included (SMG's
+	// request_timeout_secs); past it the request is cut (504 if nothing was sent yet).
+	RequestTimeout float64 `json:"request_timeout_secs"`
+	// WorkerIdleTimeout, in seconds, closes a pooled connection to a worker idle this long: below
+	// the engines' own keep-alive, so the gateway never reuses one the worker has closed.
+	WorkerIdleTimeout float64 `json:"worker_idle_timeout"`
+	// ControlPlaneAPIKeys, when set, are the bearer keys the worker API accepts (SMG's
+	// --control-plane-api-keys), on the admin listener and on the proxy port, which then serves it.
+	ControlPlaneAPIKeys []string `json:"control_plane_api_keys"`
+	// WorkerAPIOnProxyPort serves the worker API on the proxy port without a key, as SMG does
+	// (slime's engines register there): anyone who reaches the port can change the workers.
+	WorkerAPIOnProxyPort bool `json:"worker_api_on_proxy_port"`
 }
+
+// DefaultRetryMaxRetries: two more workers. A failed request costs a round trip to a worker
+// that answers at once (refused, 503), so two retries cost milliseconds, and three workers
+// failing one request in a row is a fleet-wide fault no retry repairs.
+const DefaultRetryMaxRetries = 2
+
+// MaxRetries bounds retry_max_retries.
+const MaxRetries = 16
+
+// Limits of the control plane's keys: a few per deployment, each a header value.
+const (
+	maxControlPlaneKeys   = 64
+	maxControlPlaneKeyLen = 4096
+)
 
 // Defaults are the options a zero field stands for.
 var Defaults = Options{
@@ -65,7 +96,9 @@ var Defaults = Options{
 	KeepAliveTimeout:    120,
 	ShutdownTimeout:     10,
 	MaxHeaderBytes:      64 << 10,
-	MaxIdleConnsPerHost: 256,
+	MaxIdleConnsPerHost: 32,
+	RequestTimeout:      1800,
+	WorkerIdleTimeout:   4,
 	PrefixBlocks:        "off",
 	PrefixBlockBytes:    64,
 }
@@ -114,7 +147,8 @@ func (o Options) Validate() error {
 		{"connect_timeout", o.ConnectTimeout}, {"first_byte_timeout", o.FirstByteTimeout},
 		{"idle_timeout", o.IdleTimeout}, {"body_timeout", o.BodyTimeout},
 		{"read_header_timeout", o.ReadHeaderTimeout}, {"keep_alive_timeout", o.KeepAliveTimeout},
-		{"shutdown_timeout", o.ShutdownTimeout},
+		{"shutdown_timeout", o.ShutdownTimeout}, {"request_timeout_secs", o.RequestTimeout},
+		{"worker_idle_timeout", o.WorkerIdleTimeout},
 	} {
 		if f.value < 0 || math.IsNaN(f.value) || f.value > 1e9 {
 			return invalid(f.name, "must be a number of seconds above 0 (0 or absent: the default), got %v", f.value)
@@ -132,8 +166,25 @@ func (o Options) Validate() error {
 			return invalid(f.name, "must not be negative (0 or absent: the default), got %d", f.value)
 		}
 	}
+	if o.RetryMaxRetries != nil && (*o.RetryMaxRetries < 0 || *o.RetryMaxRetries > MaxRetries) {
+		return invalid("retry_max_retries", "must be an integer from 0 to %d, got %d", MaxRetries, *o.RetryMaxRetries)
+	}
 	if o.PrefixBlocks != "" && o.PrefixBlocks != "off" && o.PrefixBlocks != "text" {
 		return invalid("prefix_blocks", `must be "off" or "text", got %q`, o.PrefixBlocks)
+	}
+	return checkControlPlaneKeys(o.ControlPlaneAPIKeys)
+}
+
+// checkControlPlaneKeys: at most maxControlPlaneKeys keys, each 1 to maxControlPlaneKeyLen
+// visible ASCII bytes (a bearer token in a header, compared whole).
+func checkControlPlaneKeys(keys []string) error {
+	if len(keys) > maxControlPlaneKeys {
+		return invalid("control_plane_api_keys", "may hold at most %d keys, got %d", maxControlPlaneKeys, len(keys))
+	}
+	for i, k := range keys {
+		if len(k) == 0 || len(k) > maxControlPlaneKeyLen || strings.IndexFunc(k, func(r rune) bool { return r <= ' ' || r > '~' }) >= 0 {
+			return invalid(fmt.Sprintf("control_plane_api_keys[%d]", i), "must be 1 to %d visible ASCII characters without spaces", maxControlPlaneKeyLen)
+		}
 	}
 	return nil
 }
@@ -152,7 +203,8 @@ func (o Options) withDefaults() Options {
 		{&o.ConnectTimeout, &d.ConnectTimeout}, {&o.FirstByteTimeout, &d.FirstByteTimeout},
 		{&o.IdleTimeout, &d.IdleTimeout}, {&o.BodyTimeout, &d.BodyTimeout},
 		{&o.ReadHeaderTimeout, &d.ReadHeaderTimeout}, {&o.KeepAliveTimeout, &d.KeepAliveTimeout},
-		{&o.ShutdownTimeout, &d.ShutdownTimeout},
+		{&o.ShutdownTimeout, &d.ShutdownTimeout}, {&o.RequestTimeout, &d.RequestTimeout},
+		{&o.WorkerIdleTimeout, &d.WorkerIdleTimeout},
 	} {
 		if *f.v == 0 {
 			*f.v = *f.d
@@ -166,6 +218,10 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PrefixBlocks == "" {
 		o.PrefixBlocks = d.PrefixBlocks
+	}
+	if o.RetryMaxRetries == nil {
+		n := DefaultRetryMaxRetries
+		o.RetryMaxRetries = &n
 	}
 	if o.PrefixBlockBytes == 0 {
 		o.PrefixBlockBytes = d.PrefixBlockBytes

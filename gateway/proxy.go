@@ -27,11 +27,19 @@ type exchange struct {
 	client   context.Context // the client connection's context: done when the client left
 	decision core.Decision
 	target   *target
-	rawPath  string
-	rawQuery string
-	hasQuery bool
-	body     []byte
-	start    time.Time
+	// request is the routing request, kept for a retry; tried lists the workers it was sent to
+	// and outcome how the latest try ended (see failover).
+	request core.Request
+	tried   []uint32
+	outcome core.Outcome
+	readErr error
+	// triedSpace holds tried without an allocation for up to its length of tries.
+	triedSpace [4]uint32
+	rawPath    string
+	rawQuery   string
+	hasQuery   bool
+	body       []byte
+	start      time.Time
 
 	// timer cancels the request when the worker is silent too long: before its response
 	// headers (first-byte timeout), then between two reads of its body (idle-stream timeout).
@@ -72,6 +80,9 @@ func (ex *exchange) expire() {
 func (ex *exchange) Read(p []byte) (int, error) {
 	n, err := ex.upstream.Read(p)
 	ex.sent += int64(n)
+	if err != nil && err != io.EOF {
+		ex.readErr = err
+	}
 	if n > 0 {
 		ex.timer.Reset(ex.idle)
 	}
@@ -89,13 +100,37 @@ func (g *Gateway) targetOf(workerURL string) (*target, error) {
 	if t, ok := g.targets.Load(workerURL); ok {
 		return t.(*target), nil
 	}
-	u, err := url.Parse(workerURL)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, errors.New("the worker URL is not an http:// or https:// URL with a host")
+	u, err := parseWorkerURL(workerURL)
+	if err != nil {
+		return nil, err
 	}
 	t := &target{scheme: u.Scheme, host: u.Host, pathPrefix: strings.TrimRight(u.EscapedPath(), "/")}
 	g.targets.Store(workerURL, t)
 	return t, nil
+}
+
+// parseWorkerURL reads a worker URL the gateway can forward to: http:// or https:// with a host.
+func parseWorkerURL(workerURL string) (*url.URL, error) {
+	u, err := url.Parse(workerURL)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, errors.New("the worker URL is not an http:// or https:// URL with a host")
+	}
+	return u, nil
+}
+
+// checkWorkerURL is the worker API's rule for a new worker: parseWorkerURL's, written in the
+// form the gateway forwards to (lowercase scheme, no user info, query or fragment).
+func checkWorkerURL(workerURL string) error {
+	u, err := parseWorkerURL(workerURL)
+	switch {
+	case err != nil:
+		return err
+	case !strings.HasPrefix(workerURL, u.Scheme+"://"):
+		return errors.New("the scheme must be written in lowercase, http:// or https://")
+	case u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return errors.New("a worker URL has no user info, query or fragment")
+	}
+	return nil
 }
 
 // routingHeader is a header that carries a routing input: its canonical form (http.Header's
@@ -133,7 +168,14 @@ func (g *Gateway) routingRequest(h http.Header) core.Request {
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.inflight.Add(1)
 	defer g.inflight.Add(-1)
-	ex := &exchange{client: r.Context()}
+	if g.control.probe(w, r) {
+		return
+	}
+	if g.apiOnProxyPort && isAPIPath(r.URL.Path) {
+		g.control.serveAPI(w, r)
+		return
+	}
+	ex := &exchange{client: r.Context(), outcome: core.OutcomeNeutral}
 	if g.accessLog != nil {
 		ex.start = time.Now()
 	}
@@ -150,11 +192,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, r, ex, status, text)
 		return
 	}
-	req := g.routingRequest(r.Header)
+	ex.request = g.routingRequest(r.Header)
 	if g.opts.PrefixBlocks == "text" {
-		req.PrefixBlocks = bodyPrefixBlocks(ex.body, g.opts.PrefixBlockBytes)
+		ex.request.PrefixBlocks = bodyPrefixBlocks(ex.body, g.opts.PrefixBlockBytes)
 	}
-	ex.decision = g.router.Route(&req)
+	ex.decision = g.router.Route(&ex.request)
 	if ex.decision.Lease == 0 {
 		g.refuse(w, r, ex, http.StatusServiceUnavailable, "no worker available")
 		return
@@ -165,7 +207,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.refuse(w, r, ex, http.StatusBadGateway, "worker unreachable")
 		return
 	}
-	ex.Context, ex.cancel = context.WithCancel(r.Context())
+	ex.tried = append(ex.triedSpace[:0], ex.decision.WorkerID)
+	ex.Context, ex.cancel = context.WithTimeout(r.Context(), seconds(g.opts.RequestTimeout))
 	ex.idle = seconds(g.opts.IdleTimeout)
 	ex.timer = time.AfterFunc(seconds(g.opts.FirstByteTimeout), ex.expire)
 	defer g.finish(r, ex)
@@ -178,7 +221,7 @@ func (g *Gateway) finish(r *http.Request, ex *exchange) {
 	p := recover()
 	ex.timer.Stop()
 	ex.cancel()
-	g.router.Release(ex.decision.Lease, false)
+	g.health.Finish(ex.decision.Lease, ex.finalOutcome())
 	if p != nil {
 		ex.aborted = true
 	}
@@ -270,16 +313,8 @@ func fill(r io.Reader, p []byte) (int, error) {
 // them: the proxy adds nothing.
 func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	ex := exchangeOf(pr.In.Context())
-	out, t := pr.Out, ex.target
-	out.URL.Scheme, out.URL.Host, out.Host = t.scheme, t.host, ""
-	if path := t.pathPrefix + ex.rawPath; !strings.HasPrefix(path, "//") {
-		out.URL.Opaque = path // written on the request line as it is
-	} else {
-		// An opaque "//..." would be read as a scheme-relative URL.
-		out.URL.Opaque, out.URL.RawPath = "", path
-		out.URL.Path, _ = url.PathUnescape(path)
-	}
-	out.URL.RawQuery, out.URL.ForceQuery = ex.rawQuery, ex.hasQuery && ex.rawQuery == ""
+	out := pr.Out
+	ex.aim(out)
 	for _, name := range [...]string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
 		if v, ok := pr.In.Header[name]; ok {
 			out.Header[name] = v
@@ -296,6 +331,21 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		out.Body = io.NopCloser(bytes.NewReader(ex.body))
 		out.GetBody = ex.getBody // lets the transport retry on a keep-alive connection the worker closed
 	}
+}
+
+// aim points a request to the worker at the exchange's target: its scheme, host and path
+// prefix, then the client's raw path and query.
+func (ex *exchange) aim(out *http.Request) {
+	t := ex.target
+	out.URL.Scheme, out.URL.Host, out.Host = t.scheme, t.host, ""
+	if path := t.pathPrefix + ex.rawPath; !strings.HasPrefix(path, "//") {
+		out.URL.Opaque = path // written on the request line as it is
+	} else {
+		// An opaque "//..." would be read as a scheme-relative URL.
+		out.URL.Opaque, out.URL.RawPath = "", path
+		out.URL.Path, _ = url.PathUnescape(path)
+	}
+	out.URL.RawQuery, out.URL.ForceQuery = ex.rawQuery, ex.hasQuery && ex.rawQuery == ""
 }
 
 func (ex *exchange) getBody() (io.ReadCloser, error) {

@@ -47,6 +47,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_smg_workers import HEADING as WORKER_API_HEADING  # noqa: E402
+from compare_smg_workers import with_section  # noqa: E402
 from record_smg_ring import SMG_VERSION, Gateway, routing_keys, smg_executable  # noqa: E402
 
 from bounded_router.simulate.engine import placement_label  # noqa: E402
@@ -166,7 +168,8 @@ DIFFERENCES = """## Differences by design
   can name different workers on the two.
 - `power_of_two` and `least_load` compare the in-flight loads this router counts (its leases);
   SMG scores load reports it polls from the workers (queued tokens, KV-cache pressure) and
-  breaks ties at random, where `least_load` here takes the first in membership order.
+  breaks ties at random, where `least_load` here takes the first tied worker clockwise from the
+  routing key (random without a key: docs/contract.md, "Ties by the key").
 - `manual` keeps one worker per key and bounds the keys by count (`max_keys`, least recently
   routed forgotten first); SMG keeps two candidates per key (a key returns to its first worker
   when it recovers) and forgets keys idle for `max_idle_secs`. SMG's `min_group` and `delegate`
@@ -270,6 +273,11 @@ def main(argv: Sequence[str] = ()) -> int:
     report = "\n".join(out) + "\n"
     print(report)
     if args.write:
+        if os.path.exists(args.write):  # keep the section scripts/compare_smg_workers.py wrote
+            with open(args.write) as f:
+                kept = f.read()
+            start = kept.find(WORKER_API_HEADING)
+            report = report if start < 0 else with_section(report, kept[start:])
         with open(args.write, "w") as f:
             f.write(report)
     return 0

@@ -85,20 +85,21 @@ MUTANTS: List[Mutant] = [
         "asgi-no-release-on-disconnect",
         PACKAGE + "integrations/asgi.py",
         '            log.debug("response from %s ended: %s", self.lease.worker_url, ending)\n'
-        "            self.lease.release()",
+        "            self.lease.release(outcome=final_outcome(self.status_code, ending))",
         '            log.debug("response from %s ended: %s", self.lease.worker_url, ending)\n'
         '            if ending != "disconnected":\n'
-        "                self.lease.release()",
+        "                self.lease.release(outcome=final_outcome(self.status_code, ending))",
         PROXY_TESTS,
         why="the ASGI proxy keeps the lease of a client that left (the safety net releases it later)",
     ),
     Mutant(
         "aiohttp-no-release-on-disconnect",
         PACKAGE + "integrations/aiohttp.py",
-        '            log.debug("response from %s ended: %s", lease.worker_url, ending)\n            lease.release()',
+        '            log.debug("response from %s ended: %s", lease.worker_url, ending)\n'
+        "            lease.release(outcome=final_outcome(status, ending))",
         '            log.debug("response from %s ended: %s", lease.worker_url, ending)\n'
         '            if ending != "disconnected":\n'
-        "                lease.release()",
+        "                lease.release(outcome=final_outcome(status, ending))",
         PROXY_TESTS,
         why="the aiohttp proxy keeps the lease of a client that left",
     ),
@@ -159,8 +160,8 @@ MUTANTS: List[Mutant] = [
     Mutant(
         "core-release-many-counts-unknown",
         "core/batch.go",
-        "\t\tif r.release(id, false) {\n\t\t\treleased++\n\t\t}",
-        "\t\tr.release(id, false)\n\t\treleased++",
+        "\t\tif ok {\n\t\t\treleased++\n\t\t}",
+        "\t\tif ok || id != 0 {\n\t\t\treleased++\n\t\t}",
         ("python/test_batch.py", "python/test_fast_path.py", "python/test_leases.py"),
         ("./core", "./capi"),
         why="ReleaseMany counts leases that were already released or never issued",

@@ -3,13 +3,14 @@
 Pure Python: the ring positions come from the ``xxhash`` and ``blake3`` packages on PyPI
 (test-only dependencies), everything else from the contract's words (sections "Workers and
 membership", "The hash ring", "Inputs and precedence", "The bounded rule", "Leases", "The ring",
-"Spill target", "Key memory", "Weighted leases", "power_of_two", "least_load", "manual"). It
+"Spill target", "Key memory", "Weighted leases", "power_of_two", "least_load", "manual", "Ties by
+the key"). It
 mirrors the public
 ``bounded_router.Router`` API so that the differential tests can run the same operations on both
 and compare every decision and every load, and so that scripts/bench.py can time it as the pure-Python implementation of the policy.
 
-Random choices (``random_fallback``, the ``random`` policy, ``power_of_two``'s draw and
-``manual``'s random assignment) cannot be reproduced from outside, so ``route``/``select`` take
+Random choices (``random_fallback``, the ``random`` policy, ``power_of_two``'s draw,
+``manual``'s random assignment and the keyless ties of ``least_load`` and ``min_load``) cannot be reproduced from outside, so ``route``/``select`` take
 ``random_choice=url``: the worker the library chose, which the model checks is one the rule
 allows (an available worker; for ``power_of_two`` one that some other available worker's load
 is at least equal to) and then uses, keeping loads comparable. Without it the
@@ -76,6 +77,7 @@ BRANCHES = (
     "cache_aware_key_hit",
     "cache_aware_balance",
     "cache_aware_no_match",
+    "failover",
 )
 
 TARGET_HEADER = b"x-smg-target-worker"
@@ -460,7 +462,7 @@ class ReferenceRouter:
             url = self._power_of_two(available, random_choice)
             return url, url, "power_of_two", explicit
         if self.policy == "least_load":
-            url = self._least_loaded(available)
+            url = self._least_loaded(available, explicit, random_choice)
             return url, url, "least_load", explicit
         if self.policy == "manual":
             url, branch = self._manual(explicit, available, random_choice)
@@ -606,9 +608,14 @@ class ReferenceRouter:
         worker = self._workers[url]
         self.memory[position] = (worker, worker.outages)
 
-    def _least_loaded(self, available: Sequence[str]) -> str:
-        """contract: "least_load": the least load, the first in membership order among ties."""
-        return min(available, key=lambda url: self._workers[url].load)  # min keeps the first of equals
+    def _least_loaded(self, available: Sequence[str], key: Optional[bytes], choice: Optional[str]) -> str:
+        """contract: "Ties by the key": the least load; among ties the first clockwise from the
+        explicit key, or without one any tied worker (the library's draw)."""
+        least = min(self._workers[url].load for url in available)
+        tied = [url for url in available if self._workers[url].load == least]
+        if key is not None:
+            return next(url for url in self.clockwise(key) if url in tied)
+        return self._random_pick(tied, choice)
 
     def _power_of_two(self, available: Sequence[str], choice: Optional[str]) -> str:
         """contract: "power_of_two": the less loaded of two distinct random workers, ties to the
@@ -626,18 +633,18 @@ class ReferenceRouter:
     def _manual(self, key: Optional[bytes], available: Sequence[str], choice: Optional[str]) -> Tuple[str, str]:
         """contract: "manual": a held key keeps its worker while that worker stays available."""
         if key is None:
-            return self._assign(available, choice), "manual_no_routing_key"
+            return self._assign(available, key, choice), "manual_no_routing_key"
         held = self._held.get(key)
         if held is None:
-            return self._assign(available, choice), "manual_vacant"
+            return self._assign(available, key, choice), "manual_vacant"
         worker, outages = held
         if self._workers.get(worker.url) is worker and worker.outages == outages:
             return worker.url, "manual_occupied_hit"
-        return self._assign(available, choice), "manual_occupied_miss"
+        return self._assign(available, key, choice), "manual_occupied_miss"
 
-    def _assign(self, available: Sequence[str], choice: Optional[str]) -> str:
+    def _assign(self, available: Sequence[str], key: Optional[bytes], choice: Optional[str]) -> str:
         if self.assignment_mode == "min_load":
-            return self._least_loaded(available)
+            return self._least_loaded(available, key, choice)
         return self._random_pick(available, choice)
 
     def _hold(self, key: bytes, url: str) -> None:

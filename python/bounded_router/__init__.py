@@ -22,6 +22,7 @@ from __future__ import annotations
 from .args import RouterArgs
 from .errors import ForkedProcessError, LibraryLoadError, NoWorkerAvailableError, RouterClosedError
 from ._request import MAX_LEASE_WEIGHT, MAX_PREFIX_BLOCKS
+from .health import CircuitBreakerConfig, HealthCheckConfig, RetryConfig
 from .lease import Lease
 from .policy import (
     BoundedConsistentHashingConfig,
@@ -62,6 +63,9 @@ __all__ = [
     "ManualConfig",
     "CacheAwareConfig",
     "config_from_dict",
+    "HealthCheckConfig",
+    "CircuitBreakerConfig",
+    "RetryConfig",
     "prefix_blocks",
     "text_prefix_blocks",
     "MAX_LEASE_WEIGHT",

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import signal
 import sys
-import threading
 from typing import List, Optional, Tuple
 
 from ._cli import SERVE_HINT, CommandParser
 from .args import RouterArgs, port_number
+from .gateway import serve_until_signalled
 from .integrations.options import ProxyOptions, positive_seconds, router_and_options
 
 __all__ = ["main"]
@@ -52,28 +51,14 @@ def _parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
 def main(argv: Optional[List[str]] = None) -> int:
     top, parser = _parser()
     args = top.parse_args(argv)
-    router, options = router_and_options(parser, args)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    router, options = router_and_options(parser, args, worker_api=True)
     try:
-        gateway = router.serve(
-            host=args.host,
-            port=args.port,
-            metrics_port=args.metrics_port,
-            shutdown_timeout=args.shutdown_timeout,
-            access_log=args.access_log,
-            **dataclasses.asdict(options),
-        )
+        settings = RouterArgs.from_cli_args(args).gateway_options()
+        settings.update(metrics_port=args.metrics_port, shutdown_timeout=args.shutdown_timeout, access_log=args.access_log)
+        serve_until_signalled(router, args.lifetime, **settings, **dataclasses.asdict(options))
     except ValueError as e:
         router.close()
         parser.error(str(e))
-    if gateway.metrics_address:
-        print("metrics listening on http://%s" % gateway.metrics_address, flush=True)
-    print("gateway listening on %s" % gateway.url, flush=True)
-    stop.wait(args.lifetime)
-    gateway.stop()
-    router.close()
     return 0
 
 

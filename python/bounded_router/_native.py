@@ -38,7 +38,7 @@ __all__ = ["ABI_VERSION", "LIBRARY_ENV", "LIBRARY_NAME", "BrRequest", "Library",
 
 #: The ABI version this binding implements (``BR_ABI_VERSION`` of the header): the one constant
 #: a binding must hold itself, to know whether it can read the others.
-ABI_VERSION = 4
+ABI_VERSION = 5
 #: Environment variable naming another build of the library to load.
 LIBRARY_ENV = "BOUNDED_ROUTER_LIBRARY"
 #: File name of the library inside the package.
@@ -308,6 +308,18 @@ class Library:
     @_export(c_int32, c_uint64, _u64p, c_uint32, holds_gil=True)
     def br_release_many(self, router: Any, leases: bytes, n: int) -> int:
         """Release n leases in one step: how many were released."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_uint64, c_int32)
+    def br_finish(self, router: Any, lease: int, outcome: int) -> int:
+        """Release a lease with its request's outcome (BR_OUTCOME_*): 1 if released, 0 if not."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, c_int64, c_char_p, c_size_t, _u64p)
+    def br_route_avoiding(
+        self, router: Any, key: bytes, key_len: int, headers: bytes, headers_len: int, weight: int, avoid: bytes, avoid_len: int, out: Any
+    ) -> int:
+        """Route a retry away from the workers whose URLs the JSON array lists: the branch code."""
         raise NotImplementedError
 
     @_export(c_int64, c_uint64, c_uint64, _buf, c_size_t)

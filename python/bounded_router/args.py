@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from ._encoding import DEFAULT_ROUTING_KEY_HEADERS
+from .health import DEFAULT_RETRY_MAX_RETRIES, CircuitBreakerConfig, HealthCheckConfig, RetryConfig
 from .policy import (
     ASSIGNMENT_MODES,
     DEFAULT_BLOCKS_PER_WORKER,
@@ -106,6 +107,47 @@ class RouterArgs:
     routing_key_headers: List[str] = dataclasses.field(default_factory=lambda: list(DEFAULT_ROUTING_KEY_HEADERS))
     blocks_per_worker: int = DEFAULT_BLOCKS_PER_WORKER
     cache_threshold: float = DEFAULT_CACHE_THRESHOLD
+    # Worker failures (docs/contract.md, "Worker failures"), SMG's names: probes, the circuit
+    # breaker and the proxies' retries, all on unless disabled.
+    health_check_endpoint: str = "/health"
+    health_check_interval_secs: float = 1.0
+    health_check_timeout_secs: float = 1.0
+    health_failure_threshold: int = 3
+    health_success_threshold: int = 2
+    disable_health_check: bool = False
+    cb_failure_threshold: int = 5
+    cb_success_threshold: int = 2
+    cb_timeout_duration_secs: float = 10.0
+    disable_circuit_breaker: bool = False
+    retry_max_retries: int = DEFAULT_RETRY_MAX_RETRIES
+    disable_retries: bool = False
+    request_timeout_secs: float = 1800.0
+    # The gateway's (serve, launch_router), with SMG's names; Router.from_args ignores them.
+    control_plane_api_keys: List[str] = dataclasses.field(default_factory=list)
+    worker_api_on_proxy_port: bool = False
+    prometheus_port: Optional[int] = None
+
+    def health_check_config(self) -> Optional[HealthCheckConfig]:
+        """The health check these settings describe, None with ``disable_health_check``."""
+        if self.disable_health_check:
+            return None
+        return HealthCheckConfig(
+            self.health_check_endpoint,
+            self.health_check_interval_secs,
+            self.health_check_timeout_secs,
+            self.health_failure_threshold,
+            self.health_success_threshold,
+        )
+
+    def circuit_breaker_config(self) -> Union[CircuitBreakerConfig, bool]:
+        """The circuit breaker these settings describe, False with ``disable_circuit_breaker``."""
+        if self.disable_circuit_breaker:
+            return False
+        return CircuitBreakerConfig(self.cb_failure_threshold, self.cb_success_threshold, self.cb_timeout_duration_secs)
+
+    def retry_config(self) -> RetryConfig:
+        """The proxies' retries: none with ``disable_retries``."""
+        return RetryConfig(0 if self.disable_retries else self.retry_max_retries)
 
     @staticmethod
     def add_cli_args(
@@ -229,6 +271,52 @@ class RouterArgs:
             help="cache_aware: a prefix hit needs more than this fraction of the request's blocks "
             "matched, from 0.0 to 1.0 (default: %(default)s, as SMG)",
         )
+        _add_failure_args(add)
+
+        add(
+            "control-plane-api-keys",
+            type=str,
+            nargs="*",
+            action="extend",
+            metavar="ID:NAME:ROLE:KEY",
+            help="gateway: keys of the worker API (POST/GET/DELETE /workers ...), SMG's format, role admin; "
+            "with keys set every worker API request needs Authorization: Bearer KEY, and the proxy port serves it",
+        )
+        add(
+            "worker-api-on-proxy-port",
+            action="store_true",
+            default=None,
+            help="gateway: serve the worker API on the proxy port, as SMG does (without keys anyone who reaches "
+            "the port can add and remove workers); otherwise only on the metrics (admin) port",
+        )
+
+    def control_plane_keys(self) -> List[str]:
+        """The bearer keys of ``control_plane_api_keys`` (SMG's ``id:name:role:key``, role
+        ``admin`` or ``user``). Only admin keys may use the worker API, as in SMG; ValueError
+        names an entry of the wrong form, and a list with no admin key (which would leave the
+        API without a usable key)."""
+        keys = []
+        for i, entry in enumerate(self.control_plane_api_keys):
+            parts = entry.split(":", 3)
+            if len(parts) != 4 or parts[2].lower() not in ("admin", "user") or not parts[3]:
+                raise ValueError("control_plane_api_keys[%d] must be ID:NAME:ROLE:KEY with ROLE admin or user, got %r" % (i, entry))
+            if parts[2].lower() == "admin":
+                keys.append(parts[3])
+        if self.control_plane_api_keys and not keys:
+            raise ValueError("control_plane_api_keys: no key has the role admin, which the worker API needs")
+        return keys
+
+    def gateway_options(self) -> Dict[str, Any]:
+        """The native gateway's options these arguments set (see :mod:`bounded_router.gateway`)."""
+        return {
+            "host": self.host,
+            "port": self.port,
+            "metrics_port": self.prometheus_port,
+            "control_plane_api_keys": self.control_plane_keys(),
+            "worker_api_on_proxy_port": self.worker_api_on_proxy_port,
+            "retry_max_retries": self.retry_config().max_retries,
+            "request_timeout_secs": self.request_timeout_secs,
+        }
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace, use_router_prefix: bool = False) -> "RouterArgs":
@@ -254,3 +342,61 @@ class RouterArgs:
         values["worker_urls"] = list(values.get("worker_urls") or [])
         return cls(**values)
 
+
+
+def _add_failure_args(add: Callable[..., None]) -> None:
+    """The flags of docs/contract.md, "Worker failures", with SMG's names."""
+    d = RouterArgs
+    add("health-check-endpoint", type=str, default=d.health_check_endpoint, help="path each health probe GETs (default: %(default)s)")
+    add(
+        "health-check-interval-secs",
+        type=float,
+        default=d.health_check_interval_secs,
+        help="seconds between a worker's probes; 1 flags a dead worker within seconds (default: %(default)s)",
+    )
+    add("health-check-timeout-secs", type=float, default=d.health_check_timeout_secs, help="seconds a probe may take (default: %(default)s)")
+    add(
+        "health-failure-threshold",
+        type=int,
+        default=d.health_failure_threshold,
+        help="failed probes in a row that make a worker unavailable (default: %(default)s)",
+    )
+    add(
+        "health-success-threshold",
+        type=int,
+        default=d.health_success_threshold,
+        help="good probes in a row that make it available again (default: %(default)s)",
+    )
+    add("disable-health-check", action="store_true", default=None, help="probe no worker")
+    add(
+        "cb-failure-threshold",
+        type=int,
+        default=d.cb_failure_threshold,
+        help="failed requests in a row that eject a worker (circuit breaker) (default: %(default)s)",
+    )
+    add(
+        "cb-success-threshold",
+        type=int,
+        default=d.cb_success_threshold,
+        help="successes in a row that restore a half-open worker (default: %(default)s)",
+    )
+    add(
+        "cb-timeout-duration-secs",
+        type=float,
+        default=d.cb_timeout_duration_secs,
+        help="seconds an ejected worker waits before trial requests (default: %(default)s)",
+    )
+    add("disable-circuit-breaker", action="store_true", default=None, help="never eject a worker for failed requests")
+    add(
+        "retry-max-retries",
+        type=int,
+        default=d.retry_max_retries,
+        help="proxies: more workers to try when one fails a request before its first byte (default: %(default)s)",
+    )
+    add("disable-retries", action="store_true", default=None, help="proxies: send every request once")
+    add(
+        "request-timeout-secs",
+        type=float,
+        default=d.request_timeout_secs,
+        help="serve: seconds a whole request may take, streaming included (default: %(default)s)",
+    )

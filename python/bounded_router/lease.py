@@ -33,6 +33,7 @@ from typing import (
 
 
 from ._native_router import HAND_OVER_AT, LeaseDecision, NativeRouter
+from .health import OUTCOMES
 
 __all__ = ["Lease", "LeasedIterator", "LeasedAsyncIterator"]
 
@@ -92,8 +93,14 @@ class Lease:
         """Whether :meth:`release` was called (or the router was closed)."""
         return not self._id or self._native.closed
 
-    def release(self) -> bool:
+    def release(self, outcome: str = "success") -> bool:
         """Stop counting the request; return True if this call released it.
+
+        ``outcome`` is how the request ended on the worker (docs/contract.md, "Worker
+        failures"): ``"success"`` (the default), ``"failure"`` (connection refused or reset,
+        no answer in time, a 500/502/503/504: the circuit breaker counts it), ``"pushback"``
+        (a 429) or ``"neutral"`` (another 4xx; counts neither way). Only a plain success takes
+        the fast path described below; the others make one call into the library.
 
         Idempotent and thread-safe: only the first call releases, later ones return False.
         Releasing after the router was closed returns False. Releasing after the worker was
@@ -107,6 +114,8 @@ class Lease:
         Raises:
             ForkedProcessError: in a process forked after the lease was taken.
         """
+        if outcome != "success":
+            return self._finish(outcome)
         lease_id = self._id
         if not lease_id:
             return False
@@ -125,6 +134,26 @@ class Lease:
         if len(released) > HAND_OVER_AT:
             native.hand_over()
         return True
+
+    def fail(self) -> bool:
+        """Release the lease as a failure of its worker: ``release(outcome="failure")``."""
+        return self._finish("failure")
+
+    def _finish(self, outcome: str) -> bool:
+        """Release with an outcome other than success: one ``br_finish`` call."""
+        try:
+            code = OUTCOMES.index(outcome)
+        except ValueError:
+            raise ValueError("outcome must be one of %s, got %r" % (", ".join(OUTCOMES), outcome)) from None
+        lease_id = self._id
+        if not lease_id:
+            return False
+        native = self._native
+        self._id = 0
+        self.__class__ = Lease
+        if native.closed:
+            return False
+        return bool(native.call("br_finish", lease_id, code))
 
     def __copy__(self) -> NoReturn:
         raise TypeError("a Lease cannot be copied: each one counts one request, released once")

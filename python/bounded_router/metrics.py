@@ -61,7 +61,23 @@ _FAMILIES: Tuple[Tuple[str, str, str], ...] = (
         "Prefix blocks of the requests cache_aware routed that their worker held (the matched prefix).",
     ),
     ("indexed_blocks", "gauge", "(worker, block) pairs in cache_aware's index, over all workers."),
+    ("worker_routed_total", "counter", "Leases taken on the worker: requests routed (or acquired) to it."),
+    (
+        "worker_outcomes_total",
+        "counter",
+        "Released requests of the worker by outcome: success, failure, pushback (429), neutral.",
+    ),
+    (
+        "worker_condition",
+        "gauge",
+        "1 for the worker's condition: available, half_open, ejected, unhealthy_probe or unhealthy_user.",
+    ),
+    ("worker_ejections_total", "counter", "Times the worker's circuit breaker opened."),
+    ("worker_probes_total", "counter", "Health-check probes of the worker, by result: passed or failed."),
 )
+
+# The worker conditions, in the library's order (docs/contract.md, "Worker failures").
+CONDITIONS = ("available", "half_open", "ejected", "unhealthy_probe", "unhealthy_user")
 
 Sample = Tuple[Dict[str, str], float]
 
@@ -91,7 +107,7 @@ def _check_labels(labels: Optional[Mapping[str, str]]) -> Dict[str, str]:
     for name, value in (labels or {}).items():
         if not isinstance(name, str) or not _NAME.match(name) or name.startswith("__"):
             raise ValueError("metric label name %r is not a valid Prometheus label name" % (name,))
-        if name in ("branch", "worker"):
+        if name in ("branch", "worker", "outcome", "condition", "result"):
             raise ValueError("metric label name %r is used by the router's own metrics; choose another" % name)
         if not isinstance(value, str):
             raise TypeError("metric label %r must have a str value, got %s" % (name, type(value).__name__))
@@ -109,6 +125,14 @@ def _collect(stats: Statistics, labels: Dict[str, str]) -> Dict[str, List[Sample
         samples["worker_active_keys"].append((worker_labels, worker.active_keys))
         samples["worker_healthy"].append((worker_labels, 1 if worker.healthy else 0))
         samples["worker_indexed_blocks"].append((worker_labels, worker.indexed_blocks))
+        samples["worker_routed_total"].append((worker_labels, worker.routed))
+        for outcome, count in worker.outcomes.items():
+            samples["worker_outcomes_total"].append((dict(worker_labels, outcome=outcome), count))
+        for condition in CONDITIONS:
+            samples["worker_condition"].append((dict(worker_labels, condition=condition), 1 if worker.condition == condition else 0))
+        samples["worker_ejections_total"].append((worker_labels, worker.ejections))
+        samples["worker_probes_total"].append((dict(worker_labels, result="passed"), worker.probes_passed))
+        samples["worker_probes_total"].append((dict(worker_labels, result="failed"), worker.probes_failed))
     samples["active_leases"].append((labels, stats.active_leases))
     samples["leaked_leases_total"].append((labels, stats.leaked_leases))
     samples["prefix_blocks_total"].append((labels, stats.prefix_blocks))

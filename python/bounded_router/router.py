@@ -22,6 +22,7 @@ from ._request import check_weight, one_request, pack_requests, prefix_block_arr
 from .args import RouterArgs
 from .errors import NoWorkerAvailableError
 from .gateway import Gateway
+from .health import CircuitBreakerConfig, HealthCheckConfig, circuit_breaker_setting, health_check_setting
 from .lease import Lease, _HeldLease
 from .metrics import render
 from .policy import DEFAULT_VIRTUAL_NODES, PolicyConfig, PolicyType, resolve_policy
@@ -132,6 +133,11 @@ class Router:
             ``min_load_gap`` apply to ``cache_aware`` too.
         cache_threshold: ``cache_aware``: a prefix hit needs more than this fraction of the
             request's blocks matched (default 0.3, SMG's; docs/contract.md, "cache_aware").
+        health_check: a :class:`HealthCheckConfig` (or True for its defaults) to probe the
+            workers from the library's own threads; None (default) probes nothing.
+        circuit_breaker: a :class:`CircuitBreakerConfig`; None (default) its defaults, False
+            none. Failures reported with :meth:`Lease.fail` eject a worker after its threshold
+            (docs/contract.md, "Worker failures").
 
     Raises:
         ValueError: a setting breaks its rule, an unknown policy name, a URL that is not of
@@ -159,6 +165,8 @@ class Router:
         routing_key_headers: Optional[Sequence[str]] = None,
         blocks_per_worker: Optional[int] = None,
         cache_threshold: Optional[float] = None,
+        health_check: Union[HealthCheckConfig, bool, None] = None,
+        circuit_breaker: Union[CircuitBreakerConfig, bool, None] = None,
     ) -> None:
         urls = _url_list(worker_urls, "worker_urls")
         self._policy = resolve_policy(
@@ -179,6 +187,11 @@ class Router:
         config: Dict[str, Any] = {"worker_urls": urls, "policy": self._policy.to_dict(), "virtual_nodes": int(virtual_nodes)}
         if routing_key_headers is not None:
             config["routing_key_headers"] = _header_names(routing_key_headers)
+        probes, breaker = health_check_setting(health_check), circuit_breaker_setting(circuit_breaker)
+        if probes is not None:
+            config["health_check"] = probes
+        if breaker is not None:
+            config["circuit_breaker"] = breaker
         self._native = NativeRouter(_json(config))
         self._routing_key_headers = tuple(config.get("routing_key_headers", DEFAULT_ROUTING_KEY_HEADERS))
         # Built once the library has accepted the names (tokens, hence ASCII).
@@ -208,6 +221,8 @@ class Router:
             routing_key_headers=args.routing_key_headers,
             blocks_per_worker=args.blocks_per_worker,
             cache_threshold=args.cache_threshold,
+            health_check=args.health_check_config(),
+            circuit_breaker=args.circuit_breaker_config(),
         )
 
     # -- state -------------------------------------------------------------------------------
@@ -268,6 +283,7 @@ class Router:
         headers: Optional[HeadersLike] = None,
         weight: Optional[int] = None,
         prefix_blocks: Optional[Sequence[int]] = None,
+        exclude: Optional[Iterable[str]] = None,
     ) -> Lease:
         """Choose a worker for a request and count the request on it until the lease is released.
 
@@ -285,6 +301,11 @@ class Router:
             prefix_blocks: the prompt's prefix block hashes in order (integers from 0 to
                 2**64-1, at most ``MAX_PREFIX_BLOCKS``; see :func:`~bounded_router.prefix_blocks`);
                 ``cache_aware`` routes by them, the other policies ignore them.
+            exclude: the URLs of workers the request already failed on, for a retry
+                (docs/contract.md, "Worker failures"): a keyed request goes to the next
+                available worker clockwise from its key that is not excluded (branch
+                ``failover``), any other where the policy sends it among the rest; a request
+                naming a target worker is not retried. URLs that are not workers are ignored.
 
         Returns:
             The :class:`Lease`; release it (or use it as a context manager) when the request
@@ -297,6 +318,8 @@ class Router:
             RouterClosedError: the router was closed (the library reports it: the handle is
                 invalid from then on).
         """
+        if exclude is not None:
+            return self._route_avoiding(routing_key, headers, weight, exclude)
         if weight is not None or prefix_blocks is not None:
             return self._route_request(routing_key, headers, weight, prefix_blocks)
         # One native call per request, which also hands over a lease released since the last
@@ -364,6 +387,25 @@ class Router:
         out, out_ref = _native.thread_buffers()
         lib = native.lib
         code = lib.check(lib.br_route_request(native.handle_arg, request, 1, out_ref))
+        lease_id = out[0]
+        if not lease_id:
+            raise native.unrouted(code)
+        return _HeldLease(native, lease_id, native.lease_decision(code, out[1], lease_id))
+
+    def _route_avoiding(
+        self, routing_key: Union[str, bytes, None], headers: Optional[HeadersLike], weight: Optional[int], exclude: Iterable[str]
+    ) -> Lease:
+        """:meth:`route` for a retry: one ``br_route_avoiding`` call."""
+        native = self._native
+        avoid = _json(_url_list(exclude, "exclude"))
+        key = key_bytes(routing_key)
+        block = b"" if headers is None else encode_headers(headers, self._header_filter)
+        lease_weight = 0 if weight is None else check_weight(weight)
+        native.check_open()
+        native.hand_over()
+        out, _ = _native.thread_buffers()
+        lib = native.lib
+        code = lib.check(lib.br_route_avoiding(native.handle, key, len(key), block, len(block), lease_weight, avoid, len(avoid), out))
         lease_id = out[0]
         if not lease_id:
             raise native.unrouted(code)

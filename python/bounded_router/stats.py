@@ -3,8 +3,10 @@ counted where")."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Sequence, Tuple
+
+from .health import OUTCOMES
 
 __all__ = ["WorkerInfo", "Statistics"]
 
@@ -22,6 +24,15 @@ class WorkerInfo:
         requests: the number of leases held on it, whatever their weights.
         indexed_blocks: the prefix blocks ``cache_aware`` remembers sending there (0 under
             the other policies; at most ``blocks_per_worker``).
+        condition: why it is or is not available (docs/contract.md, "Worker failures"):
+            ``"available"``, ``"half_open"``, ``"ejected"``, ``"unhealthy_probe"`` or
+            ``"unhealthy_user"``.
+        consecutive_failures: its failed requests since its last success.
+        ejections: how many times its circuit breaker opened.
+        routed: every lease ever taken on it (requests routed or acquired there).
+        outcomes: its released requests by outcome (``success``, ``failure``, ``pushback``,
+            ``neutral``).
+        probes_passed, probes_failed: its health-check probes.
     """
 
     url: str
@@ -30,12 +41,31 @@ class WorkerInfo:
     active_keys: int
     requests: int
     indexed_blocks: int = 0
+    condition: str = "available"
+    consecutive_failures: int = 0
+    ejections: int = 0
+    routed: int = 0
+    outcomes: Mapping[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+    probes_passed: int = 0
+    probes_failed: int = 0
 
     @classmethod
     def from_json(cls, state: Mapping[str, Any]) -> WorkerInfo:
         """From the library's JSON form of a worker."""
         return cls(
-            state["url"], state["healthy"], state["load"], state["active_keys"], state["requests"], state["indexed_blocks"]
+            state["url"],
+            state["healthy"],
+            state["load"],
+            state["active_keys"],
+            state["requests"],
+            state["indexed_blocks"],
+            state["condition"],
+            state["consecutive_failures"],
+            state["ejections"],
+            state["routed"],
+            dict(state["outcomes"]),
+            state["probes"]["passed"],
+            state["probes"]["failed"],
         )
 
 

@@ -116,6 +116,25 @@ static void check_weighted_requests(void) {
 	CHECK(br_router_free(router) == BR_OK, "free");
 }
 
+// docs/contract.md, "Worker failures": outcomes eject a worker, a retry avoids the tried ones.
+static void check_worker_failures(void) {
+	const char *config = "{\"worker_urls\": [\"http://127.0.0.1:9\", \"http://127.0.0.1:10\"],"
+			     " \"circuit_breaker\": {\"failure_threshold\": 2}}";
+	uint64_t router = 0, out[2], retry[2];
+	CHECK(br_router_new(config, strlen(config), &router) == BR_OK, "router_new with a circuit breaker");
+	CHECK(route(router, "s", out) == BR_BRANCH_EXPLICIT_ROUTING_KEY_HIT, "route");
+	CHECK(br_finish(router, out[0], 7) == BR_ERR_INVALID_ARGUMENT, "an unknown outcome");
+	CHECK(strstr(br_last_error(), "outcome must be a BR_OUTCOME_* code") != NULL, "names the outcome: %s", br_last_error());
+	const char *tried = chosen(out) == 1 ? "[\"http://127.0.0.1:9\"]" : "[\"http://127.0.0.1:10\"]";
+	CHECK(br_route_avoiding(router, "s", 1, NULL, 0, 0, tried, strlen(tried), retry) == BR_BRANCH_FAILOVER, "failover");
+	CHECK(chosen(retry) != chosen(out), "the retry avoids the tried worker");
+	CHECK(br_finish(router, out[0], BR_OUTCOME_FAILURE) == 1 && br_finish(router, out[0], BR_OUTCOME_FAILURE) == 0, "finish once");
+	CHECK(br_finish(router, retry[0], BR_OUTCOME_SUCCESS) == 1, "finish the retry");
+	CHECK(br_route_avoiding(router, "s", 1, NULL, 0, 0, "{", 1, retry) == BR_ERR_INVALID_ARGUMENT, "bad avoid_json");
+	CHECK(strstr(br_last_error(), "avoid_json") != NULL, "names avoid_json: %s", br_last_error());
+	CHECK(br_router_free(router) == BR_OK, "free");
+}
+
 int main(void) {
 	CHECK(br_abi_version() == BR_ABI_VERSION, "abi version %u", br_abi_version());
 	char constants[4096];
@@ -232,6 +251,7 @@ int main(void) {
 	CHECK(strstr(br_last_error(), "out") != NULL, "error names out: %s", br_last_error());
 	CHECK(br_prefix_blocks("abc", 3, 4, NULL, 0) == 0, "no full block: nothing to write");
 	check_weighted_requests();
+	check_worker_failures();
 	// manual with routing_key_headers through the JSON config: a key read from X-Session-Id keeps
 	// its worker; its branch code (above 15) survives the packed decision's branch bits.
 	const char *manual_config =

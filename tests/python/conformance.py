@@ -113,7 +113,9 @@ KEY_MEMORIES = [0, 0, 1, 3, 16]
 # Weights: mostly small, sometimes large enough to dwarf every gap, and the largest accepted.
 WEIGHTS = [None, None, 1, 2, 3, 5, 8, 40, 1000, 1 << 30]
 # Branches whose worker may be a random draw: the model checks the library's is allowed, then uses it.
-RANDOM_BRANCHES = {"random_fallback", "random", "power_of_two", "manual_vacant", "manual_occupied_miss", "manual_no_routing_key"}
+# least_load and min_load draw only keyless ties (contract: "Ties by the key"); the model ignores the
+# library's worker when the request has a key.
+RANDOM_BRANCHES = {"random_fallback", "random", "power_of_two", "least_load", "manual_vacant", "manual_occupied_miss", "manual_no_routing_key"}
 SESSION_HEADERS = ["X-Session-Id", "X-SMG-Routing-Key"]
 
 

@@ -51,6 +51,7 @@ class EchoWorker:
 
     url: str = ""
     received: List[Received] = field(default_factory=list)
+    probes: List[Received] = field(default_factory=list)
     connections_opened: int = 0
     connections_closed: int = 0
     closed: "threading.Condition" = field(default_factory=threading.Condition)
@@ -90,7 +91,9 @@ class EchoWorker:
         length = sum(int(v) for n, v in headers if n.lower() == b"content-length")
         body = await reader.readexactly(length) if length else b""
         got = Received(method, target, [(n, v) for n, v in headers], body)
-        self.received.append(got)
+        # The gateway's health probes (contract: Worker failures) are kept apart from the
+        # requests clients sent through it.
+        (self.probes if (method, target) == (b"GET", b"/health") else self.received).append(got)
         path = target.split(b"?", 1)[0].rsplit(b"/", 1)[-1]
         if path == b"_hang":
             await reader.read()  # returns when the proxy closes the connection

@@ -42,6 +42,11 @@ def test_families_and_types_by_the_reference_parser() -> None:
         "bounded_router_prefix_blocks": "counter",
         "bounded_router_prefix_blocks_matched": "counter",
         "bounded_router_indexed_blocks": "gauge",
+        "bounded_router_worker_routed": "counter",
+        "bounded_router_worker_outcomes": "counter",
+        "bounded_router_worker_condition": "gauge",
+        "bounded_router_worker_ejections": "counter",
+        "bounded_router_worker_probes": "counter",
     }
 
 
@@ -57,7 +62,7 @@ def test_every_line_is_valid_exposition_and_each_family_is_declared_once() -> No
             assert line.split()[3] in ("counter", "gauge")
         else:
             assert _SAMPLE.match(line), line
-    assert len(declared) == len(set(declared)) == 10
+    assert len(declared) == len(set(declared)) == 15
     for name in declared:
         if name.endswith("_total"):
             assert "# TYPE %s counter" % name in text

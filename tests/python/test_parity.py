@@ -18,6 +18,7 @@ from bounded_router import (
     policy_from_str,
 )
 from bounded_router.policy import resolve_policy
+from reference_model import ReferenceRouter
 from support import W, urls
 
 
@@ -76,9 +77,9 @@ def test_new_policy_types_and_configs():
 def test_least_load_through_python_follows_the_leases():
     with Router(urls(3), "least_load") as router:
         held = [router.route(), router.route(), router.route()]
-        assert [lease.worker_url for lease in held] == urls(3)  # ties in membership order
+        assert sorted(lease.worker_url for lease in held) == urls(3)  # keyless ties are drawn among the tied
         held[1].release()
-        assert router.route().worker_url == urls(3)[1]
+        assert router.route().worker_url == held[1].worker_url
         assert router.branch_counts()["least_load"] == 4
 
 
@@ -93,14 +94,16 @@ def test_power_of_two_through_python_never_takes_the_busier_of_two():
 
 
 def test_manual_through_python():
+    # contract: "Ties by the key": idle workers tie, so the key's clockwise order decides.
+    clockwise = list(ReferenceRouter(urls(3)).clockwise(b"session"))
     with Router(urls(3), ManualConfig(assignment_mode="min_load")) as router:
         first = router.route("session")
-        assert (first.worker_url, first.branch) == (urls(3)[0], "manual_vacant")
+        assert (first.worker_url, first.branch) == (clockwise[0], "manual_vacant")
         again = router.route("session")
-        assert (again.worker_url, again.branch) == (urls(3)[0], "manual_occupied_hit")
-        router.set_healthy(urls(3)[0], False)
+        assert (again.worker_url, again.branch) == (clockwise[0], "manual_occupied_hit")
+        router.set_healthy(clockwise[0], False)
         moved = router.route(headers={"X-SMG-Routing-Key": "session"})
-        assert (moved.worker_url, moved.branch) == (urls(3)[1], "manual_occupied_miss")  # w0 holds 2 leases
+        assert (moved.worker_url, moved.branch) == (clockwise[1], "manual_occupied_miss")  # the others tie at 0
         keyless = router.route(headers={"X-SMG-Target-Worker": "0", "Cookie": "c"})
         assert keyless.branch == "manual_no_routing_key"
 

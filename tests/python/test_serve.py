@@ -39,6 +39,8 @@ SERVE = [sys.executable, "-m", "bounded_router.integrations.serve"]
         (["--worker-urls", "127.0.0.1:18101"], "has no scheme"),
         (["--policy", "bucket"], "exists in SMG but is not implemented"),
         (["--policy", "manual", "--max-keys", "0"], "--max-keys"),
+        (["--worker-api-on-proxy-port"], "only the native gateway"),
+        (["--control-plane-api-keys", "k:n:admin:s"], "only the native gateway"),
     ],
 )
 def test_a_bad_flag_is_a_usage_error_naming_it(flags: List[str], named: str) -> None:

@@ -7,6 +7,8 @@
   :class:`~bounded_router.integrations.aiohttp.AiohttpProxy`, a request handler.
 * :mod:`bounded_router.integrations.options` -- :class:`ProxyOptions`, the limits and timeouts
   both take as keyword arguments.
+* :mod:`bounded_router.integrations.verl` -- verl's rollout balancer (``acquire_server`` /
+  ``release_server``) on a bounded router; needs no extra, imports neither verl nor Ray.
 
 Both check each request (path, header and body size), route it from its headers, forward it to
 the chosen worker, stream the worker's answer back, and hold the request's lease until the body

@@ -9,11 +9,16 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import Any, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar
 from urllib.parse import unquote_to_bytes
 
 from ..errors import NoWorkerAvailableError
+from ..health import RetryConfig
 from .options import ProxyOptions
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..lease import Lease
+    from ..router import Router
 
 S = TypeVar("S", str, bytes)
 
@@ -169,3 +174,60 @@ class WorkerStreamError(Exception):
     def __init__(self, worker_url: str, cause: BaseException) -> None:
         super().__init__("worker %s failed mid-stream: %s: %s" % (worker_url, type(cause).__name__, cause))
         self.worker_url = worker_url
+
+
+#: The worker statuses a proxy sends the request elsewhere on (docs/contract.md, "Worker failures").
+RETRY_STATUSES = frozenset((429, 502, 503, 504))
+
+
+def outcome_of_status(status: int) -> str:
+    """How a worker's answer counts for its circuit breaker: 500, 502, 503, 504 fail, 429 pushes
+    back, other 4xx and 5xx are neutral, the rest succeed."""
+    if status in (500, 502, 503, 504):
+        return "failure"
+    if status == 429:
+        return "pushback"
+    return "neutral" if status >= 400 else "success"
+
+
+def final_outcome(status: int, ending: str) -> str:
+    """How a request ended for its worker: one that failed (no answer, or a broken stream) is
+    the worker's failure, a client that left says nothing of it, a finished one counts by its
+    status."""
+    if ending == "finished":
+        return outcome_of_status(status)
+    return "neutral" if ending == "disconnected" else "failure"
+
+
+class Tries:
+    """The leases of one proxied request: the first and its retries (docs/contract.md, "Worker
+    failures", "Where a retry goes"). A retry goes to a worker not yet tried, the key's next
+    ring worker for a keyed request, at most ``max_retries`` times."""
+
+    def __init__(self, router: "Router", retries: RetryConfig, headers: Any, prefix_blocks: Any) -> None:
+        self.router = router
+        self.left = retries.max_retries
+        self.headers = headers
+        self.prefix_blocks = prefix_blocks
+        self.tried: List[str] = []
+
+    def first(self) -> "Lease":
+        """The request's first lease (NoWorkerAvailableError when there is none)."""
+        lease = self.router.route(headers=self.headers, prefix_blocks=self.prefix_blocks)
+        self.tried.append(lease.worker_url)
+        return lease
+
+    def again(self, failed: "Lease", outcome: str) -> "Optional[Lease]":
+        """A lease on another worker, having released ``failed`` with its outcome; None (and
+        ``failed`` still held) when no retry is left or no untried worker can take it."""
+        if self.left <= 0:
+            return None
+        try:
+            lease = self.router.route(headers=self.headers, exclude=self.tried)
+        except NoWorkerAvailableError:
+            return None
+        failed.release(outcome=outcome)
+        self.left -= 1
+        self.tried.append(lease.worker_url)
+        log.info("request retried on %s after %s answered %s", lease.worker_url, failed.worker_url, outcome)
+        return lease

@@ -40,19 +40,24 @@ import sys
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..errors import NoWorkerAvailableError
+from ..health import RetryConfig
 from ..lease import Lease
 from ._forwarding import (
     REQUEST_RESET,
+    RETRY_STATUSES,
     Refused,
+    Tries,
     WorkerStreamError,
     body_timed_out,
     check_declared_body,
     check_header_size,
     check_path,
     count_body,
+    final_outcome,
     forward_headers,
     log,
     no_worker_body,
+    outcome_of_status,
     routing_headers,
     worker_failed,
     worker_target,
@@ -138,12 +143,17 @@ class AiohttpProxy:
             creates one on first use (no cookie jar, no automatic decompression, so bodies pass
             through as sent) and closes it in :meth:`close` / :meth:`on_cleanup`. A session
             given here must not keep cookies (``cookie_jar=aiohttp.DummyCookieJar()``).
+        retries: how often a request its worker failed before the first byte is sent to
+            another worker (docs/contract.md, "Worker failures"; default: twice).
         **options: the limits and timeouts of :class:`ProxyOptions` (``max_body_size``,
             ``first_byte_timeout``, ``expose_routing_headers``, ...).
     """
 
-    def __init__(self, router: Router, session: Optional[aiohttp.ClientSession] = None, **options: Any) -> None:
+    def __init__(
+        self, router: Router, session: Optional[aiohttp.ClientSession] = None, retries: RetryConfig = RetryConfig(), **options: Any
+    ) -> None:
         self.router = router
+        self.retries = retries
         self.options = ProxyOptions(**options)
         self._session = session
         self._own_session = session is None
@@ -189,14 +199,28 @@ class AiohttpProxy:
             return web.Response(status=499)  # the client left during its upload; nobody reads this
         try:
             blocks = await request_prefix_blocks(body, self.options, asyncio.to_thread)
-            lease = self.router.route(headers=request.headers, prefix_blocks=blocks)
+            tries = Tries(self.router, self.retries, request.headers, blocks)
+            lease = tries.first()
         except NoWorkerAvailableError as e:
             return _json(503, no_worker_body(e))
         ending = "failed"
+        status = 0
         upstream: Optional[aiohttp.ClientResponse] = None
         try:
             with self._disconnects.watching(request):
-                upstream = await self._exchange(request, lease, raw_path.encode("latin-1"), raw_query.encode("latin-1"), body)
+                while True:
+                    try:
+                        upstream = await self._exchange(request, lease, raw_path.encode("latin-1"), raw_query.encode("latin-1"), body)
+                    except Refused as e:
+                        if e.status == 502 and (retry := tries.again(lease, "failure")):
+                            lease = retry
+                            continue
+                        raise
+                    status = upstream.status
+                    if status not in RETRY_STATUSES or not (retry := tries.again(lease, outcome_of_status(status))):
+                        break
+                    upstream.close()
+                    upstream, lease = None, retry
                 response = self._response_for(upstream, lease)
                 await response.prepare(request)
                 await self._copy_body(upstream, response, lease)
@@ -210,7 +234,7 @@ class AiohttpProxy:
             raise
         finally:
             log.debug("response from %s ended: %s", lease.worker_url, ending)
-            lease.release()
+            lease.release(outcome=final_outcome(status, ending))
             if upstream is not None:
                 upstream.close()  # drops the connection if the body was not read to the end
 

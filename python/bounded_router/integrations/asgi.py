@@ -43,12 +43,15 @@ from typing import TYPE_CHECKING, Any, AsyncIterable, List, Optional, Sequence, 
 from urllib.parse import quote
 
 from ..errors import NoWorkerAvailableError
+from ..health import RetryConfig
 from ..lease import Lease
 from ..metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ._forwarding import (
     HOP_BY_HOP,
     REQUEST_RESET,
+    RETRY_STATUSES,
     Refused,
+    Tries,
     WorkerStreamError,
     below_mount,
     body_timed_out,
@@ -56,9 +59,11 @@ from ._forwarding import (
     check_header_size,
     check_path,
     count_body,
+    final_outcome,
     forward_headers,
     log,
     no_worker_body,
+    outcome_of_status,
     routing_headers,
     worker_failed,
     worker_target,
@@ -154,7 +159,7 @@ class _LeasedResponse(Response):
                 raise failure
         finally:
             log.debug("response from %s ended: %s", self.lease.worker_url, ending)
-            self.lease.release()
+            self.lease.release(outcome=final_outcome(self.status_code, ending))
             with anyio.CancelScope(shield=True):
                 await self.upstream.aclose()
 
@@ -174,6 +179,8 @@ class ASGIProxy:
         metrics_path: when the proxy is used as an ASGI app, answer ``GET`` on this path
             (relative to where it is mounted) with :meth:`Router.metrics_text` instead of
             forwarding (e.g. ``"/metrics"``). Off by default: metrics name every worker.
+        retries: how often a request its worker failed before the first byte is sent to
+            another worker (docs/contract.md, "Worker failures"; default: twice).
         **options: the limits and timeouts of :class:`ProxyOptions` (``max_body_size``,
             ``first_byte_timeout``, ``expose_routing_headers``, ...).
 
@@ -187,9 +194,11 @@ class ASGIProxy:
         transport: Optional[httpx.AsyncBaseTransport] = None,
         *,
         metrics_path: Optional[str] = None,
+        retries: RetryConfig = RetryConfig(),
         **options: Any,
     ) -> None:
         self.router = router
+        self.retries = retries
         self.options = ProxyOptions(**options)
         self.metrics_path = metrics_path
         self._transport = transport
@@ -240,20 +249,30 @@ class ASGIProxy:
             return Response(status_code=499)  # nobody is left to read it
         try:
             blocks = await request_prefix_blocks(body, self.options, anyio.to_thread.run_sync)
-            lease = self.router.route(headers=scope["headers"], prefix_blocks=blocks)
+            tries = Tries(self.router, self.retries, scope["headers"], blocks)
+            lease = tries.first()
         except NoWorkerAvailableError as e:
             return _json(503, no_worker_body(e))
-        try:
-            upstream = await self._exchange(request, lease, raw_path, body)
-        except Refused as e:
-            lease.release()
-            return _json(e.status, e.body(), e.headers)
-        except BaseException:
-            lease.release()
-            raise
-        if upstream is None:
-            lease.release()
-            return Response(status_code=499)
+        while True:
+            try:
+                upstream = await self._exchange(request, lease, raw_path, body)
+            except Refused as e:
+                if e.status == 502 and (retry := tries.again(lease, "failure")):
+                    lease = retry
+                    continue
+                lease.release(outcome="failure")
+                return _json(e.status, e.body(), e.headers)
+            except BaseException:
+                lease.release(outcome="neutral")
+                raise
+            if upstream is None:
+                lease.release(outcome="neutral")
+                return Response(status_code=499)
+            status = upstream.status_code
+            if status not in RETRY_STATUSES or not (retry := tries.again(lease, outcome_of_status(status))):
+                break
+            await upstream.aclose()
+            lease = retry
         headers = [(n.lower(), v) for n, v in forward_headers(upstream.headers.raw, _RESPONSE_DROPPED)]
         if self.options.expose_routing_headers:
             headers += [(n.encode(), v.encode("latin-1", "replace")) for n, v in routing_headers(lease.worker_url, lease.branch)]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Tuple
 from ..prefix import DEFAULT_BYTES_PER_BLOCK
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..args import RouterArgs
     from ..router import Router
 
 __all__ = ["ProxyOptions", "positive_seconds", "router_and_options"]
@@ -111,15 +112,27 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def router_and_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> "Tuple[Router, ProxyOptions]":
-    """The router and proxy options of a serve command line, or a usage error naming what is wrong."""
+def router_and_options(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, worker_api: bool = False
+) -> "Tuple[Router, ProxyOptions]":
+    """The router and proxy options of a serve command line, or a usage error naming what is wrong.
+    ``worker_api``: the server has the worker API (the native gateway); without it its flags are refused."""
     from ..args import RouterArgs
     from ..router import Router
 
-    if not args.worker_urls:
-        parser.error("--worker-urls: give at least one worker URL")
+    router_args = RouterArgs.from_cli_args(args)
+    if not worker_api and (router_args.control_plane_api_keys or router_args.worker_api_on_proxy_port):
+        parser.error("--control-plane-api-keys, --worker-api-on-proxy-port: only the native gateway (bounded-router serve) has the worker API")
+    if not args.worker_urls and not (worker_api and _registers_workers(args, router_args)):
+        parser.error("--worker-urls: give at least one worker URL (or, with bounded-router serve, serve the worker API, where workers register)")
     try:
         options = ProxyOptions.from_cli_args(args)
-        return Router.from_args(RouterArgs.from_cli_args(args)), options
+        return Router.from_args(router_args), options
     except (ValueError, TypeError) as e:
         parser.error(str(e))
+
+
+def _registers_workers(args: argparse.Namespace, router_args: "RouterArgs") -> bool:
+    """Whether the native gateway of a serve command line serves the worker API: on its metrics
+    port, or on the proxy port (``--control-plane-api-keys``, ``--worker-api-on-proxy-port``)."""
+    return getattr(args, "metrics_port", None) is not None or bool(router_args.control_plane_api_keys) or router_args.worker_api_on_proxy_port

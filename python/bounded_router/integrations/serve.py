@@ -24,6 +24,7 @@ from typing import Any, List, Optional, Tuple
 
 from .._cli import SERVE_HINT, CommandParser
 from ..args import RouterArgs, port_number
+from ..health import RetryConfig
 from ..router import Router
 from .asgi import ASGIProxy
 from .options import ProxyOptions, positive_seconds, router_and_options
@@ -33,9 +34,9 @@ __all__ = ["create_app", "create_metrics_app", "main"]
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 
-def create_app(router: Router, options: ProxyOptions = ProxyOptions()) -> ASGIProxy:
+def create_app(router: Router, options: ProxyOptions = ProxyOptions(), retries: RetryConfig = RetryConfig()) -> ASGIProxy:
     """The proxy app: every request, whatever its path and method, goes to a worker."""
-    return ASGIProxy(router, **dataclasses.asdict(options))
+    return ASGIProxy(router, retries=retries, **dataclasses.asdict(options))
 
 
 def create_metrics_app(router: Router) -> Any:
@@ -90,7 +91,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     apps: List[Tuple[str, Any, socket.socket]] = []
     if args.metrics_port is not None:
         apps.append(("metrics", create_metrics_app(router), _listen(parser, args.host, args.metrics_port, "metrics")))
-    apps.append(("proxy", create_app(router, options), _listen(parser, args.host, args.port, "proxy")))
+    retries = RouterArgs.from_cli_args(args).retry_config()
+    apps.append(("proxy", create_app(router, options, retries), _listen(parser, args.host, args.port, "proxy")))
     try:
         asyncio.run(_serve(uvicorn, apps, args.log_level, args.lifetime))
     except KeyboardInterrupt:

@@ -124,6 +124,7 @@ class BatchingWorker:
         self.queue: Deque[Job] = deque()
         self._running: List[Tuple[int, int, Job]] = []  # (step of its last token, ident, job)
         self.context = 0  # prompt tokens of the running batch
+        self.waiting_tokens = 0  # prompt tokens of the queue: requests waiting for their first token
         self.steps = 0  # steps completed
         self.busy_ms = 0.0  # time in steps
         self.prefill_busy_ms = 0.0  # time in steps that prefill
@@ -135,6 +136,11 @@ class BatchingWorker:
         self._prefill = 0
         self.in_step = False
 
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for their first token (the prefill queue), partly prefilled ones included."""
+        return len(self.queue)
+
     def cached_blocks(self, blocks: Sequence[Hashable]) -> int:
         """How many leading blocks of a prompt this worker's cache holds (nothing is touched)."""
         return self.cache.lookup(blocks) // self.block_size
@@ -142,6 +148,7 @@ class BatchingWorker:
     def add(self, job: Job, now: float) -> Optional[float]:
         """Queue a job; if a decode segment is running, cut it at the step in progress and return its new end."""
         self.queue.append(job)
+        self.waiting_tokens += job.input_tokens
         if not self.in_step or self._prefill or self._count <= 1:
             return None
         # Steps started before now run to their end; an arrival exactly at a step boundary joins
@@ -194,6 +201,7 @@ class BatchingWorker:
             finished.append(job)
         first = self._take_prefill()
         for job in first:
+            self.waiting_tokens -= job.input_tokens
             self.cache.insert(job.blocks)
             job.first_token = now
             if job.output_tokens <= 1:

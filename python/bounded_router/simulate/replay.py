@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .batching import BatchingWorker, Job, StepCosts
 from .engine import CacheAndLatency
 from .model import _check_number
-from .replay_policies import ReplayPolicy, make_routing
+from .replay_policies import ReplayPolicy
 from .trace import Trace
 
 __all__ = ["ReplayConfig", "ReplayResult", "replay", "arrival_scale"]
@@ -212,7 +212,7 @@ class _Run:
         self.events = [((r.timestamp_ms - start) * self.scale, i, _ARRIVE, i, 0) for i, r in enumerate(trace.requests)]
         heapq.heapify(self.events)
         self.order = len(self.events)
-        self.routing = make_routing(policy, urls, self.workers, config.seed, self.capacity)
+        self.routing = policy.make_routing(urls, self.workers, config.seed, self.capacity)
         self.ttfts: List[float] = []
         self.placements = [-1] * len(trace.requests)
         self.cached = self.prompt = 0
@@ -244,12 +244,13 @@ class _Run:
         worker = self.workers[w]
         first, finished = worker.complete(now)
         for job in first:
+            self.routing.first_token(w, job)
             self.ttfts.append(now - job.arrival)
             self.cached += job.cached
             self.prompt += job.input_tokens
         for job in finished:
             job.payload.release()
-            self.routing.finished(w)
+            self.routing.finished(w, job)
             self.in_flight[w] -= 1
             self.last = now
         self.schedule(w, worker.start(now))
@@ -258,6 +259,7 @@ class _Run:
         events = self.events
         while events:
             now, _, kind, subject, version = heapq.heappop(events)
+            self.routing.observe(now)
             if kind == _ARRIVE:
                 self.arrive(subject, now)
             elif version == self.workers[subject].version:  # else: a decode segment cut short, its new end is queued

@@ -10,6 +10,7 @@ from typing import List, Optional, Sequence
 from .._request import MAX_LEASE_WEIGHT
 from .batching import StepCosts
 from .oracle import DEFAULT_MARGIN
+from .peer_rules import DEFAULT_PREFILL_MARGIN, parse_prototype, peer_rows
 from .replay import DEFAULT_CACHE_FRACTION, DEFAULT_LOAD, ReplayConfig, ReplayResult, arrival_scale, replay
 from .replay_policies import WEIGHTS, ReplayPolicy
 from .report import json_value
@@ -164,6 +165,38 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="blocks_per_worker of the cache_aware rows (default: each simulated worker's cache capacity)",
     )
+    peers = parser.add_argument_group("the peers' rules and the prefill queue (docs/trace-replay.md, \"The peers' rules\")")
+    peers.add_argument(
+        "--peers",
+        action="store_true",
+        help="add rows of llm-d's default scorers, Dynamo's KV router and the oracle with the prefill queue as its "
+        "load, each reading the simulated workers' caches",
+    )
+    peers.add_argument(
+        "--prefill-oracle-margins",
+        type=_int_list,
+        default=[DEFAULT_PREFILL_MARGIN],
+        metavar="LIST",
+        help="with --peers: the prefill-queue oracle picks among workers with at most this many more requests "
+        "waiting for their first token than the least (default %d)" % DEFAULT_PREFILL_MARGIN,
+    )
+    peers.add_argument(
+        "--prefill-prototypes",
+        type=lambda text: [spec for spec in text.split(",") if spec],
+        default=[],
+        metavar="LIST",
+        help="add Python prototypes of the library's rules with another load, each RULE:LOAD:GAP:SKEW, RULE "
+        "cache_aware (no key, the workers' caches) or bounded (least-loaded spill), LOAD in_flight, waiting, "
+        "waiting_tokens or mixedK (K x waiting + in flight), e.g. cache_aware:waiting_tokens:100000:1",
+    )
+    peers.add_argument(
+        "--prefill-report-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="with --peers or --prefill-prototypes: the rules see the queues and KV use as of a report every MS of simulated time, plus "
+        "what they sent since (default 0: live)",
+    )
     costs = parser.add_argument_group("step costs (ms)")
     costs.add_argument("--step-ms", type=float, default=c.step_ms, help="fixed cost of a step")
     costs.add_argument("--prefill-ms-per-token", type=float, default=c.prefill_ms_per_token)
@@ -273,6 +306,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             cache_aware_skew=args.cache_aware_skew,
             blocks_per_worker=args.blocks_per_worker,
         )
+        if not args.prefill_report_ms >= 0:
+            raise ValueError("--prefill-report-ms must be a number of milliseconds >= 0, got %g" % args.prefill_report_ms)
+        if args.peers:
+            policies += peer_rows(args.prefill_oracle_margins, args.prefill_report_ms)
+        policies += [parse_prototype(spec, args.prefill_report_ms) for spec in args.prefill_prototypes]
         for policy in policies:  # let the library judge the settings before anything runs
             router = policy.make_router(["http://check"], 1)
             if router is not None:

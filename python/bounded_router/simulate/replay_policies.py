@@ -28,7 +28,7 @@ from .engine import PolicySpec
 from .oracle import DEFAULT_MARGIN, oracle_choice
 
 if TYPE_CHECKING:
-    from .batching import BatchingWorker
+    from .batching import BatchingWorker, Job
 
 __all__ = ["ReplayPolicy", "DEFAULT_REPLAY_POLICIES", "Routing", "WEIGHTS", "make_routing"]
 
@@ -98,6 +98,10 @@ class ReplayPolicy:
         spec = self.library_spec()
         return spec.make_router(urls) if spec is not None else None
 
+    def make_routing(self, urls: List[str], workers: "Sequence[BatchingWorker]", seed: int, cache_blocks: int) -> "Routing":
+        """How this row routes over ``urls`` (see :func:`make_routing`); a row of another kind overrides it."""
+        return make_routing(self, urls, workers, seed, cache_blocks)
+
     @property
     def label(self) -> str:
         if self.policy == "cache_aware":
@@ -135,8 +139,14 @@ class Routing:
         lease = self.router.route(key, weight=input_tokens if self.token_weights else None)
         return lease, lease.spilled
 
-    def finished(self, worker: int) -> None:
-        """A request left ``worker`` (its lease is released by the caller)."""
+    def observe(self, now: float) -> None:
+        """The replay's clock reached ``now`` (ms), before the event at that time is handled."""
+
+    def first_token(self, worker: int, job: "Job") -> None:
+        """``job`` got its first token on ``worker``: it left the worker's prefill queue."""
+
+    def finished(self, worker: int, job: "Job") -> None:
+        """``job`` left ``worker`` (its lease is released by the caller)."""
 
     def ring_worker(self, key: str) -> str:
         """The worker the key's ring position names (for rows that route on a strict hashing router)."""
@@ -178,7 +188,7 @@ class _OracleRouting(Routing):
         url = self.urls[chosen]
         return self.router.acquire(url, key), url != self.ring_worker(key)
 
-    def finished(self, worker: int) -> None:
+    def finished(self, worker: int, job: "Job") -> None:
         self.loads[worker] -= 1
 
 

@@ -6,6 +6,7 @@ import math
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from .engine import Result
+from .peer_rules import PEER_POLICIES
 from .sweep import SweepCell
 
 if TYPE_CHECKING:
@@ -175,7 +176,7 @@ def format_replay_table(results: Sequence["ReplayResult"]) -> str:
     rows: List[List[str]] = []
     for r in results:
         p = r.policy
-        spills = p.policy in ("bounded_consistent_hashing", "oracle")
+        spills = p.policy in ("bounded_consistent_hashing", "oracle") + PEER_POLICIES
         rows.append(
             [
                 _replay_name(p),
@@ -206,6 +207,8 @@ def _replay_name(p: "ReplayPolicy") -> str:
     """The policy column of a replay row: the policy, with the options that are not defaults."""
     if p.policy == "oracle":
         return "oracle (margin %d)" % (p.margin or 0)
+    if p.policy in PEER_POLICIES:
+        return p.label
     options = replay_options(p)
     return p.policy + (" (%s)" % ", ".join(options) if options else "")
 

@@ -31,6 +31,11 @@ Endpoints:
   prompt/cached/computed prompt tokens.
 * ``POST /reset`` -- empty the prefix cache and zero the counters.
 * ``GET /health``, ``GET /health_generate`` -- 200.
+* ``POST /fault`` -- JSON ``{"mode": ...}``, the fault switch the tests and
+  ``scripts/bench_faults.py`` share: ``"unavailable"`` answers 503 to every other request,
+  ``/health`` included; ``"hang"`` accepts every other request and answers none until the mode
+  changes (a process hung by SIGSTOP behaves so too); ``"ok"`` recovers. A dead worker is a
+  killed process (SIGKILL), restarted on the same ``--port``.
 
 What gateways probe before they route to a worker, so that SMG (``smg launch``) and
 sglang-router register it as an SGLang worker serving ``--model-name`` (default ``mock-model``):
@@ -60,7 +65,7 @@ from ..simulate.model import CostModel, PrefixCache, text_block_keys
 
 __all__ = ["MockWorker", "expected_text", "make_prompt", "main", "DEFAULT_MODEL_NAME"]
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large"}
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large", 503: "Service Unavailable"}
 _MAX_BODY = 16 * 1024 * 1024
 DEFAULT_MODEL_NAME = "mock-model"
 #: What the mock reports as its version (``/version``, ``/server_info``).
@@ -82,6 +87,10 @@ def make_prompt(group: int, sibling: int, shared_tokens: int, own_tokens: int, t
     shared = " ".join("g%s%d.%d" % (tag, group, i) for i in range(shared_tokens))
     own = " ".join("s%s%d.%d.%d" % (tag, group, sibling, i) for i in range(own_tokens))
     return (shared + " " + own).strip()
+
+
+#: The modes of the fault switch (``POST /fault``, :meth:`MockWorker.set_fault`).
+FAULT_MODES = ("ok", "unavailable", "hang")
 
 
 class _HttpError(Exception):
@@ -123,6 +132,8 @@ class MockWorker:
         self._queue: "Optional[asyncio.Queue[_Job]]" = None
         self._engine: Optional["asyncio.Task[None]"] = None
         self.port = 0
+        self.fault = "ok"
+        self._recovered: Optional[asyncio.Event] = None
 
     def reset(self) -> None:
         self.cache.clear()
@@ -134,7 +145,20 @@ class MockWorker:
     def _seconds(self, model_ms: float) -> float:
         return model_ms * self.time_scale / 1000.0
 
+    def set_fault(self, mode: str) -> None:
+        """Switch the fault mode: ``"ok"``, ``"unavailable"`` or ``"hang"`` (see ``POST /fault``)."""
+        if mode not in FAULT_MODES:
+            raise ValueError("fault mode must be one of %s, got %r" % (", ".join(FAULT_MODES), mode))
+        self.fault = mode
+        if self._recovered is not None:
+            if mode == "hang":
+                self._recovered.clear()
+            else:
+                self._recovered.set()
+
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        self._recovered = asyncio.Event()
+        self.set_fault(self.fault)
         self._queue = asyncio.Queue()
         self._engine = asyncio.get_running_loop().create_task(self._prefill_engine())
         self._server = await asyncio.start_server(self._connection, host, port)
@@ -244,6 +268,15 @@ class MockWorker:
         self, method: str, path: str, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> bool:
         """Serve one request; return whether the connection can serve another."""
+        if path == "/fault" and method == "POST":
+            self.set_fault(self._fault_mode(body))
+            await self._send_json(writer, 200, {"fault": self.fault, "worker": self.name})
+            return True
+        if self.fault == "hang":
+            assert self._recovered is not None
+            await self._recovered.wait()
+        if self.fault == "unavailable":
+            raise _HttpError(503, "the mock worker is switched to answer 503 (POST /fault)")
         if path in ("/v1/completions", "/v1/chat/completions"):
             if method != "POST":
                 raise _HttpError(405, "use POST for %s" % path)
@@ -262,6 +295,16 @@ class MockWorker:
         else:
             raise _HttpError(404, "no endpoint %s %s on the mock worker" % (method, path))
         return True
+
+    @staticmethod
+    def _fault_mode(body: bytes) -> str:
+        try:
+            mode = json.loads(body or b"{}").get("mode")
+        except (ValueError, AttributeError):
+            mode = None
+        if mode not in FAULT_MODES:
+            raise _HttpError(400, 'POST /fault takes {"mode": one of %s}' % ", ".join(FAULT_MODES))
+        return str(mode)
 
     # -- what gateways probe -----------------------------------------------------------------
 

@@ -1,0 +1,207 @@
+// Package health keeps a router's workers' availability up to date (contract: Worker
+// failures): it probes them, ends their ejections when due and logs every change of condition.
+// The state machines are the core's; this package brings the clock and the network.
+package health
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/bounded-router/bounded-router/core"
+)
+
+// Options are what a Monitor needs besides its router; zero values take the real clock, the
+// HTTP probe of the router's health check and the default logger.
+type Options struct {
+	Clock  Clock
+	Prober Prober
+	Logger *slog.Logger
+}
+
+// Monitor watches one router's workers. Its methods are safe for concurrent use.
+type Monitor struct {
+	router *core.Router
+	clock  Clock
+	probe  Prober
+	cfg    core.HealthCheckConfig
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	stopped bool
+	expiry  Timer     // pending end of the earliest ejection
+	due     time.Time // when expiry fires
+	stop    chan struct{}
+	done    sync.WaitGroup
+	// probing are the workers whose probe is still out (a hung worker is not probed twice).
+	probing map[string]bool
+	// subscribers are told every change after it is logged (see Subscribe), by subscription.
+	subscribers map[int]func(core.ConditionChange)
+	subscribed  int
+}
+
+// Subscribe adds a function told about every change of a worker's condition, after the
+// monitor has logged it; the gateway uses it to send the requests still waiting on a worker
+// that stopped being routable to another. The returned function ends the subscription.
+func (m *Monitor) Subscribe(fn func(core.ConditionChange)) (unsubscribe func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.subscribed++
+	id := m.subscribed
+	m.subscribers[id] = fn
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(m.subscribers, id)
+	}
+}
+
+// New attaches a monitor to a router: it becomes the router's condition listener. Call Start to
+// run the probes (when the router has a health check) and Stop when the router is closed.
+func New(r *core.Router, opts Options) *Monitor {
+	m := &Monitor{router: r, clock: opts.Clock, probe: opts.Prober, cfg: r.HealthCheck(), log: opts.Logger, stop: make(chan struct{}), probing: map[string]bool{}, subscribers: map[int]func(core.ConditionChange){}}
+	if m.clock == nil {
+		m.clock = SystemClock
+	}
+	if m.probe == nil {
+		m.probe = HTTPProber(m.cfg.Endpoint)
+	}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	r.OnConditionChange(m.changed)
+	return m
+}
+
+// Router is the monitored router.
+func (m *Monitor) Router() *core.Router { return m.router }
+
+// Finish releases a lease and records its request's outcome at the monitor's time.
+func (m *Monitor) Finish(id core.LeaseID, o core.Outcome) bool {
+	return m.router.Finish(id, o, m.clock.Now())
+}
+
+// Start runs the probe loop when the router has a health check; it returns at once.
+func (m *Monitor) Start() {
+	if m.cfg.Disabled {
+		return
+	}
+	m.done.Add(1)
+	go m.probeLoop()
+}
+
+// Stop ends the probe loop and the pending ejection timer and waits for the loop to return.
+func (m *Monitor) Stop() {
+	m.mu.Lock()
+	if m.stopped {
+		m.mu.Unlock()
+		return
+	}
+	m.stopped = true
+	close(m.stop)
+	if m.expiry != nil {
+		m.expiry.Stop()
+	}
+	m.mu.Unlock()
+	m.done.Wait()
+}
+
+func (m *Monitor) probeLoop() {
+	defer m.done.Done()
+	ticker := time.NewTicker(m.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		m.ProbeOnce()
+		select {
+		case <-m.stop:
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// ProbeOnce probes every member whose last probe has returned, each within the health check's
+// timeout and in its own goroutine, and reports each result to the router as it comes.
+func (m *Monitor) ProbeOnce() {
+	var wg sync.WaitGroup
+	for _, w := range m.router.Workers() {
+		if !m.startProbe(w.URL) {
+			continue
+		}
+		wg.Add(1)
+		go func(url string) {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
+			err := m.probe(ctx, url)
+			cancel()
+			m.endProbe(url)
+			// A worker removed meanwhile is no longer the router's: nothing to report.
+			_ = m.router.ReportProbe(url, err == nil)
+		}(w.URL)
+	}
+	wg.Wait()
+}
+
+func (m *Monitor) startProbe(url string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.probing[url] || m.stopped {
+		return false
+	}
+	m.probing[url] = true
+	return true
+}
+
+func (m *Monitor) endProbe(url string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.probing, url)
+}
+
+// changed is the router's condition listener: it logs every change of condition at WARNING (a
+// worker turning suspect or trusted again at DEBUG) and schedules the end of an ejection.
+func (m *Monitor) changed(c core.ConditionChange) {
+	if c.From == c.To {
+		m.log.Debug("bounded-router: worker failures in a row", "worker", c.URL, "condition", c.To.String(), "consecutive_failures", c.Failures)
+	} else {
+		attrs := []any{"worker", c.URL, "from", c.From.String(), "to", c.To.String()}
+		if c.To == core.ConditionEjected {
+			attrs = append(attrs, "until", c.Until.Format(time.RFC3339Nano))
+			m.scheduleExpiry(c.Until)
+		}
+		m.log.Warn("bounded-router: worker condition changed", attrs...)
+	}
+	m.mu.Lock()
+	subscribers := make([]func(core.ConditionChange), 0, len(m.subscribers))
+	for _, fn := range m.subscribers {
+		subscribers = append(subscribers, fn)
+	}
+	m.mu.Unlock()
+	for _, fn := range subscribers {
+		fn(c)
+	}
+}
+
+// scheduleExpiry makes sure the router's ejections are looked at by until.
+func (m *Monitor) scheduleExpiry(until time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped || (m.expiry != nil && !m.due.After(until)) {
+		return
+	}
+	if m.expiry != nil {
+		m.expiry.Stop()
+	}
+	m.due = until
+	m.expiry = m.clock.AfterFunc(until.Sub(m.clock.Now()), m.expire)
+}
+
+func (m *Monitor) expire() {
+	m.mu.Lock()
+	m.expiry = nil
+	m.mu.Unlock()
+	if next := m.router.ExpireEjections(m.clock.Now()); !next.IsZero() {
+		m.scheduleExpiry(next)
+	}
+}

@@ -1,0 +1,210 @@
+package health
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bounded-router/bounded-router/core"
+)
+
+// fakeClock runs AfterFunc callbacks when Advance passes their time, in the caller's goroutine.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	at      time.Time
+	f       func()
+	stopped bool
+}
+
+func (t *fakeTimer) Stop() bool { was := !t.stopped; t.stopped = true; return was }
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{at: c.now.Add(d), f: f}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var due []*fakeTimer
+	rest := c.timers[:0]
+	for _, t := range c.timers {
+		if !t.stopped && !t.at.After(c.now) {
+			due = append(due, t)
+		} else if !t.stopped {
+			rest = append(rest, t)
+		}
+	}
+	c.timers = rest
+	c.mu.Unlock()
+	sort.Slice(due, func(i, j int) bool { return due[i].at.Before(due[j].at) })
+	for _, t := range due {
+		t.f()
+	}
+}
+
+func newMonitor(t *testing.T, cfg core.Config, prober Prober) (*Monitor, *fakeClock, *bytes.Buffer) {
+	t.Helper()
+	r, err := core.NewRouter(cfg)
+	require.NoError(t, err)
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	var logs bytes.Buffer
+	m := New(r, Options{Clock: clock, Prober: prober, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	t.Cleanup(m.Stop)
+	return m, clock, &logs
+}
+
+// Fake worker URLs: loopback ports nothing listens on.
+var urls = []string{"http://127.0.0.1:9", "http://127.0.0.1:10", "http://127.0.0.1:11"}
+
+func conditionOf(r *core.Router, url string) core.WorkerCondition {
+	for _, w := range r.Workers() {
+		if w.URL == url {
+			return w.Condition
+		}
+	}
+	return core.NumConditions
+}
+
+func TestEjectionEndsOnTheClockAndIsLogged(t *testing.T) {
+	breaker := core.BreakerConfig{FailureThreshold: 2, SuccessThreshold: 1, Timeout: 10 * time.Second}
+	m, clock, logs := newMonitor(t, core.Config{WorkerURLs: urls, Policy: core.DefaultConfig().Policy, VirtualNodes: 10, Breaker: &breaker}, nil)
+	r := m.Router()
+	for i := 0; i < 2; i++ {
+		id, _, err := r.Acquire(urls[0], nil)
+		require.NoError(t, err)
+		require.True(t, m.Finish(id, core.OutcomeFailure))
+	}
+	require.Equal(t, core.ConditionEjected, conditionOf(r, urls[0]))
+	assert.Contains(t, logs.String(), "level=WARN")
+	assert.Contains(t, logs.String(), "to=ejected")
+	clock.Advance(9 * time.Second)
+	assert.Equal(t, core.ConditionEjected, conditionOf(r, urls[0]))
+	clock.Advance(time.Second)
+	assert.Equal(t, core.ConditionHalfOpen, conditionOf(r, urls[0]), "the monitor ended the ejection at its time")
+	assert.Contains(t, logs.String(), "to=half_open")
+
+	// A second worker ejected later than the first: each ends on time.
+	for _, u := range urls[1:] {
+		for i := 0; i < 2; i++ {
+			id, _, _ := r.Acquire(u, nil)
+			m.Finish(id, core.OutcomeFailure)
+		}
+		clock.Advance(3 * time.Second)
+	}
+	clock.Advance(4 * time.Second) // urls[1] ejected 10 s ago, urls[2] 7 s ago
+	assert.Equal(t, core.ConditionHalfOpen, conditionOf(r, urls[1]))
+	assert.Equal(t, core.ConditionEjected, conditionOf(r, urls[2]))
+	clock.Advance(3 * time.Second)
+	assert.Equal(t, core.ConditionHalfOpen, conditionOf(r, urls[2]))
+}
+
+func TestProbeOnceReportsEachWorker(t *testing.T) {
+	var mu sync.Mutex
+	down := map[string]bool{urls[1]: true}
+	prober := func(_ context.Context, url string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if down[url] {
+			return errors.New("connection refused")
+		}
+		return nil
+	}
+	hc := core.DefaultHealthCheckConfig()
+	m, _, logs := newMonitor(t, core.Config{WorkerURLs: urls, Policy: core.DefaultConfig().Policy, VirtualNodes: 10, HealthCheck: &hc}, prober)
+	r := m.Router()
+	for i := 0; i < 3; i++ {
+		m.ProbeOnce()
+	}
+	assert.Equal(t, core.ConditionUnhealthyProbe, conditionOf(r, urls[1]))
+	assert.Equal(t, core.ConditionAvailable, conditionOf(r, urls[0]))
+	assert.Contains(t, logs.String(), "to=unhealthy_probe")
+	mu.Lock()
+	down[urls[1]] = false
+	mu.Unlock()
+	m.ProbeOnce()
+	assert.Equal(t, core.ConditionUnhealthyProbe, conditionOf(r, urls[1]), "1 of 2 good probes")
+	m.ProbeOnce()
+	assert.Equal(t, core.ConditionAvailable, conditionOf(r, urls[1]))
+}
+
+// A hung worker's probe is not sent again while the first is out.
+func TestProbeOfAHungWorkerIsNotRepeated(t *testing.T) {
+	release := make(chan struct{})
+	var calls sync.Map
+	prober := func(ctx context.Context, url string) error {
+		n, _ := calls.LoadOrStore(url, new(int))
+		*(n.(*int))++
+		if url == urls[0] {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return errors.New("hung")
+		}
+		return nil
+	}
+	hc := core.DefaultHealthCheckConfig()
+	hc.Timeout = time.Minute
+	m, _, _ := newMonitor(t, core.Config{WorkerURLs: urls[:2], Policy: core.DefaultConfig().Policy, VirtualNodes: 10, HealthCheck: &hc}, prober)
+	done := make(chan struct{})
+	go func() { m.ProbeOnce(); close(done) }()
+	require.Eventually(t, func() bool { m.mu.Lock(); defer m.mu.Unlock(); return m.probing[urls[0]] }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { m.mu.Lock(); defer m.mu.Unlock(); return !m.probing[urls[1]] }, 5*time.Second, time.Millisecond)
+	m.ProbeOnce() // probes urls[1] only
+	close(release)
+	<-done
+	n0, _ := calls.Load(urls[0])
+	n1, _ := calls.Load(urls[1])
+	assert.Equal(t, 1, *(n0.(*int)))
+	assert.Equal(t, 2, *(n1.(*int)))
+}
+
+func TestHTTPProber(t *testing.T) {
+	status := http.StatusOK
+	var paths []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		s := status
+		mu.Unlock()
+		w.WriteHeader(s)
+	}))
+	defer srv.Close()
+	probe := HTTPProber("/health")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	assert.NoError(t, probe(ctx, srv.URL))
+	assert.NoError(t, probe(ctx, srv.URL+"/"), "a trailing / is not doubled")
+	mu.Lock()
+	status = http.StatusServiceUnavailable
+	mu.Unlock()
+	err := probe(ctx, srv.URL)
+	require.Error(t, err)
+	assert.True(t, strings.Contains(err.Error(), "503"))
+	assert.Equal(t, []string{"/health", "/health", "/health"}, paths)
+	srv.Close()
+	assert.Error(t, probe(ctx, srv.URL), "nothing listens any more")
+}

@@ -1,0 +1,173 @@
+"""A drop-in for verl's rollout balancer (``GlobalRequestLoadBalancer`` in
+``verl/workers/rollout/llm_server.py``), backed by a :class:`~bounded_router.Router`.
+
+verl's balancer keeps a request id on its server (an LRU of 10,000 ids), sends a new id to the
+server with the fewest requests in flight, and breaks ties by ``candidates[0]``. This one keeps
+its surface, ``acquire_server(request_id) -> server_id`` and ``release_server(server_id)``, and
+routes by the bounded rule (docs/contract.md, "The bounded rule", "Key memory", "Spill target",
+"Ties by the key"):
+
+* a request id stays on its server (key memory, ``key_memory`` ids, least recently routed
+  forgotten first) until that server is clearly overloaded: its in-flight count exceeds the
+  least loaded server's by more than ``min_load_gap`` and the mean by a factor ``max_load_skew``;
+* it then spills to the least loaded server, ties broken clockwise from the key on the ring, and
+  the key stays where it spilled;
+* a new id starts on its ring server, so an idle fleet spreads new ids instead of sending them
+  all to the first server;
+* GRPO siblings can share one key: ``key_fn`` maps a request id to its routing key (say the
+  prompt's group id), and the bound spreads a hot group over several servers.
+
+Nothing of verl is imported: the class is plain Python and verl wraps it as its own balancer (a
+Ray actor: ``ray.remote(BoundedRequestLoadBalancer)``), see ``examples/verl_balancer.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.parse
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+
+from ..lease import Lease
+from ..policy import DEFAULT_MAX_LOAD_SKEW, DEFAULT_MIN_LOAD_GAP, BoundedConsistentHashingConfig
+from ..router import Router
+
+__all__ = ["BoundedRequestLoadBalancer", "DEFAULT_ROUTING_CACHE_SIZE", "server_url"]
+
+#: verl's default: how many request ids keep their server.
+DEFAULT_ROUTING_CACHE_SIZE = 10000
+
+Servers = Union[Mapping[str, Any], Iterable[str]]
+
+
+def server_url(server_id: str) -> str:
+    """The worker URL the router knows a server by: a router's workers are URLs (docs/contract.md,
+    "Workers and membership") and verl's server ids are not, so the id, percent-encoded, is the
+    path of a URL in normal form. Nothing is ever sent to it: verl sends the request itself."""
+    if not isinstance(server_id, str) or not server_id:
+        raise ValueError("a server id must be a non-empty str, got %r" % (server_id,))
+    return "http://verl-server/" + urllib.parse.quote(server_id, safe="")
+
+
+class BoundedRequestLoadBalancer:
+    """verl's ``acquire_server`` / ``release_server`` on a bounded router; thread-safe.
+
+    Args:
+        servers: ``{server_id: handle}`` as verl passes them (or server ids alone);
+            ``server_actor_ids``, the ids alone, as older verl versions pass them.
+        max_cache_size: verl's name for ``key_memory``.
+        config: verl's ``router_config`` dict; its keys ``max_load_skew``, ``min_load_gap``,
+            ``key_memory`` (or verl's ``max_cache_size``) and ``return_handle`` are read, the
+            others (``full_determinism``, ...) ignored. Keyword arguments win over it.
+        max_load_skew, min_load_gap: the bounded rule's two tests, on requests in flight.
+        key_memory: how many request ids (keys) keep their server.
+        key_fn: the routing key of a request id (default: the id itself); give siblings one key.
+        return_handle: ``acquire_server`` returns ``(server_id, handle)``, as verl's newer
+            balancer protocol does, instead of the id alone.
+    """
+
+    def __init__(
+        self,
+        servers: Optional[Servers] = None,
+        config: Optional[Mapping[str, Any]] = None,
+        *,
+        server_actor_ids: Optional[Iterable[str]] = None,
+        max_cache_size: Optional[int] = None,
+        max_load_skew: Optional[float] = None,
+        min_load_gap: Optional[int] = None,
+        key_memory: Optional[int] = None,
+        key_fn: Optional[Callable[[str], str]] = None,
+        return_handle: Optional[bool] = None,
+    ) -> None:
+        settings = dict(config or {})
+        self._handles = _handles(servers if servers is not None else server_actor_ids or ())
+        if not self._handles:
+            raise ValueError("servers must be non-empty")
+        policy = BoundedConsistentHashingConfig(
+            max_load_skew=_pick(max_load_skew, settings.get("max_load_skew"), DEFAULT_MAX_LOAD_SKEW),
+            min_load_gap=_pick(min_load_gap, settings.get("min_load_gap"), DEFAULT_MIN_LOAD_GAP),
+            spill_target="least_loaded",
+            key_memory=_pick(_pick(key_memory, max_cache_size, None), settings.get("key_memory", settings.get("max_cache_size")), DEFAULT_ROUTING_CACHE_SIZE),
+        )
+        self._ids = {server_url(sid): sid for sid in self._handles}
+        self._router = Router(list(self._ids), policy)
+        self._key_fn = key_fn
+        self._return_handle = bool(_pick(return_handle, settings.get("return_handle"), False))
+        self._held: Dict[str, List[Lease]] = {sid: [] for sid in self._handles}
+        self._lock = threading.Lock()
+
+    @property
+    def router(self) -> Router:
+        """The router that decides: its loads, statistics and metrics are the balancer's."""
+        return self._router
+
+    def acquire_server(self, request_id: str, prompt_ids: Optional[List[int]] = None) -> Union[str, Tuple[str, Any]]:
+        """The server for a request, counted in flight until :meth:`release_server`."""
+        key = request_id if self._key_fn is None else self._key_fn(request_id)
+        with self._lock:
+            lease = self._router.route(key)
+            server_id = self._ids[lease.worker_url]
+            self._held[server_id].append(lease)
+        return (server_id, self._handles[server_id]) if self._return_handle else server_id
+
+    def release_server(self, server_id: str, prompt_len: int = 0, request_id: Optional[str] = None) -> None:
+        """One request on ``server_id`` finished. ValueError for an unknown server or one with
+        nothing in flight, as verl's balancer."""
+        with self._lock:
+            held = self._held.get(server_id)
+            if held is None:
+                raise ValueError("Invalid server_id for release: %s" % server_id)
+            if not held:
+                raise ValueError("Release called with no inflight requests on server %s" % server_id)
+            held.pop().release()
+            if not held and server_id not in self._handles:
+                del self._held[server_id]  # a removed server's last request
+
+    def add_servers(self, servers: Servers) -> None:
+        """Add servers to the pool; ids already in it are refused (ValueError)."""
+        new = _handles(servers)
+        with self._lock:
+            for server_id, handle in new.items():
+                self._router.add_worker(server_url(server_id))
+                self._ids[server_url(server_id)] = server_id
+                self._handles[server_id] = handle
+                self._held.setdefault(server_id, [])  # requests of an earlier server of that id may still release
+
+    def remove_servers(self, server_ids: Iterable[str]) -> None:
+        """Remove servers: no new request goes there; requests in flight on them still release."""
+        with self._lock:
+            for server_id in server_ids:
+                self._router.remove_worker(server_url(server_id))
+                self._handles.pop(server_id)
+                if not self._held[server_id]:
+                    del self._held[server_id]
+
+    def get_all_servers(self) -> List[str]:
+        """The server ids requests may go to, in the order they joined."""
+        with self._lock:
+            return list(self._handles)
+
+    def get_status(self) -> Dict[str, Any]:
+        """In-flight requests per server and the router's counters, for debugging."""
+        stats = self._router.statistics()
+        return {
+            "inflight": {self._ids[w.url]: w.requests for w in stats.workers},
+            "branches": self._router.branch_counts(),
+            "active_leases": stats.active_leases,
+            "leaked_leases": stats.leaked_leases,
+        }
+
+    def close(self) -> None:
+        """Free the router (leases still held are released with it)."""
+        self._router.close()
+
+
+def _handles(servers: Servers) -> Dict[str, Any]:
+    """``{server_id: handle}`` of a dict as verl passes it, or of server ids alone (handles None)."""
+    return dict(servers) if isinstance(servers, Mapping) else {server_id: None for server_id in servers}
+
+
+def _pick(given: Any, configured: Any, default: Any) -> Any:
+    """The keyword argument, else the config's value, else the default."""
+    if given is not None:
+        return given
+    return default if configured is None else configured

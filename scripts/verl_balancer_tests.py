@@ -1,0 +1,68 @@
+"""Run verl's own load-balancer tests with bounded-router's balancer in place of verl's.
+
+Not part of CI: it needs verl (and Ray) installed, and a checkout of verl's tests. It puts
+``bounded_router.integrations.verl.BoundedRequestLoadBalancer`` (as a Ray actor) wherever verl
+defines ``GlobalRequestLoadBalancer`` before the tests import it, then runs the tests that
+``-k`` selects::
+
+    .venv/bin/python scripts/verl_balancer_tests.py --verl-tests ~/src/verl/tests -k "load_balancer or LoadBalancer"
+
+Tests that assert verl's own placement rule (a new request to the least loaded server, ties to
+the first) can fail by design: the bounded balancer sends a new id to its ring server and moves
+ids only past the bound (docs/contract.md, "Ties by the key"). Stickiness, release accounting and
+the errors of release_server are the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import subprocess
+import sys
+import tempfile
+
+#: Where verl versions define the balancer.
+MODULES = ("verl.workers.rollout.llm_server", "verl.experimental.agent_loop.agent_loop")
+
+PLUGIN = '''
+import importlib
+
+import ray
+
+from bounded_router.integrations.verl import BoundedRequestLoadBalancer
+
+
+def pytest_configure(config):
+    for name in %r:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, "GlobalRequestLoadBalancer"):
+            module.GlobalRequestLoadBalancer = ray.remote(BoundedRequestLoadBalancer)
+            print("bounded-router: GlobalRequestLoadBalancer of %%s replaced" %% name)
+''' % (MODULES,)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--verl-tests", required=True, help="verl's tests directory (or one test file)")
+    parser.add_argument("-k", default="load_balancer or LoadBalancer or balancer", help="pytest -k expression")
+    args = parser.parse_args()
+    try:
+        importlib.import_module("verl")
+        importlib.import_module("ray")
+    except ImportError as e:
+        print("verl and ray must be installed to run verl's tests: %s" % e, file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as plugins:
+        with open(os.path.join(plugins, "bounded_verl_plugin.py"), "w") as f:
+            f.write(PLUGIN)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [plugins, os.environ.get("PYTHONPATH")])))
+        command = [sys.executable, "-m", "pytest", "-p", "bounded_verl_plugin", "-k", args.k, args.verl_tests]
+        return subprocess.call(command, env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

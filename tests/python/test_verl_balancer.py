@@ -1,0 +1,155 @@
+"""bounded_router.integrations.verl: verl's acquire_server / release_server on a bounded router.
+Every expected placement is computed by the reference model (tests/reference_model.py) with the
+balancer's policy, replaying the same acquires and releases."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from typing import Dict, List
+
+import pytest
+
+from bounded_router.integrations.verl import DEFAULT_ROUTING_CACHE_SIZE, BoundedRequestLoadBalancer, server_url
+from reference_model import ReferenceRouter
+
+SERVERS = ["replica-%d" % i for i in range(4)]
+
+
+def model(servers: List[str], **options) -> ReferenceRouter:
+    settings = dict(spill_target="least_loaded", key_memory=DEFAULT_ROUTING_CACHE_SIZE)
+    settings.update(options)
+    return ReferenceRouter([server_url(s) for s in servers], policy="bounded_consistent_hashing", **settings)
+
+
+class Replay:
+    """The balancer and the model fed the same acquires (held until released by server id)."""
+
+    def __init__(self, servers: List[str], **options) -> None:
+        self.balancer = BoundedRequestLoadBalancer({s: "handle-" + s for s in servers}, **options)
+        config = {k: v for k, v in options.items() if k in ("max_load_skew", "min_load_gap", "key_memory")}
+        self.model = model(servers, **config)
+        self.key_fn = options.get("key_fn")
+        self.held: Dict[str, List[int]] = {s: [] for s in servers}
+
+    def acquire(self, request_id: str) -> str:
+        server = self.balancer.acquire_server(request_id)
+        key = request_id if self.key_fn is None else self.key_fn(request_id)
+        decision = self.model.route(key)
+        assert server_url(server) == decision.worker_url, "request %s: balancer %s, model %s" % (request_id, server, decision.worker_url)
+        self.held[server].append(decision.lease_id)
+        return server
+
+    def release(self, server: str) -> None:
+        self.balancer.release_server(server)
+        self.model.release(self.held[server].pop())
+
+
+def test_a_request_id_keeps_its_server_over_turns() -> None:
+    replay = Replay(SERVERS)
+    first = {rid: replay.acquire(rid) for rid in ("conv-%d" % i for i in range(6))}
+    for rid, server in first.items():
+        replay.release(server)
+    for _ in range(3):
+        for rid, server in first.items():
+            assert replay.acquire(rid) == server
+            replay.release(server)
+
+
+def test_a_turn_spills_when_its_server_is_clearly_overloaded_and_stays_there() -> None:
+    replay = Replay(SERVERS, min_load_gap=2)
+    home = replay.acquire("conv")
+    replay.release(home)
+    others = ["busy-%d" % i for i in range(200)]
+    busy = [rid for rid in others if replay.model.preferred(rid.encode()) == server_url(home)][:3]
+    for rid in busy:  # three more in flight on conv's server: gap 3 > 2 and 3 > 1.5 * 0.75
+        assert replay.acquire(rid) == home
+    moved = replay.acquire("conv")
+    assert moved != home, "conv stayed on its overloaded server"
+    assert replay.balancer.router.branch_counts()["explicit_routing_key_spillover"] == 1
+    replay.release(moved)
+    for _ in busy:
+        replay.release(home)
+    assert replay.acquire("conv") == moved, "the key remembers where it spilled"
+
+
+def test_grpo_siblings_share_a_group_key_and_the_bound_spreads_them() -> None:
+    replay = Replay(SERVERS, key_fn=lambda rid: rid.split("/")[0])
+    placed = [replay.acquire("prompt-7/sample-%d" % i) for i in range(8)]  # all 8 in flight at once
+    assert len(set(placed)) > 1, "a hot group stayed on one server: %r" % placed
+    assert Counter(placed).most_common(1)[0][1] < 8
+    for server in placed:
+        replay.release(server)
+
+
+def test_release_accounting_leaves_nothing_held() -> None:
+    replay = Replay(SERVERS)
+    servers = [replay.acquire("r-%d" % (i % 10)) for i in range(50)]
+    for server in servers:
+        replay.release(server)
+    router = replay.balancer.router
+    assert router.active_leases() == 0 and router.leaked_leases() == 0
+    assert all(n == 0 for n in replay.balancer.get_status()["inflight"].values())
+    with pytest.raises(ValueError, match="no inflight requests on server replica-0"):
+        replay.balancer.release_server("replica-0")
+    with pytest.raises(ValueError, match="Invalid server_id for release: nope"):
+        replay.balancer.release_server("nope")
+
+
+def test_a_burst_of_new_ids_spreads_over_an_idle_fleet() -> None:
+    servers = ["replica-%d" % i for i in range(8)]
+    replay = Replay(servers)
+    placed = []
+    for i in range(64):
+        server = replay.acquire("new-%d" % i)
+        placed.append(server)
+        replay.release(server)
+    counts = Counter(placed)
+    assert max(counts.values()) <= 2 * 64 / 8, counts
+    assert len(counts) == 8
+
+
+def test_removed_servers_still_release_and_take_no_new_requests() -> None:
+    balancer = BoundedRequestLoadBalancer({s: None for s in SERVERS}, return_handle=True)
+    server, handle = balancer.acquire_server("conv")
+    assert handle is None
+    balancer.remove_servers([server])
+    assert server not in balancer.get_all_servers()
+    assert all(balancer.acquire_server("x-%d" % i)[0] != server for i in range(20))
+    balancer.release_server(server)
+    with pytest.raises(ValueError, match="Invalid server_id"):
+        balancer.release_server(server)
+    balancer.add_servers({server: "again"})
+    assert balancer.get_all_servers()[-1] == server
+    status = balancer.get_status()
+    assert status["active_leases"] == 20 and status["leaked_leases"] == 0
+
+
+def test_config_dict_as_verl_passes_it() -> None:
+    balancer = BoundedRequestLoadBalancer(SERVERS, {"max_cache_size": 7, "min_load_gap": 4, "full_determinism": False})
+    policy = balancer.router.policy
+    assert (policy.key_memory, policy.min_load_gap, policy.spill_target) == (7, 4, "least_loaded")
+    assert BoundedRequestLoadBalancer(SERVERS, {"min_load_gap": 4}, min_load_gap=1).router.policy.min_load_gap == 1
+    with pytest.raises(ValueError, match="servers must be non-empty"):
+        BoundedRequestLoadBalancer({})
+
+
+def test_importing_it_imports_no_verl_nor_ray() -> None:
+    code = "import sys, bounded_router.integrations.verl; print(sorted(m for m in ('verl', 'ray', 'omegaconf') if m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+
+
+def test_constructed_as_each_verl_version_constructs_its_balancer() -> None:
+    by_dict = BoundedRequestLoadBalancer(servers={"a": 1, "b": 2}, max_cache_size=10)
+    by_ids = BoundedRequestLoadBalancer(server_actor_ids=["a", "b"])
+    assert by_dict.get_all_servers() == by_ids.get_all_servers() == ["a", "b"]
+    assert by_dict.router.policy.key_memory == 10 and by_ids.router.policy.key_memory == DEFAULT_ROUTING_CACHE_SIZE
+
+
+def test_the_example_runs_without_verl() -> None:
+    import os
+
+    example = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples", "verl_balancer.py")
+    out = subprocess.run([sys.executable, example], capture_output=True, text=True, check=True).stdout
+    assert "leaked: 0" in out and "'replica-0': 0" in out.splitlines()[-1]
