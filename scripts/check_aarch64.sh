@@ -42,7 +42,8 @@ WHEEL=$REPO/dist/bounded_router-$VERSION-py3-none-manylinux_2_17_aarch64.manylin
 
 # Debian's arm64 packages through a private apt configuration: arm64 indices of this release's
 # main archive in $WORK/apt, nothing added to the machine's architectures or sources.
-if [ ! -x "$ROOT/usr/bin/python3" ]; then
+# libssl3: prometheus_client (the tests' metrics parser) imports ssl.
+if [ ! -x "$ROOT/usr/bin/python3" ] || [ ! -e "$ROOT/usr/lib/aarch64-linux-gnu/libssl.so.3" ]; then
   . /etc/os-release
   APT_DIR=$WORK/apt
   rm -rf "$APT_DIR" "$ROOT"
@@ -56,10 +57,11 @@ EOF
        -o Dir::Etc::SourceList="$APT_DIR/sources.list" -o Dir::Etc::SourceParts="$APT_DIR/parts"
        -o Dir::State::Lists="$APT_DIR/lists" -o Dir::Cache="$APT_DIR/cache")
   apt-get "${apt[@]}" update -qq
-  # The release's default python3, e.g. python3.11.
-  py=$(apt-cache "${apt[@]}" show python3-minimal | grep -m1 -oE 'python3\.[0-9]+-minimal')
+  # The release's default python3, e.g. python3.11. (sed reads to the end: a reader that stops
+  # early, grep -m1, kills apt-cache with SIGPIPE, which pipefail makes the script's exit 141.)
+  py=$(apt-cache "${apt[@]}" show python3-minimal | grep -oE 'python3\.[0-9]+-minimal' | sed -n 1p)
   py=${py%-minimal}
-  (cd "$APT_DIR/debs" && apt-get "${apt[@]}" download libc6 libgcc-s1 zlib1g libexpat1 libffi8 \
+  (cd "$APT_DIR/debs" && apt-get "${apt[@]}" download libc6 libgcc-s1 zlib1g libexpat1 libffi8 libssl3 \
     "$py-minimal" "lib$py-minimal" "lib$py-stdlib" 2>&1 | { grep -v '^W: Download is performed unsandboxed' || true; })
   for deb in "$APT_DIR"/debs/*.deb; do dpkg-deb -x "$deb" "$ROOT"; done
   # The interpreter as an executable of this machine, which the tests' subprocesses can start
@@ -94,8 +96,9 @@ case "$SITE" in
   *) echo "error: the aarch64 Python's site-packages $SITE is outside $ROOT" >&2; exit 1 ;;
 esac
 rm -rf "$SITE" && mkdir -p "$SITE"
-# The same lower bounds as requirements-dev.txt; aarch64 wheels for the emulated CPython.
-mapfile -t deps < <(grep -E '^(pytest|hypothesis|xxhash)\b' requirements-dev.txt)
+# The same lower bounds as requirements-dev.txt (the tests, the reference model's two rings and
+# the metrics parser); aarch64 wheels for the emulated CPython.
+mapfile -t deps < <(grep -E '^(pytest|hypothesis|xxhash|blake3|prometheus_client)\b' requirements-dev.txt)
 $VPY -m pip install --quiet --no-cache-dir --target "$SITE" --only-binary=:all: \
   --platform manylinux2014_aarch64 --python-version "$PYVER" --implementation cp "${deps[@]}" "$WHEEL"
 CONTRACT=(test_native.py test_router.py test_leases.py test_batch.py test_headers.py test_config.py
