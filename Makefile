@@ -40,7 +40,8 @@ sdist: $(VENV)/.ready
 	$(VPY) -m build --sdist --no-isolation --outdir dist .
 
 # The aarch64 wheel executed here under qemu user-mode emulation: the C API program and the
-# Python contract tests on Debian's aarch64 CPython (about 5 minutes; not part of make test).
+# Python contract tests on Debian's aarch64 CPython (about 12 minutes on a loaded 2-core machine;
+# not part of make test, run by .ci/run).
 check-aarch64: $(VENV)/.ready
 	bash scripts/check_aarch64.sh
 
