@@ -46,6 +46,7 @@ func NewRouter(cfg Config) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	urls, _ := normalizeWorkerURLs(cfg.WorkerURLs) // Validate checked them
 	r := &Router{policy: cfg.Policy, virtualNodes: cfg.VirtualNodes, keyHeaders: keyHeadersOrDefault(cfg.RoutingKeyHeaders), members: emptyMembership(cfg.Policy.HashRing), view: newView(), keys: newKeyCounts(),
 		healthCheck: cfg.HealthCheckOrOff(), breakerCfg: cfg.BreakerOrDefault()}
 	switch {
@@ -61,7 +62,7 @@ func NewRouter(cfg Config) (*Router, error) {
 	if cfg.Policy.Kind == PolicyCacheAware {
 		r.view.blocks = newBlockIndex(cfg.Policy.BlocksPerWorker)
 	}
-	r.install(rebuilt(r.newWorkers(cfg.WorkerURLs, r.members), r.policy.HashRing, r.virtualNodes))
+	r.install(rebuilt(r.newWorkers(urls, r.members), r.policy.HashRing, r.virtualNodes))
 	return r, nil
 }
 
@@ -201,7 +202,7 @@ func (r *Router) AcquireWeighted(url string, routingKey []byte, weight int64) (L
 	key := r.explicitKeyOf(routingKey)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	w, ok := r.members.lookup(url)
+	w, ok := r.members.lookup(memberURL(url))
 	if !ok {
 		return 0, WorkerState{}, unknownWorker(url)
 	}
@@ -357,13 +358,17 @@ func (r *Router) SetHealthy(url string, healthy bool) error {
 }
 
 // AddWorker adds a worker at the end of the membership order.
-func (r *Router) AddWorker(url string) error {
-	if err := validateWorkerURL(url); err != nil {
+func (r *Router) AddWorker(raw string) error {
+	url, err := NormalizeWorkerURL(raw)
+	if err != nil {
 		return err
 	}
 	r.membershipMu.Lock()
 	defer r.membershipMu.Unlock()
 	if _, exists := r.members.lookup(url); exists {
+		if raw != url {
+			return fmt.Errorf("%w: worker %q is already a member, as %q", ErrDuplicateWorker, raw, url)
+		}
 		return fmt.Errorf("%w: worker %q is already a member", ErrDuplicateWorker, url)
 	}
 	if err := checkRingSize(len(r.members.workers)+1, r.virtualNodes); err != nil {
@@ -377,7 +382,7 @@ func (r *Router) AddWorker(url string) error {
 func (r *Router) RemoveWorker(url string) error {
 	r.membershipMu.Lock()
 	defer r.membershipMu.Unlock()
-	i, ok := r.members.byURL[url]
+	i, ok := r.members.byURL[memberURL(url)]
 	if !ok {
 		return unknownWorker(url)
 	}
@@ -387,8 +392,9 @@ func (r *Router) RemoveWorker(url string) error {
 
 // SetWorkers replaces the membership with urls, in that order. Workers that stay keep their
 // health and load; the others are removed as by RemoveWorker.
-func (r *Router) SetWorkers(urls []string) error {
-	if err := validateWorkerURLs(urls); err != nil {
+func (r *Router) SetWorkers(given []string) error {
+	urls, err := normalizeWorkerURLs(given)
+	if err != nil {
 		return err
 	}
 	if err := checkRingSize(len(urls), r.virtualNodes); err != nil {

@@ -30,6 +30,7 @@ import bisect
 import itertools
 import math
 import random as _random
+import urllib.parse
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -216,6 +217,32 @@ def _key_bytes(routing_key: Union[str, bytes, None]) -> bytes:
     raise TypeError("routing_key must be str, bytes or None, got %s" % type(routing_key).__name__)
 
 
+# -- worker URLs (contract: "Workers and membership") -----------------------------------------
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def normal_worker_url(url: str) -> str:
+    """``scheme://host[:port][/path]``: scheme and host lower-cased, the scheme's default port and
+    trailing slashes dropped; ValueError for what is not an http(s) server's URL. Written with
+    urllib.parse, independently of the library's Go (net/url)."""
+    if not url:
+        raise ValueError("a worker URL must not be empty")
+    if "," in url or "://" not in url or "#" in url or "?" in url:
+        raise ValueError("worker URL %r: a comma, no scheme, a query or a fragment" % url)
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or "@" in parts.netloc or not parts.hostname:
+        raise ValueError("worker URL %r: not http(s), user info or no host" % url)
+    port = parts.port  # ValueError when not a number below 65536
+    if port == 0:
+        raise ValueError("worker URL %r: port 0" % url)
+    netloc = parts.netloc.lower()
+    if port in (None, _DEFAULT_PORTS[scheme]):
+        netloc = netloc[: netloc.rindex("]") + 1] if netloc.startswith("[") else netloc.split(":")[0]
+    return "%s://%s%s" % (scheme, netloc, parts.path.rstrip("/"))
+
+
 # -- the router ---------------------------------------------------------------------------------
 
 
@@ -293,11 +320,20 @@ class ReferenceRouter:
 
     @staticmethod
     def _check_url(url: object) -> str:
+        """The member form of a worker URL (contract: "Workers and membership"), or ValueError."""
         if not isinstance(url, str):
             raise TypeError("a worker URL must be a str, got %s" % type(url).__name__)
-        if not url:
-            raise ValueError("a worker URL must not be empty")
-        return url
+        return normal_worker_url(url)
+
+    def _member(self, url: str) -> str:
+        """The member ``url`` names, in its normal form; KeyError when it names none."""
+        try:
+            normal = normal_worker_url(url)
+        except ValueError:
+            raise KeyError(url) from None
+        if normal not in self._workers:
+            raise KeyError(url)
+        return normal
 
     def _rebuild_ring(self) -> None:
         """Entries (hash(url + "#" + i), url) for the SET of URLs, sorted by (position, url)."""
@@ -310,7 +346,7 @@ class ReferenceRouter:
         self._owners = [url for _, url in entries]
 
     def add_worker(self, url: str) -> None:
-        self._check_url(url)
+        url = self._check_url(url)
         if url in self._workers:
             raise ValueError("duplicate worker URL %r" % url)
         self._workers[url] = ModelWorker(url)
@@ -318,8 +354,7 @@ class ReferenceRouter:
         self._rebuild_ring()
 
     def remove_worker(self, url: str) -> None:
-        if url not in self._workers:
-            raise KeyError(url)
+        url = self._member(url)
         del self._workers[url]  # its leases keep the worker object and release against it alone
         self._order.remove(url)
         self._rebuild_ring()
@@ -336,8 +371,7 @@ class ReferenceRouter:
         self._rebuild_ring()
 
     def set_healthy(self, url: str, healthy: bool) -> None:
-        if url not in self._workers:
-            raise KeyError(url)
+        url = self._member(url)
         worker = self._workers[url]
         if worker.healthy and not healthy:
             worker.outages += 1
@@ -710,9 +744,7 @@ class ReferenceRouter:
     def acquire(self, worker_url: str, routing_key: Union[str, bytes, None] = None, weight: int = 1) -> int:
         """Count a request on a member chosen elsewhere (healthy or not); the lease id."""
         _check_weight(weight)
-        if worker_url not in self._workers:
-            raise KeyError(worker_url)
-        return self._take(self._workers[worker_url], _key_bytes(routing_key) or None, weight)
+        return self._take(self._workers[self._member(worker_url)], _key_bytes(routing_key) or None, weight)
 
     def _take(self, worker: ModelWorker, key: Optional[bytes], weight: int) -> int:
         worker.load += weight

@@ -19,6 +19,7 @@ import dataclasses
 import sys
 from typing import List, Optional, Tuple
 
+from ._cli import SERVE_HINT, CommandParser
 from .args import RouterArgs, port_number
 from .feeds import LOAD_FORMATS, Feed
 from .gateway import serve_until_signalled
@@ -28,12 +29,14 @@ from .integrations.options import ProxyOptions, positive_seconds, router_and_opt
 __all__ = ["main"]
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bounded-router", description="bounded-router: bounded consistent-hashing request routing.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+def _parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The command's parser and its ``serve`` subcommand's."""
+    parser = CommandParser(prog="bounded-router", description="bounded-router: bounded consistent-hashing request routing.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     commands.required = True
     serve = commands.add_parser(
         "serve",
+        hint=SERVE_HINT,
         help="run the native HTTP gateway in front of the workers",
         description="Run the native HTTP gateway: each request goes to the worker the router chooses from its "
         "headers (X-SMG-Routing-Key, ...), and the answer streams back.",
@@ -68,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
         help="poll every worker's load: sglang (GET /get_load) or vllm (GET /metrics); off by default",
     )
     feeds.add_argument("--load-poll-interval-secs", type=positive_seconds, default=None, help="seconds between polls (default 0.2)")
-    return parser
+    return parser, serve
 
 
 def _worker_endpoint(text: str) -> Tuple[str, str]:
@@ -97,8 +100,8 @@ def _start_feeds(router: Router, args: argparse.Namespace) -> List[Feed]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    top, parser = _parser()
+    args = top.parse_args(argv)
     router, options = router_and_options(parser, args, worker_api=True)
     try:
         _start_feeds(router, args)  # stopped when serving ends and the router closes

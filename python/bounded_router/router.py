@@ -102,7 +102,9 @@ class Router:
     """Routes requests to workers, keeping requests that share a routing key on one worker.
 
     Args:
-        worker_urls: the workers' URLs, in membership order (unique, non-empty strings).
+        worker_urls: the workers' URLs, in membership order: ``http(s)://host[:port][/path]``,
+            kept in their normal form (lower-case scheme and host, no default port or trailing
+            ``/``), unique in it; may be empty (docs/contract.md, "Workers and membership").
         policy: a :class:`PolicyType`, its name (``"bounded_consistent_hashing"``, ...) or a
             typed config (:class:`BoundedConsistentHashingConfig`, ...).
         max_load_skew: ``bounded_consistent_hashing``'s relative bound (default 1.5), a finite
@@ -139,8 +141,8 @@ class Router:
             (docs/contract.md, "Worker failures").
 
     Raises:
-        ValueError: a setting breaks its rule, an unknown policy name, an empty or duplicate
-            URL, or a setting given both in a typed config and next to it.
+        ValueError: a setting breaks its rule, an unknown policy name, a URL that is not of
+            that form or names a worker twice, or a setting given both in a typed config and next to it.
         TypeError: a URL is not a str.
 
     All methods are thread-safe. A router is a context manager that closes it on exit; using
@@ -573,7 +575,10 @@ class Router:
         checked = check_weight(weight)
         out = _native.thread_buffers()[0]
         self._native.call("br_acquire", url, len(url), key, len(key), checked, out)
-        return _HeldLease(self._native, out[0], (str.__str__(worker_url), str.__str__(worker_url), None))
+        # The member's URL in its normal form (contract: "Workers and membership"); the worker
+        # is its own preferred one. The given URL if the worker has left since.
+        urls = self._native.urls_of(out[1] | (out[1] << 32)) or (str.__str__(worker_url),) * 2
+        return _HeldLease(self._native, out[0], (urls[0], urls[1], None))
 
     # -- membership and health ---------------------------------------------------------------
 
@@ -581,7 +586,8 @@ class Router:
         """Add a worker at the end of the membership order.
 
         Raises:
-            ValueError: the URL is empty or already a member, or the ring would be too large.
+            ValueError: the URL is not a worker URL (docs/contract.md, "Workers and membership"),
+                is already a member in any spelling, or the ring would be too large.
             TypeError: the URL is not a str.
         """
         raw = url_bytes(url)
@@ -602,7 +608,8 @@ class Router:
         Workers that stay keep their health and load; the others are removed.
 
         Raises:
-            ValueError: a URL is empty or listed twice, or the ring would be too large.
+            ValueError: a URL is not a worker URL, two name the same worker, or the ring would
+                be too large.
             TypeError: a URL is not a str.
         """
         data = _json(_url_list(urls, "urls"))

@@ -43,6 +43,9 @@ from reference_model import NoWorkerAvailableError as ModelNoWorker
 from reference_model import ReferenceRouter
 
 URLS = ["http://w%d:8000" % i for i in range(8)]
+# Other spellings of members (the same workers in their normal form) and URLs every entry point
+# refuses (contract: "Workers and membership").
+SPELLINGS = ["HTTP://W1:8000/", "http://w2:8000/", "w3:8000", "http://w4:8000?x", "http://a:1,http://b:2"]
 KEYS: List[Any] = ["k0", "k1", "k2", "k3", "k4", "session-17", b"\x00\xff\xfe", "cl\u00e9", "a\tb", b"k1"]
 HEADER_NAMES = [
     "X-SMG-Target-Worker",
@@ -365,7 +368,7 @@ def random_operation(rng: random.Random) -> Tuple[Any, ...]:
         weights=[30, 12, 4, 8, 24, 3, 2, 3, 4, 3, 2, 8, 40, 4, 6, 8, 5, 1],
     )[0]
     key = rng.choice(KEYS + [None])
-    url = rng.choice(URLS + [""])  # "" is never a member: an error everywhere
+    url = rng.choice(URLS + [""] + SPELLINGS)  # "" is never a member: an error everywhere
     if kind == "route":
         return ("route", key, rng.choice(WEIGHTS))
     if kind == "route_p":

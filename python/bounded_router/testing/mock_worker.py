@@ -18,7 +18,7 @@ Endpoints:
 * ``POST /v1/completions`` -- JSON ``{"prompt": str, "max_tokens": int, "stream": bool}``,
   optionally ``"fail_after_tokens": n`` to abort the connection after n tokens (to test
   failures). The stream is server-sent events: one ``{"choices": [{"text": ...}]}`` per token,
-  then one with ``"usage"`` (``prompt_tokens``, ``completion_tokens``,
+  then one with ``"usage"`` (``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
   ``prompt_tokens_details.cached_tokens``), the worker's name and its time to first token, then
   ``data: [DONE]``. Output text is :func:`expected_text`, so a client can check it arrived intact.
   Every response carries ``X-Mock-Worker: <name>``. A ``"model"`` and OpenAI's other sampling
@@ -125,9 +125,10 @@ def cache_events(keys: Sequence[Any], words: Sequence[str], block_size: int, sto
 
 
 class _Job:
-    __slots__ = ("keys", "prompt_tokens", "reader", "done", "cached", "words")
+    __slots__ = ("keys", "prompt_tokens", "reader", "done", "cached", "words", "arrival")
 
     def __init__(self, keys: List[Any], prompt_tokens: int, reader: asyncio.StreamReader, words: Sequence[str] = ()) -> None:
+        self.arrival = asyncio.get_running_loop().time()
         self.keys = keys
         self.words = words
         self.prompt_tokens = prompt_tokens
@@ -209,13 +210,19 @@ class MockWorker:
 
     async def _prefill_engine(self) -> None:
         assert self._queue is not None
+        loop = asyncio.get_running_loop()
+        free_at = 0.0  # when the last prefill ends, on the loop's clock
         while True:
             job = await self._queue.get()
             if job.reader.at_eof():  # the client left while queued: drop it, as engines do
                 job.done.set_result(None)
                 continue
             cached = min(self.cache.lookup(job.keys), job.prompt_tokens)
-            await asyncio.sleep(self._seconds(self.cost.prefill_ms(job.prompt_tokens - cached)))
+            # A prefill starts when the job arrived or the previous one ended, whichever is later,
+            # by the clock: a late wake-up of this process (a busy machine) does not push back
+            # every prefill queued behind it.
+            free_at = max(job.arrival, free_at) + self._seconds(self.cost.prefill_ms(job.prompt_tokens - cached))
+            await asyncio.sleep(max(0.0, free_at - loop.time()))
             stored, evicted = self.cache.insert(job.keys)
             if self.kv_events is not None:
                 self.kv_events.publish(cache_events(job.keys, job.words, self.cost.block_size, set(stored), evicted))
@@ -456,6 +463,7 @@ class MockWorker:
             usage = {
                 "prompt_tokens": len(words),
                 "completion_tokens": max_tokens,
+                "total_tokens": len(words) + max_tokens,  # OpenAI's CompletionUsage has all three
                 "prompt_tokens_details": {"cached_tokens": cached},
             }
             if not stream:
