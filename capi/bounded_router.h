@@ -131,6 +131,30 @@ int32_t br_add_worker(uint64_t router, const char *url, size_t url_len);
 int32_t br_remove_worker(uint64_t router, const char *url, size_t url_len);
 int32_t br_set_workers(uint64_t router, const char *urls_json, size_t urls_len);
 int32_t br_set_healthy(uint64_t router, const char *url, size_t url_len, int32_t healthy);
+/* Engine load reports (docs/contract.md, "Engine load reports"): br_report_load records the load
+ * a worker's engine reports (its requests running and waiting, 0 to 2^40); the worker's routing
+ * load is then that report plus the weights of the leases taken since. br_forget_load drops the
+ * standing report (expired): the routing load is this router's leases again. */
+int32_t br_report_load(uint64_t router, const char *url, size_t url_len, int64_t load);
+int32_t br_forget_load(uint64_t router, const char *url, size_t url_len);
+/* Feeds: the engines' own state brought into a router on the library's threads, off unless
+ * started; each start stores a feed handle in *out_feed. br_load_poll_start polls the workers'
+ * load endpoints and reports the loads; options_json: {"endpoints": {worker URL: endpoint URL},
+ * "format": "sglang" (GET /get_load) or "vllm" (GET /metrics), "interval_ms": 200,
+ * "timeout_ms": interval, "expiry_ms": 3 intervals} (0 or absent: the default); its counters
+ * {"workers": [{"worker", "reports", "failures": {"unreachable", "status", "garbage"},
+ * "expired", "standing"}]}. br_kv_events_start (cache_aware only) subscribes to the workers' KV
+ * event streams (docs/contract.md, "Reported blocks"); options_json: {"endpoints": {worker URL:
+ * "tcp://host:port"}, "replay_endpoints": {worker URL: "tcp://host:port"}, "topic": "",
+ * "stale_after_ms": 10000}; its counters {"workers": [{"worker", "batches", "stored", "removed",
+ * "cleared", "unknown_parent", "adapter", "unknown_tag", "gaps", "replayed", "lost",
+ * "malformed", "restarts", "stale"}]}. Every worker named must be a member. br_feed_stats_json
+ * writes a feed's counters; br_feed_stop ends it and waits (a load poll forgets the reports
+ * that stand). */
+int32_t br_load_poll_start(uint64_t router, const char *options_json, size_t options_len, uint64_t *out_feed);
+int32_t br_kv_events_start(uint64_t router, const char *options_json, size_t options_len, uint64_t *out_feed);
+int64_t br_feed_stats_json(uint64_t feed, char *buf, size_t capacity);
+int32_t br_feed_stop(uint64_t feed);
 
 /* Routes a request whose only input is an explicit key (empty: no key) and takes a lease on the
  * chosen worker. Returns the branch code; out[0] receives the lease (0 when no worker was
@@ -216,6 +240,18 @@ int64_t br_stats_json(uint64_t router, char *buf, size_t capacity);
  * to out (room for out_capacity) and returns how many, or a negative status when block_len is
  * 0, out is too small or the blocks exceed BR_MAX_PREFIX_BLOCKS. */
 int64_t br_prefix_blocks(const char *data, size_t data_len, size_t block_len, uint64_t *out, size_t out_capacity);
+
+/* Blocks a worker's engine reports (cache_aware only; docs/contract.md, "Reported blocks"), so
+ * that the index holds what the engine really caches. br_store_blocks: the engine stores the n
+ * blocks (prefix block hashes as br_prefix_blocks computes them, in prefix order);
+ * engine_hashes, NULL or n values, are the engine's own names for them (NULL: the engine names
+ * them as this library does). br_remove_blocks: the engine evicted the n blocks it names
+ * engine_hashes. br_clear_blocks: the engine dropped every block. At most BR_MAX_PREFIX_BLOCKS
+ * blocks per call; another policy is BR_ERR_INVALID_ARGUMENT, a URL that is not a member
+ * BR_ERR_UNKNOWN_WORKER. */
+int32_t br_store_blocks(uint64_t router, const char *url, size_t url_len, const uint64_t *blocks, size_t n, const uint64_t *engine_hashes);
+int32_t br_remove_blocks(uint64_t router, const char *url, size_t url_len, const uint64_t *engine_hashes, size_t n);
+int32_t br_clear_blocks(uint64_t router, const char *url, size_t url_len);
 
 /* The native HTTP gateway in front of a router's workers, run on the library's own threads.
  * br_gateway_start takes options as a JSON object ({"host", "port", "metrics_port",

@@ -65,14 +65,19 @@ func br_route_avoiding(router C.uint64_t, key *C.char, keyLen C.size_t, headers 
 	return writeDecision(r.RouteAvoiding(&req, workerIDsOf(r, urls)), o)
 }
 
-// workerIDsOf is the ids of the members among urls.
+// workerIDsOf is the ids of the members among urls, in any spelling of their URLs (contract:
+// "Workers and membership").
 func workerIDsOf(r *core.Router, urls []string) []uint32 {
+	named := make(map[string]bool, len(urls))
+	for _, u := range urls {
+		if n, err := core.NormalizeWorkerURL(u); err == nil {
+			named[n] = true
+		}
+	}
 	var ids []uint32
 	for _, w := range r.Workers() {
-		for _, u := range urls {
-			if u == w.URL {
-				ids = append(ids, w.ID)
-			}
+		if named[w.URL] {
+			ids = append(ids, w.ID)
 		}
 	}
 	return ids

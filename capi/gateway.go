@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bounded-router/bounded-router/gateway"
+	"github.com/bounded-router/bounded-router/health"
 )
 
 // The native gateway (package gateway): an HTTP proxy served by the library's own threads,
@@ -36,32 +37,21 @@ var gateways = struct {
 //export br_gateway_start
 func br_gateway_start(router C.uint64_t, optionsJSON *C.char, optionsLen C.size_t, outGateway *C.uint64_t) (status C.int32_t) {
 	defer guard(&status)
-	out, err := outArg(outGateway, 1, "out_gateway")
-	if err != nil {
-		return fail(err)
-	}
-	m, err := lookupMonitor(uint64(router))
-	if err != nil {
-		return fail(err)
-	}
-	text, err := bytesArg(optionsJSON, optionsLen, "options_json")
-	if err != nil {
-		return fail(err)
-	}
-	opts, err := gateway.ParseOptions(text)
-	if err != nil {
-		return fail(invalidArgument("%v", err))
-	}
-	g, err := gateway.Start(m, opts)
-	if err != nil {
-		return fail(invalidArgument("%v", err))
-	}
-	gateways.Lock()
-	defer gateways.Unlock()
-	gateways.next++
-	gateways.running[gateways.next] = g
-	out[0] = C.uint64_t(gateways.next)
-	return statusOK
+	return withStart(router, optionsJSON, optionsLen, outGateway, "out_gateway", func(m *health.Monitor, text []byte) (uint64, error) {
+		opts, err := gateway.ParseOptions(text)
+		if err != nil {
+			return 0, invalidArgument("%v", err)
+		}
+		g, err := gateway.Start(m, opts)
+		if err != nil {
+			return 0, invalidArgument("%v", err)
+		}
+		gateways.Lock()
+		defer gateways.Unlock()
+		gateways.next++
+		gateways.running[gateways.next] = g
+		return gateways.next, nil
+	})
 }
 
 // br_gateway_address_json writes {"address": "host:port", "metrics_address": "host:port" or

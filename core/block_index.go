@@ -36,7 +36,10 @@ type blockIndex struct {
 }
 
 type blockNode struct {
-	block  uint64
+	block uint64
+	// engine is the engine's name of the block when its worker reported it (see storeReported),
+	// else the block itself; the worker's engine map points here only while it names this node.
+	engine uint64
 	worker *worker
 	// newer and older link the worker's recency list, a ring through its sentinel: the
 	// sentinel's older is the most recent node, its newer the least recent.
@@ -49,6 +52,10 @@ type blockNode struct {
 type workerBlocks struct {
 	sentinel uint32            // 0 until the worker is first sent a block
 	nodes    map[uint64]uint32 // block -> its node
+	// engine maps the engine's names of the blocks its worker reported to their nodes, so that a
+	// removal the engine reports by its own name finds ours; nil until the first report. It holds
+	// at most one entry per node (block_events.go).
+	engine map[uint64]uint32
 }
 
 func newBlockIndex(capacity int) *blockIndex {
@@ -173,9 +180,7 @@ func (x *blockIndex) touch(w *worker, block uint64, known uint32) bool {
 	case len(w.blocks.nodes) >= x.capacity:
 		n = x.nodes[w.blocks.sentinel].newer // the least recent
 		x.unlinkRecency(n)
-		x.unlinkHolder(n)
-		delete(w.blocks.nodes, x.nodes[n].block)
-		x.size--
+		x.drop(w, n)
 		fallthrough
 	default:
 		if n == 0 {
@@ -183,13 +188,23 @@ func (x *blockIndex) touch(w *worker, block uint64, known uint32) bool {
 				return false
 			}
 		}
-		x.nodes[n].block, x.nodes[n].worker = block, w
+		x.nodes[n].block, x.nodes[n].engine, x.nodes[n].worker = block, block, w
 		x.linkHolder(n)
 		w.blocks.nodes[block] = n
 		x.size++
 	}
 	x.pushNewest(w, n)
 	return true
+}
+
+// drop takes node n, already out of its recency list, out of the holder list and w's maps.
+func (x *blockIndex) drop(w *worker, n uint32) {
+	x.unlinkHolder(n)
+	delete(w.blocks.nodes, x.nodes[n].block)
+	if e := x.nodes[n].engine; w.blocks.engine[e] == n {
+		delete(w.blocks.engine, e)
+	}
+	x.size--
 }
 
 // len is the number of (worker, block) pairs indexed; 0 without an index.

@@ -17,15 +17,18 @@ package core
 //     (cache_aware_key_hit with a routing key, cache_aware_no_match without). The threshold keeps
 //     a prefix every worker soon holds (a shared system prompt) from deciding alone: without it,
 //     workers that have received nothing never hold it and would never be chosen.
-//     Among several, a routing key (explicit, else implicit) picks the first clockwise from
-//     its ring position, so a key keeps its worker; without a key the least loaded one is
-//     chosen, ties broken clockwise from the position of the request's first block (membership
-//     order for a request with no blocks), so every process breaks them the same way.
+//     Among several candidates, the least loaded. Without a hit, a routing key (explicit, else
+//     implicit) picks the first worker clockwise from its ring position that is not above the
+//     mean load, so routers in front of the same workers agree where a key starts without piling
+//     it on a busy worker; without a key the least loaded worker. Ties go clockwise from the key's
+//     position, else the request's first block's (membership order for a request with no
+//     blocks), so every process breaks them the same way.
 //   - When some available worker holds block depth (a longer prefix) but is overloaded, the
 //     branch is cache_aware_balance instead, whichever worker was chosen.
 //   - With balance_by prefill (docs/contract.md, "Prefill load") the test reads the prefill
-//     loads, and every choice among several workers, keyed or not, is the least ranked (the
-//     least prefill load, then the fewest leases in flight), ties broken as above.
+//     loads, the candidates are ranked by prefill load, then the fewest leases in flight, and
+//     without a hit the request goes to the least ranked passing worker, keyed or not, ties
+//     broken as above.
 //
 // Cost: a step along a recency list per leading block held by a passing worker, and an index
 // lookup only where the blocks leave the list's run (blockIndex.nextOnPath), plus one; a walk of
@@ -57,10 +60,15 @@ func selectCacheAware(v *view, req *Request, keyPos uint64, p *Policy) (int, Bra
 	switch {
 	case x.depth > 0 && float64(x.depth) > p.CacheThreshold*float64(len(blocks)):
 		chosen, branch = c.amongCandidates(blocks[x.depth-1]), BranchCacheAwarePrefixHit
-	case c.keyed && p.BalanceBy == LoadInFlight:
-		chosen, branch = v.ring.first(c.position, c.passesOwner), BranchCacheAwareKeyHit
-	case c.keyed:
+	case p.BalanceBy == LoadPrefill && c.keyed:
 		chosen, branch = c.leastLoaded(), BranchCacheAwareKeyHit
+	case p.BalanceBy == LoadPrefill:
+		chosen, branch = c.leastLoaded(), BranchCacheAwareNoMatch
+	case c.keyed:
+		chosen, branch = c.ringUnderMean(c.position), BranchCacheAwareKeyHit
+	case len(blocks) > 0:
+		// The first block the match did not reach stands for a key: its own prefix's.
+		chosen, branch = c.ringUnderMean(mixBlock(blocks[min(x.depth, len(blocks)-1)])), BranchCacheAwareNoMatch
 	default:
 		chosen, branch = c.leastLoaded(), BranchCacheAwareNoMatch
 	}
@@ -111,8 +119,8 @@ func mixBlock(h uint64) uint64 {
 	return h ^ h>>33
 }
 
-// amongCandidates stamps the passing holders of block (there is at least one) and picks one:
-// under in_flight the key's first clockwise, else (and without a key) the least ranked.
+// amongCandidates stamps the passing holders of block (there is at least one) and picks the
+// least ranked (see rank), ties broken clockwise from c.position.
 func (c *cacheChoice) amongCandidates(block uint64) int {
 	x, by := c.x, c.test.by
 	count, only, least, leastAt, leastCount := 0, -1, rank{}, -1, 0
@@ -133,14 +141,23 @@ func (c *cacheChoice) amongCandidates(block uint64) int {
 	switch {
 	case count == 1:
 		return only
-	case c.keyed && by == LoadInFlight:
-		return c.v.ring.first(c.position, func(owner uint32) bool { return c.v.workers[owner].candidate == x.epoch })
 	case leastCount == 1:
 		return leastAt
 	}
 	return c.v.ring.first(c.position, func(owner uint32) bool {
 		w := c.v.workers[owner]
 		return w.candidate == x.epoch && w.rank(by) == least
+	})
+}
+
+// ringUnderMean is the first worker clockwise from position that is available and not above
+// the mean load (the least loaded one never is, so there is one): every router in front of the
+// same workers starts a prefix in the same place, but never on a worker busier than the average.
+func (c *cacheChoice) ringUnderMean(position uint64) int {
+	mean := c.v.meanLoad(LoadInFlight)
+	return c.v.ring.first(position, func(owner uint32) bool {
+		w := c.v.workers[owner]
+		return w.healthy && float64(w.load) <= mean
 	})
 }
 

@@ -76,23 +76,41 @@ func TestCacheAwareKeyBreaksTiesClockwise(t *testing.T) {
 	}
 }
 
+// A key does not pull a prefix hit onto a busier holder: among the holders of the longest
+// prefix the least loaded wins, the key breaking ties only (issue 21, item 4).
+func TestCacheAwareKeyedHitTakesTheLeastLoadedHolder(t *testing.T) {
+	urls := workerURLs(4)
+	r, _ := routerWithLoads(t, cachePolicy(1.5, 2, 64), urls, []int{0, 0, 0, 1})
+	routeTo(t, r, 1, 10, 11)
+	routeTo(t, r, 3, 10, 11)
+	key := keyPreferringURL(t, urls, urls[3])
+	d := r.Select(prefixRequest(string(key), 10, 11, 12))
+	assert.Equal(t, BranchCacheAwarePrefixHit, d.Branch)
+	assert.Equal(t, urls[1], d.WorkerURL)
+}
+
 func TestCacheAwareWithoutMatch(t *testing.T) {
 	urls := workerURLs(4)
 	ring := newRefRing(urls, DefaultVirtualNodes)
 	r, _ := routerWithLoads(t, cachePolicy(1.5, 2, 64), urls, []int{1, 0, 1, 2})
 
-	// No match, a key: the key's ring worker, which passes the bound.
-	key := keyPreferringURL(t, urls, urls[3])
+	// No match, a key: the key's ring worker when it is not above the mean load (1 here)...
+	key := keyPreferringURL(t, urls, urls[2])
 	d := r.Select(prefixRequest(string(key), 40, 41))
 	assert.Equal(t, BranchCacheAwareKeyHit, d.Branch)
-	assert.Equal(t, urls[3], d.WorkerURL)
+	assert.Equal(t, urls[2], d.WorkerURL)
+	// ...else the next one clockwise that is not: w3 (load 2) passes the bound but is above it.
+	key = keyPreferringURL(t, urls, urls[3])
+	d = r.Select(prefixRequest(string(key), 40, 41))
+	assert.Equal(t, BranchCacheAwareKeyHit, d.Branch)
+	assert.Equal(t, ring.firstWhere(key, func(u string) bool { return u != urls[3] }), d.WorkerURL)
 
-	// No match, no key: the least loaded.
+	// No match, no key: the first block the match did not reach (40) stands for the key.
 	d = r.Select(prefixRequest("", 40, 41))
 	assert.Equal(t, BranchCacheAwareNoMatch, d.Branch)
-	assert.Equal(t, urls[1], d.WorkerURL)
+	assert.Equal(t, ring.firstFrom(murmurFinalizer(40), func(u string) bool { return u != urls[3] }), d.WorkerURL)
 
-	// Ties of the least load: clockwise from the first block's mixed position.
+	// All idle: clockwise from the first block's mixed position.
 	r2 := newTestRouter(t, cachePolicy(1.5, 2, 64), urls)
 	for _, b := range []uint64{0, 1, 2, 3, 1 << 40} {
 		want := ring.orderFrom(murmurFinalizer(b))[0]
@@ -123,12 +141,12 @@ func TestCacheAwareBalance(t *testing.T) {
 	assert.Equal(t, BranchCacheAwareBalance, d.Branch, "worker 2 holds more but is overloaded")
 	assert.Equal(t, urls[1], d.WorkerURL, "the longest match among the others")
 
-	// Only the overloaded worker matches at all: the least loaded, still a balance.
+	// Only the overloaded worker matches at all: a miss, still a balance.
 	routeTo(t, r, 2, 50)
 	d = r.Select(prefixRequest("", 50))
 	assert.Equal(t, BranchCacheAwareBalance, d.Branch)
-	// Loads are now 0, 1, 6, 0: workers 0 and 3 tie, clockwise from block 50's position.
-	want := newRefRing(urls, DefaultVirtualNodes).firstFrom(murmurFinalizer(50), func(u string) bool { return u == urls[0] || u == urls[3] })
+	// Loads are now 0, 1, 6, 0 (mean 1.75): clockwise from block 50's position, not worker 2.
+	want := newRefRing(urls, DefaultVirtualNodes).firstFrom(murmurFinalizer(50), func(u string) bool { return u != urls[2] })
 	assert.Equal(t, want, d.WorkerURL)
 }
 

@@ -127,7 +127,8 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
-	return validateWorkerURLs(c.WorkerURLs)
+	_, err := normalizeWorkerURLs(c.WorkerURLs)
+	return err
 }
 
 // Validate checks the policy's settings.
@@ -186,30 +187,6 @@ func (p *Policy) validateManual() error {
 	}
 	if p.MaxKeys < 1 || p.MaxKeys > MaxManualKeys {
 		return invalid("max_keys must be an integer %s, got %d", maxKeysRule, p.MaxKeys)
-	}
-	return nil
-}
-
-func validateWorkerURL(url string) error {
-	if url == "" {
-		return invalid("worker URL must not be empty")
-	}
-	if !utf8.ValidString(url) {
-		return invalid("worker URL %q is not valid UTF-8", url)
-	}
-	return nil
-}
-
-func validateWorkerURLs(urls []string) error {
-	seen := make(map[string]struct{}, len(urls))
-	for _, url := range urls {
-		if err := validateWorkerURL(url); err != nil {
-			return err
-		}
-		if _, dup := seen[url]; dup {
-			return fmt.Errorf("%w: worker URL %q is listed twice", ErrDuplicateWorker, url)
-		}
-		seen[url] = struct{}{}
 	}
 	return nil
 }

@@ -12,9 +12,9 @@ import (
 )
 
 func TestDefaultConfig(t *testing.T) {
-	cfg := DefaultConfig("a", "b")
+	cfg := DefaultConfig("http://a", "http://b")
 	assert.Equal(t, Config{
-		WorkerURLs:   []string{"a", "b"},
+		WorkerURLs:   []string{"http://a", "http://b"},
 		Policy:       Policy{Kind: PolicyBoundedConsistentHashing, MaxLoadSkew: 1.5, MinLoadGap: 2},
 		VirtualNodes: 150,
 	}, cfg)
@@ -26,15 +26,15 @@ func TestParseConfigDefaults(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, DefaultConfig("http://w0:8000", "http://w1:8000"), cfg)
 
-	cfg, err = ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing"}}`))
+	cfg, err = ParseConfig([]byte(`{"worker_urls": ["http://a"], "policy": {"type": "bounded_consistent_hashing"}}`))
 	require.NoError(t, err)
-	assert.Equal(t, DefaultConfig("a"), cfg)
+	assert.Equal(t, DefaultConfig("http://a"), cfg)
 
-	cfg, err = ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing", "min_load_gap": 0}}`))
+	cfg, err = ParseConfig([]byte(`{"worker_urls": ["http://a"], "policy": {"type": "bounded_consistent_hashing", "min_load_gap": 0}}`))
 	require.NoError(t, err)
 	assert.Equal(t, boundedPolicy(1.5, 0), cfg.Policy)
 
-	cfg, err = ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing", "max_load_skew": 1}}`))
+	cfg, err = ParseConfig([]byte(`{"worker_urls": ["http://a"], "policy": {"type": "bounded_consistent_hashing", "max_load_skew": 1}}`))
 	require.NoError(t, err)
 	assert.Equal(t, boundedPolicy(1, 2), cfg.Policy)
 
@@ -54,7 +54,7 @@ func TestParseConfigFull(t *testing.T) {
 		"random": PolicyRandom, "round_robin": PolicyRoundRobin,
 		"consistent_hashing": PolicyConsistentHashing, "bounded_consistent_hashing": PolicyBoundedConsistentHashing,
 	} {
-		cfg, err := ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {"type": "` + name + `"}}`))
+		cfg, err := ParseConfig([]byte(`{"worker_urls": ["http://a"], "policy": {"type": "` + name + `"}}`))
 		require.NoError(t, err, name)
 		assert.Equal(t, kind, cfg.Policy.Kind, name)
 		assert.Equal(t, name, kind.String())
@@ -62,7 +62,7 @@ func TestParseConfigFull(t *testing.T) {
 	assert.Equal(t, "unknown_policy", PolicyKind(9).String())
 
 	for _, vn := range []string{"1", "65536", "150"} {
-		_, err := ParseConfig([]byte(`{"worker_urls": ["a"], "virtual_nodes": ` + vn + `}`))
+		_, err := ParseConfig([]byte(`{"worker_urls": ["http://a"], "virtual_nodes": ` + vn + `}`))
 		assert.NoError(t, err, vn)
 	}
 }
@@ -70,9 +70,9 @@ func TestParseConfigFull(t *testing.T) {
 func TestConfigRoundTrip(t *testing.T) {
 	configs := []Config{
 		DefaultConfig("http://w0:8000", "http://w1:8000"),
-		{WorkerURLs: []string{"x"}, Policy: boundedPolicy(1, 0), VirtualNodes: 1},
-		{WorkerURLs: []string{"x", "y"}, Policy: boundedPolicy(3.75, 1000), VirtualNodes: MaxVirtualNodes},
-		{WorkerURLs: []string{"ünïcode", "a\"quote"}, Policy: boundedPolicy(1.0000001, 7), VirtualNodes: 3},
+		{WorkerURLs: []string{"http://x"}, Policy: boundedPolicy(1, 0), VirtualNodes: 1},
+		{WorkerURLs: []string{"http://x", "http://y"}, Policy: boundedPolicy(3.75, 1000), VirtualNodes: MaxVirtualNodes},
+		{WorkerURLs: []string{"http://ünïcode", "https://a\"quote"}, Policy: boundedPolicy(1.0000001, 7), VirtualNodes: 3},
 		{WorkerURLs: nil, Policy: boundedPolicy(1.5, 2), VirtualNodes: 150},
 	}
 	for _, cfg := range configs {
@@ -87,7 +87,7 @@ func TestConfigRoundTrip(t *testing.T) {
 	}
 	// The other policies carry no settings; the kind survives and the form is {"type": ...}.
 	for _, kind := range []PolicyKind{PolicyRandom, PolicyRoundRobin, PolicyConsistentHashing} {
-		cfg := Config{WorkerURLs: []string{"a"}, Policy: Policy{Kind: kind}, VirtualNodes: 10}
+		cfg := Config{WorkerURLs: []string{"http://a"}, Policy: Policy{Kind: kind}, VirtualNodes: 10}
 		data, err := cfg.MarshalJSON()
 		require.NoError(t, err)
 		back, err := ParseConfig(data)
@@ -113,11 +113,11 @@ func TestConfigRoundTrip(t *testing.T) {
 
 func TestParseConfigHashRing(t *testing.T) {
 	for _, policy := range []string{`"type": "consistent_hashing"`, `"type": "bounded_consistent_hashing"`} {
-		cfg, err := ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {` + policy + `}}`))
+		cfg, err := ParseConfig([]byte(`{"worker_urls": ["http://a"], "policy": {` + policy + `}}`))
 		require.NoError(t, err)
 		assert.Equal(t, HashRingXXH64, cfg.Policy.HashRing, "the default")
 		for name, want := range map[string]HashRing{"xxh64": HashRingXXH64, "smg": HashRingSMG} {
-			cfg, err := ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {` + policy + `, "hash_ring": "` + name + `"}}`))
+			cfg, err := ParseConfig([]byte(`{"worker_urls": ["http://a"], "policy": {` + policy + `, "hash_ring": "` + name + `"}}`))
 			require.NoError(t, err, name)
 			assert.Equal(t, want, cfg.Policy.HashRing, name)
 			data, err := json.Marshal(cfg)
@@ -127,13 +127,13 @@ func TestParseConfigHashRing(t *testing.T) {
 			assert.Equal(t, cfg, back, string(data))
 		}
 		for _, bad := range []string{`"SMG"`, `"blake3"`, `""`, `1`, `null`, `true`, `["smg"]`} {
-			requireConfigError(t, `{"worker_urls": ["a"], "policy": {`+policy+`, "hash_ring": `+bad+`}}`,
+			requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {`+policy+`, "hash_ring": `+bad+`}}`,
 				"hash_ring", `must be "xxh64" or "smg"`, bad)
 		}
 	}
 	for _, policy := range []string{"random", "round_robin"} {
 		for _, value := range []string{`"smg"`, `"xxh64"`} {
-			requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "`+policy+`", "hash_ring": `+value+`}}`,
+			requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "`+policy+`", "hash_ring": `+value+`}}`,
 				"hash_ring applies only to consistent_hashing, bounded_consistent_hashing and cache_aware, not "+policy)
 		}
 	}
@@ -157,7 +157,7 @@ func requireConfigError(t *testing.T, data string, fragments ...string) {
 }
 
 func bounded(settings string) string {
-	return `{"worker_urls": ["a"], "policy": {"type": "bounded_consistent_hashing", ` + settings + `}}`
+	return `{"worker_urls": ["http://a"], "policy": {"type": "bounded_consistent_hashing", ` + settings + `}}`
 }
 
 func TestParseConfigRejectsBadMaxLoadSkew(t *testing.T) {
@@ -174,45 +174,45 @@ func TestParseConfigRejectsBadMinLoadGap(t *testing.T) {
 
 func TestParseConfigRejectsBadVirtualNodes(t *testing.T) {
 	for _, v := range []string{"0", "-1", "65537", "1.5", "true", `"150"`, "1e2", "150.0", "99999999999999999999"} {
-		requireConfigError(t, `{"worker_urls": ["a"], "virtual_nodes": `+v+`}`, "virtual_nodes", "from 1 to 65536")
+		requireConfigError(t, `{"worker_urls": ["http://a"], "virtual_nodes": `+v+`}`, "virtual_nodes", "from 1 to 65536")
 	}
 }
 
 func TestParseConfigRejectsBadPolicy(t *testing.T) {
-	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "least_loaded"}}`, "policy type", "least_loaded")
-	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "Random"}}`, "policy type")
-	requireConfigError(t, `{"worker_urls": ["a"], "policy": {}}`, "policy type")
-	requireConfigError(t, `{"worker_urls": ["a"], "policy": "random"}`, "policy")
+	requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "least_loaded"}}`, "policy type", "least_loaded")
+	requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "Random"}}`, "policy type")
+	requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {}}`, "policy type")
+	requireConfigError(t, `{"worker_urls": ["http://a"], "policy": "random"}`, "policy")
 	for _, kind := range []string{"random", "round_robin", "consistent_hashing"} {
-		requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "`+kind+`", "max_load_skew": 1.5}}`, "max_load_skew", kind)
-		requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "`+kind+`", "min_load_gap": 2}}`, "min_load_gap", kind)
+		requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "`+kind+`", "max_load_skew": 1.5}}`, "max_load_skew", kind)
+		requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "`+kind+`", "min_load_gap": 2}}`, "min_load_gap", kind)
 	}
 }
 
 func TestParseConfigRejectsUnknownFieldsAndMalformedJSON(t *testing.T) {
-	requireConfigError(t, `{"worker_urls": ["a"], "workers": ["b"]}`, "workers")
+	requireConfigError(t, `{"worker_urls": ["http://a"], "workers": ["b"]}`, "workers")
 	requireConfigError(t, bounded(`"max_load_skw": 1.5`), "max_load_skw")
-	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "random", "extra": 1}}`, "extra")
+	requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "random", "extra": 1}}`, "extra")
 	requireConfigError(t, `{"worker_urls": "a"}`)
 	requireConfigError(t, `{"worker_urls": [1]}`)
 	requireConfigError(t, ``)
 	requireConfigError(t, `{`)
 	requireConfigError(t, `[]`)
-	requireConfigError(t, `{"worker_urls": ["a"]} {}`)
-	requireConfigError(t, `{"worker_urls": ["a"]} x`)
+	requireConfigError(t, `{"worker_urls": ["http://a"]} {}`)
+	requireConfigError(t, `{"worker_urls": ["http://a"]} x`)
 }
 
 func TestParseConfigRejectsBadURLs(t *testing.T) {
-	_, err := ParseConfig([]byte(`{"worker_urls": ["a", "b", "a"]}`))
+	_, err := ParseConfig([]byte(`{"worker_urls": ["http://a", "http://b", "http://a"]}`))
 	require.ErrorIs(t, err, ErrDuplicateWorker)
-	assert.Contains(t, err.Error(), `"a"`)
+	assert.Contains(t, err.Error(), `"http://a"`)
 	assert.False(t, errors.Is(err, ErrUnknownWorker))
 
-	requireConfigError(t, `{"worker_urls": ["a", ""]}`, "worker URL", "empty")
+	requireConfigError(t, `{"worker_urls": ["http://a", ""]}`, "worker URL", "empty")
 }
 
 func TestValidateDirectly(t *testing.T) {
-	valid := DefaultConfig("a")
+	valid := DefaultConfig("http://a")
 	for _, skew := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), 0.5, -1, 0, math.Nextafter(1, 0)} {
 		cfg := valid
 		cfg.Policy.MaxLoadSkew = skew
@@ -254,23 +254,25 @@ func TestValidateDirectly(t *testing.T) {
 	}
 
 	cfg = valid
-	cfg.WorkerURLs = []string{"ok", "bad\xff"}
+	cfg.WorkerURLs = []string{"http://ok", "http://bad\xff"}
 	err = cfg.Validate()
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "UTF-8")
 
-	cfg.WorkerURLs = []string{"ok", ""}
+	cfg.WorkerURLs = []string{"http://ok", ""}
 	err = cfg.Validate()
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), "empty")
 
-	cfg.WorkerURLs = []string{"ok", "x", "ok"}
+	cfg.WorkerURLs = []string{"http://ok", "http://x", "http://ok"}
 	err = cfg.Validate()
 	require.ErrorIs(t, err, ErrDuplicateWorker)
-	assert.Contains(t, err.Error(), `"ok"`)
+	assert.Contains(t, err.Error(), `"http://ok"`)
 
-	cfg.WorkerURLs = []string{"http://W0:8000", "http://w0:8000", "http://w0:8000/"}
-	assert.NoError(t, cfg.Validate(), "URLs are not normalised")
+	cfg.WorkerURLs = []string{"http://W0:8000", "http://w0:8000/"}
+	err = cfg.Validate()
+	require.ErrorIs(t, err, ErrDuplicateWorker, "URLs are compared in their normal form")
+	assert.Contains(t, err.Error(), `"http://W0:8000" and "http://w0:8000/" are the same worker, http://w0:8000`)
 }
 
 func TestSentinelErrorsAreDistinct(t *testing.T) {
@@ -283,26 +285,26 @@ func TestSentinelErrorsAreDistinct(t *testing.T) {
 }
 func TestParseConfigRejectsTrailingClosers(t *testing.T) {
 	// A stray closing bracket after the object is not valid JSON either.
-	requireConfigError(t, `{"worker_urls": ["a"]}}`)
-	requireConfigError(t, `{"worker_urls": ["a"]}]`)
+	requireConfigError(t, `{"worker_urls": ["http://a"]}}`)
+	requireConfigError(t, `{"worker_urls": ["http://a"]}]`)
 	_, err := ParsePolicy([]byte(`{"type": "random"}}`))
 	assert.ErrorIs(t, err, ErrInvalidConfig)
 	// Trailing whitespace is fine.
-	_, err = ParseConfig([]byte("{\"worker_urls\": [\"a\"]}\n \t"))
+	_, err = ParseConfig([]byte("{\"worker_urls\": [\"http://a\"]}\n \t"))
 	assert.NoError(t, err)
 }
 func TestParseConfigRejectsNullSettings(t *testing.T) {
 	// null is not a number: it must be an error, not a silent 0 (or a silent default).
 	requireConfigError(t, bounded(`"min_load_gap": null`), "min_load_gap")
 	requireConfigError(t, bounded(`"max_load_skew": null`), "max_load_skew")
-	requireConfigError(t, `{"worker_urls": ["a"], "virtual_nodes": null}`, "virtual_nodes", "null")
+	requireConfigError(t, `{"worker_urls": ["http://a"], "virtual_nodes": null}`, "virtual_nodes", "null")
 }
 
 func TestParseConfigRejectsNonUTF8(t *testing.T) {
 	// encoding/json would silently replace the bad byte with U+FFFD, changing the worker's
 	// identity; a URL that is not UTF-8 is an error everywhere else (AddWorker, Validate).
 	requireConfigError(t, "{\"worker_urls\": [\"http://w0:8000\xff\"]}", "UTF-8")
-	requireConfigError(t, "{\"worker_urls\": [\"a\"], \"policy\": {\"type\": \"random\xc3\"}}", "UTF-8")
+	requireConfigError(t, "{\"worker_urls\": [\"http://a\"], \"policy\": {\"type\": \"random\xc3\"}}", "UTF-8")
 	_, err := ParseConfig([]byte(`{"worker_urls": ["http://wö:8000"]}`))
 	assert.NoError(t, err, "valid UTF-8 is fine")
 }
@@ -357,9 +359,9 @@ func TestJSONIsReadExactly(t *testing.T) {
 	}
 	_, err := ParseWorkerURLs([]byte("null"))
 	assert.ErrorIs(t, err, ErrInvalidConfig)
-	cfg, err := ParseConfig([]byte(`{"worker_urls": ["http://\ud83d\ude00", "a\\ud800", "\"\\"]}`))
+	cfg, err := ParseConfig([]byte(`{"worker_urls": ["http://\ud83d\ude00", "http://a/\\ud800", "http://a/\"\\"]}`))
 	require.NoError(t, err)
-	assert.Equal(t, []string{"http://\U0001F600", `a\ud800`, `"\`}, cfg.WorkerURLs)
+	assert.Equal(t, []string{"http://\U0001F600", `http://a/\ud800`, `http://a/"\`}, cfg.WorkerURLs)
 }
 
 func TestParseSpillTarget(t *testing.T) {
@@ -368,12 +370,12 @@ func TestParseSpillTarget(t *testing.T) {
 	assert.Equal(t, SpillLeastLoaded, cfg.Policy.SpillTarget)
 	cfg, err = ParseConfig([]byte(bounded(`"spill_target": "clockwise"`)))
 	require.NoError(t, err)
-	assert.Equal(t, DefaultConfig("a"), cfg)
+	assert.Equal(t, DefaultConfig("http://a"), cfg)
 
 	for _, bad := range []string{`"Least_Loaded"`, `"random"`, `""`, `1`, `null`, `true`, `["clockwise"]`} {
 		requireConfigError(t, bounded(`"spill_target": `+bad), "spill_target must be one of clockwise, least_loaded, got "+bad)
 	}
-	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "consistent_hashing", "spill_target": "clockwise"}}`,
+	requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "consistent_hashing", "spill_target": "clockwise"}}`,
 		"spill_target and key_memory apply only to bounded_consistent_hashing, not consistent_hashing")
 
 	p := leastLoadedPolicy(1.5, 2)
@@ -397,7 +399,7 @@ func TestParseKeyMemory(t *testing.T) {
 	for _, bad := range []string{`-1`, `4194305`, `1.5`, `1e3`, `"10"`, `null`, `true`, `99999999999999999999`} {
 		requireConfigError(t, bounded(`"key_memory": `+bad), "key_memory must be an integer from 0 to 4194304, got "+bad)
 	}
-	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "random", "key_memory": 0}}`,
+	requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "random", "key_memory": 0}}`,
 		"spill_target and key_memory apply only to bounded_consistent_hashing, not random")
 	requireConfigError(t, bounded(`"Key_Memory": 5`), "case-sensitive")
 	requireConfigError(t, bounded(`"Spill_Target": "clockwise"`), "case-sensitive")
@@ -469,11 +471,11 @@ func TestParseManualSettingsErrors(t *testing.T) {
 }
 
 func TestParseConfigCacheAware(t *testing.T) {
-	cfg, err := ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {"type": "cache_aware"}}`))
+	cfg, err := ParseConfig([]byte(`{"worker_urls": ["http://a"], "policy": {"type": "cache_aware"}}`))
 	require.NoError(t, err)
 	assert.Equal(t, Policy{Kind: PolicyCacheAware, MaxLoadSkew: DefaultMaxLoadSkew, MinLoadGap: DefaultMinLoadGap, BlocksPerWorker: DefaultBlocksPerWorker, CacheThreshold: DefaultCacheThreshold}, cfg.Policy)
 
-	cfg, err = ParseConfig([]byte(`{"worker_urls": ["a"], "policy": {"type": "cache_aware", "max_load_skew": 1.25,
+	cfg, err = ParseConfig([]byte(`{"worker_urls": ["http://a"], "policy": {"type": "cache_aware", "max_load_skew": 1.25,
 		"min_load_gap": 64, "blocks_per_worker": 100, "hash_ring": "smg", "cache_threshold": 0}}`))
 	require.NoError(t, err)
 	want := Policy{Kind: PolicyCacheAware, MaxLoadSkew: 1.25, MinLoadGap: 64, BlocksPerWorker: 100, HashRing: HashRingSMG}
@@ -486,26 +488,26 @@ func TestParseConfigCacheAware(t *testing.T) {
 	assert.Equal(t, want, back)
 
 	for _, bad := range []string{`0`, `-1`, `1048577`, `1.5`, `1e3`, `"8"`, `null`, `true`} {
-		requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "cache_aware", "blocks_per_worker": `+bad+`}}`,
+		requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "cache_aware", "blocks_per_worker": `+bad+`}}`,
 			"blocks_per_worker must be an integer from 1 to 1048576", bad)
 	}
-	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "cache_aware", "max_load_skew": 0.5}}`, "max_load_skew")
-	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "cache_aware", "min_load_gap": -1}}`, "min_load_gap")
+	requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "cache_aware", "max_load_skew": 0.5}}`, "max_load_skew")
+	requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "cache_aware", "min_load_gap": -1}}`, "min_load_gap")
 	for _, field := range []string{`"spill_target": "least_loaded"`, `"key_memory": 4`} {
-		requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "cache_aware", `+field+`}}`,
+		requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "cache_aware", `+field+`}}`,
 			"apply only to bounded_consistent_hashing, not cache_aware")
 	}
 	for _, bad := range []string{`-0.1`, `1.01`, `"0.5"`, `null`, `true`} {
-		requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "cache_aware", "cache_threshold": `+bad+`}}`,
+		requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "cache_aware", "cache_threshold": `+bad+`}}`,
 			"cache_threshold must be a number from 0.0 to 1.0", bad)
 	}
 	for _, policy := range []string{"random", "round_robin", "consistent_hashing", "bounded_consistent_hashing"} {
 		for _, field := range []string{`"blocks_per_worker": 8`, `"cache_threshold": 0.5`} {
-			requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "`+policy+`", `+field+`}}`,
+			requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "`+policy+`", `+field+`}}`,
 				"blocks_per_worker and cache_threshold apply only to cache_aware, not "+policy)
 		}
 	}
-	requireConfigError(t, `{"worker_urls": ["a"], "policy": {"type": "cache_aware", "Blocks_Per_Worker": 8}}`, "case-sensitive")
+	requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "cache_aware", "Blocks_Per_Worker": 8}}`, "case-sensitive")
 
 	p := cachePolicy(1.5, 2, 0)
 	require.ErrorContains(t, p.Validate(), "blocks_per_worker")

@@ -27,16 +27,19 @@ func (id LeaseID) generation() uint32 { return uint32(id >> 32) }
 type leaseSlot struct {
 	// generation is that of the slot's active lease; 0 while the slot is free.
 	generation uint32
-	hasKey     bool
-	// waiting is set until the lease is marked as having seen its first token; while it is,
-	// the weight counts on the worker's prefill load too.
-	waiting bool
+	// reports is its worker's count of engine load reports when the lease was taken: the lease
+	// counts in the worker's routing load until a later report covers it (engine_load.go).
+	reports uint32
 	keyPos  uint64
 	// weight is what the lease counts on its worker's load.
 	weight int64
 	// worker is nil while the slot is free.
 	worker    *worker
 	preferred *worker
+	hasKey    bool
+	// waiting is set until the lease is marked as having seen its first token; while it is,
+	// the weight counts on the worker's prefill load too.
+	waiting bool
 }
 
 // leaseTable stores active leases in reusable slots, so taking and releasing a lease allocates
@@ -57,7 +60,8 @@ func (t *leaseTable) take(w, preferred *worker, hasKey bool, keyPos uint64, weig
 	}
 	s := &t.slots[i]
 	s.generation = nextGeneration()
-	s.worker, s.preferred, s.hasKey, s.keyPos, s.weight, s.waiting = w, preferred, hasKey, keyPos, weight, true
+	s.worker, s.preferred, s.hasKey, s.keyPos, s.weight, s.reports = w, preferred, hasKey, keyPos, weight, w.reports
+	s.waiting = true
 	t.active++
 	return LeaseID(uint64(s.generation)<<32 | uint64(i))
 }

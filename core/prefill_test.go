@@ -190,13 +190,13 @@ func TestCacheAwareByPrefillLoad(t *testing.T) {
 		r := newTestRouter(t, prefillCache(1.0, 2), urls)
 		ref := newRefRing(urls, DefaultVirtualNodes)
 		key := ref.keyPreferring(t, urls[3])
-		// Prefill [1,0,1,2]: w1. Under in_flight the key's ring worker, w3.
-		holdQueues(t, r, []int{1, 0, 1, 2}, []int{0, 0, 0, 0})
+		// Prefill [1,0,1,1]: w1. In flight [2,2,2,1] (mean 1.75) the key's ring worker, w3.
+		holdQueues(t, r, []int{1, 0, 1, 1}, []int{1, 2, 1, 0})
 		d := r.Select(prefixRequest(string(key), 40, 41))
 		assert.Equal(t, urls[1], d.WorkerURL)
 		assert.Equal(t, BranchCacheAwareKeyHit, d.Branch)
 		inFlight := newTestRouter(t, cachePolicy(1.0, 2, 64), urls)
-		holdQueues(t, inFlight, []int{1, 0, 1, 2}, []int{0, 0, 0, 0})
+		holdQueues(t, inFlight, []int{1, 0, 1, 1}, []int{1, 2, 1, 0})
 		assert.Equal(t, urls[3], inFlight.Select(prefixRequest(string(key), 40, 41)).WorkerURL)
 	})
 }

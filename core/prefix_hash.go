@@ -12,6 +12,14 @@ import (
 // whole prefix through block i. A partial last block is left out: engines with paged KV caches
 // cache only full pages. Token ids go in as little-endian uint32s, text as its UTF-8 bytes.
 func HashPrefixBlocks(data []byte, blockLen int, out []uint64) (int, error) {
+	return ChainPrefixBlocks(0, false, data, blockLen, out)
+}
+
+// ChainPrefixBlocks is HashPrefixBlocks for blocks that follow a block already hashed: with
+// hasPrevious, block 0 hashes previous (8 bytes, little-endian) followed by its bytes, as it
+// would in the whole prompt. So the hashes of an engine's stored blocks, reported after their
+// parent block, equal those of the whole prompt's prefix_blocks.
+func ChainPrefixBlocks(previous uint64, hasPrevious bool, data []byte, blockLen int, out []uint64) (int, error) {
 	n, err := CountPrefixBlocks(len(data), blockLen)
 	if err != nil {
 		return 0, err
@@ -20,6 +28,9 @@ func HashPrefixBlocks(data []byte, blockLen int, out []uint64) (int, error) {
 		return 0, invalid("out has room for %d prefix blocks, %d needed", len(out), n)
 	}
 	h := NewPrefixHasher(blockLen, n, out[:0])
+	if hasPrevious {
+		h.follow(previous)
+	}
 	h.Write(data)
 	return len(h.Blocks()), nil
 }
@@ -52,14 +63,19 @@ func (h *PrefixHasher) Write(p []byte) (int, error) {
 		if h.filled == h.blockLen {
 			sum := h.digest.Sum64()
 			h.blocks = append(h.blocks, sum)
-			var previous [8]byte
-			binary.LittleEndian.PutUint64(previous[:], sum)
-			h.digest.Reset()
-			h.digest.Write(previous[:])
+			h.follow(sum)
 			h.filled = 0
 		}
 	}
 	return written, nil
+}
+
+// follow starts the next block chained on previous, the hash of the block before it.
+func (h *PrefixHasher) follow(previous uint64) {
+	var chained [8]byte
+	binary.LittleEndian.PutUint64(chained[:], previous)
+	h.digest.Reset()
+	h.digest.Write(chained[:])
 }
 
 // Full reports whether the limit is reached: what is written from then on is not hashed.

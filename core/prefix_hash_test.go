@@ -158,3 +158,21 @@ func TestPrefixHasherTakesTheTextInAnyPieces(t *testing.T) {
 		require.Equal(t, room <= n, h.Full())
 	}
 }
+
+// Hashing the blocks after a prefix, chained on the prefix's last hash, gives the whole
+// prompt's hashes of those blocks.
+func TestChainPrefixBlocksContinuesAPrompt(t *testing.T) {
+	data := []byte("abcdefghijklmnopqrstuvwx")
+	whole := make([]uint64, 6)
+	n, err := HashPrefixBlocks(data, 4, whole)
+	require.NoError(t, err)
+	require.Equal(t, 6, n)
+	rest := make([]uint64, 4)
+	n, err = ChainPrefixBlocks(whole[1], true, data[8:], 4, rest)
+	require.NoError(t, err)
+	require.Equal(t, 4, n)
+	require.Equal(t, whole[2:], rest)
+	n, err = ChainPrefixBlocks(12345, false, data[:16], 4, rest) // no previous: previous is ignored
+	require.NoError(t, err)
+	require.Equal(t, whole[:4], rest[:n])
+}

@@ -46,6 +46,7 @@ func NewRouter(cfg Config) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	urls, _ := normalizeWorkerURLs(cfg.WorkerURLs) // Validate checked them
 	r := &Router{policy: cfg.Policy, virtualNodes: cfg.VirtualNodes, keyHeaders: keyHeadersOrDefault(cfg.RoutingKeyHeaders), members: emptyMembership(cfg.Policy.HashRing), view: newView(), keys: newKeyCounts(),
 		healthCheck: cfg.HealthCheckOrOff(), breakerCfg: cfg.BreakerOrDefault()}
 	switch {
@@ -61,7 +62,7 @@ func NewRouter(cfg Config) (*Router, error) {
 	if cfg.Policy.Kind == PolicyCacheAware {
 		r.view.blocks = newBlockIndex(cfg.Policy.BlocksPerWorker)
 	}
-	r.install(rebuilt(r.newWorkers(cfg.WorkerURLs, r.members), r.policy.HashRing, r.virtualNodes))
+	r.install(rebuilt(r.newWorkers(urls, r.members), r.policy.HashRing, r.virtualNodes))
 	return r, nil
 }
 
@@ -201,7 +202,7 @@ func (r *Router) AcquireWeighted(url string, routingKey []byte, weight int64) (L
 	key := r.explicitKeyOf(routingKey)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	w, ok := r.members.lookup(url)
+	w, ok := r.members.lookup(memberURL(url))
 	if !ok {
 		return 0, WorkerState{}, unknownWorker(url)
 	}
@@ -215,13 +216,17 @@ func (r *Router) take(w, preferred *worker, key explicitKey, weight int64) Lease
 	}
 	w.requests++
 	w.routed++
+	w.held += weight
 	r.addLoad(w, weight)
 	r.addPrefill(w, 1, weight)
 	return r.leases.take(w, preferred, key.present, key.position, weight)
 }
 
-// addLoad changes a worker's load and, while it is an available member, the running total.
+// addLoad changes a worker's routing load and, while it is an available member, the running total.
 func (r *Router) addLoad(w *worker, delta int64) {
+	if delta == 0 {
+		return // an engine report equal to the load: the least-load memo must not see a move
+	}
 	w.load += delta
 	if w.healthy && !w.removed {
 		r.view.availableLoad += delta
@@ -293,7 +298,10 @@ func (r *Router) release(id LeaseID, abandoned bool) *worker {
 		s.worker.activeKeys--
 	}
 	s.worker.requests--
-	r.addLoad(s.worker, -s.weight)
+	s.worker.held -= s.weight
+	if !s.worker.reported || s.reports == s.worker.reports {
+		r.addLoad(s.worker, -s.weight) // else the engine's latest report counted it
+	}
 	if s.waiting {
 		r.addPrefill(s.worker, -1, -s.weight)
 	}
@@ -379,13 +387,17 @@ func (r *Router) SetHealthy(url string, healthy bool) error {
 }
 
 // AddWorker adds a worker at the end of the membership order.
-func (r *Router) AddWorker(url string) error {
-	if err := validateWorkerURL(url); err != nil {
+func (r *Router) AddWorker(raw string) error {
+	url, err := NormalizeWorkerURL(raw)
+	if err != nil {
 		return err
 	}
 	r.membershipMu.Lock()
 	defer r.membershipMu.Unlock()
 	if _, exists := r.members.lookup(url); exists {
+		if raw != url {
+			return fmt.Errorf("%w: worker %q is already a member, as %q", ErrDuplicateWorker, raw, url)
+		}
 		return fmt.Errorf("%w: worker %q is already a member", ErrDuplicateWorker, url)
 	}
 	if err := checkRingSize(len(r.members.workers)+1, r.virtualNodes); err != nil {
@@ -399,7 +411,7 @@ func (r *Router) AddWorker(url string) error {
 func (r *Router) RemoveWorker(url string) error {
 	r.membershipMu.Lock()
 	defer r.membershipMu.Unlock()
-	i, ok := r.members.byURL[url]
+	i, ok := r.members.byURL[memberURL(url)]
 	if !ok {
 		return unknownWorker(url)
 	}
@@ -409,8 +421,9 @@ func (r *Router) RemoveWorker(url string) error {
 
 // SetWorkers replaces the membership with urls, in that order. Workers that stay keep their
 // health and load; the others are removed as by RemoveWorker.
-func (r *Router) SetWorkers(urls []string) error {
-	if err := validateWorkerURLs(urls); err != nil {
+func (r *Router) SetWorkers(given []string) error {
+	urls, err := normalizeWorkerURLs(given)
+	if err != nil {
 		return err
 	}
 	if err := checkRingSize(len(urls), r.virtualNodes); err != nil {

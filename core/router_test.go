@@ -14,11 +14,11 @@ import (
 )
 
 func TestNewRouterValidates(t *testing.T) {
-	_, err := NewRouter(Config{WorkerURLs: []string{"a", "a"}, Policy: boundedPolicy(1.5, 2), VirtualNodes: 10})
+	_, err := NewRouter(Config{WorkerURLs: []string{"http://a", "http://a"}, Policy: boundedPolicy(1.5, 2), VirtualNodes: 10})
 	assert.ErrorIs(t, err, ErrDuplicateWorker)
-	_, err = NewRouter(Config{WorkerURLs: []string{"a"}, Policy: boundedPolicy(0.5, 2), VirtualNodes: 10})
+	_, err = NewRouter(Config{WorkerURLs: []string{"http://a"}, Policy: boundedPolicy(0.5, 2), VirtualNodes: 10})
 	assert.ErrorIs(t, err, ErrInvalidConfig)
-	_, err = NewRouter(Config{WorkerURLs: []string{"a"}, Policy: boundedPolicy(1.5, 2)})
+	_, err = NewRouter(Config{WorkerURLs: []string{"http://a"}, Policy: boundedPolicy(1.5, 2)})
 	assert.ErrorIs(t, err, ErrInvalidConfig, "virtual_nodes 0")
 
 	r, err := NewRouter(DefaultConfig("http://w0:8000", "http://w1:8000"))
@@ -39,7 +39,7 @@ func TestNewRouterValidates(t *testing.T) {
 }
 
 func TestRouteCountsLoadAndDistinctKeys(t *testing.T) {
-	r := newTestRouter(t, Policy{Kind: PolicyConsistentHashing}, []string{"only"})
+	r := newTestRouter(t, Policy{Kind: PolicyConsistentHashing}, []string{"http://only"})
 	a1, a2, b := route(r, "a"), route(r, "a"), route(r, "b")
 	var none Request
 	n := r.Route(&none) // no key: load only
@@ -57,13 +57,13 @@ func TestRouteCountsLoadAndDistinctKeys(t *testing.T) {
 
 	assert.True(t, r.Release(a1.Lease, false))
 	assert.False(t, r.Release(a1.Lease, false), "second release is a no-op")
-	assert.Equal(t, WorkerState{URL: "only", ID: ws[0].ID, Healthy: true, Load: 3, Requests: 3, PrefillLoad: 3, PrefillRequests: 3, ActiveKeys: 2, Routed: 4, Outcomes: OutcomeCounts{OutcomeSuccess: 1}}, r.Workers()[0])
+	assert.Equal(t, WorkerState{URL: "http://only", ID: ws[0].ID, Healthy: true, Load: 3, Requests: 3, PrefillLoad: 3, PrefillRequests: 3, ActiveKeys: 2, Routed: 4, Outcomes: OutcomeCounts{OutcomeSuccess: 1}}, r.Workers()[0])
 	assert.True(t, r.Release(a2.Lease, false))
 	assert.Equal(t, 1, r.Workers()[0].ActiveKeys, "key a is gone, b is left")
 	assert.True(t, r.Release(n.Lease, false))
 	assert.Equal(t, 1, r.Workers()[0].ActiveKeys)
 	assert.True(t, r.Release(b.Lease, false))
-	assert.Equal(t, WorkerState{URL: "only", ID: ws[0].ID, Healthy: true, Routed: 4, Outcomes: OutcomeCounts{OutcomeSuccess: 4}}, r.Workers()[0])
+	assert.Equal(t, WorkerState{URL: "http://only", ID: ws[0].ID, Healthy: true, Routed: 4, Outcomes: OutcomeCounts{OutcomeSuccess: 4}}, r.Workers()[0])
 	assert.Equal(t, 0, r.Stats().ActiveLeases)
 	for _, id := range ids {
 		assert.False(t, r.Release(id, false))

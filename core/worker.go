@@ -24,13 +24,19 @@ type worker struct {
 	outages uint32
 	// index is the worker's place in the current membership order, while it is a member.
 	index int
-	// load is the sum of the weights of the leases currently held on the worker (their number
+	// held is the sum of the weights of the leases currently held on the worker (their number
 	// when every weight is 1); requests is their number.
-	load     int64
+	held     int64
 	requests int64
 	// prefillLoad and prefillRequests are the weight and number of those leases not yet marked
 	// as having seen their first token (Router.FirstToken): the worker's prefill queue.
 	prefillLoad, prefillRequests int64
+	// load is what the policies compare: held, or, while the worker's engine has reported its
+	// load, that report plus the weights of the leases taken since (engine_load.go).
+	load int64
+	// reported is set while an engine load report stands; reports counts the reports received.
+	reported bool
+	reports  uint32
 	// activeKeys is the number of distinct explicit routing keys among the worker's leases
 	// (the router's keyCounts counts the leases of each key).
 	activeKeys int
@@ -76,6 +82,6 @@ type WorkerState struct {
 }
 
 func (w *worker) state() WorkerState {
-	return WorkerState{URL: w.url, ID: w.id, Healthy: w.healthy, Load: w.load, Requests: w.requests, PrefillLoad: w.prefillLoad, PrefillRequests: w.prefillRequests, ActiveKeys: w.activeKeys, IndexedBlocks: len(w.blocks.nodes),
+	return WorkerState{URL: w.url, ID: w.id, Healthy: w.healthy, Load: w.held, Requests: w.requests, PrefillLoad: w.prefillLoad, PrefillRequests: w.prefillRequests, ActiveKeys: w.activeKeys, IndexedBlocks: len(w.blocks.nodes),
 		Condition: w.condition(), ConsecutiveFailures: w.breaker.failures, Ejections: w.breaker.ejections, Routed: w.routed, Outcomes: w.outcomes, Probes: w.probes}
 }

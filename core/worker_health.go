@@ -202,7 +202,7 @@ func (r *Router) ReportProbe(url string, ok bool) error {
 // the listener about the change, if any, once the lock is released.
 func (r *Router) changeWorker(url string, change func(*worker)) error {
 	r.mu.Lock()
-	w, member := r.members.lookup(url)
+	w, member := r.members.lookup(memberURL(url))
 	if !member {
 		r.mu.Unlock()
 		return unknownWorker(url)

@@ -1,10 +1,11 @@
-"""GRPO sibling groups through the native gateway, over plain HTTP (docs/contract.md, "Sibling groups").
+"""GRPO sibling groups through the native gateway with the OpenAI SDK (docs/contract.md, "Sibling groups").
 
 Each prompt is sampled ``--siblings`` times; every sibling carries the prompt's id as
 ``X-SMG-Routing-Key``, so the group shares its preferred worker's prefix cache until that worker
 is clearly overloaded, and then spills. The siblings of a group are sent at once, one group after
-another, as OpenAI-style streaming completions, and the worker that answered each is read from
-the mock worker's ``X-Mock-Worker`` header::
+another, as streaming completions of the OpenAI SDK (``pip install openai``) pointed at the
+gateway, and the worker that answered each is read from the mock worker's ``X-Mock-Worker``
+header::
 
     python examples/grpo_siblings.py                      # 4 mock workers on 127.0.0.1
     python examples/grpo_siblings.py --worker-urls http://10.0.0.1:8000 http://10.0.0.2:8000
@@ -16,26 +17,24 @@ gives the n leases at once (all or none), each to be released when its completio
 from __future__ import annotations
 
 import argparse
-import json
 import threading
-import urllib.request
 from collections import Counter
 from typing import List
+
+import openai
 
 from bounded_router import Router
 from bounded_router.testing.fleet import start_mock_worker
 
 
-def sample(gateway_url: str, group: str, prompt: str, out: List[str]) -> None:
+def sample(client: openai.OpenAI, group: str, prompt: str, out: List[str]) -> None:
     """One sibling: a streaming completion keyed by its group; appends the answering worker."""
-    body = json.dumps({"model": "mock-model", "prompt": prompt, "max_tokens": 16, "stream": True}).encode()
-    request = urllib.request.Request(
-        gateway_url + "/v1/completions", data=body, headers={"Content-Type": "application/json", "X-SMG-Routing-Key": group}
+    raw = client.completions.with_raw_response.create(
+        model="mock-model", prompt=prompt, max_tokens=16, stream=True, extra_headers={"X-SMG-Routing-Key": group}
     )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        worker = response.headers.get("X-Mock-Worker", "?")
-        for _ in response:  # server-sent events until data: [DONE]
-            pass
+    worker = raw.headers.get("X-Mock-Worker", "?")
+    for _ in raw.parse():  # the stream's chunks until data: [DONE]
+        pass
     out.append(worker)
 
 
@@ -49,11 +48,12 @@ def main() -> None:
     try:
         with Router(args.worker_urls or [m.url for m in mocks], min_load_gap=2, max_load_skew=1.5) as router:
             with router.serve() as gateway:
+                client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0)
                 for g in range(args.groups):
                     group = "prompt-%d" % g
                     placed: List[str] = []
                     siblings = [
-                        threading.Thread(target=sample, args=(gateway.url, group, "Solve problem %d." % g, placed))
+                        threading.Thread(target=sample, args=(client, group, "Solve problem %d." % g, placed))
                         for _ in range(args.siblings)
                     ]
                     for t in siblings:

@@ -1,22 +1,41 @@
 #!/usr/bin/env python3
-"""make demo: the router in a real serving stack, in a few seconds.
+"""make demo: why keep a session on one worker, and why bound it, in about a minute.
 
-Starts 2 mock LLM workers (streaming tokens, a prefix cache each, prefill and decode times of the
-upstream A/B scaled down 50 times) and, for each policy, the native routing gateway
-(`python -m bounded_router serve`) in front of them; sends 20 groups of 8 sibling requests that share a prompt prefix (one routing key per
-group) through the proxy, streams every answer back and checks it; then prints where each
-group's siblings landed, the spill, the cached prompt tokens, time to first token and
-throughput, for strict hashing, bounded hashing with gaps 1, 2 and 4, and round robin.
-`python -m bounded_router.simulate` predicts the same table for the full 400-group
-A/B; scripts/e2e.py runs it over HTTP.
+Starts 4 mock LLM workers (a prefix cache each, a prefill queue, prefill and decode times scaled
+down) and, for each policy, the native gateway (`bounded-router serve`) in front of them; then
+replays the same seeded schedule of multi-turn chat sessions through it over real HTTP (a turn's
+prompt repeats the session's document and earlier turns, so the worker that served the session
+before has most of it cached), checks every streamed answer, and prints one table:
+round robin and least load (no affinity), strict hashing (affinity without a bound), bounded
+hashing (affinity with a load bound) and cache_aware (routing by the prompt's prefix blocks).
+The workload and its model: bounded_router/testing/sessions.py.
 """
 
 import sys
+import time
 
-from bounded_router.testing.e2e import main
+from bounded_router.testing.sessions import Sessions, conclusion, format_table, problems, run
+
+
+def main() -> int:
+    workload = Sessions()
+    print(__doc__.split("\n\n")[0].split(": ", 1)[1])
+    print(workload.describe())
+    started = time.monotonic()
+
+    def progress(text: str) -> None:
+        print("  [%3.0f s] %s" % (time.monotonic() - started, text), flush=True)
+
+    outcomes = run(workload, progress=progress)
+    print("\n" + format_table(outcomes) + "\n")
+    print("Times are real time on this machine: other load on it moves them from run to run (the")
+    print("+- column is one run's noise); the cached and spill columns repeat best.\n")
+    print(conclusion(outcomes))
+    found = problems(outcomes)
+    for problem in found:
+        print("PROBLEM: " + problem, file=sys.stderr)
+    return 1 if found else 0
+
 
 if __name__ == "__main__":
-    args = ["--groups", "20", "--gaps", "1,2,4", "--round-robin", "--output-tokens", "16", "--time-scale", "0.02"]
-    status = main(args + sys.argv[1:], description=__doc__.split("\n\n")[0])
-    print("\nThe same policies on the full 400-group A/B, simulated: .venv/bin/python -m bounded_router.simulate")
-    sys.exit(status)
+    sys.exit(main())

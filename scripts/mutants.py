@@ -85,20 +85,21 @@ MUTANTS: List[Mutant] = [
         "asgi-no-release-on-disconnect",
         PACKAGE + "integrations/asgi.py",
         '            log.debug("response from %s ended: %s", self.lease.worker_url, ending)\n'
-        "            self.lease.release()",
+        "            self.lease.release(outcome=final_outcome(self.status_code, ending))",
         '            log.debug("response from %s ended: %s", self.lease.worker_url, ending)\n'
         '            if ending != "disconnected":\n'
-        "                self.lease.release()",
+        "                self.lease.release(outcome=final_outcome(self.status_code, ending))",
         PROXY_TESTS,
         why="the ASGI proxy keeps the lease of a client that left (the safety net releases it later)",
     ),
     Mutant(
         "aiohttp-no-release-on-disconnect",
         PACKAGE + "integrations/aiohttp.py",
-        '            log.debug("response from %s ended: %s", lease.worker_url, ending)\n            lease.release()',
+        '            log.debug("response from %s ended: %s", lease.worker_url, ending)\n'
+        "            lease.release(outcome=final_outcome(status, ending))",
         '            log.debug("response from %s ended: %s", lease.worker_url, ending)\n'
         '            if ending != "disconnected":\n'
-        "                lease.release()",
+        "                lease.release(outcome=final_outcome(status, ending))",
         PROXY_TESTS,
         why="the aiohttp proxy keeps the lease of a client that left",
     ),
@@ -140,8 +141,8 @@ MUTANTS: List[Mutant] = [
     Mutant(
         "from-cli-args-drops-a-field",
         PACKAGE + "args.py",
-        '        values["worker_urls"] = list(values["worker_urls"] or [])',
-        '        values["worker_urls"] = list(values["worker_urls"] or [])\n        values.pop("min_load_gap")',
+        '        values["worker_urls"] = list(values.get("worker_urls") or [])',
+        '        values["worker_urls"] = list(values.get("worker_urls") or [])\n        values.pop("min_load_gap")',
         ("python/test_config.py", "python/test_serve.py", "python/test_simulate.py"),
         why="RouterArgs.from_cli_args loses min_load_gap (the default is used)",
     ),
@@ -159,8 +160,8 @@ MUTANTS: List[Mutant] = [
     Mutant(
         "core-release-many-counts-unknown",
         "core/batch.go",
-        "\t\tif r.release(id, false) {\n\t\t\treleased++\n\t\t}",
-        "\t\tr.release(id, false)\n\t\treleased++",
+        "\t\tif ok {\n\t\t\treleased++\n\t\t}",
+        "\t\tif ok || id != 0 {\n\t\t\treleased++\n\t\t}",
         ("python/test_batch.py", "python/test_fast_path.py", "python/test_leases.py"),
         ("./core", "./capi"),
         why="ReleaseMany counts leases that were already released or never issued",
@@ -253,8 +254,8 @@ MUTANTS: List[Mutant] = [
     Mutant(
         "capi-null-with-length",
         "capi/convert.go",
-        "\tcase n == 0:\n\t\treturn nil, nil\n\tcase p == nil:",
-        "\tcase n == 0 || p == nil:\n\t\treturn nil, nil\n\tcase p == nil:",
+        "\tcase n == 0:\n\t\treturn nil, nil\n\tcase p == nil:\n\t\treturn nil, invalidArgument(\"%s is NULL but %s_len",
+        "\tcase n == 0 || p == nil:\n\t\treturn nil, nil\n\tcase p == nil:\n\t\treturn nil, invalidArgument(\"%s is NULL but %s_len",
         ("python/test_hostile_input.py", "python/test_conformance_bad_input.py", "python/test_native.py"),
         ("./capi",),
         why="a NULL pointer with a non-zero length is taken as an empty argument",
@@ -280,7 +281,7 @@ MUTANTS: List[Mutant] = [
     Mutant(
         "core-batch-skips-request-checks",
         "core/batch.go",
-        "\t\tif err == nil {\n\t\t\terr = CheckRequest(&req)\n\t\t}",
+        "\t\tif err == nil {\n\t\t\terr = CheckRequest(req)\n\t\t}",
         "",
         ("python/test_weights.py",),
         ("./core", "./capi"),

@@ -30,6 +30,7 @@ import bisect
 import itertools
 import math
 import random as _random
+import urllib.parse
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -137,6 +138,8 @@ class ModelWorker:
     keys: Dict[bytes, int] = field(default_factory=dict)  # explicit key -> leases holding it
     # cache_aware: the blocks sent here, least recent first
     blocks: "OrderedDict[int, None]" = field(default_factory=OrderedDict)
+    # cache_aware: the engine's names of the blocks it reported (contract: "Reported blocks")
+    engine_names: Dict[int, int] = field(default_factory=dict)  # engine name -> block
 
     @property
     def active_keys(self) -> int:
@@ -216,6 +219,32 @@ def _key_bytes(routing_key: Union[str, bytes, None]) -> bytes:
     if isinstance(routing_key, str):
         return routing_key.encode("utf-8")
     raise TypeError("routing_key must be str, bytes or None, got %s" % type(routing_key).__name__)
+
+
+# -- worker URLs (contract: "Workers and membership") -----------------------------------------
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def normal_worker_url(url: str) -> str:
+    """``scheme://host[:port][/path]``: scheme and host lower-cased, the scheme's default port and
+    trailing slashes dropped; ValueError for what is not an http(s) server's URL. Written with
+    urllib.parse, independently of the library's Go (net/url)."""
+    if not url:
+        raise ValueError("a worker URL must not be empty")
+    if "," in url or "://" not in url or "#" in url or "?" in url:
+        raise ValueError("worker URL %r: a comma, no scheme, a query or a fragment" % url)
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or "@" in parts.netloc or not parts.hostname:
+        raise ValueError("worker URL %r: not http(s), user info or no host" % url)
+    port = parts.port  # ValueError when not a number below 65536
+    if port == 0:
+        raise ValueError("worker URL %r: port 0" % url)
+    netloc = parts.netloc.lower()
+    if port in (None, _DEFAULT_PORTS[scheme]):
+        netloc = netloc[: netloc.rindex("]") + 1] if netloc.startswith("[") else netloc.split(":")[0]
+    return "%s://%s%s" % (scheme, netloc, parts.path.rstrip("/"))
 
 
 # -- the router ---------------------------------------------------------------------------------
@@ -299,11 +328,20 @@ class ReferenceRouter:
 
     @staticmethod
     def _check_url(url: object) -> str:
+        """The member form of a worker URL (contract: "Workers and membership"), or ValueError."""
         if not isinstance(url, str):
             raise TypeError("a worker URL must be a str, got %s" % type(url).__name__)
-        if not url:
-            raise ValueError("a worker URL must not be empty")
-        return url
+        return normal_worker_url(url)
+
+    def _member(self, url: str) -> str:
+        """The member ``url`` names, in its normal form; KeyError when it names none."""
+        try:
+            normal = normal_worker_url(url)
+        except ValueError:
+            raise KeyError(url) from None
+        if normal not in self._workers:
+            raise KeyError(url)
+        return normal
 
     def _rebuild_ring(self) -> None:
         """Entries (hash(url + "#" + i), url) for the SET of URLs, sorted by (position, url)."""
@@ -316,7 +354,7 @@ class ReferenceRouter:
         self._owners = [url for _, url in entries]
 
     def add_worker(self, url: str) -> None:
-        self._check_url(url)
+        url = self._check_url(url)
         if url in self._workers:
             raise ValueError("duplicate worker URL %r" % url)
         self._workers[url] = ModelWorker(url)
@@ -324,8 +362,7 @@ class ReferenceRouter:
         self._rebuild_ring()
 
     def remove_worker(self, url: str) -> None:
-        if url not in self._workers:
-            raise KeyError(url)
+        url = self._member(url)
         del self._workers[url]  # its leases keep the worker object and release against it alone
         self._order.remove(url)
         self._rebuild_ring()
@@ -342,8 +379,7 @@ class ReferenceRouter:
         self._rebuild_ring()
 
     def set_healthy(self, url: str, healthy: bool) -> None:
-        if url not in self._workers:
-            raise KeyError(url)
+        url = self._member(url)
         worker = self._workers[url]
         if worker.healthy and not healthy:
             worker.outages += 1
@@ -518,9 +554,11 @@ class ReferenceRouter:
             branch = "cache_aware_balance"
         # A prefix hit's candidates hold the first depth blocks; _record looks any other worker up.
         self._depth, self._candidates = (depth, candidates) if hit else (0, [])
-        if key is not None and self.balance_by == "in_flight":
-            return next(url for url in self.clockwise(key) if url in candidates), branch
-        low = min(self._rank(url) for url in candidates)
+        if not hit and self.balance_by == "in_flight" and (key is not None or blocks):  # step 4: a ring, among workers not above the mean
+            mean = sum(loads) / len(loads)
+            order = self.clockwise(key) if key is not None else self.clockwise_from(fmix64(blocks[min(depth, len(blocks) - 1)]))
+            return next(url for url in order if url in available and self._workers[url].load <= mean), branch
+        low = min(self._rank(url) for url in candidates)  # "Prefill load": below the threshold too
         tied = [url for url in candidates if self._rank(url) == low]
         if len(tied) > 1 and key is not None:
             return next(url for url in self.clockwise(key) if url in tied), branch
@@ -538,11 +576,53 @@ class ReferenceRouter:
             matched = next((i for i, b in enumerate(blocks) if b not in worker.blocks), len(blocks))
         self.prefix_blocks += len(blocks)
         self.prefix_blocks_matched += matched
+        self._touch_all(worker, blocks)
+
+    def _touch_all(self, worker: ModelWorker, blocks: Sequence[int]) -> None:
         for block in reversed(blocks):  # each the most recent in turn, from the last to the first
             worker.blocks.pop(block, None)
             worker.blocks[block] = None
             if len(worker.blocks) > self.blocks_per_worker:
-                worker.blocks.popitem(last=False)
+                forgotten, _ = worker.blocks.popitem(last=False)
+                self._unname(worker, forgotten)
+
+    @staticmethod
+    def _unname(worker: ModelWorker, block: int) -> None:
+        for name in [name for name, held in worker.engine_names.items() if held == block]:
+            del worker.engine_names[name]
+
+    # -- blocks the engines report (contract: "Reported blocks") ---------------------------------
+
+    def _reporting(self, url: str) -> ModelWorker:
+        if self.policy != "cache_aware":
+            raise ValueError("block reports apply only to cache_aware, not %s" % self.policy)
+        if url not in self._workers:
+            raise KeyError(url)
+        return self._workers[url]
+
+    def store_blocks(self, url: str, blocks: Sequence[int], engine_hashes: Optional[Sequence[int]] = None) -> None:
+        names = list(blocks if engine_hashes is None else engine_hashes)
+        if len(names) != len(blocks):
+            raise ValueError("engine_hashes must name each of the %d blocks" % len(blocks))
+        worker = self._reporting(url)
+        self._touch_all(worker, blocks)
+        for block, name in zip(blocks, names):
+            if block in worker.blocks:
+                self._unname(worker, block)
+                worker.engine_names[name] = block
+
+    def remove_blocks(self, url: str, engine_hashes: Sequence[int]) -> None:
+        worker = self._reporting(url)
+        for name in engine_hashes:
+            block = worker.engine_names.get(name, name)
+            if block in worker.blocks:
+                self._unname(worker, block)
+                del worker.blocks[block]
+
+    def clear_blocks(self, url: str) -> None:
+        worker = self._reporting(url)
+        worker.blocks.clear()
+        worker.engine_names.clear()
 
     def indexed_blocks(self) -> List[int]:
         """cache_aware: each member's number of indexed blocks, in membership order."""
@@ -686,9 +766,7 @@ class ReferenceRouter:
     def acquire(self, worker_url: str, routing_key: Union[str, bytes, None] = None, weight: int = 1) -> int:
         """Count a request on a member chosen elsewhere (healthy or not); the lease id."""
         _check_weight(weight)
-        if worker_url not in self._workers:
-            raise KeyError(worker_url)
-        return self._take(self._workers[worker_url], _key_bytes(routing_key) or None, weight)
+        return self._take(self._workers[self._member(worker_url)], _key_bytes(routing_key) or None, weight)
 
     def _take(self, worker: ModelWorker, key: Optional[bytes], weight: int) -> int:
         worker.load += weight

@@ -17,21 +17,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
+from ._cli import SERVE_HINT, CommandParser
 from .args import RouterArgs, port_number
+from .feeds import LOAD_FORMATS, Feed
 from .gateway import serve_until_signalled
+from .router import Router
 from .integrations.options import ProxyOptions, positive_seconds, router_and_options
 
 __all__ = ["main"]
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bounded-router", description="bounded-router: bounded consistent-hashing request routing.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+def _parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The command's parser and its ``serve`` subcommand's."""
+    parser = CommandParser(prog="bounded-router", description="bounded-router: bounded consistent-hashing request routing.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     commands.required = True
     serve = commands.add_parser(
         "serve",
+        hint=SERVE_HINT,
         help="run the native HTTP gateway in front of the workers",
         description="Run the native HTTP gateway: each request goes to the worker the router chooses from its "
         "headers (X-SMG-Routing-Key, ...), and the answer streams back.",
@@ -42,13 +47,67 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--shutdown-timeout", type=positive_seconds, default=10.0, help="seconds in-flight requests may take to finish on SIGTERM/SIGINT (default: %(default)s)")
     serve.add_argument("--access-log", action="store_true", help="log one JSON line per request to stderr")
     serve.add_argument("--lifetime", type=positive_seconds, default=None, help="stop after this many seconds (for demos and tests)")
-    return parser
+    feeds = serve.add_argument_group("engine state (docs/contract.md, \"Reported blocks\", \"Engine load reports\")")
+    feeds.add_argument(
+        "--kv-events",
+        metavar="WORKER=tcp://HOST:PORT",
+        type=_worker_endpoint,
+        action="append",
+        default=[],
+        help="subscribe to this worker's KV event stream (cache_aware; repeat per worker)",
+    )
+    feeds.add_argument(
+        "--kv-events-replay",
+        metavar="WORKER=tcp://HOST:PORT",
+        type=_worker_endpoint,
+        action="append",
+        default=[],
+        help="the worker's KV event replay endpoint, to recover missed batches (repeat per worker)",
+    )
+    feeds.add_argument(
+        "--load-poll",
+        choices=LOAD_FORMATS,
+        default=None,
+        help="poll every worker's load: sglang (GET /get_load) or vllm (GET /metrics); off by default",
+    )
+    feeds.add_argument("--load-poll-interval-secs", type=positive_seconds, default=None, help="seconds between polls (default 0.2)")
+    return parser, serve
+
+
+def _worker_endpoint(text: str) -> Tuple[str, str]:
+    """A WORKER=ENDPOINT flag value; the worker is split at the last '=' before the endpoint's scheme."""
+    worker, sep, endpoint = text.rpartition("=")
+    if not sep or not worker or not endpoint:
+        raise argparse.ArgumentTypeError("expected WORKER=tcp://HOST:PORT, got %r" % text)
+    return worker, endpoint
+
+
+#: The path of each load format's endpoint on a worker.
+_LOAD_PATHS = {"sglang": "/get_load", "vllm": "/metrics"}
+
+
+def _start_feeds(router: Router, args: argparse.Namespace) -> List[Feed]:
+    """The feeds the flags ask for, started (ValueError names what is wrong)."""
+    started: List[Feed] = []
+    if args.kv_events:
+        started.append(router.subscribe_kv_events(dict(args.kv_events), dict(args.kv_events_replay)))
+    elif args.kv_events_replay:
+        raise ValueError("--kv-events-replay needs --kv-events for the same worker")
+    if args.load_poll:
+        endpoints = {w.url: w.url.rstrip("/") + _LOAD_PATHS[args.load_poll] for w in router.workers()}
+        started.append(router.poll_loads(endpoints, format=args.load_poll, interval_secs=args.load_poll_interval_secs))
+    return started
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    top, parser = _parser()
+    args = top.parse_args(argv)
     router, options = router_and_options(parser, args, worker_api=True)
+    try:
+        _start_feeds(router, args)  # stopped when serving ends and the router closes
+    except ValueError as e:
+        router.close()
+        parser.error(str(e))
     try:
         settings = RouterArgs.from_cli_args(args).gateway_options()
         settings.update(metrics_port=args.metrics_port, shutdown_timeout=args.shutdown_timeout, access_log=args.access_log)

@@ -360,6 +360,51 @@ class Library:
         """Chained XXH64 of each full block of block_len bytes into out: how many blocks."""
         raise NotImplementedError
 
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, c_int64)
+    def br_report_load(self, router: int, url: bytes, url_len: int, load: int) -> int:
+        """The worker's engine reports this load (requests running and waiting)."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t)
+    def br_forget_load(self, router: int, url: bytes, url_len: int) -> int:
+        """Drop the worker's standing engine load report."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, _u64p, c_size_t, _u64p)
+    def br_store_blocks(self, router: int, url: bytes, url_len: int, blocks: Any, n: int, engine_hashes: Any) -> int:
+        """The worker's engine stores n blocks (engine_hashes: its names for them, or NULL)."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, _u64p, c_size_t)
+    def br_remove_blocks(self, router: int, url: bytes, url_len: int, engine_hashes: Any, n: int) -> int:
+        """The worker's engine evicted the n blocks it names engine_hashes."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t)
+    def br_clear_blocks(self, router: int, url: bytes, url_len: int) -> int:
+        """The worker's engine dropped every block."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, _u64p)
+    def br_load_poll_start(self, router: int, options_json: bytes, options_len: int, out_feed: Any) -> int:
+        """Start a feed polling the workers' load endpoints (options as JSON)."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, _u64p)
+    def br_kv_events_start(self, router: int, options_json: bytes, options_len: int, out_feed: Any) -> int:
+        """Start a feed subscribing to the workers' KV event streams (options as JSON)."""
+        raise NotImplementedError
+
+    @_export(c_int64, c_uint64, _buf, c_size_t)
+    def br_feed_stats_json(self, feed: int, buf: Any, capacity: int) -> int:
+        """A feed's counters per worker, as JSON."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64)
+    def br_feed_stop(self, feed: int) -> int:
+        """Stop a feed and wait for it."""
+        raise NotImplementedError
+
     @_export(c_int32, c_uint64, c_char_p, c_size_t, _u64p)
     def br_gateway_start(self, router: int, options_json: bytes, options_len: int, out_gateway: Any) -> int:
         """Start the native HTTP gateway in front of a router's workers (options as JSON)."""

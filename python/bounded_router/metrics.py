@@ -85,6 +85,21 @@ _FAMILIES: Tuple[Tuple[str, str, str], ...] = (
 # The worker conditions, in the library's order (docs/contract.md, "Worker failures").
 CONDITIONS = ("available", "half_open", "ejected", "unhealthy_probe", "unhealthy_user")
 
+# The feeds' families (bounded_router.feeds), written only when some router has a running feed.
+_FEED_FAMILIES: Tuple[Tuple[str, str, str], ...] = (
+    ("kv_events_batches_total", "counter", "KV event batches from the worker's engine applied to cache_aware's index."),
+    (
+        "kv_events_problems_total",
+        "counter",
+        "KV events not applied, by kind: malformed, unknown_tag, unknown_parent, adapter; gaps, lost, restarts of the sequence.",
+    ),
+    ("kv_events_stale", "gauge", "1 if no KV event batch came from the worker lately: its index rests on this router's routes."),
+    ("engine_load_reports_total", "counter", "Polls of the worker's load endpoint whose load was reported to the router."),
+    ("engine_load_failures_total", "counter", "Polls of the worker's load endpoint that gave no load, by kind: unreachable, status, garbage."),
+    ("engine_load_standing", "gauge", "1 if a load report of the worker's engine stands, 0 if none (or it expired)."),
+)
+_KV_PROBLEMS = ("malformed", "unknown_tag", "unknown_parent", "adapter", "gaps", "lost", "restarts")
+
 Sample = Tuple[Dict[str, str], float]
 
 
@@ -113,7 +128,7 @@ def _check_labels(labels: Optional[Mapping[str, str]]) -> Dict[str, str]:
     for name, value in (labels or {}).items():
         if not isinstance(name, str) or not _NAME.match(name) or name.startswith("__"):
             raise ValueError("metric label name %r is not a valid Prometheus label name" % (name,))
-        if name in ("branch", "worker", "outcome", "condition", "result"):
+        if name in ("branch", "worker", "outcome", "condition", "result", "kind"):
             raise ValueError("metric label name %r is used by the router's own metrics; choose another" % name)
         if not isinstance(value, str):
             raise TypeError("metric label %r must have a str value, got %s" % (name, type(value).__name__))
@@ -149,6 +164,25 @@ def _collect(stats: Statistics, labels: Dict[str, str]) -> Dict[str, List[Sample
     return samples
 
 
+def _collect_feeds(router: HasStatistics, labels: Dict[str, str]) -> Dict[str, List[Sample]]:
+    samples: Dict[str, List[Sample]] = {suffix: [] for suffix, _, _ in _FEED_FAMILIES}
+    feed_statistics = getattr(router, "feed_statistics", None)
+    for kind, workers in feed_statistics() if feed_statistics is not None else []:
+        for url, counts in workers.items():
+            worker = dict(labels, worker=url)
+            if kind == "kv_events":
+                samples["kv_events_batches_total"].append((worker, counts["batches"]))
+                for problem in _KV_PROBLEMS:
+                    samples["kv_events_problems_total"].append((dict(worker, kind=problem), counts[problem]))
+                samples["kv_events_stale"].append((worker, 1 if counts["stale"] else 0))
+            else:
+                samples["engine_load_reports_total"].append((worker, counts["reports"]))
+                for failure in ("unreachable", "status", "garbage"):
+                    samples["engine_load_failures_total"].append((dict(worker, kind=failure), counts["failures"].get(failure, 0)))
+                samples["engine_load_standing"].append((worker, 1 if counts["standing"] else 0))
+    return samples
+
+
 def render_all(routers: Iterable[Tuple[HasStatistics, Optional[Mapping[str, str]]]], namespace: str = "bounded_router") -> str:
     """The exposition of several routers, each with its own constant labels.
 
@@ -171,15 +205,23 @@ def render_all(routers: Iterable[Tuple[HasStatistics, Optional[Mapping[str, str]
         raise ValueError("render_all: two routers have the same labels %r; give each its own (e.g. {'router': name})"
                          % (dict(next(s for s in label_sets if label_sets.count(s) > 1)),))
     collected = [_collect(router.statistics(), labels) for router, labels in checked]
+    feeds = [_collect_feeds(router, labels) for router, labels in checked]
+    lines = _families(namespace, _FAMILIES, collected)
+    if any(samples for collected_feeds in feeds for samples in collected_feeds.values()):
+        lines += _families(namespace, _FEED_FAMILIES, feeds)
+    return "\n".join(lines) + "\n"
+
+
+def _families(namespace: str, families: Sequence[Tuple[str, str, str]], collected: Sequence[Dict[str, List[Sample]]]) -> List[str]:
     lines: List[str] = []
-    for suffix, kind, help_text in _FAMILIES:
+    for suffix, kind, help_text in families:
         name = "%s_%s" % (namespace, suffix)
         lines.append("# HELP %s %s" % (name, help_text))
         lines.append("# TYPE %s %s" % (name, kind))
         for samples in collected:
             for labels, value in samples[suffix]:
                 lines.append("%s%s %s" % (name, _labels(labels), _number(value)))
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def render(router: HasStatistics, labels: Optional[Mapping[str, str]] = None, namespace: str = "bounded_router") -> str:

@@ -398,8 +398,10 @@ class CacheAwareConfig:
     ``blocks_per_worker``, least recently sent forgotten first) and sends a request with
     ``prefix_blocks`` to the worker holding the longest prefix of it among the workers that are
     not clearly overloaded (the bounded test: load above ``max_load_skew`` times the mean *and*
-    more than ``min_load_gap`` above the least load, on weighted loads). Ties and requests
-    without a match go by the routing key's ring (``hash_ring``), else to the least loaded. A
+    more than ``min_load_gap`` above the least load, on weighted loads), the least loaded of
+    them. A request without a match goes to the routing key's ring worker (``hash_ring``) unless
+    it is above the mean load, then to the next one clockwise that is not; without a key to the
+    least loaded. A
     match counts only when it covers more than ``cache_threshold`` of the request's blocks, so
     that a prefix every worker soon holds (a shared system prompt) cannot keep new requests off
     the workers that have received nothing yet. See docs/contract.md, "cache_aware".

@@ -13,7 +13,7 @@ from array import array
 from ctypes import c_size_t, c_uint64
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Callable, Dict, Iterable, List, NoReturn, Optional, Sequence, Type, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Tuple, Type, Union
 
 from . import _native
 from ._encoding import DEFAULT_FILTER, DEFAULT_ROUTING_KEY_HEADERS, HeaderFilter, HeadersLike, encode_headers, key_bytes, url_bytes
@@ -24,6 +24,7 @@ from .errors import NoWorkerAvailableError
 from .gateway import Gateway
 from .health import CircuitBreakerConfig, HealthCheckConfig, circuit_breaker_setting, health_check_setting
 from .lease import Lease, _HeldLease
+from .feeds import Feed
 from .metrics import render
 from .policy import DEFAULT_VIRTUAL_NODES, PolicyConfig, PolicyType, resolve_policy
 from .stats import Statistics, WorkerInfo
@@ -101,7 +102,9 @@ class Router:
     """Routes requests to workers, keeping requests that share a routing key on one worker.
 
     Args:
-        worker_urls: the workers' URLs, in membership order (unique, non-empty strings).
+        worker_urls: the workers' URLs, in membership order: ``http(s)://host[:port][/path]``,
+            kept in their normal form (lower-case scheme and host, no default port or trailing
+            ``/``), unique in it; may be empty (docs/contract.md, "Workers and membership").
         policy: a :class:`PolicyType`, its name (``"bounded_consistent_hashing"``, ...) or a
             typed config (:class:`BoundedConsistentHashingConfig`, ...).
         max_load_skew: ``bounded_consistent_hashing``'s relative bound (default 1.5), a finite
@@ -141,8 +144,8 @@ class Router:
             (docs/contract.md, "Worker failures").
 
     Raises:
-        ValueError: a setting breaks its rule, an unknown policy name, an empty or duplicate
-            URL, or a setting given both in a typed config and next to it.
+        ValueError: a setting breaks its rule, an unknown policy name, a URL that is not of
+            that form or names a worker twice, or a setting given both in a typed config and next to it.
         TypeError: a URL is not a str.
 
     All methods are thread-safe. A router is a context manager that closes it on exit; using
@@ -169,6 +172,7 @@ class Router:
         balance_by: Optional[str] = None,
         health_check: Union[HealthCheckConfig, bool, None] = None,
         circuit_breaker: Union[CircuitBreakerConfig, bool, None] = None,
+        kv_events: Optional[Mapping[str, str]] = None,
     ) -> None:
         urls = _url_list(worker_urls, "worker_urls")
         self._policy = resolve_policy(
@@ -201,6 +205,16 @@ class Router:
         self._header_filter = (
             DEFAULT_FILTER if routing_key_headers is None else HeaderFilter.for_key_headers(config["routing_key_headers"])
         )
+        # The feeds this router started (their counters go into metrics_text), and
+        # kv_events={url: "tcp://host:port"}: subscribed from the start, ended by close().
+        self._feeds: List[Feed] = []
+        self.kv_events: Optional[Feed] = None
+        if kv_events is not None:
+            try:
+                self.kv_events = self.subscribe_kv_events(kv_events)
+            except BaseException:
+                self._native.close()
+                raise
 
     @classmethod
     def from_args(cls, args: RouterArgs) -> Router:
@@ -250,8 +264,11 @@ class Router:
         """Free the native router. Idempotent; outstanding leases become no-ops.
 
         In a process forked after the router was created, this only marks the inherited copy
-        closed (the parent's router is untouched).
+        closed (the parent's router is untouched). Stops the feeds it started first
+        (``kv_events``, :meth:`poll_loads`, :meth:`subscribe_kv_events`).
         """
+        for feed in self._feeds:
+            feed.stop()
         self._native.close()
 
     def __enter__(self) -> Router:
@@ -564,7 +581,10 @@ class Router:
         checked = check_weight(weight)
         out = _native.thread_buffers()[0]
         self._native.call("br_acquire", url, len(url), key, len(key), checked, out)
-        return _HeldLease(self._native, out[0], (str.__str__(worker_url), str.__str__(worker_url), None))
+        # The member's URL in its normal form (contract: "Workers and membership"); the worker
+        # is its own preferred one. The given URL if the worker has left since.
+        urls = self._native.urls_of(out[1] | (out[1] << 32)) or (str.__str__(worker_url),) * 2
+        return _HeldLease(self._native, out[0], (urls[0], urls[1], None))
 
     # -- membership and health ---------------------------------------------------------------
 
@@ -572,7 +592,8 @@ class Router:
         """Add a worker at the end of the membership order.
 
         Raises:
-            ValueError: the URL is empty or already a member, or the ring would be too large.
+            ValueError: the URL is not a worker URL (docs/contract.md, "Workers and membership"),
+                is already a member in any spelling, or the ring would be too large.
             TypeError: the URL is not a str.
         """
         raw = url_bytes(url)
@@ -593,7 +614,8 @@ class Router:
         Workers that stay keep their health and load; the others are removed.
 
         Raises:
-            ValueError: a URL is empty or listed twice, or the ring would be too large.
+            ValueError: a URL is not a worker URL, two name the same worker, or the ring would
+                be too large.
             TypeError: a URL is not a str.
         """
         data = _json(_url_list(urls, "urls"))
@@ -609,6 +631,108 @@ class Router:
             raise TypeError("healthy must be a bool, got %r" % (healthy,))
         raw = url_bytes(url)
         self._native.call("br_set_healthy", raw, len(raw), 1 if healthy else 0)
+
+    # -- loads the engines report ---------------------------------------------------------------
+
+    def report_load(self, url: str, load: int) -> None:
+        """The engine of worker ``url`` reports ``load`` requests running and waiting, every
+        router replica's included (contract: "Engine load reports"): until the next report, the
+        worker's load for routing is ``load`` plus the weights of this router's leases taken since.
+
+        Raises:
+            KeyError: the URL is not a member.
+            TypeError, ValueError: ``load`` is not an integer from 0 to 2**40.
+        """
+        if isinstance(load, bool) or not isinstance(load, int):
+            raise TypeError("load must be an integer from 0 to 2**40, got %r" % (load,))
+        if not 0 <= load <= 1 << 40:
+            raise ValueError("engine load must be from 0 to %d, got %d" % (1 << 40, load))
+        raw = url_bytes(url)
+        self._native.call("br_report_load", raw, len(raw), load)
+
+    def poll_loads(
+        self,
+        endpoints: Mapping[str, str],
+        format: str = "sglang",
+        interval_secs: Optional[float] = None,
+        timeout_secs: Optional[float] = None,
+        expiry_secs: Optional[float] = None,
+    ) -> Feed:
+        """Poll each worker's load endpoint (``endpoints``: worker URL to endpoint URL) and
+        report the loads (see :mod:`bounded_router.feeds`); stop the feed to end it.
+
+        Raises:
+            ValueError: a setting breaks its rule, or a worker named is not a member.
+        """
+        return self._started(Feed.load_poll(self._native, endpoints, format, interval_secs, timeout_secs, expiry_secs))
+
+    def subscribe_kv_events(
+        self,
+        endpoints: Mapping[str, str],
+        replay_endpoints: Optional[Mapping[str, str]] = None,
+        topic: str = "",
+        stale_after_secs: Optional[float] = None,
+    ) -> Feed:
+        """Subscribe to each worker's KV event stream (``endpoints``: worker URL to its engine's
+        ``tcp://host:port`` PUB endpoint; ``replay_endpoints`` likewise, for gaps) and keep the
+        ``cache_aware`` index to what the engines report (see :mod:`bounded_router.feeds`).
+
+        Raises:
+            ValueError: the policy is not ``cache_aware``, a setting breaks its rule, or a worker
+                named is not a member.
+        """
+        return self._started(Feed.kv_events(self._native, endpoints, replay_endpoints, topic, stale_after_secs))
+
+    def _started(self, feed: Feed) -> Feed:
+        self._feeds = [f for f in self._feeds if f.running] + [feed]
+        return feed
+
+    def feed_statistics(self) -> List[Tuple[str, Dict[str, Dict[str, Any]]]]:
+        """``(kind, statistics)`` of each running feed this router started (see :mod:`bounded_router.feeds`)."""
+        return [(feed.kind, feed.statistics()) for feed in self._feeds if feed.running]
+
+    def forget_load(self, url: str) -> None:
+        """Drop worker ``url``'s standing load report (it expired): its load for routing is this
+        router's leases again."""
+        raw = url_bytes(url)
+        self._native.call("br_forget_load", raw, len(raw))
+
+    # -- blocks the engines report (cache_aware) -----------------------------------------------
+
+    def store_blocks(self, url: str, blocks: Sequence[int], engine_hashes: Optional[Sequence[int]] = None) -> None:
+        """The engine of worker ``url`` reports that it stores ``blocks`` (contract: "Reported blocks").
+
+        Args:
+            url: the worker.
+            blocks: prefix block hashes as :func:`~bounded_router.prefix_blocks` computes them
+                from the blocks' token ids, in prefix order; the worker then holds them as if a
+                route had just sent them there.
+            engine_hashes: the engine's own names of the blocks, one per block, by which
+                :meth:`remove_blocks` finds them; None: the engine names them as ``blocks``.
+
+        Raises:
+            KeyError: the URL is not a member.
+            ValueError: the policy is not ``cache_aware``, or a block or name is out of range,
+                or the two lists differ in length.
+        """
+        packed = prefix_block_array(blocks, "blocks")
+        names = None if engine_hashes is None else prefix_block_array(engine_hashes, "engine_hashes")
+        if names is not None and len(names) != len(packed):
+            raise ValueError("engine_hashes must name each of the %d blocks, got %d" % (len(packed), len(names)))
+        raw = url_bytes(url)
+        self._native.call("br_store_blocks", raw, len(raw), _uint64s(packed), len(packed), None if names is None else _uint64s(names))
+
+    def remove_blocks(self, url: str, engine_hashes: Sequence[int]) -> None:
+        """The engine of worker ``url`` reports evicting the blocks it names ``engine_hashes``
+        (see :meth:`store_blocks`); names it never reported are ignored."""
+        packed = prefix_block_array(engine_hashes, "engine_hashes")
+        raw = url_bytes(url)
+        self._native.call("br_remove_blocks", raw, len(raw), _uint64s(packed), len(packed))
+
+    def clear_blocks(self, url: str) -> None:
+        """The engine of worker ``url`` reports dropping every block: its index is emptied."""
+        raw = url_bytes(url)
+        self._native.call("br_clear_blocks", raw, len(raw))
 
     # -- statistics --------------------------------------------------------------------------
 
@@ -702,3 +826,9 @@ def _aligned(values: Optional[Iterable[Any]], what: str, n: int) -> Optional[Lis
     if len(items) != n:
         raise ValueError("%s has %d items but there are %d keys: give one per key" % (what, len(items), n))
     return items
+
+
+
+def _uint64s(values: "array[int]") -> Any:
+    """A pointer to the uint64s of ``values`` (None when empty), valid while ``values`` lives."""
+    return ctypes.cast(values.buffer_info()[0], ctypes.POINTER(c_uint64)) if values else None

@@ -255,6 +255,10 @@ int main(void) {
 	CHECK(br_remove_worker(router, "http://nope", 11) == BR_ERR_UNKNOWN_WORKER, "unknown worker");
 	CHECK(strstr(br_last_error(), "http://nope") != NULL, "error names the worker: %s", br_last_error());
 	CHECK(br_add_worker(router, "http://w0:8000", 14) == BR_ERR_DUPLICATE_WORKER, "duplicate worker");
+	CHECK(br_add_worker(router, "HTTP://w0:8000/", 15) == BR_ERR_DUPLICATE_WORKER, "the same worker in another spelling");
+	// contract: "Workers and membership": a URL without a scheme is refused, naming it and the rule.
+	CHECK(br_add_worker(router, "w9:8000", 7) == BR_ERR_INVALID_ARGUMENT, "worker URL without a scheme");
+	CHECK(strstr(br_last_error(), "\"w9:8000\" has no scheme") != NULL, "error names the URL and rule: %s", br_last_error());
 	CHECK(br_router_new("{\"policy\": {\"type\": \"nope\"}}", 28, &router) == BR_ERR_INVALID_ARGUMENT, "bad config");
 	CHECK(strstr(br_last_error(), "policy") != NULL, "error names the policy: %s", br_last_error());
 

@@ -22,6 +22,9 @@ Operations are plain tuples so that hypothesis can generate and shrink them and 
     ("route_p", key, headers, blocks, weight)   route with prefix blocks and a weight
     ("route_many_p", keys, blocks)   route_many(keys, prefix_blocks=blocks)
     ("select_p", key, blocks)        select(key, prefix_blocks=blocks)
+    ("store", url, blocks, named)    store_blocks(url, blocks, engine names of the blocks or None)
+    ("unstore", url, blocks, named)  remove_blocks(url, the blocks' engine names or the blocks)
+    ("clear", url)                   clear_blocks(url)
 
 A configuration is (worker_urls, policy, max_load_skew, min_load_gap, virtual_nodes) and, for
 the options, (hash_ring, spill_target, key_memory), each passed only to the policies that have
@@ -42,6 +45,9 @@ from reference_model import NoWorkerAvailableError as ModelNoWorker
 from reference_model import ReferenceRouter
 
 URLS = ["http://w%d:8000" % i for i in range(8)]
+# Other spellings of members (the same workers in their normal form) and URLs every entry point
+# refuses (contract: "Workers and membership").
+SPELLINGS = ["HTTP://W1:8000/", "http://w2:8000/", "w3:8000", "http://w4:8000?x", "http://a:1,http://b:2"]
 KEYS: List[Any] = ["k0", "k1", "k2", "k3", "k4", "session-17", b"\x00\xff\xfe", "cl\u00e9", "a\tb", b"k1"]
 HEADER_NAMES = [
     "X-SMG-Target-Worker",
@@ -119,6 +125,11 @@ WEIGHTS = [None, None, 1, 2, 3, 5, 8, 40, 1000, 1 << 30]
 # library's worker when the request has a key.
 RANDOM_BRANCHES = {"random_fallback", "random", "power_of_two", "least_load", "manual_vacant", "manual_occupied_miss", "manual_no_routing_key"}
 SESSION_HEADERS = ["X-Session-Id", "X-SMG-Routing-Key"]
+
+
+def engine_names(blocks: Sequence[int]) -> List[int]:
+    """The names an engine with a hash of its own gives the blocks (any bijection will do)."""
+    return [(block * 0x9E3779B97F4A7C15 + 1) % (1 << 64) for block in blocks]
 
 
 class Mismatch(AssertionError):
@@ -222,6 +233,14 @@ class Differential:
             self._both(lambda r: r.set_workers(op[1]), lambda m: m.set_workers(op[1]))
         elif kind == "health":
             self._both(lambda r: r.set_healthy(op[1], op[2]), lambda m: m.set_healthy(op[1], op[2]))
+        elif kind == "store":
+            names = engine_names(op[2]) if op[3] else None
+            self._both(lambda r: r.store_blocks(op[1], op[2], names), lambda m: m.store_blocks(op[1], op[2], names))
+        elif kind == "unstore":
+            names = engine_names(op[2]) if op[3] else op[2]
+            self._both(lambda r: r.remove_blocks(op[1], names), lambda m: m.remove_blocks(op[1], names))
+        elif kind == "clear":
+            self._both(lambda r: r.clear_blocks(op[1]), lambda m: m.clear_blocks(op[1]))
         else:  # pragma: no cover
             raise ValueError("unknown operation %r" % (op,))
         self.compare_state()
@@ -360,11 +379,11 @@ def random_headers(rng: random.Random) -> list:
 def random_operation(rng: random.Random) -> Tuple[Any, ...]:
     kind = rng.choices(
         ["route", "route_h", "route_many", "select", "release", "release_many", "rerelease", "acquire", "add", "remove", "set", "health",
-         "route_p", "route_many_p", "select_p", "first_token"],
-        weights=[30, 12, 4, 8, 24, 3, 2, 3, 4, 3, 2, 8, 40, 4, 6, 30],
+         "route_p", "route_many_p", "select_p", "store", "unstore", "clear", "first_token"],
+        weights=[30, 12, 4, 8, 24, 3, 2, 3, 4, 3, 2, 8, 40, 4, 6, 8, 5, 1, 30],
     )[0]
     key = rng.choice(KEYS + [None])
-    url = rng.choice(URLS + [""])  # "" is never a member: an error everywhere
+    url = rng.choice(URLS + [""] + SPELLINGS)  # "" is never a member: an error everywhere
     if kind == "route":
         return ("route", key, rng.choice(WEIGHTS))
     if kind == "route_p":
@@ -375,6 +394,10 @@ def random_operation(rng: random.Random) -> Tuple[Any, ...]:
         return ("route_many_p", [rng.choice(KEYS + [None]) for _ in range(n)], [rng.choice(PREFIXES) for _ in range(n)])
     if kind == "select_p":
         return ("select_p", rng.choice([None, key]), rng.choice(PREFIXES))
+    if kind in ("store", "unstore"):
+        return (kind, rng.choice(URLS[:6] + [""]), rng.choice(PREFIXES), rng.random() < 0.5)
+    if kind == "clear":
+        return ("clear", rng.choice(URLS[:6] + [""]))
     if kind == "route_h":
         return ("route_h", rng.choice([None, None, key]), random_headers(rng))
     if kind == "select":

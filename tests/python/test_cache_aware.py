@@ -11,8 +11,7 @@ import pytest
 from bounded_router import CacheAwareConfig, PolicyType, Router, RouterArgs, config_from_dict
 from bounded_router import _native
 from bounded_router import policy as policy_module
-from bounded_router.metrics import parse
-from support import W, key_preferring
+from support import W, key_preferring, parse_metrics
 
 
 def test_defaults_and_limits_are_the_library_ones():
@@ -98,7 +97,7 @@ def test_the_longest_prefix_wins_and_is_counted(make_router):
     assert (stats.prefix_blocks, stats.prefix_blocks_matched) == (2 + 3 + 4, 3)
     assert [w.indexed_blocks for w in stats.workers] == [0, 2, 4, 0]
     assert stats.indexed_blocks == 6
-    metrics = parse(router.metrics_text())
+    metrics = parse_metrics(router.metrics_text())
     assert metrics[("bounded_router_prefix_blocks_total", ())] == 9
     assert metrics[("bounded_router_prefix_blocks_matched_total", ())] == 3
     assert metrics[("bounded_router_worker_indexed_blocks", (("worker", W[2]),))] == 4

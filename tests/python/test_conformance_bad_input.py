@@ -138,16 +138,22 @@ def test_empty_or_duplicate_urls_in_membership_changes(router):
 
 
 def test_urls_are_kept_whole(router):
-    # No normalisation and no truncation at a NUL or at non-ASCII text.
-    odd = ["http://w0:8000\x00x", "http://w0:8000/", "HTTP://W0:8000", "http://\u00e9:8000", " http://w0:8000"]
+    # No truncation at non-ASCII text or a backslash; a NUL or a space is refused, not cut at.
+    odd = ["http://w0:8000/caf%C3%A9", "http://\u00e9:8000", "http://w0:8000/a%5Cb"]
     for url in odd:
         router.add_worker(url)
     assert list(router.loads()) == urls(4) + odd
     with router.acquire(odd[0]) as lease:
         assert router.loads()[odd[0]] == 1 and router.loads()[W[0]] == 0
         assert lease.worker_url == odd[0]
+    with pytest.raises(ValueError, match="already a member"):
+        router.add_worker("http://w0:8000/caf\u00e9")  # a path is kept percent-encoded
     for url in odd:
         router.remove_worker(url)
+    assert list(router.loads()) == urls(4)
+    for bad in ("http://w0:8000\x00x", "http://w0:8000/\x00", " http://w0:8000", "http://w0:8000 "):
+        with pytest.raises(ValueError, match="worker URL"):
+            router.add_worker(bad)
     assert list(router.loads()) == urls(4)
 
 

@@ -26,6 +26,7 @@ from conformance import (
     PREFIXES,
     SKEWS,
     SPILL_TARGETS,
+    SPELLINGS,
     URLS,
     VIRTUAL_NODES,
     Differential,
@@ -34,7 +35,7 @@ from conformance import (
 )
 
 keys = st.sampled_from(KEYS + [None])
-urls = st.sampled_from(URLS + [""])
+urls = st.sampled_from(URLS + [""] + SPELLINGS)
 header_names = st.sampled_from(HEADER_NAMES).flatmap(lambda n: st.sampled_from([n, n.lower(), n.upper()]))
 headers = st.lists(st.tuples(header_names, st.sampled_from(HEADER_VALUES)), max_size=4)
 index = st.integers(0, 1000)
@@ -68,8 +69,10 @@ operations = st.one_of(
     st.tuples(st.just("acquire"), urls, keys, weights),
     st.tuples(st.just("add"), urls),
     st.tuples(st.just("remove"), urls),
-    st.tuples(st.just("set"), st.lists(st.sampled_from(URLS), max_size=6)),  # duplicates possible
+    st.tuples(st.just("set"), st.lists(st.sampled_from(URLS + SPELLINGS), max_size=6)),  # duplicates possible
     st.tuples(st.just("health"), urls, st.booleans()),
+    st.tuples(st.sampled_from(["store", "store", "unstore"]), urls, prefixes, st.booleans()),
+    st.tuples(st.just("clear"), urls),
 )
 configs = st.tuples(
     st.lists(st.sampled_from(URLS), max_size=6, unique=True),

@@ -196,20 +196,35 @@ def _run_cli(*args: str) -> "subprocess.CompletedProcess[str]":
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--port", "99999"], "--port"),
+        (["--port", "99999"], "argument --port: a port is between 0 and 65535, not 99999"),
         (["--port", "-1"], "--port"),
         (["--metrics-port", "x"], "--metrics-port"),
         (["--lifetime", "-5"], "--lifetime"),
-        (["--max-body-size", "0"], "max_body_size"),
-        (["--first-byte-timeout", "nan"], "first_byte_timeout"),
+        (["--max-body-size", "0"], "--max-body-size must be a positive integer (bytes), not 0"),
+        (["--first-byte-timeout", "nan"], "--first-byte-timeout"),
+        (["--min-load-gap", "-1"], "--min-load-gap must be an integer >= 0, got -1"),
+        (["--max-load-skew", "0.5"], "--max-load-skew must be a finite number >= 1.0"),
+        (["--policy", "manual", "--max-keys", "0"], "--max-keys"),
         (["--host", "192.0.2.1"], "listen"),  # not this machine's: bind fails, nothing is sent (no DNS lookup)
         (["--policy", "nonsense"], "--policy"),
+        (["--kv-events", "nonsense"], "--kv-events"),
+        (["--policy", "cache_aware", "--kv-events", "http://127.0.0.1:8=tcp://127.0.0.1:7"], "not a worker of this router"),
+        (["--kv-events", "http://127.0.0.1:9=tcp://127.0.0.1:7"], "kv_events apply only to cache_aware"),
+        (["--kv-events-replay", "http://127.0.0.1:9=tcp://127.0.0.1:7"], "--kv-events-replay needs --kv-events"),
+        (["--load-poll", "triton"], "--load-poll"),
+        # contract: "Workers and membership"
+        (["--worker-urls", "127.0.0.1:18101"], '"127.0.0.1:18101" has no scheme: write it as http://127.0.0.1:18101'),
+        (["--worker-urls", "http://127.0.0.1:1,http://127.0.0.1:2"], "contains a comma"),
+        (["--worker-urls", "http://127.0.0.1:9/"], '"http://127.0.0.1:9" and "http://127.0.0.1:9/" are the same worker'),
     ],
 )
 def test_cli_usage_errors(args: List[str], message: str) -> None:
+    """One line naming the flag and its rule, then serve's short usage; exit 2."""
     done = _run_cli("serve", "--worker-urls", "http://127.0.0.1:9", "--port", "0", *args)
     assert done.returncode == 2, done
-    assert "usage:" in done.stderr and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+    error, hint = done.stderr.splitlines()
+    assert error.startswith("bounded-router serve: error: ") and message in error, error
+    assert hint == "usage: bounded-router serve --worker-urls URL [URL ...] [--port PORT] [--policy NAME] [...] (--help: every flag)"
 
 
 def test_cli_needs_a_command_and_workers() -> None:
@@ -228,6 +243,16 @@ def test_cli_serves_and_stops_on_sigterm(fast_worker: Any, client: httpx.Client)
         assert "Traceback" not in gateway.log()
     finally:
         gateway.stop()
+
+
+def test_cli_starts_and_stops_the_engine_feeds() -> None:
+    # Nothing listens on the worker's ports: the feeds start, count their failures, stop cleanly.
+    done = _run_cli(
+        "serve", "--worker-urls", "http://127.0.0.1:9", "--port", "0", "--lifetime", "0.5", "--policy", "cache_aware",
+        "--kv-events", "http://127.0.0.1:9=tcp://127.0.0.1:9", "--load-poll", "sglang",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "gateway listening on" in done.stdout and "Traceback" not in done.stderr
 
 
 def test_console_script_is_installed() -> None:

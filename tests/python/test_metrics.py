@@ -139,11 +139,13 @@ def test_constant_labels_and_several_routers() -> None:
 
 
 def test_label_values_are_escaped() -> None:
-    odd = 'http://w"0\\:8000/\n'
+    # A worker URL cannot hold a backslash or a newline (contract: "Workers and membership"); a
+    # quote in its host it can, and a constant label any of the three.
+    odd, label = 'http://w"0:8000', 'a\\b\n"c'
     with Router([odd]) as router:
-        text = router.metrics_text()
-    assert 'worker="http://w\\"0\\\\:8000/\\n"' in text
-    assert parse(text)[("bounded_router_worker_load", (("worker", odd),))] == 0
+        text = router.metrics_text({"router": label})
+    assert 'worker="http://w\\"0:8000"' in text and 'router="a\\\\b\\n\\"c"' in text
+    assert parse(text)[("bounded_router_worker_load", (("router", label), ("worker", odd)))] == 0
 
 
 @pytest.mark.parametrize(

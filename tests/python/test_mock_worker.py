@@ -40,7 +40,7 @@ def test_streams_tokens_then_usage_then_done(client: httpx.Client) -> None:
     assert len([e for e in evs if isinstance(e, dict) and e["choices"]]) == 6
     assert streamed_text(lines) == expected_text("one two three four five", 6)
     usage = evs[-2]["usage"]
-    assert usage == {"prompt_tokens": 5, "completion_tokens": 6, "prompt_tokens_details": {"cached_tokens": 0}}
+    assert usage == {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11, "prompt_tokens_details": {"cached_tokens": 0}}
     assert evs[-2]["worker"] == "m" and evs[-2]["ttft_ms"] >= 0
 
 

@@ -145,7 +145,7 @@ def test_the_native_gateway_takes_the_option_from_python_and_its_command_line(wo
     from bounded_router import Router
     from bounded_router import __main__ as cli
 
-    args = cli._parser().parse_args(["serve", "--worker-urls", worker.url, "--prefix-blocks", "text", "--prefix-block-bytes", "8"])
+    args = cli._parser()[0].parse_args(["serve", "--worker-urls", worker.url, "--prefix-blocks", "text", "--prefix-block-bytes", "8"])
     assert (args.prefix_blocks, args.prefix_block_bytes) == ("text", 8)
     with Router([worker.url]) as router, router.serve(prefix_blocks="text", prefix_block_bytes=8) as gateway:
         for body in (json.dumps(CHAT).encode(), b"{not json"):

@@ -16,6 +16,7 @@ from bounded_router import (
     RouterClosedError,
     WorkerInfo,
 )
+from reference_model import normal_worker_url
 from support import W, assert_uniform, key_preferring, unraisable_exceptions, urls
 
 BRANCHES = [
@@ -94,11 +95,44 @@ def test_membership_errors(make_router):
     assert list(router.loads()) == W[:2]  # nothing changed
 
 
-def test_urls_are_not_normalised(make_router):
+def test_urls_are_normalised(make_router):
+    """contract: "Workers and membership": the same worker cannot be listed twice, and a member
+    is found under any spelling of its URL; the expected forms are the model's (urllib.parse)."""
     router = make_router(1)
-    router.add_worker(W[0] + "/")
-    router.add_worker(W[0].upper())
-    assert len(router.workers()) == 3
+    for spelling in (W[0] + "/", W[0].upper(), "http://W0:8000//"):
+        with pytest.raises(ValueError, match="already a member, as"):
+            router.add_worker(spelling)
+    router.add_worker("HTTP://Extra:80/")
+    assert [w.url for w in router.workers()] == [W[0], normal_worker_url("HTTP://Extra:80/")] == [W[0], "http://extra"]
+    router.set_healthy("http://extra:80", False)
+    assert router.acquire(W[0] + "/").worker_url == W[0]
+    router.remove_worker("http://EXTRA/")
+    with pytest.raises(ValueError, match="are the same worker"):
+        Router([W[0], W[0] + "/"])
+
+
+@pytest.mark.parametrize(
+    "bad, rule",
+    [
+        ("127.0.0.1:18101", "has no scheme: write it as http://127.0.0.1:18101"),
+        ("http://127.0.0.1:18101,http://127.0.0.1:18102", "contains a comma"),
+        ("ftp://w0:21", "the scheme must be http or https"),
+        ("http://", "has no host"),
+        ("http://user:pw@w0:8000", "must not contain user info"),
+        ("http://w0:8000?x=1", "must not have a query"),
+        ("http://w0:8000#top", "must not have a fragment"),
+        ("http://w0:70000", "the port must be from 1 to 65535"),
+    ],
+)
+def test_bad_urls_are_refused_naming_url_and_rule(make_router, bad, rule):
+    router = make_router(1)
+    for call in (lambda: Router([bad]), lambda: router.add_worker(bad), lambda: router.set_workers([bad])):
+        with pytest.raises(ValueError) as refused:
+            call()
+        assert rule in str(refused.value) and bad in str(refused.value)
+        with pytest.raises(ValueError):
+            normal_worker_url(bad)  # the model refuses it too
+    assert [w.url for w in router.workers()] == W[:1]  # nothing changed
 
 
 def test_set_workers_keeps_state_of_workers_that_stay(make_router):

@@ -518,3 +518,99 @@ def test_cli_cache_aware_rows(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--trace", FIXTURE, "--cache-aware", "--blocks-per-worker", "0"])
     assert "blocks_per_worker" in capsys.readouterr().err
+
+
+# -- router replicas and KV cache events (issue 21) ----------------------------------------------
+
+
+def test_the_cache_reports_what_it_stored_and_evicted() -> None:
+    cache = PrefixCache(capacity_tokens=3 * 512, block_size=512)
+    assert cache.insert([1, 2]) == ([1, 2], [])
+    assert cache.insert([1, 2, 3]) == ([3], [])  # 1 and 2 were held: only 3 is new
+    # 4 and 5 are new; the least recently used go: 3 (touched first in [1, 2, 3], so oldest), then 2.
+    assert cache.insert([1, 4, 5]) == ([4, 5], [3, 2])
+    # Now 5, 4, 1 from the least recent (touched last-first); a prompt longer than the cache
+    # loses its end too.
+    assert cache.insert([6, 7, 8, 9]) == ([6, 7, 8, 9], [5, 4, 1, 9])
+
+
+def test_replicas_each_count_their_own_requests() -> None:
+    from bounded_router.simulate.replay import _Run
+
+    trace = load_trace(FIXTURE, 512)
+    config = ReplayConfig(workers=3, load=0.8, cache_blocks=40, replicas=4, seed=2)
+    state = _Run(ReplayPolicy("cache_aware", 8, 1.0), trace, config)
+    routers = state.routing.routers
+    assert len(routers) == 4 and len({id(r) for r in routers}) == 4
+    state.run()
+    routed = [sum(router.branch_counts().values()) for router in routers]
+    assert sum(routed) == len(trace.requests) and all(routed), "every request routed once, by one of the replicas"
+    for router in routers:
+        router.close()
+    result = replay(ReplayPolicy("cache_aware", 8, 1.0), trace, config)
+    assert sum(result.branches.values()) == len(trace.requests)
+    assert result.leaked_leases == 0 and set(result.final_loads.values()) == {0}
+    assert result.row()["config"]["replicas"] == 4
+
+
+def test_with_events_every_replica_learns_each_workers_cache() -> None:
+    from bounded_router.simulate.replay import _Run
+
+    trace = load_trace(FIXTURE, 512)
+    # The index is larger than the cache, so the routers forget nothing the engines hold: once
+    # every request is done and every event delivered, each replica's index of a worker is
+    # exactly that worker's cache, whichever replica routed there.
+    config = ReplayConfig(workers=3, load=0.8, cache_blocks=40, replicas=3, events_delay_ms=20.0)
+    state = _Run(ReplayPolicy("cache_aware", 8, 1.0, blocks_per_worker=400, events=True), trace, config)
+    state.run()
+    held = [len(worker.cache) for worker in state.workers]
+    assert sum(held) > 40, "the fixture fills the caches"
+    for router in state.routing.routers:
+        assert [w.indexed_blocks for w in router.workers()] == held
+        router.close()
+    # Without events a replica knows only what it routed itself, and never what was evicted.
+    state = _Run(ReplayPolicy("cache_aware", 8, 1.0, blocks_per_worker=400), trace, config)
+    state.run()
+    held = [len(worker.cache) for worker in state.workers]
+    assert all([w.indexed_blocks for w in router.workers()] != held for router in state.routing.routers)
+    for router in state.routing.routers:
+        router.close()
+
+
+def test_cli_replicas_and_events(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--trace", FIXTURE, "--workers", "3", "--cache-blocks", "40", "--cache-aware", "--replicas", "2", "--events-delay-ms", "20", "--json"]
+    assert main(argv) == 0
+    rows = [r for r in json.loads(capsys.readouterr().out) if r["policy"] == "cache_aware"]
+    assert [r["events"] for r in rows] == [False, True]
+    assert all(r["config"]["replicas"] == 2 and r["config"]["events_delay_ms"] == 20.0 for r in rows)
+    with pytest.raises(SystemExit):
+        main(["--trace", FIXTURE, "--replicas", "0"])
+    assert "replicas" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="apply only to cache_aware"):
+        ReplayPolicy("random", events=True)
+
+
+def test_load_reports_reach_every_replica() -> None:
+    from bounded_router.simulate.replay import _Run
+
+    trace = load_trace(FIXTURE, 512)
+    config = ReplayConfig(workers=3, load=0.8, cache_blocks=40, replicas=2, load_interval_ms=100.0)
+    state = _Run(ReplayPolicy("bounded_consistent_hashing", 2, 1.5), trace, config)
+    reported: List[Dict[str, int]] = []
+    real = state.report_loads
+
+    def spy(now: float) -> None:
+        reported.append(dict(zip(state.urls, state.in_flight)))
+        real(now)
+
+    state.report_loads = spy  # type: ignore[method-assign]
+    state.run()
+    assert len(reported) > 10 and any(sum(r.values()) for r in reported), "polled while requests were in flight"
+    assert sum(reported[-1].values()) == 0, "the last poll comes after the last request finished"
+    for router in state.routing.routers:
+        router.close()
+    result = replay(ReplayPolicy("bounded_consistent_hashing", 2, 1.5), trace, config)
+    assert result.requests == len(trace.requests) and result.leaked_leases == 0
+    assert result.row()["config"]["load_interval_ms"] == 100.0
+    with pytest.raises(ValueError, match="load_interval_ms"):
+        ReplayConfig(load_interval_ms=0)

@@ -11,7 +11,7 @@ from typing import Dict, List
 
 import pytest
 
-from bounded_router.integrations.verl import DEFAULT_ROUTING_CACHE_SIZE, BoundedRequestLoadBalancer
+from bounded_router.integrations.verl import DEFAULT_ROUTING_CACHE_SIZE, BoundedRequestLoadBalancer, server_url
 from reference_model import ReferenceRouter
 
 SERVERS = ["replica-%d" % i for i in range(4)]
@@ -20,7 +20,7 @@ SERVERS = ["replica-%d" % i for i in range(4)]
 def model(servers: List[str], **options) -> ReferenceRouter:
     settings = dict(spill_target="least_loaded", key_memory=DEFAULT_ROUTING_CACHE_SIZE)
     settings.update(options)
-    return ReferenceRouter(list(servers), policy="bounded_consistent_hashing", **settings)
+    return ReferenceRouter([server_url(s) for s in servers], policy="bounded_consistent_hashing", **settings)
 
 
 class Replay:
@@ -37,7 +37,7 @@ class Replay:
         server = self.balancer.acquire_server(request_id)
         key = request_id if self.key_fn is None else self.key_fn(request_id)
         decision = self.model.route(key)
-        assert server == decision.worker_url, "request %s: balancer %s, model %s" % (request_id, server, decision.worker_url)
+        assert server_url(server) == decision.worker_url, "request %s: balancer %s, model %s" % (request_id, server, decision.worker_url)
         self.held[server].append(decision.lease_id)
         return server
 
@@ -62,7 +62,7 @@ def test_a_turn_spills_when_its_server_is_clearly_overloaded_and_stays_there() -
     home = replay.acquire("conv")
     replay.release(home)
     others = ["busy-%d" % i for i in range(200)]
-    busy = [rid for rid in others if replay.model.preferred(rid.encode()) == home][:3]
+    busy = [rid for rid in others if replay.model.preferred(rid.encode()) == server_url(home)][:3]
     for rid in busy:  # three more in flight on conv's server: gap 3 > 2 and 3 > 1.5 * 0.75
         assert replay.acquire(rid) == home
     moved = replay.acquire("conv")

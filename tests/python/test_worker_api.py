@@ -179,5 +179,5 @@ def test_serve_refuses_a_key_of_the_wrong_form_naming_it() -> None:
         [sys.executable, "-m", "bounded_router", "serve", "--port", "0", "--control-plane-api-keys", "just-a-secret"],
         capture_output=True, text=True, timeout=WAIT_S, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    assert done.returncode == 2 and "control_plane_api_keys[0] must be ID:NAME:ROLE:KEY" in done.stderr
+    assert done.returncode == 2 and "--control-plane-api-keys[0] must be ID:NAME:ROLE:KEY" in done.stderr
     assert "Traceback" not in done.stderr

@@ -77,6 +77,16 @@ def test_exclude_follows_the_keys_ring_and_never_a_tried_worker():
         assert all(w.healthy for w in router.workers()), "excluding never changes health"
 
 
+def test_exclude_names_a_worker_in_any_spelling():
+    # contract: "Workers and membership": a member is found under any spelling of its URL.
+    with Router(URLS[:2]) as router:
+        first = router.select(routing_key="k").worker_url
+        other = [u for u in URLS[:2] if u != first][0]
+        for spelling in (first + "/", first.upper()):
+            with router.route("k", exclude=[spelling]) as lease:
+                assert lease.worker_url == other, spelling
+
+
 def test_exclude_keeps_the_weight():
     with Router(URLS[:2]) as router:
         lease = router.route("k", exclude=[URLS[0]], weight=7)

@@ -176,6 +176,11 @@ class WorkerStreamError(Exception):
         self.worker_url = worker_url
 
 
+#: Seconds a pooled connection to a worker may stay idle: below the 5 s after which SGLang and
+#: vLLM close idle connections, so a proxy never sends on one the worker has closed
+#: (docs/contract.md, "Worker failures").
+WORKER_IDLE_TIMEOUT = 4.0
+
 #: The worker statuses a proxy sends the request elsewhere on (docs/contract.md, "Worker failures").
 RETRY_STATUSES = frozenset((429, 502, 503, 504))
 

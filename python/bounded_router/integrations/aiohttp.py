@@ -45,6 +45,7 @@ from ..lease import Lease
 from ._forwarding import (
     REQUEST_RESET,
     RETRY_STATUSES,
+    WORKER_IDLE_TIMEOUT,
     Refused,
     Tries,
     WorkerStreamError,
@@ -170,7 +171,7 @@ class AiohttpProxy:
                 auto_decompress=False,
                 cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.options.connect_timeout),
-                connector=aiohttp.TCPConnector(limit=0),
+                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=WORKER_IDLE_TIMEOUT),
                 trust_env=False,
             )
         return self._session

@@ -50,6 +50,7 @@ from ._forwarding import (
     HOP_BY_HOP,
     REQUEST_RESET,
     RETRY_STATUSES,
+    WORKER_IDLE_TIMEOUT,
     Refused,
     Tries,
     WorkerStreamError,
@@ -218,7 +219,7 @@ class ASGIProxy:
     def transport(self) -> httpx.AsyncBaseTransport:
         """The httpx transport used to reach the workers."""
         if self._transport is None:
-            limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=WORKER_IDLE_TIMEOUT)
             self._transport = httpx.AsyncHTTPTransport(limits=limits, retries=0)
         return self._transport
 

@@ -22,6 +22,7 @@ import socket
 import sys
 from typing import Any, List, Optional, Tuple
 
+from .._cli import SERVE_HINT, CommandParser
 from ..args import RouterArgs, port_number
 from ..health import RetryConfig
 from ..router import Router
@@ -54,8 +55,9 @@ def create_metrics_app(router: Router) -> Any:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="python -m bounded_router.integrations.serve",
+        hint=SERVE_HINT,
         description="A routing proxy: forwards each request to the worker the router chooses and streams the answer back.",
     )
     RouterArgs.add_cli_args(parser)  # with --host and --port

@@ -24,18 +24,28 @@ Ray actor: ``ray.remote(BoundedRequestLoadBalancer)``), see ``examples/verl_bala
 from __future__ import annotations
 
 import threading
+import urllib.parse
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from ..lease import Lease
 from ..policy import DEFAULT_MAX_LOAD_SKEW, DEFAULT_MIN_LOAD_GAP, BoundedConsistentHashingConfig
 from ..router import Router
 
-__all__ = ["BoundedRequestLoadBalancer", "DEFAULT_ROUTING_CACHE_SIZE"]
+__all__ = ["BoundedRequestLoadBalancer", "DEFAULT_ROUTING_CACHE_SIZE", "server_url"]
 
 #: verl's default: how many request ids keep their server.
 DEFAULT_ROUTING_CACHE_SIZE = 10000
 
 Servers = Union[Mapping[str, Any], Iterable[str]]
+
+
+def server_url(server_id: str) -> str:
+    """The worker URL the router knows a server by: a router's workers are URLs (docs/contract.md,
+    "Workers and membership") and verl's server ids are not, so the id, percent-encoded, is the
+    path of a URL in normal form. Nothing is ever sent to it: verl sends the request itself."""
+    if not isinstance(server_id, str) or not server_id:
+        raise ValueError("a server id must be a non-empty str, got %r" % (server_id,))
+    return "http://verl-server/" + urllib.parse.quote(server_id, safe="")
 
 
 class BoundedRequestLoadBalancer:
@@ -78,7 +88,8 @@ class BoundedRequestLoadBalancer:
             spill_target="least_loaded",
             key_memory=_pick(_pick(key_memory, max_cache_size, None), settings.get("key_memory", settings.get("max_cache_size")), DEFAULT_ROUTING_CACHE_SIZE),
         )
-        self._router = Router(list(self._handles), policy)
+        self._ids = {server_url(sid): sid for sid in self._handles}
+        self._router = Router(list(self._ids), policy)
         self._key_fn = key_fn
         self._return_handle = bool(_pick(return_handle, settings.get("return_handle"), False))
         self._held: Dict[str, List[Lease]] = {sid: [] for sid in self._handles}
@@ -94,8 +105,8 @@ class BoundedRequestLoadBalancer:
         key = request_id if self._key_fn is None else self._key_fn(request_id)
         with self._lock:
             lease = self._router.route(key)
-            self._held[lease.worker_url].append(lease)
-        server_id = lease.worker_url
+            server_id = self._ids[lease.worker_url]
+            self._held[server_id].append(lease)
         return (server_id, self._handles[server_id]) if self._return_handle else server_id
 
     def release_server(self, server_id: str, prompt_len: int = 0, request_id: Optional[str] = None) -> None:
@@ -116,7 +127,8 @@ class BoundedRequestLoadBalancer:
         new = _handles(servers)
         with self._lock:
             for server_id, handle in new.items():
-                self._router.add_worker(server_id)
+                self._router.add_worker(server_url(server_id))
+                self._ids[server_url(server_id)] = server_id
                 self._handles[server_id] = handle
                 self._held.setdefault(server_id, [])  # requests of an earlier server of that id may still release
 
@@ -124,7 +136,7 @@ class BoundedRequestLoadBalancer:
         """Remove servers: no new request goes there; requests in flight on them still release."""
         with self._lock:
             for server_id in server_ids:
-                self._router.remove_worker(server_id)
+                self._router.remove_worker(server_url(server_id))
                 self._handles.pop(server_id)
                 if not self._held[server_id]:
                     del self._held[server_id]
@@ -138,7 +150,7 @@ class BoundedRequestLoadBalancer:
         """In-flight requests per server and the router's counters, for debugging."""
         stats = self._router.statistics()
         return {
-            "inflight": {w.url: w.requests for w in stats.workers},
+            "inflight": {self._ids[w.url]: w.requests for w in stats.workers},
             "branches": self._router.branch_counts(),
             "active_leases": stats.active_leases,
             "leaked_leases": stats.leaked_leases,

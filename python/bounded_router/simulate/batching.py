@@ -135,6 +135,9 @@ class BatchingWorker:
         self._count = 0
         self._prefill = 0
         self.in_step = False
+        # When a list: what the cache reports, (stored, evicted) per prompt whose blocks entered
+        # it, in order, for the caller to take (the replay's KV cache events).
+        self.reports: Optional[List[Tuple[List[Hashable], List[Hashable]]]] = None
 
     @property
     def waiting(self) -> int:
@@ -202,7 +205,9 @@ class BatchingWorker:
         first = self._take_prefill()
         for job in first:
             self.waiting_tokens -= job.input_tokens
-            self.cache.insert(job.blocks)
+            report = self.cache.insert(job.blocks)
+            if self.reports is not None:
+                self.reports.append(report)
             job.first_token = now
             if job.output_tokens <= 1:
                 job.finished = now

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Hashable, List, Optional, Sequence
+from typing import Any, Dict, Hashable, List, Optional, Sequence, Tuple
 
 __all__ = ["CostModel", "Workload", "PrefixCache", "text_block_keys"]
 
@@ -201,22 +201,31 @@ class PrefixCache:
             hits += 1
         return hits * self.block_size
 
-    def insert(self, keys: Sequence[Hashable]) -> None:
+    def insert(self, keys: Sequence[Hashable]) -> Tuple[List[Hashable], List[Hashable]]:
         """Cache every block of the prompt (most recently used), evicting the least recently used.
 
         Blocks are touched last-first, so a prompt's earlier blocks (on which the later ones
         depend) are the more recently used and are evicted after them.
+
+        Returns what an engine's KV cache events would report: the blocks newly stored, in
+        prompt order, and the blocks evicted (some of the new ones too, when the prompt is
+        longer than the cache).
         """
         if self.capacity_blocks == 0:
-            return
+            return [], []
         blocks = self._blocks
+        stored: List[Hashable] = []
         for key in reversed(keys):
             if key in blocks:
                 blocks.move_to_end(key)
             else:
                 blocks[key] = None
+                stored.append(key)
+        stored.reverse()
+        evicted: List[Hashable] = []
         while len(blocks) > self.capacity_blocks:
-            blocks.popitem(last=False)
+            evicted.append(blocks.popitem(last=False)[0])
+        return stored, evicted
 
     def clear(self) -> None:
         self._blocks.clear()

@@ -12,6 +12,7 @@ in the router are the requests in flight. Time is simulated; the run is repeatab
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -46,6 +47,14 @@ class ReplayConfig:
         ring_layout: names the workers ``http://replay-worker-<i>`` (0) or
             ``http://replay-worker-<i>.<ring_layout>``; the hashing policies place workers on the ring
             by URL, so each layout is another draw of the ring (how much a figure owes to one draw).
+        replicas: independent routers of each library row, each request sent to a random one
+            (router replicas in front of the same workers; see ``make_routing``).
+        events_delay_ms: how long a worker's KV cache events (blocks stored when a prefill ends,
+            blocks evicted) take to reach every router, for the rows with ``events``.
+        load_interval_ms: when set, every router of the library's rows whose leases count
+            requests is told each worker's requests in flight (running and waiting, every
+            replica's) this often, as a poll of the engines' load endpoints would
+            (``Router.report_load``); None: no reports.
     """
 
     workers: int = 8
@@ -55,6 +64,9 @@ class ReplayConfig:
     costs: StepCosts = StepCosts()
     seed: int = 1
     ring_layout: int = 0
+    replicas: int = 1
+    events_delay_ms: float = 0.0
+    load_interval_ms: Optional[float] = None
 
     def __post_init__(self) -> None:
         _check_number("workers", self.workers, 1, integer=True)
@@ -65,6 +77,10 @@ class ReplayConfig:
         _check_number("cache_fraction", self.cache_fraction, 0.0)
         _check_number("seed", self.seed, 0, integer=True)
         _check_number("ring_layout", self.ring_layout, 0, integer=True)
+        _check_number("replicas", self.replicas, 1, integer=True)
+        _check_number("events_delay_ms", self.events_delay_ms, 0.0)
+        if self.load_interval_ms is not None:
+            _check_number("load_interval_ms", self.load_interval_ms, 0.0, strict=True)
 
     def cache_capacity(self, trace: Trace) -> int:
         """Blocks each worker's cache holds for ``trace``."""
@@ -81,6 +97,9 @@ class ReplayConfig:
             "costs": self.costs.to_dict(),
             "seed": self.seed,
             "ring_layout": self.ring_layout,
+            "replicas": self.replicas,
+            "events_delay_ms": self.events_delay_ms,
+            "load_interval_ms": self.load_interval_ms,
         }
 
     def worker_urls(self) -> List[str]:
@@ -172,6 +191,7 @@ class ReplayResult(CacheAndLatency):
             "weights": self.policy.weights,
             "blocks_per_worker": self.policy.blocks_per_worker,
             "keyed": self.policy.keyed,
+            "events": self.policy.events,
             "requests": self.requests,
             "mean_ttft_ms": self.mean_ttft_ms,
             "p99_ttft_ms": self.p99_ttft_ms,
@@ -195,6 +215,8 @@ class ReplayResult(CacheAndLatency):
 
 _ARRIVE = 0
 _STEP_END = 1
+_EVENTS = 2
+_LOAD_REPORT = 3
 
 
 class _Run:
@@ -212,7 +234,21 @@ class _Run:
         self.events = [((r.timestamp_ms - start) * self.scale, i, _ARRIVE, i, 0) for i, r in enumerate(trace.requests)]
         heapq.heapify(self.events)
         self.order = len(self.events)
-        self.routing = policy.make_routing(urls, self.workers, config.seed, self.capacity)
+        self.routing = policy.make_routing(urls, self.workers, config.seed, self.capacity, config.replicas)
+        self.urls = urls
+        self.events_delay_ms = config.events_delay_ms
+        # The KV cache events in flight to the routers: (worker, stored, evicted), by number.
+        self.pending_reports: Dict[int, Tuple[int, List[Any], List[Any]]] = {}
+        if policy.events:
+            for worker in self.workers:
+                worker.reports = []
+        # Load reports go to the library's rows whose loads count requests, as an engine's do.
+        self.load_interval_ms = config.load_interval_ms
+        if policy.policy in ("oracle", "random") or policy.weights != "requests":
+            self.load_interval_ms = None
+        self.served = 0
+        if self.load_interval_ms is not None:
+            heapq.heappush(self.events, (0.0, -1, _LOAD_REPORT, 0, 0))
         self.ttfts: List[float] = []
         self.placements = [-1] * len(trace.requests)
         self.cached = self.prompt = 0
@@ -249,12 +285,44 @@ class _Run:
             self.ttfts.append(now - job.arrival)
             self.cached += job.cached
             self.prompt += job.input_tokens
+        self.served += len(finished)
         for job in finished:
             job.payload.release()
             self.routing.finished(w, job)
             self.in_flight[w] -= 1
             self.last = now
+        self.publish(w, now)
         self.schedule(w, worker.start(now))
+
+    def publish(self, w: int, now: float) -> None:
+        """Send the worker's new cache reports on their way to every router."""
+        reports = self.workers[w].reports
+        if not reports:
+            return
+        for stored, evicted in reports:
+            self.order += 1
+            self.pending_reports[self.order] = (w, stored, evicted)
+            heapq.heappush(self.events, (now + self.events_delay_ms, self.order, _EVENTS, self.order, 0))
+        reports.clear()
+
+    def deliver(self, number: int) -> None:
+        w, stored, evicted = self.pending_reports.pop(number)
+        url = self.urls[w]
+        for router in self.routing.routers:
+            if stored:
+                router.store_blocks(url, stored)
+            if evicted:
+                router.remove_blocks(url, evicted)
+
+    def report_loads(self, now: float) -> None:
+        """Tell every router each worker's requests in flight, and poll again unless all is done."""
+        for router in self.routing.routers:
+            for url, load in zip(self.urls, self.in_flight):
+                router.report_load(url, load)
+        if self.served < len(self.trace.requests):
+            assert self.load_interval_ms is not None
+            self.order += 1
+            heapq.heappush(self.events, (now + self.load_interval_ms, self.order, _LOAD_REPORT, 0, 0))
 
     def run(self) -> None:
         events = self.events
@@ -263,6 +331,10 @@ class _Run:
             self.routing.observe(now)
             if kind == _ARRIVE:
                 self.arrive(subject, now)
+            elif kind == _EVENTS:
+                self.deliver(subject)
+            elif kind == _LOAD_REPORT:
+                self.report_loads(now)
             elif version == self.workers[subject].version:  # else: a decode segment cut short, its new end is queued
                 self.step_end(subject, now)
         if len(self.ttfts) != len(self.trace.requests):  # pragma: no cover - an engine bug
@@ -272,7 +344,8 @@ class _Run:
 def replay(policy: ReplayPolicy, trace: Trace, config: ReplayConfig = ReplayConfig()) -> ReplayResult:
     """Replay ``trace`` over ``config.workers`` simulated workers routed by ``policy``."""
     state = _Run(policy, trace, config)
-    with state.routing.router as router:
+    with contextlib.ExitStack() as stack:
+        routers = [stack.enter_context(router) for router in state.routing.routers]
         state.run()
         return ReplayResult(
             policy=policy,
@@ -289,8 +362,17 @@ def replay(policy: ReplayPolicy, trace: Trace, config: ReplayConfig = ReplayConf
             busy_ms=[w.busy_ms for w in state.workers],
             prefill_busy_ms=[w.prefill_busy_ms for w in state.workers],
             arrival_span_ms=trace.span_ms * state.scale,
-            branches=router.branch_counts(),
-            leaked_leases=router.leaked_leases(),
-            final_loads=router.loads(),
+            branches=_summed([router.branch_counts() for router in routers]),
+            leaked_leases=sum(router.leaked_leases() for router in routers),
+            final_loads=_summed([router.loads() for router in routers]),
             placements=state.placements,
         )
+
+
+def _summed(counts: List[Dict[str, int]]) -> Dict[str, int]:
+    """The counts of every replica, added up by name."""
+    total: Dict[str, int] = {}
+    for part in counts:
+        for name, value in part.items():
+            total[name] = total.get(name, 0) + value
+    return total

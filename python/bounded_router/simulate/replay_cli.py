@@ -82,7 +82,30 @@ def _parser() -> argparse.ArgumentParser:
         metavar="F",
         help="or: each worker caches this fraction of the trace's distinct blocks (default %g)" % DEFAULT_CACHE_FRACTION,
     )
-    fl.add_argument("--seed", type=int, default=r.seed, help="seeds the random row")
+    fl.add_argument("--seed", type=int, default=r.seed, help="seeds the random row and the replicas' draw")
+    fl.add_argument(
+        "--replicas",
+        type=int,
+        default=r.replicas,
+        metavar="R",
+        help="independent routers per library row, each request sent to a random one (default %d)" % r.replicas,
+    )
+    fl.add_argument(
+        "--events-delay-ms",
+        type=float,
+        default=None,
+        metavar="D",
+        help="add cache_aware rows whose routers learn the workers' KV cache events (blocks stored and "
+        "evicted), delivered D ms after the cache changed (default: no such rows)",
+    )
+    fl.add_argument(
+        "--load-interval-ms",
+        type=float,
+        default=None,
+        metavar="I",
+        help="every I ms, tell each router every worker's requests in flight, as polling the engines' "
+        "load endpoints would (rows whose leases count requests; default: no reports)",
+    )
     fl.add_argument(
         "--ring-layout",
         type=int,
@@ -245,11 +268,12 @@ def replay_policies(
     cache_aware_balance_by: str = BALANCE_BY[0],
     cache_aware_weights: str = "requests",
     balance_by: str = BALANCE_BY[0],
+    cache_aware_events: bool = False,
 ) -> List[ReplayPolicy]:
     """The rows of a replay: the baselines, SMG's policies asked for, strict and bounded hashing
     (also with the library's options, when any is set, and with token weights for each of
-    ``token_gaps``), cache_aware (by blocks alone and/or keyed, for each of ``cache_aware_gaps``),
-    the oracles."""
+    ``token_gaps``), cache_aware (by blocks alone and/or keyed, for each of ``cache_aware_gaps``;
+    with ``cache_aware_events`` each also with the workers' KV cache events), the oracles."""
     rows = [ReplayPolicy("random"), ReplayPolicy("round_robin"), ReplayPolicy("consistent_hashing")]
     rows += [ReplayPolicy(name) for name in smg_policies]
     rows += [ReplayPolicy("bounded_consistent_hashing", gap, skew) for gap in gaps]
@@ -269,9 +293,11 @@ def replay_policies(
             cache_aware_skew,
             blocks_per_worker=blocks_per_worker,
             keyed=keyed,
+            events=events,
             balance_by=cache_aware_balance_by,
             weights=cache_aware_weights,
         )
+        for events in ([False, True] if cache_aware_events else [False])
         for keyed in keyed_rows
         for gap in cache_aware_gaps
     ]
@@ -318,6 +344,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             costs=costs,
             seed=args.seed,
             ring_layout=args.ring_layout,
+            replicas=args.replicas,
+            events_delay_ms=0.0 if args.events_delay_ms is None else args.events_delay_ms,
+            load_interval_ms=args.load_interval_ms,
         )
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be >= 1, got %d" % args.limit)
@@ -340,6 +369,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             cache_aware_balance_by=args.cache_aware_balance_by,
             cache_aware_weights=args.cache_aware_weights,
             balance_by=args.balance_by,
+            cache_aware_events=args.events_delay_ms is not None,
         )
         if not args.prefill_report_ms >= 0:
             raise ValueError("--prefill-report-ms must be a number of milliseconds >= 0, got %g" % args.prefill_report_ms)

@@ -46,10 +46,12 @@ class ReplayPolicy:
 
     ``min_load_gap``, ``max_load_skew``, ``spill_target``, ``key_memory`` and ``weights`` apply to
     ``bounded_consistent_hashing`` (with ``weights="tokens"`` the gap is in prompt tokens);
-    ``min_load_gap``, ``max_load_skew``, ``weights`` and ``balance_by`` to ``cache_aware`` too, and
-    ``blocks_per_worker`` and ``keyed`` (route with the routing key as well as the blocks) to
-    ``cache_aware`` only (``blocks_per_worker`` None: each simulated worker's cache capacity);
-    ``margin`` to the oracle.
+    ``min_load_gap``, ``max_load_skew``, ``weights`` and ``balance_by`` (``balance_by`` to
+    ``bounded_consistent_hashing`` too) to ``cache_aware`` too, and ``blocks_per_worker`` and
+    ``keyed`` (route with the routing key as well as the blocks) and ``events`` (each router also
+    learns the blocks the simulated workers report storing and evicting, after
+    ``ReplayConfig.events_delay_ms``) to ``cache_aware`` only (``blocks_per_worker`` None: each
+    simulated worker's cache capacity); ``margin`` to the oracle.
     """
 
     policy: str
@@ -62,6 +64,7 @@ class ReplayPolicy:
     blocks_per_worker: Optional[int] = None
     keyed: bool = False
     balance_by: str = "in_flight"
+    events: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in _LIBRARY + ("oracle",):
@@ -75,8 +78,8 @@ class ReplayPolicy:
                 raise ValueError("the oracle's margin must be an integer >= 0, got %r" % (self.margin,))
         elif self.margin is not None:
             raise ValueError("margin applies only to the oracle, not %s" % self.policy)
-        if (self.blocks_per_worker is not None or self.keyed) and self.policy != "cache_aware":
-            raise ValueError("blocks_per_worker and keyed apply only to cache_aware, not %s" % self.policy)
+        if (self.blocks_per_worker is not None or self.keyed or self.events) and self.policy != "cache_aware":
+            raise ValueError("blocks_per_worker, keyed and events apply only to cache_aware, not %s" % self.policy)
         if self.balance_by != "in_flight" and self.policy not in ("bounded_consistent_hashing", "cache_aware"):
             raise ValueError("balance_by applies only to bounded_consistent_hashing and cache_aware, not %s" % self.policy)
         if self.policy == "cache_aware":
@@ -113,15 +116,16 @@ class ReplayPolicy:
         spec = self.library_spec()
         return spec.make_router(urls) if spec is not None else None
 
-    def make_routing(self, urls: List[str], workers: "Sequence[BatchingWorker]", seed: int, cache_blocks: int) -> "Routing":
+    def make_routing(self, urls: List[str], workers: "Sequence[BatchingWorker]", seed: int, cache_blocks: int, replicas: int = 1) -> "Routing":
         """How this row routes over ``urls`` (see :func:`make_routing`); a row of another kind overrides it."""
-        return make_routing(self, urls, workers, seed, cache_blocks)
+        return make_routing(self, urls, workers, seed, cache_blocks, replicas)
 
     @property
     def label(self) -> str:
         if self.policy == "cache_aware":
             extra = "" if self.blocks_per_worker is None else " blocks=%d" % self.blocks_per_worker
             extra += " keyed" if self.keyed else ""
+            extra += " events" if self.events else ""
             extra += " load=prefill" if self.balance_by == "prefill" else ""
             extra += " weights=tokens" if self.weights == "tokens" else ""
             return "cache_aware gap=%d skew=%g%s" % (self.min_load_gap or 0, self.max_load_skew or 0, extra)
@@ -165,6 +169,11 @@ class Routing:
 
     def finished(self, worker: int, job: "Job") -> None:
         """``job`` left ``worker`` (its lease is released by the caller)."""
+
+    @property
+    def routers(self) -> List[Router]:
+        """Every router of the row (one, unless replicated)."""
+        return [self.router]
 
     def ring_worker(self, key: str) -> str:
         """The worker the key's ring position names (for rows that route on a strict hashing router)."""
@@ -211,15 +220,42 @@ class _OracleRouting(Routing):
         self.loads[worker] -= 1
 
 
-def make_routing(policy: ReplayPolicy, urls: List[str], workers: "Sequence[BatchingWorker]", seed: int, cache_blocks: int) -> Routing:
-    """The routing of a row over ``urls`` whose simulated caches hold ``cache_blocks`` blocks each
-    (the caller closes ``routing.router``)."""
+class _Replicas(Routing):
+    """R independent routings of one library row, as R router processes in front of the same
+    workers: each request goes to one of them drawn uniformly (from the replay's seed), and each
+    counts only its own leases and records only its own routes."""
+
+    def __init__(self, parts: List[Routing], seed: int) -> None:
+        super().__init__(parts[0].router, parts[0].urls)
+        self.parts = parts
+        self.rng = random.Random(seed * 7919 + 5)
+
+    def route(self, key: str, blocks: Sequence[Hashable], input_tokens: int) -> Tuple[Lease, bool]:
+        return self.parts[self.rng.randrange(len(self.parts))].route(key, blocks, input_tokens)
+
+    @property
+    def routers(self) -> List[Router]:
+        return [part.router for part in self.parts]
+
+
+def _library_routing(policy: ReplayPolicy, urls: List[str], cache_blocks: int) -> Routing:
+    library_router = policy.make_router(urls, cache_blocks)
+    assert library_router is not None
+    if policy.policy == "cache_aware":
+        return _CacheAwareRouting(library_router, urls, policy.keyed, token_weights=policy.weights == "tokens")
+    return Routing(library_router, urls, token_weights=policy.weights == "tokens")
+
+
+def make_routing(
+    policy: ReplayPolicy, urls: List[str], workers: "Sequence[BatchingWorker]", seed: int, cache_blocks: int, replicas: int = 1
+) -> Routing:
+    """The routing of a row over ``urls`` whose simulated caches hold ``cache_blocks`` blocks each,
+    by ``replicas`` independent routers for the library's rows (the caller closes ``routing.routers``).
+    The oracle and ``random`` see no router state, so they are never replicated."""
     if policy.policy not in ("oracle", "random"):
-        library_router = policy.make_router(urls, cache_blocks)
-        assert library_router is not None
-        if policy.policy == "cache_aware":
-            return _CacheAwareRouting(library_router, urls, policy.keyed, token_weights=policy.weights == "tokens")
-        return Routing(library_router, urls, token_weights=policy.weights == "tokens")
+        if replicas == 1:
+            return _library_routing(policy, urls, cache_blocks)
+        return _Replicas([_library_routing(policy, urls, cache_blocks) for _ in range(replicas)], seed)
     router = Router(urls, policy="consistent_hashing")
     if policy.policy == "random":
         return _RandomRouting(router, urls, seed)

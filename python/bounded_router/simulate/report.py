@@ -10,7 +10,7 @@ from .peer_rules import PEER_POLICIES
 from .sweep import SweepCell
 
 if TYPE_CHECKING:
-    from .replay import ReplayResult
+    from .replay import ReplayConfig, ReplayResult
     from .replay_policies import ReplayPolicy
     from .trace import Trace
 
@@ -157,7 +157,7 @@ def describe_replay(path: str, trace: "Trace", result: "ReplayResult") -> str:
             result.arrival_span_ms / 1000.0,
             result.cache_blocks,
             config.seed,
-            ", ring layout %d" % config.ring_layout if config.ring_layout else "",
+            (", ring layout %d" % config.ring_layout if config.ring_layout else "") + _replicas(config),
             costs.step_ms,
             costs.prefill_ms_per_token,
             costs.chunk_tokens,
@@ -165,6 +165,14 @@ def describe_replay(path: str, trace: "Trace", result: "ReplayResult") -> str:
             costs.context_ms_per_token,
         )
     )
+
+
+def _replicas(config: "ReplayConfig") -> str:
+    """The scenario's router replicas and event delay, when not the single router's."""
+    loads = "" if config.load_interval_ms is None else ", engine loads every %g ms" % config.load_interval_ms
+    if config.replicas == 1:
+        return loads
+    return ", %d router replicas (events after %g ms)%s" % (config.replicas, config.events_delay_ms, loads)
 
 
 def format_replay_table(results: Sequence["ReplayResult"]) -> str:
@@ -201,7 +209,7 @@ def replay_options(p: "ReplayPolicy") -> List[str]:
     options += ["token weights"] if p.weights == "tokens" else []
     options += ["prefill load"] if p.balance_by == "prefill" else []
     options += ["blocks %d" % p.blocks_per_worker] if p.blocks_per_worker is not None else []
-    return options + (["keyed"] if p.keyed else [])
+    return options + (["keyed"] if p.keyed else []) + (["events"] if p.events else [])
 
 
 def _replay_name(p: "ReplayPolicy") -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -30,7 +31,7 @@ from ..simulate.report import format_table
 from .fleet import ServerProcess, start_mock_worker, start_proxy
 from .mock_worker import expected_text, make_prompt
 
-__all__ = ["Scenario", "RequestRecord", "PolicyRun", "run", "run_policy", "main", "DEFAULT_POLICIES"]
+__all__ = ["Scenario", "RequestRecord", "PolicyRun", "run", "run_policy", "main", "stream_completion", "DEFAULT_POLICIES"]
 
 DEFAULT_POLICIES: Tuple[PolicySpec, ...] = (
     PolicySpec("consistent_hashing"),
@@ -68,6 +69,8 @@ class RequestRecord:
     status: int = 0
     worker: str = ""
     ttft_ms: float = float("nan")
+    #: The worker's own time to first token (queue and prefill), from its answer.
+    worker_ttft_ms: float = float("nan")
     prompt_tokens: int = 0
     cached_tokens: int = 0
     error: str = ""
@@ -108,10 +111,16 @@ class PolicyRun:
 
 async def _one_request(client: Any, proxy_url: str, scenario: Scenario, group: int, sibling: int, tag: str) -> RequestRecord:
     w = scenario.workload
-    record = RequestRecord(group, sibling)
     prompt = make_prompt(group, sibling, w.shared_prefix_tokens, w.own_tokens, tag)
-    body = {"prompt": prompt, "max_tokens": w.output_tokens, "stream": True}
-    headers = {"X-SMG-Routing-Key": "group-%s%d" % (tag, group)}
+    return await stream_completion(client, proxy_url, prompt, w.output_tokens, "group-%s%d" % (tag, group), RequestRecord(group, sibling))
+
+
+async def stream_completion(client: Any, proxy_url: str, prompt: str, max_tokens: int, routing_key: str, record: RequestRecord) -> RequestRecord:
+    """Stream one completion of ``prompt`` through the proxy with ``routing_key``, filling in and
+    checking ``record``: status, worker, time to first token, usage, the text against what the
+    mock worker must have sent."""
+    body = {"prompt": prompt, "max_tokens": max_tokens, "stream": True}
+    headers = {"X-SMG-Routing-Key": routing_key}
     start = time.monotonic()
     text: List[str] = []
     done = False
@@ -136,6 +145,7 @@ async def _one_request(client: Any, proxy_url: str, scenario: Scenario, group: i
                     text.append(choice["text"])
                 usage = event.get("usage")
                 if usage:
+                    record.worker_ttft_ms = event.get("ttft_ms", math.nan)
                     record.prompt_tokens = usage["prompt_tokens"]
                     record.cached_tokens = usage["prompt_tokens_details"]["cached_tokens"]
     except Exception as e:  # noqa: BLE001 - recorded and reported as this request's failure
@@ -143,7 +153,7 @@ async def _one_request(client: Any, proxy_url: str, scenario: Scenario, group: i
         return record
     if not done:
         record.error = "the stream ended without [DONE]"
-    elif "".join(text) != expected_text(prompt, w.output_tokens):
+    elif "".join(text) != expected_text(prompt, max_tokens):
         record.error = "the streamed text differs from what the worker sent"
     elif record.prompt_tokens != len(prompt.split()):
         record.error = "usage reports %d prompt tokens, the prompt has %d" % (record.prompt_tokens, len(prompt.split()))

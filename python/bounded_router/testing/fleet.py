@@ -129,8 +129,8 @@ def start_proxy(
 ) -> ServerProcess:
     """A routing proxy process on 127.0.0.1, with its metrics on a port of their own
     (:attr:`ServerProcess.metrics_url`): the native gateway (``python -m bounded_router serve``),
-    or with ``native=False`` the Python one (``python -m bounded_router.integrations.serve``).
-    ``flags`` are more of its command-line flags (e.g. ``["--prefix-blocks", "text"]``)."""
+    or with ``native=False`` the Python one (``python -m bounded_router.integrations.serve``);
+    ``flags`` are more of its flags (``["--prefix-blocks", "text"]``)."""
     module, command = ("bounded_router", ["serve"]) if native else ("bounded_router.integrations.serve", [])
     args = command + ["--port", "0", "--metrics-port", "0", "--lifetime", repr(lifetime), "--policy", policy] + list(flags)
     args += ["--worker-urls"] + list(worker_urls)
@@ -138,4 +138,4 @@ def start_proxy(
         args += ["--min-load-gap", str(min_load_gap)]
     if max_load_skew is not None:
         args += ["--max-load-skew", repr(max_load_skew)]
-    return ServerProcess("proxy (%s)" % policy, module, args)
+    return ServerProcess("proxy (%s)" % policy, module, args + list(flags))

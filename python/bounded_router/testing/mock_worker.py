@@ -18,7 +18,7 @@ Endpoints:
 * ``POST /v1/completions`` -- JSON ``{"prompt": str, "max_tokens": int, "stream": bool}``,
   optionally ``"fail_after_tokens": n`` to abort the connection after n tokens (to test
   failures). The stream is server-sent events: one ``{"choices": [{"text": ...}]}`` per token,
-  then one with ``"usage"`` (``prompt_tokens``, ``completion_tokens``,
+  then one with ``"usage"`` (``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
   ``prompt_tokens_details.cached_tokens``), the worker's name and its time to first token, then
   ``data: [DONE]``. Output text is :func:`expected_text`, so a client can check it arrived intact.
   Every response carries ``X-Mock-Worker: <name>``. A ``"model"`` and OpenAI's other sampling
@@ -59,9 +59,10 @@ import os
 import sys
 import time
 import zlib
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..simulate.model import CostModel, PrefixCache, text_block_keys
+from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventPublisher
 
 __all__ = ["MockWorker", "expected_text", "make_prompt", "main", "DEFAULT_MODEL_NAME"]
 
@@ -99,11 +100,37 @@ class _HttpError(Exception):
         self.status = status
 
 
-class _Job:
-    __slots__ = ("keys", "prompt_tokens", "reader", "done", "cached")
+def token_id(word: str) -> int:
+    """The mock's token id of a word: its CRC-32, so any process numbers words alike."""
+    return zlib.crc32(word.encode("utf-8"))
 
-    def __init__(self, keys: List[Any], prompt_tokens: int, reader: asyncio.StreamReader) -> None:
+
+def cache_events(keys: Sequence[Any], words: Sequence[str], block_size: int, stored: Any, evicted: Sequence[Any]) -> List[List[Any]]:
+    """The KV cache events of one prompt's insertion: a ``BlockStored`` per run of newly stored
+    blocks (its parent the block before the run), then a ``BlockRemoved`` of the evicted ones."""
+    events: List[List[Any]] = []
+    i = 0
+    while i < len(keys):
+        if keys[i] not in stored:
+            i += 1
+            continue
+        start = i
+        while i < len(keys) and keys[i] in stored:
+            i += 1
+        ids = [token_id(w) for w in words[start * block_size : i * block_size]]
+        events.append(BlockStored(keys[start:i], keys[start - 1] if start else None, ids, block_size))
+    if evicted:
+        events.append(BlockRemoved(evicted))
+    return events
+
+
+class _Job:
+    __slots__ = ("keys", "prompt_tokens", "reader", "done", "cached", "words", "arrival")
+
+    def __init__(self, keys: List[Any], prompt_tokens: int, reader: asyncio.StreamReader, words: Sequence[str] = ()) -> None:
+        self.arrival = asyncio.get_running_loop().time()
         self.keys = keys
+        self.words = words
         self.prompt_tokens = prompt_tokens
         self.reader = reader
         self.done: "asyncio.Future[Optional[int]]" = asyncio.get_running_loop().create_future()
@@ -126,6 +153,8 @@ class MockWorker:
         self.time_scale = time_scale
         self.cache = PrefixCache(cost.cache_tokens, cost.block_size)
         self.stats: Dict[str, int] = {}
+        # When set, the cache's stores and evictions are published as KV cache events (issue 21).
+        self.kv_events: Optional[KVEventPublisher] = None
         self.reset()
         self._server: Optional[asyncio.AbstractServer] = None
         self._queue: "Optional[asyncio.Queue[_Job]]" = None
@@ -136,6 +165,8 @@ class MockWorker:
 
     def reset(self) -> None:
         self.cache.clear()
+        if self.kv_events is not None:
+            self.kv_events.publish([AllBlocksCleared()])
         self.stats = dict.fromkeys(
             ("requests", "completed", "failed", "cancelled", "active", "prompt_tokens", "cached_tokens", "computed_tokens"),
             0,
@@ -179,14 +210,22 @@ class MockWorker:
 
     async def _prefill_engine(self) -> None:
         assert self._queue is not None
+        loop = asyncio.get_running_loop()
+        free_at = 0.0  # when the last prefill ends, on the loop's clock
         while True:
             job = await self._queue.get()
             if job.reader.at_eof():  # the client left while queued: drop it, as engines do
                 job.done.set_result(None)
                 continue
             cached = min(self.cache.lookup(job.keys), job.prompt_tokens)
-            await asyncio.sleep(self._seconds(self.cost.prefill_ms(job.prompt_tokens - cached)))
-            self.cache.insert(job.keys)
+            # A prefill starts when the job arrived or the previous one ended, whichever is later,
+            # by the clock: a late wake-up of this process (a busy machine) does not push back
+            # every prefill queued behind it.
+            free_at = max(job.arrival, free_at) + self._seconds(self.cost.prefill_ms(job.prompt_tokens - cached))
+            await asyncio.sleep(max(0.0, free_at - loop.time()))
+            stored, evicted = self.cache.insert(job.keys)
+            if self.kv_events is not None:
+                self.kv_events.publish(cache_events(job.keys, job.words, self.cost.block_size, set(stored), evicted))
             job.done.set_result(cached)
 
     # -- HTTP --------------------------------------------------------------------------------
@@ -411,7 +450,7 @@ class MockWorker:
             if stream:
                 writer.write(self._head(200, "text/event-stream", "cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"))
                 await writer.drain()
-            job = _Job(text_block_keys(words, self.cost.block_size), len(words), reader)
+            job = _Job(text_block_keys(words, self.cost.block_size), len(words), reader, words)
             self._queue.put_nowait(job)
             cached = await job.done
             if cached is None:
@@ -424,6 +463,7 @@ class MockWorker:
             usage = {
                 "prompt_tokens": len(words),
                 "completion_tokens": max_tokens,
+                "total_tokens": len(words) + max_tokens,  # OpenAI's CompletionUsage has all three
                 "prompt_tokens_details": {"cached_tokens": cached},
             }
             if not stream:
@@ -499,6 +539,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=0, help="0: any free port (printed on start)")
     parser.add_argument("--time-scale", type=float, default=1.0, help="multiply every modelled time by this")
     parser.add_argument("--lifetime", type=float, default=None, help="exit after this many seconds")
+    parser.add_argument(
+        "--kv-events-port", type=int, default=None, help="publish KV cache events on tcp://HOST:PORT (0: any free port; needs pyzmq, msgpack)"
+    )
+    parser.add_argument("--kv-events-replay-port", type=int, default=None, help="serve KV event replays on this port (with --kv-events-port)")
     CostModel.add_arguments(parser)
     return parser
 
@@ -507,6 +551,10 @@ async def _serve(args: argparse.Namespace) -> None:
     cost = CostModel.from_args(args)
     worker = MockWorker(args.name, cost, args.time_scale, args.model_name)
     port = await worker.start(args.host, args.port)
+    if args.kv_events_port is not None:
+        replay = None if args.kv_events_replay_port is None else "tcp://%s:%d" % (args.host, args.kv_events_replay_port)
+        worker.kv_events = KVEventPublisher("tcp://%s:%d" % (args.host, args.kv_events_port), replay)
+        print("mock worker %s publishing KV events on %s (replay %s)" % (args.name, worker.kv_events.endpoint, worker.kv_events.replay_endpoint), flush=True)
     print("mock worker %s listening on http://%s:%d" % (args.name, args.host, port), flush=True)
     parent = os.getppid()
     started = time.monotonic()
@@ -517,6 +565,8 @@ async def _serve(args: argparse.Namespace) -> None:
                 break
     finally:
         await worker.close()
+        if worker.kv_events is not None:
+            worker.kv_events.close()
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -1,0 +1,122 @@
+package main
+
+/*
+#include <stddef.h>
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"context"
+	"sync"
+
+	"github.com/bounded-router/bounded-router/health"
+)
+
+// Feeds bring the engines' own state into a router on goroutines of the library: load polls
+// (loadpoll.go) and KV event subscriptions (kvevents.go). Each is a handle; br_feed_stats_json
+// and br_feed_stop serve every kind.
+
+var errInvalidFeed = invalidArgument("invalid feed handle: the feed was stopped or never started")
+
+type feed struct {
+	stats func() any
+	stop  context.CancelFunc
+	done  chan struct{}
+}
+
+var feeds = struct {
+	sync.Mutex
+	next    uint64
+	running map[uint64]*feed
+}{running: map[uint64]*feed{}}
+
+// startFeed runs run on a goroutine until the feed is stopped and returns its handle.
+func startFeed(run func(ctx context.Context), stats func() any) uint64 {
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &feed{stats: stats, stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		run(ctx)
+	}()
+	feeds.Lock()
+	defer feeds.Unlock()
+	feeds.next++
+	feeds.running[feeds.next] = f
+	return feeds.next
+}
+
+// br_feed_stats_json writes a running feed's counters as JSON (their form is the feed's kind's:
+// see br_load_poll_start and br_kv_events_start), answering like every *_json export.
+//
+//export br_feed_stats_json
+func br_feed_stats_json(handle C.uint64_t, buf *C.char, capacity C.size_t) (status C.int64_t) {
+	defer guard(&status)
+	feeds.Lock()
+	f, ok := feeds.running[uint64(handle)]
+	feeds.Unlock()
+	if !ok {
+		return C.int64_t(fail(errInvalidFeed))
+	}
+	n, err := writeJSON(f.stats(), buf, capacity)
+	if err != nil {
+		return C.int64_t(fail(err))
+	}
+	return n
+}
+
+// br_feed_stop stops a feed and waits for it to end (a load poll forgets the reports that
+// stand). The handle becomes invalid.
+//
+//export br_feed_stop
+func br_feed_stop(handle C.uint64_t) (status C.int32_t) {
+	defer guard(&status)
+	feeds.Lock()
+	f, ok := feeds.running[uint64(handle)]
+	delete(feeds.running, uint64(handle))
+	feeds.Unlock()
+	if !ok {
+		return fail(errInvalidFeed)
+	}
+	f.stop()
+	<-f.done
+	return statusOK
+}
+
+// checkMembers refuses URLs that name no member, so that a typo is an error, not a worker
+// whose feed never reaches the router. what names the option.
+func checkMembers(members []string, urls []string, what string) error {
+	known := map[string]bool{}
+	for _, u := range members {
+		known[u] = true
+	}
+	for _, u := range urls {
+		if !known[u] {
+			return invalidArgument("%s names %q, which is not a worker of this router", what, u)
+		}
+	}
+	return nil
+}
+
+// withStart checks the arguments every start export takes (a router, options as JSON, the
+// out handle named outName), runs start and stores the handle it returns.
+func withStart(router C.uint64_t, optionsJSON *C.char, optionsLen C.size_t, outHandle *C.uint64_t, outName string, start func(*health.Monitor, []byte) (uint64, error)) C.int32_t {
+	out, err := outArg(outHandle, 1, outName)
+	if err != nil {
+		return fail(err)
+	}
+	m, err := lookupMonitor(uint64(router))
+	if err != nil {
+		return fail(err)
+	}
+	text, err := bytesArg(optionsJSON, optionsLen, "options_json")
+	if err != nil {
+		return fail(err)
+	}
+	handle, err := start(m, text)
+	if err != nil {
+		return fail(err)
+	}
+	out[0] = C.uint64_t(handle)
+	return statusOK
+}

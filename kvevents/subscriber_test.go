@@ -1,0 +1,117 @@
+package kvevents
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/bounded-router/bounded-router/core"
+	"github.com/go-zeromq/zmq4"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// freeEndpoint is a loopback TCP endpoint nothing listens on yet.
+func freeEndpoint(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return "tcp://" + l.Addr().String()
+}
+
+// storedPayload is a KVEventBatch storing one block of two tokens, in vLLM's field order.
+func storedPayload(t *testing.T, hash uint64, parent any, tokens ...uint32) []byte {
+	t.Helper()
+	event := []any{"BlockStored", []uint64{hash}, parent, tokens, 2, nil, nil, nil}
+	payload, err := msgpack.Marshal([]any{1.0, []any{event}})
+	require.NoError(t, err)
+	return payload
+}
+
+func seqFrame(seq int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(seq)) }
+
+// waitFor polls cond every 10 ms, at most 1000 times.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for range 1000 {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// A publisher and a replay ROUTER on loopback, as vLLM's ZmqEventPublisher: batches in order,
+// a gap recovered by replay, garbage counted.
+func TestSubscriberFollowsAStreamAndReplaysAGap(t *testing.T) {
+	urls := []string{"http://127.0.0.1:1"}
+	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, BlocksPerWorker: 64, CacheThreshold: 0.3}, VirtualNodes: 150})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pubEndpoint, replayEndpoint := freeEndpoint(t), freeEndpoint(t)
+	pub := zmq4.NewPub(ctx)
+	defer pub.Close()
+	require.NoError(t, pub.Listen(pubEndpoint))
+	replay := zmq4.NewRouter(ctx)
+	defer replay.Close()
+	require.NoError(t, replay.Listen(replayEndpoint))
+	batches := map[int64][]byte{
+		0: storedPayload(t, 100, nil, 1, 2),
+		1: storedPayload(t, 101, uint64(100), 3, 4),
+		2: storedPayload(t, 102, uint64(101), 5, 6),
+		3: storedPayload(t, 103, uint64(102), 7, 8),
+	}
+	go func() { // the replay endpoint: every batch from the one asked, then the end marker
+		for {
+			msg, err := replay.Recv()
+			if err != nil {
+				return
+			}
+			id, from := msg.Frames[0], int64(binary.BigEndian.Uint64(msg.Frames[len(msg.Frames)-1]))
+			for seq := from; seq < 3; seq++ {
+				_ = replay.SendMulti(zmq4.NewMsgFrom(id, []byte{}, seqFrame(seq), batches[seq]))
+			}
+			_ = replay.SendMulti(zmq4.NewMsgFrom(id, []byte{}, seqFrame(-1), []byte{}))
+		}
+	}()
+	var logs []string
+	s := &Subscriber{Index: r, Worker: urls[0], Endpoint: pubEndpoint, ReplayEndpoint: replayEndpoint, Logf: func(f string, a ...any) {
+		logs = append(logs, fmt.Sprintf(f, a...))
+	}}
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	send := func(frames ...[]byte) { require.NoError(t, pub.SendMulti(zmq4.NewMsgFrom(frames...))) }
+	// A subscriber joins late (ZeroMQ's slow joiner): send the first batch until it is seen.
+	waitFor(t, "the first batch", func() bool { send([]byte{}, seqFrame(0), batches[0]); return s.Stats().Batches > 0 })
+	send([]byte{}, seqFrame(1), batches[1])
+	waitFor(t, "batch 1", func() bool { return s.Stats().Batches == 2 })
+	send([]byte{}, seqFrame(3), batches[3]) // 2 is missed: replayed before 3 is applied
+	waitFor(t, "batch 3", func() bool { return s.Stats().Batches == 4 })
+	send([]byte("only two frames"), seqFrame(4))
+	send([]byte{}, seqFrame(4), []byte{0xc1}) // 0xc1 is never used in msgpack
+	waitFor(t, "the garbage", func() bool { return s.Stats().Malformed == 2 })
+	st := s.Stats()
+	assert.Equal(t, uint64(1), st.Gaps)
+	assert.Equal(t, uint64(1), st.Replayed)
+	assert.Equal(t, uint64(0), st.Lost)
+	assert.Equal(t, uint64(4), st.Stored)
+	// The four blocks chain as one prompt's: prefix_blocks of its tokens finds them all.
+	prompt := make([]uint64, 4)
+	_, err = core.HashPrefixBlocks(tokenBytes(1, 2, 3, 4, 5, 6, 7, 8), 8, prompt)
+	require.NoError(t, err)
+	for i, engine := range []uint64{100, 101, 102, 103} {
+		block, ok := r.ReportedBlock(urls[0], engine)
+		require.True(t, ok, "block %d", i)
+		assert.Equal(t, prompt[i], block)
+	}
+	cancel()
+	<-done
+	assert.Len(t, logs, 1, "the malformed messages are logged once: %v", logs)
+}

@@ -1,0 +1,81 @@
+package loadpoll
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The answers below are written from the engines' published shapes: SGLang's scheduler answers
+// /get_load with one object per data-parallel rank (num_reqs, num_waiting_reqs, num_tokens, dp_rank),
+// vLLM's /metrics exposes vllm:num_requests_running and vllm:num_requests_waiting gauges with
+// model_name and engine labels.
+
+func TestParseSGLang(t *testing.T) {
+	body := `[{"num_reqs": 7, "num_waiting_reqs": 3, "num_tokens": 4096, "dp_rank": 0},
+	          {"num_reqs": 2, "num_waiting_reqs": 0, "num_tokens": 10, "dp_rank": 1}]`
+	load, err := ParseLoad(FormatSGLang, []byte(body))
+	require.NoError(t, err)
+	assert.Equal(t, int64(9), load)
+}
+
+func TestParseVLLM(t *testing.T) {
+	body := `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 4.0
+vllm:num_requests_running{engine="1",model_name="m"} 1.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 2.0 1700000000000
+vllm:num_requests_running_total 99
+vllm:gpu_cache_usage_perc{model_name="m"} 0.5
+`
+	load, err := ParseLoad(FormatVLLM, []byte(body))
+	require.NoError(t, err)
+	assert.Equal(t, int64(7), load, "4 + 1 running, 2 waiting; other metrics ignored")
+}
+
+func TestParseGarbage(t *testing.T) {
+	for _, c := range []struct {
+		format Format
+		body   string
+		text   string
+	}{
+		{FormatSGLang, `<html>`, "not a JSON array"},
+		{FormatSGLang, `{"num_reqs": 1}`, "not a JSON array"},
+		{FormatSGLang, `[]`, "no rank"},
+		{FormatSGLang, `[{"dp_rank": 0}]`, "rank 0 has no num_reqs"},
+		{FormatSGLang, `[{"num_reqs": -1}]`, "a load of -1"},
+		{FormatSGLang, `[{"num_reqs": 1e300}]`, "a load of"},
+		{FormatVLLM, "up 1\n", "no vllm:num_requests_running"},
+		{FormatVLLM, "vllm:num_requests_running{a=\"b\" 1\n", "unclosed labels"},
+		{FormatVLLM, "vllm:num_requests_running x\n", `the value "x"`},
+		{FormatVLLM, "vllm:num_requests_running NaN\n", "a load of NaN"},
+	} {
+		_, err := ParseLoad(c.format, []byte(c.body))
+		require.Error(t, err, c.body)
+		assert.True(t, errors.Is(err, ErrGarbage), "%s: %v", c.body, err)
+		assert.ErrorContains(t, err, c.text)
+	}
+	_, err := ParseLoad("triton", nil)
+	assert.EqualError(t, err, `load format must be one of sglang, vllm, got "triton"`)
+}
+
+func TestParseOptions(t *testing.T) {
+	targets, cfg, err := ParseOptions([]byte(`{"endpoints": {"http://w1": "http://w1/get_load", "http://w0": "http://w0/get_load"}, "format": "sglang", "interval_ms": 50}`))
+	require.NoError(t, err)
+	assert.Equal(t, []Target{{"http://w0", "http://w0/get_load", FormatSGLang}, {"http://w1", "http://w1/get_load", FormatSGLang}}, targets)
+	assert.Equal(t, Config{Interval: 50 * time.Millisecond}, cfg)
+	for body, text := range map[string]string{
+		`{"endpoints": {}, "format": "vllm"}`:                            "endpoints must name at least one worker",
+		`{"endpoints": {"a": "b"}, "format": "x"}`:                       `format must be one of sglang, vllm, got "x"`,
+		`{"endpoints": {"a": "b"}, "format": "vllm", "interval_ms": -1}`: "interval_ms must be from 0 to 3600000, got -1",
+		`{"endpoints": {"a": "b"}, "format": "vllm", "every": 1}`:        `unknown field "every"`,
+	} {
+		_, _, err := ParseOptions([]byte(body))
+		assert.ErrorContains(t, err, text, body)
+	}
+}

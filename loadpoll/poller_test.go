@@ -1,0 +1,165 @@
+package loadpoll
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bounded-router/bounded-router/core"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeRouter records what the poller tells it.
+type fakeRouter struct {
+	mu       sync.Mutex
+	loads    map[string]int64
+	forgets  map[string]int
+	reported chan struct{}
+}
+
+func newFakeRouter() *fakeRouter {
+	return &fakeRouter{loads: map[string]int64{}, forgets: map[string]int{}, reported: make(chan struct{}, 1000)}
+}
+
+func (f *fakeRouter) ReportLoad(url string, load int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.loads[url] = load
+	select {
+	case f.reported <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (f *fakeRouter) ForgetLoad(url string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.loads, url)
+	f.forgets[url]++
+	return nil
+}
+
+const w0 = "http://127.0.0.1:1/w0" // a worker URL nothing listens on: only its name matters here
+
+func newTestPoller(t *testing.T, r Reporter, endpoint string, cfg Config, logs *[]string) *Poller {
+	t.Helper()
+	p, err := New(r, []Target{{Worker: w0, Endpoint: endpoint, Format: FormatSGLang}}, cfg, nil, func(f string, a ...any) {
+		*logs = append(*logs, f)
+	})
+	require.NoError(t, err)
+	return p
+}
+
+// The state machine with a fake clock: a report stands until it is older than Expiry; each
+// kind of failure is counted, and logged once per worker.
+func TestReportsExpireAndFailuresAreLoggedOnce(t *testing.T) {
+	r, logs := newFakeRouter(), []string{}
+	p := newTestPoller(t, r, "http://127.0.0.1:1/get_load", Config{Interval: time.Second}, &logs)
+	t0 := time.Unix(1000, 0)
+	tr := p.trackers[0]
+	p.apply(tr, t0, 7, "", nil)
+	assert.Equal(t, int64(7), r.loads[w0])
+	p.expire(t0.Add(3 * time.Second)) // exactly Expiry old: still stands
+	assert.True(t, p.Stats()[0].Standing)
+	for range 3 {
+		p.apply(tr, t0.Add(time.Second), 0, FailureUnreachable, context.DeadlineExceeded)
+	}
+	p.apply(tr, t0.Add(time.Second), 0, FailureGarbage, ErrGarbage)
+	p.expire(t0.Add(3*time.Second + 1))
+	s := p.Stats()[0]
+	assert.False(t, s.Standing)
+	assert.Equal(t, uint64(1), s.Expired)
+	assert.Equal(t, 1, r.forgets[w0])
+	assert.Equal(t, map[Failure]uint64{FailureUnreachable: 3, FailureGarbage: 1}, s.Failures)
+	assert.Len(t, logs, 2, "one line per kind of failure")
+	p.expire(t0.Add(time.Hour)) // nothing stands: nothing more to forget
+	assert.Equal(t, 1, r.forgets[w0])
+}
+
+// Each poll against a real HTTP server on loopback: a load, a bad status, garbage, a flood, a
+// hang (cut by the timeout) and a refused connection.
+func TestPollOutcomes(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ok", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`[{"num_reqs": 5}]`)) })
+	mux.HandleFunc("/503", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(503) })
+	mux.HandleFunc("/garbage", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("\x00\xff{")) })
+	mux.HandleFunc("/flood", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("[" + strings.Repeat(" ", maxBody) + "]"))
+	})
+	mux.HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	server := httptest.NewServer(mux)
+	defer server.Close()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	refused := "http://" + closed.Addr().String() + "/get_load"
+	require.NoError(t, closed.Close())
+
+	p, err := New(newFakeRouter(), nil, Config{Interval: time.Second, Timeout: 50 * time.Millisecond}, server.Client(), nil)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		path    string
+		load    int64
+		failure Failure
+	}{
+		{server.URL + "/ok", 5, ""},
+		{server.URL + "/503", 0, FailureStatus},
+		{server.URL + "/garbage", 0, FailureGarbage},
+		{server.URL + "/flood", 0, FailureGarbage},
+		{server.URL + "/hang", 0, FailureUnreachable},
+		{refused, 0, FailureUnreachable},
+	} {
+		load, failure, err := p.poll(context.Background(), Target{Worker: w0, Endpoint: c.path, Format: FormatSGLang})
+		assert.Equal(t, c.load, load, c.path)
+		assert.Equal(t, c.failure, failure, c.path)
+		assert.Equal(t, c.failure == "", err == nil, "%s: %v", c.path, err)
+	}
+}
+
+// Run polls until cancelled, then forgets what stands.
+func TestRunReportsUntilCancelled(t *testing.T) {
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(`[{"num_reqs": 3}, {"num_reqs": 1}]`))
+	}))
+	defer server.Close()
+	r, logs := newFakeRouter(), []string{}
+	p := newTestPoller(t, r, server.URL+"/get_load", Config{Interval: 10 * time.Millisecond, Timeout: 5 * time.Second, Expiry: time.Minute}, &logs)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	for range 3 {
+		select {
+		case <-r.reported:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no report within 10 s")
+		}
+	}
+	cancel()
+	<-done
+	assert.Empty(t, r.loads, "forgotten when the poller stops")
+	assert.GreaterOrEqual(t, p.Stats()[0].Reports, uint64(3))
+	assert.Empty(t, logs)
+}
+
+func TestConfigErrors(t *testing.T) {
+	_, err := New(newFakeRouter(), []Target{{Worker: w0, Format: "triton"}}, Config{}, nil, nil)
+	assert.ErrorContains(t, err, `load format must be one of sglang, vllm, got "triton"`)
+	_, err = New(newFakeRouter(), nil, Config{Interval: -1}, nil, nil)
+	assert.ErrorContains(t, err, "must not be negative")
+}
+
+// The router is a Reporter.
+var _ Reporter = (*core.Router)(nil)

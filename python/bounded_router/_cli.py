@@ -1,0 +1,51 @@
+"""The command lines' usage errors: one line that names the flag and its rule, then a short hint.
+
+argparse's own ``error`` prints the whole usage (every flag) before the message, and the
+library's messages name settings as Python does (``min_load_gap``); a user typed a flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from typing import Any, Dict, NoReturn
+
+__all__ = ["SERVE_HINT", "CommandParser"]
+
+#: What a usage error of the serve commands shows after its one line: the flags every run needs.
+SERVE_HINT = "--worker-urls URL [URL ...] [--port PORT] [--policy NAME] [...]"
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are ``PROG: error: MESSAGE`` with the settings named
+    as their flags (``--min-load-gap``), then ``hint`` (the few flags every run needs), exit 2.
+
+    Also the class of its subparsers, which take the same ``hint`` keyword.
+    """
+
+    def __init__(self, *args: Any, hint: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hint = hint
+
+    def flag_names(self) -> Dict[str, str]:
+        """The long flag of each destination that is a multi-word name (``min_load_gap``)."""
+        names: Dict[str, str] = {}
+        for action in self._actions:
+            long = [option for option in action.option_strings if option.startswith("--")]
+            if long and "_" in action.dest:
+                names[action.dest] = long[0]
+        return names
+
+    def in_flags(self, message: str) -> str:
+        """``message`` with every setting that is a flag of this parser named as the flag."""
+        names = self.flag_names()
+        if not names:
+            return message
+        pattern = r"\b(%s)\b" % "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
+        return re.sub(pattern, lambda found: names[found.group(1)], message)
+
+    def error(self, message: str) -> NoReturn:
+        hint = "usage: %s %s (--help: every flag)" % (self.prog, self.hint) if self.hint else self.format_usage().strip()
+        sys.stderr.write("%s: error: %s\n%s\n" % (self.prog, self.in_flags(message), hint))
+        sys.exit(2)

@@ -1,0 +1,94 @@
+"""Router.poll_loads against a loopback HTTP server answering SGLang's /get_load and vLLM's
+/metrics shapes (docs/contract.md, "Engine load reports")."""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Dict, Iterator, Tuple
+
+import pytest
+
+from bounded_router import Router
+from bounded_router.feeds import Feed
+
+ANSWERS: Dict[str, Tuple[str, str]] = {
+    "/w0/get_load": ("application/json", '[{"num_reqs": 9, "num_waiting_reqs": 4, "num_tokens": 0, "dp_rank": 0}]'),
+    "/w1/get_load": ("application/json", '[{"num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0, "dp_rank": 0}]'),
+    "/w0/metrics": ("text/plain", 'vllm:num_requests_running{model_name="m"} 0\nvllm:num_requests_waiting{model_name="m"} 0\n'),
+    "/w1/metrics": ("text/plain", 'vllm:num_requests_running{model_name="m"} 5\nvllm:num_requests_waiting{model_name="m"} 1\n'),
+    "/garbage": ("text/html", "<html>"),
+}
+# Worker URLs are loopback ports nothing listens on: only the endpoints are polled.
+W0, W1 = "http://127.0.0.1:9/w0", "http://127.0.0.1:9/w1"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        content_type, body = ANSWERS.get(self.path, ("text/plain", ""))
+        self.send_response(200 if self.path in ANSWERS else 404)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def endpoint() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield "http://127.0.0.1:%d" % server.server_address[1]
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def _wait_for(poller: Feed, done: Callable[[Dict[str, Dict[str, Any]]], bool]) -> None:
+    for _ in range(1000):  # bounded: 1000 x 10 ms
+        if done(poller.statistics()):
+            return
+        time.sleep(0.01)
+    raise AssertionError("the polls did not get there: %r" % poller.statistics())
+
+
+# Polls every 10 ms, but each may take 5 s and a report stands a minute: on a busy machine a
+# slow poll is then late, never a failure that would expire a report mid-test.
+FAST = dict(interval_secs=0.01, timeout_secs=5, expiry_secs=60)
+
+
+@pytest.mark.parametrize("fmt, path, expected", [("sglang", "get_load", W1), ("vllm", "metrics", W0)])
+def test_reported_loads_steer_routing(endpoint: str, fmt: str, path: str, expected: str) -> None:
+    with Router([W0, W1], policy="least_load") as router:
+        with router.poll_loads({W0: "%s/w0/%s" % (endpoint, path), W1: "%s/w1/%s" % (endpoint, path)}, format=fmt, **FAST) as poller:
+            _wait_for(poller, lambda stats: all(s["reports"] > 0 for s in stats.values()))
+            assert router.select().worker_url == expected
+            assert all(s["standing"] for s in poller.statistics().values())
+        assert not poller.running and poller.statistics() == {}
+        # Stopped: the reports are forgotten, both are idle, and a keyless tie goes to either at
+        # random (docs/contract.md, "Ties by the key").
+        assert {router.select().worker_url for _ in range(200)} == {W0, W1}
+
+
+def test_garbage_is_counted_and_nothing_reported(endpoint: str) -> None:
+    with Router([W0], policy="least_load") as router:
+        with router.poll_loads({W0: endpoint + "/garbage"}, **FAST) as poller:
+            _wait_for(poller, lambda stats: sum(stats[W0]["failures"].values()) > 0)
+            stats = poller.statistics()[W0]
+            assert stats["reports"] == 0 and stats["failures"]["garbage"] >= 1 and not stats["standing"]
+
+
+def test_bad_settings_are_refused() -> None:
+    with Router([W0], policy="least_load") as router:
+        with pytest.raises(ValueError, match="not a worker of this router"):
+            router.poll_loads({"http://127.0.0.1:9/other": "http://127.0.0.1:9/get_load"})
+        with pytest.raises(ValueError, match="format must be one of sglang, vllm"):
+            router.poll_loads({W0: "http://127.0.0.1:9/get_load"}, format="triton")
+        with pytest.raises(ValueError, match="interval_secs"):
+            router.poll_loads({W0: "http://127.0.0.1:9/get_load"}, interval_secs=0)
+        with pytest.raises(ValueError, match="endpoints must name at least one worker"):
+            router.poll_loads({})
