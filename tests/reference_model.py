@@ -596,9 +596,7 @@ class ReferenceRouter:
     def _reporting(self, url: str) -> ModelWorker:
         if self.policy != "cache_aware":
             raise ValueError("block reports apply only to cache_aware, not %s" % self.policy)
-        if url not in self._workers:
-            raise KeyError(url)
-        return self._workers[url]
+        return self._workers[self._member(url)]
 
     def store_blocks(self, url: str, blocks: Sequence[int], engine_hashes: Optional[Sequence[int]] = None) -> None:
         names = list(blocks if engine_hashes is None else engine_hashes)

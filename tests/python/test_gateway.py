@@ -209,7 +209,7 @@ def _run_cli(*args: str) -> "subprocess.CompletedProcess[str]":
         (["--policy", "nonsense"], "--policy"),
         (["--kv-events", "nonsense"], "--kv-events"),
         (["--policy", "cache_aware", "--kv-events", "http://127.0.0.1:8=tcp://127.0.0.1:7"], "not a worker of this router"),
-        (["--kv-events", "http://127.0.0.1:9=tcp://127.0.0.1:7"], "kv_events apply only to cache_aware"),
+        (["--kv-events", "http://127.0.0.1:9=tcp://127.0.0.1:7"], "--kv-events apply only to cache_aware"),
         (["--kv-events-replay", "http://127.0.0.1:9=tcp://127.0.0.1:7"], "--kv-events-replay needs --kv-events"),
         (["--load-poll", "triton"], "--load-poll"),
         # contract: "Workers and membership"
