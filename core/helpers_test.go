@@ -236,6 +236,9 @@ func checkInvariants(t testing.TB, r *Router) {
 		require.Equal(t, available, r.view.available)
 	}
 	require.Equal(t, total, r.view.availableLoad, "running total of available load")
+	if !r.view.byPrefill {
+		prefill = 0 // kept only for balance_by prefill
+	}
 	require.Equal(t, prefill, r.view.availablePrefill, "running total of available prefill load")
 	require.Len(t, r.view.workers, len(r.members.workers))
 	require.Same(t, r.members.ring, r.view.ring)

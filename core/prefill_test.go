@@ -63,7 +63,7 @@ func TestFirstTokenLeavesThePrefillLoad(t *testing.T) {
 
 func TestFirstTokenOnARemovedWorker(t *testing.T) {
 	urls := workerURLs(2)
-	r := newTestRouter(t, DefaultConfig().Policy, urls)
+	r := newTestRouter(t, prefillBounded(1.5, 2, SpillClockwise), urls) // keeps the running total
 	old, _, err := r.AcquireWeighted(urls[1], nil, 4)
 	require.NoError(t, err)
 	require.NoError(t, r.RemoveWorker(urls[1]))
@@ -81,7 +81,7 @@ func TestFirstTokenOnARemovedWorker(t *testing.T) {
 
 func TestFirstTokenOnAnUnhealthyWorkerKeepsTheRunningTotal(t *testing.T) {
 	urls := workerURLs(2)
-	r := newTestRouter(t, DefaultConfig().Policy, urls)
+	r := newTestRouter(t, prefillBounded(1.5, 2, SpillClockwise), urls) // keeps the running total
 	id, _, err := r.AcquireWeighted(urls[0], nil, 7)
 	require.NoError(t, err)
 	require.NoError(t, r.SetHealthy(urls[0], false))

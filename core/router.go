@@ -56,6 +56,8 @@ func NewRouter(cfg Config) (*Router, error) {
 		// manual keeps its keys' workers in the same bounded, recency-ordered memory.
 		r.view.memory = newKeyMemory(cfg.Policy.MaxKeys)
 	}
+	// Only the bound of balance_by prefill reads the prefill total: the others need not keep it.
+	r.view.byPrefill = cfg.Policy.Kind.bounds() && cfg.Policy.BalanceBy == LoadPrefill
 	if cfg.Policy.HasSeed {
 		r.view.randomIndex = seededIndex(cfg.Policy.Seed)
 	}
@@ -237,11 +239,11 @@ func (r *Router) addLoad(w *worker, delta int64) {
 }
 
 // addPrefill changes a worker's prefill queue by requests leases of total weight delta and,
-// while it is an available member, the running total.
+// while it is an available member of a router that balances by it, the running total.
 func (r *Router) addPrefill(w *worker, requests, delta int64) {
 	w.prefillRequests += requests
 	w.prefillLoad += delta
-	if w.healthy && !w.removed {
+	if r.view.byPrefill && w.healthy && !w.removed {
 		r.view.availablePrefill += delta
 	}
 }
@@ -482,7 +484,9 @@ func (r *Router) refreshAvailable() {
 		if w.healthy {
 			v.available = append(v.available, uint32(i))
 			v.availableLoad += w.load
-			v.availablePrefill += w.prefillLoad
+			if v.byPrefill {
+				v.availablePrefill += w.prefillLoad
+			}
 		}
 		if w.spillable {
 			v.spillable = append(v.spillable, uint32(i))

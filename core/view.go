@@ -13,8 +13,10 @@ type view struct {
 	// all of them when none is (contract: Worker failures).
 	available, spillable []uint32
 	// availableLoad and availablePrefill are the sums of the loads and prefill loads of the
-	// available workers, kept as running totals so the relative test never has to scan the workers.
+	// available workers, kept as running totals so the relative test never has to scan the
+	// workers; availablePrefill only when byPrefill (the policy's balance_by is prefill).
 	availableLoad, availablePrefill int64
+	byPrefill                       bool
 	// least remembers the least load of the spillable workers (see leastLoadMemo). Reading
 	// the least load may fill it in, which is why even a policy's reads happen under the lock.
 	least leastLoadMemo
