@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 /* The version of this API; br_abi_version() returns the one the library implements. */
-#define BR_ABI_VERSION 5
+#define BR_ABI_VERSION 6
 
 /* Status codes: 0 or more is success. */
 #define BR_OK 0
@@ -212,6 +212,10 @@ int32_t br_release_many(uint64_t router, const uint64_t *leases, uint32_t n);
  * after the circuit breaker's threshold; br_release is br_finish with BR_OUTCOME_SUCCESS.
  * Returns 1 if released, 0 if already released or unknown. */
 int32_t br_finish(uint64_t router, uint64_t lease, int32_t outcome);
+/* Marks a lease as having seen its first token: its weight leaves its worker's prefill load
+ * (docs/contract.md, "Prefill load"). Idempotent. Returns 1 if it marked the lease, 0 if the
+ * lease was marked before or is not active. */
+int32_t br_first_token(uint64_t router, uint64_t lease);
 /* Routes a retry as br_route does with a lease of weight (0 means 1), never to the workers whose URLs the JSON array
  * avoid_json lists (non-members are ignored): a keyed request goes to the next available worker
  * clockwise from its key (BR_BRANCH_FAILOVER), any other where the policy sends it. */
@@ -220,7 +224,7 @@ int32_t br_route_avoiding(uint64_t router, const char *key, size_t key_len, cons
 
 /* JSON reports, answered as br_constants_json. br_lease_workers_json: {"worker_url",
  * "preferred_url"} of an active lease. br_workers_json: [{"url", "id", "healthy", "load",
- * "requests", "active_keys", "indexed_blocks", "condition", "consecutive_failures", "ejections",
+ * "requests", "prefill_load", "prefill_requests", "active_keys", "indexed_blocks", "condition", "consecutive_failures", "ejections",
  * "routed", "outcomes", "probes"}] in membership order ("load" the weights of the
  * worker's leases, "requests" their number). br_stats_json: {"branches": {name: count},
  * "leaked", "active_leases", "prefix_blocks", "prefix_blocks_matched", "indexed_blocks",

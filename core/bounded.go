@@ -12,14 +12,14 @@ func selectBounded(v *view, req *Request, keyPos uint64, p *Policy) (int, Branch
 // spillTest). Then the request spills to a worker whose load is at most maxLoadSkew times the
 // mean, chosen as p.SpillTarget says; if none is, it stays. With key memory, a key first goes
 // to its last worker, as long as that worker is not clearly overloaded. The loads never count
-// the request being routed.
+// the request being routed; they are the prefill loads under balance_by prefill.
 func selectBoundedExplicit(v *view, position uint64, p *Policy) (int, Branch) {
 	preferred := v.preferred(position)
-	test := spillTest{v: v, bound: v.meanLoad() * p.MaxLoadSkew, gap: p.MinLoadGap}
-	if last := v.memory.recall(position); last >= 0 && last != preferred && !test.overloaded(v.workers[last].load) {
+	test := newSpillTest(v, p)
+	if last := v.memory.recall(position); last >= 0 && last != preferred && !test.overloaded(v.workers[last]) {
 		return last, BranchExplicitRoutingKeyRemembered
 	}
-	if !test.overloaded(v.workers[preferred].load) {
+	if !test.overloaded(v.workers[preferred]) {
 		return preferred, BranchExplicitRoutingKeyHit
 	}
 	target := p.SpillTarget.find(&test, position)
@@ -29,16 +29,36 @@ func selectBoundedExplicit(v *view, position uint64, p *Policy) (int, Branch) {
 	return target, BranchExplicitRoutingKeySpillover
 }
 
-// spillTest tells whether a worker is clearly overloaded: its load exceeds both the least load
-// of the available workers by more than gap and the mean by more than a factor maxLoadSkew
-// (both strict). The relative test needs only the running total; the least load is read only
-// when it fires.
+// spillTest tells whether a worker is clearly overloaded: its load (as the policy's balance_by
+// measures it) exceeds both the least load of the spillable workers by more than gap and the
+// mean by more than a factor maxLoadSkew (both strict). The relative test needs only the running
+// total; the least load is read only when it fires (under prefill, scanned once per decision).
 type spillTest struct {
 	v     *view
+	by    LoadMeasure
 	bound float64 // the mean load times maxLoadSkew: also the spill target's load bound
 	gap   int64
+	// leastPrefill is the least prefill load of the spillable workers, -1 until scanned.
+	leastPrefill int64
 }
 
-func (t *spillTest) overloaded(load int64) bool {
-	return float64(load) > t.bound && load-t.v.minLoad() > t.gap
+func newSpillTest(v *view, p *Policy) spillTest {
+	return spillTest{v: v, by: p.BalanceBy, bound: v.meanLoad(p.BalanceBy) * p.MaxLoadSkew, gap: p.MinLoadGap, leastPrefill: -1}
+}
+
+// overloaded is the test on w; the in-flight form stays small enough to be inlined.
+func (t *spillTest) overloaded(w *worker) bool {
+	if t.by == LoadPrefill {
+		return float64(w.prefillLoad) > t.bound && w.prefillLoad-t.leastPrefillLoad() > t.gap
+	}
+	return float64(w.load) > t.bound && w.load-t.v.minLoad() > t.gap
+}
+
+// leastPrefillLoad is the least prefill load of the spillable workers, scanned once per decision.
+func (t *spillTest) leastPrefillLoad() int64 {
+	if t.leastPrefill < 0 {
+		least, _, _ := t.v.leastRanked(LoadPrefill)
+		t.leastPrefill = least.load
+	}
+	return t.leastPrefill
 }

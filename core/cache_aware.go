@@ -25,6 +25,10 @@ package core
 //     blocks), so every process breaks them the same way.
 //   - When some available worker holds block depth (a longer prefix) but is overloaded, the
 //     branch is cache_aware_balance instead, whichever worker was chosen.
+//   - With balance_by prefill (docs/contract.md, "Prefill load") the test reads the prefill
+//     loads, the candidates are ranked by prefill load, then the fewest leases in flight, and
+//     without a hit the request goes to the least ranked passing worker, keyed or not, ties
+//     broken as above.
 //
 // Cost: a step along a recency list per leading block held by a passing worker, and an index
 // lookup only where the blocks leave the list's run (blockIndex.nextOnPath), plus one; a walk of
@@ -38,7 +42,7 @@ func selectCacheAware(v *view, req *Request, keyPos uint64, p *Policy) (int, Bra
 	if req.HasTarget {
 		return selectTarget(v, req.TargetIndex)
 	}
-	c := cacheChoice{v: v, x: x, test: spillTest{v: v, bound: v.meanLoad() * p.MaxLoadSkew, gap: p.MinLoadGap}}
+	c := cacheChoice{v: v, x: x, test: newSpillTest(v, p)}
 	c.position, c.keyed, c.positioned = tiePosition(v, req, keyPos)
 	blocks := req.PrefixBlocks
 	for x.depth < len(blocks) {
@@ -56,6 +60,10 @@ func selectCacheAware(v *view, req *Request, keyPos uint64, p *Policy) (int, Bra
 	switch {
 	case x.depth > 0 && float64(x.depth) > p.CacheThreshold*float64(len(blocks)):
 		chosen, branch = c.amongCandidates(blocks[x.depth-1]), BranchCacheAwarePrefixHit
+	case p.BalanceBy == LoadPrefill && c.keyed:
+		chosen, branch = c.leastLoaded(), BranchCacheAwareKeyHit
+	case p.BalanceBy == LoadPrefill:
+		chosen, branch = c.leastLoaded(), BranchCacheAwareNoMatch
 	case c.keyed:
 		chosen, branch = c.ringUnderMean(c.position), BranchCacheAwareKeyHit
 	case len(blocks) > 0:
@@ -81,7 +89,7 @@ type cacheChoice struct {
 	keyed, positioned bool
 }
 
-func (c *cacheChoice) passes(w *worker) bool { return w.healthy && !c.test.overloaded(w.load) }
+func (c *cacheChoice) passes(w *worker) bool { return w.healthy && !c.test.overloaded(w) }
 
 func (c *cacheChoice) passesOwner(owner uint32) bool { return c.passes(c.v.workers[owner]) }
 
@@ -111,10 +119,11 @@ func mixBlock(h uint64) uint64 {
 	return h ^ h>>33
 }
 
-// amongCandidates stamps the passing holders of block (there is at least one) and picks one.
+// amongCandidates stamps the passing holders of block (there is at least one) and picks the
+// least ranked (see rank), ties broken clockwise from c.position.
 func (c *cacheChoice) amongCandidates(block uint64) int {
-	x := c.x
-	count, only, least, leastAt, leastCount := 0, -1, int64(-1), -1, 0
+	x, by := c.x, c.test.by
+	count, only, least, leastAt, leastCount := 0, -1, rank{}, -1, 0
 	for n := x.firstHolder(block); n != 0; n = x.nodes[n].nextHolder {
 		w := x.nodes[n].worker
 		if !c.passes(w) {
@@ -122,11 +131,11 @@ func (c *cacheChoice) amongCandidates(block uint64) int {
 		}
 		w.candidate = x.epoch
 		count, only = count+1, w.index
-		switch {
-		case w.load == least:
+		switch r := w.rank(by); {
+		case leastAt >= 0 && r == least:
 			leastCount++
-		case w.load < least || least < 0:
-			least, leastAt, leastCount = w.load, w.index, 1
+		case leastAt < 0 || r.less(least):
+			least, leastAt, leastCount = r, w.index, 1
 		}
 	}
 	switch {
@@ -137,7 +146,7 @@ func (c *cacheChoice) amongCandidates(block uint64) int {
 	}
 	return c.v.ring.first(c.position, func(owner uint32) bool {
 		w := c.v.workers[owner]
-		return w.candidate == x.epoch && w.load == least
+		return w.candidate == x.epoch && w.rank(by) == least
 	})
 }
 
@@ -145,21 +154,21 @@ func (c *cacheChoice) amongCandidates(block uint64) int {
 // the mean load (the least loaded one never is, so there is one): every router in front of the
 // same workers starts a prefix in the same place, but never on a worker busier than the average.
 func (c *cacheChoice) ringUnderMean(position uint64) int {
-	mean := c.v.meanLoad()
+	mean := c.v.meanLoad(LoadInFlight)
 	return c.v.ring.first(position, func(owner uint32) bool {
 		w := c.v.workers[owner]
 		return w.healthy && float64(w.load) <= mean
 	})
 }
 
-// leastLoaded is the least loaded available worker (which passes), ties broken clockwise from
-// the first block's position, or by membership order when the request has no blocks.
+// leastLoaded is the least ranked spillable worker (which passes), ties broken clockwise from
+// the key's or the first block's position, or by membership order when the request has neither.
 func (c *cacheChoice) leastLoaded() int {
-	least, at, count := c.v.leastLoaded()
+	least, at, count := c.v.leastRanked(c.test.by)
 	if count == 1 || !c.positioned {
 		return at
 	}
-	return c.v.firstClockwiseAt(c.position, least)
+	return c.v.firstClockwiseAt(c.position, least, c.test.by)
 }
 
 // prefixCounts are the counters of the matched fraction: blocks requested, blocks matched.

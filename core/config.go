@@ -42,6 +42,7 @@ const DefaultCacheThreshold = 0.3
 var (
 	virtualNodesRule   = fmt.Sprintf("from 1 to %d", MaxVirtualNodes)
 	spillTargetRule    = strings.Join(spillTargetNames[:], ", ")
+	balanceByRule      = strings.Join(loadMeasureNames[:], ", ")
 	keyMemoryRule      = fmt.Sprintf("from 0 to %d", MaxKeyMemory)
 	maxKeysRule        = fmt.Sprintf("from 1 to %d", MaxManualKeys)
 	assignmentModeRule = strings.Join(assignmentModeNames[:], ", ")
@@ -159,6 +160,9 @@ func (p *Policy) Validate() error {
 	if p.MinLoadGap < 0 {
 		return invalid("min_load_gap must be an integer >= 0, got %d", p.MinLoadGap)
 	}
+	if int(p.BalanceBy) >= len(loadMeasureNames) {
+		return invalid("balance_by must be one of %s, got %d", balanceByRule, p.BalanceBy)
+	}
 	if p.Kind == PolicyCacheAware {
 		if p.BlocksPerWorker < 1 || p.BlocksPerWorker > MaxBlocksPerWorker {
 			return invalid("blocks_per_worker must be an integer %s, got %d", blocksRule, p.BlocksPerWorker)
@@ -198,6 +202,7 @@ type policyJSON struct {
 	MinLoadGap  json.RawMessage `json:"min_load_gap,omitempty"`
 	HashRing    json.RawMessage `json:"hash_ring,omitempty"`
 	SpillTarget json.RawMessage `json:"spill_target,omitempty"`
+	BalanceBy   json.RawMessage `json:"balance_by,omitempty"`
 	KeyMemory   json.RawMessage `json:"key_memory,omitempty"`
 	Seed        json.RawMessage `json:"seed,omitempty"`
 	Blocks      json.RawMessage `json:"blocks_per_worker,omitempty"`
@@ -305,6 +310,9 @@ func ParsePolicy(data []byte) (Policy, error) {
 	if !kind.bounds() && (raw.MaxLoadSkew != nil || raw.MinLoadGap != nil) {
 		return Policy{}, invalid("max_load_skew and min_load_gap apply only to bounded_consistent_hashing and cache_aware, not %s", kind)
 	}
+	if !kind.bounds() && raw.BalanceBy != nil {
+		return Policy{}, invalid("balance_by applies only to bounded_consistent_hashing and cache_aware, not %s", kind)
+	}
 	if kind != PolicyBoundedConsistentHashing && (raw.SpillTarget != nil || raw.KeyMemory != nil) {
 		return Policy{}, invalid("spill_target and key_memory apply only to bounded_consistent_hashing, not %s", kind)
 	}
@@ -329,7 +337,10 @@ func ParsePolicy(data []byte) (Policy, error) {
 		return Policy{}, err
 	}
 	policy.MinLoadGap = int64(gap)
-	if policy.SpillTarget, err = spillTargetSetting(raw.SpillTarget); err != nil {
+	if policy.SpillTarget, err = namedSetting[SpillTarget]("spill_target", spillTargetRule, spillTargetNames[:], raw.SpillTarget); err != nil {
+		return Policy{}, err
+	}
+	if policy.BalanceBy, err = namedSetting[LoadMeasure]("balance_by", balanceByRule, loadMeasureNames[:], raw.BalanceBy); err != nil {
 		return Policy{}, err
 	}
 	if policy.KeyMemory, err = intSetting("key_memory", keyMemoryRule, raw.KeyMemory, 0); err != nil {
@@ -424,18 +435,21 @@ func seededRandom(raw json.RawMessage) (Policy, error) {
 	return p, nil
 }
 
-// spillTargetSetting decodes spill_target, one of the names of SpillTarget.
-func spillTargetSetting(raw json.RawMessage) (SpillTarget, error) {
+// namedSetting decodes a setting that is one of names (absent: value 0, the default); field
+// and rule name it in the error.
+func namedSetting[T ~uint8](field, rule string, names []string, raw json.RawMessage) (T, error) {
 	if raw == nil {
-		return SpillClockwise, nil
+		return 0, nil
 	}
 	var name string
 	if json.Unmarshal(raw, &name) == nil {
-		if target, ok := spillTargetByName(name); ok {
-			return target, nil
+		for v, n := range names {
+			if n == name {
+				return T(v), nil
+			}
 		}
 	}
-	return 0, invalid("spill_target must be one of %s, got %s", spillTargetRule, raw)
+	return 0, invalid("%s must be one of %s, got %s", field, rule, raw)
 }
 
 // healthCheckSetting reads "health_check": absent, null or false is none, true the defaults, an
@@ -603,6 +617,9 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 	}
 	if p.Kind.bounds() {
 		out["max_load_skew"], out["min_load_gap"] = p.MaxLoadSkew, p.MinLoadGap
+		if p.BalanceBy != LoadInFlight {
+			out["balance_by"] = p.BalanceBy.String()
+		}
 	}
 	if p.Kind == PolicyCacheAware {
 		out["blocks_per_worker"], out["cache_threshold"] = p.BlocksPerWorker, p.CacheThreshold
@@ -646,7 +663,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 
 // fieldNames are the object keys of every JSON form the core reads, spelled exactly.
 var fieldNames = map[string]bool{"worker_urls": true, "policy": true, "virtual_nodes": true, "type": true, "max_load_skew": true, "min_load_gap": true,
-	"spill_target": true, "key_memory": true, "seed": true, "assignment_mode": true, "max_keys": true, "routing_key_headers": true,
+	"spill_target": true, "balance_by": true, "key_memory": true, "seed": true, "assignment_mode": true, "max_keys": true, "routing_key_headers": true,
 	"blocks_per_worker": true, "cache_threshold": true, "health_check": true, "circuit_breaker": true, "endpoint": true, "interval_secs": true,
 	"timeout_secs": true, "failure_threshold": true, "success_threshold": true, "timeout_duration_secs": true}
 

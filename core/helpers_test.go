@@ -219,20 +219,27 @@ func checkInvariants(t testing.TB, r *Router) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var available []uint32
-	var total int64
+	var total, prefill int64
 	for i, w := range r.members.workers {
 		require.False(t, w.removed, "member %s is marked removed", w.url)
 		if w.healthy {
 			available = append(available, uint32(i))
 			total += w.load
+			prefill += w.prefillLoad
 		}
 		require.GreaterOrEqual(t, w.load, int64(0))
+		require.True(t, 0 <= w.prefillLoad && w.prefillLoad <= w.load, "prefill load %d of %s outside 0..load %d", w.prefillLoad, w.url, w.load)
+		require.True(t, 0 <= w.prefillRequests && w.prefillRequests <= w.requests, "prefill requests of %s", w.url)
 	}
 	require.Equal(t, len(available), len(r.view.available))
 	if len(available) > 0 {
 		require.Equal(t, available, r.view.available)
 	}
 	require.Equal(t, total, r.view.availableLoad, "running total of available load")
+	if !r.view.byPrefill {
+		prefill = 0 // kept only for balance_by prefill
+	}
+	require.Equal(t, prefill, r.view.availablePrefill, "running total of available prefill load")
 	require.Len(t, r.view.workers, len(r.members.workers))
 	require.Same(t, r.members.ring, r.view.ring)
 }

@@ -37,6 +37,9 @@ type leaseSlot struct {
 	worker    *worker
 	preferred *worker
 	hasKey    bool
+	// waiting is set until the lease is marked as having seen its first token; while it is,
+	// the weight counts on the worker's prefill load too.
+	waiting bool
 }
 
 // leaseTable stores active leases in reusable slots, so taking and releasing a lease allocates
@@ -58,6 +61,7 @@ func (t *leaseTable) take(w, preferred *worker, hasKey bool, keyPos uint64, weig
 	s := &t.slots[i]
 	s.generation = nextGeneration()
 	s.worker, s.preferred, s.hasKey, s.keyPos, s.weight, s.reports = w, preferred, hasKey, keyPos, weight, w.reports
+	s.waiting = true
 	t.active++
 	return LeaseID(uint64(s.generation)<<32 | uint64(i))
 }

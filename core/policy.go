@@ -83,6 +83,9 @@ type Policy struct {
 	MaxKeys int
 	// BlocksPerWorker is how many prefix blocks cache_aware remembers per worker.
 	BlocksPerWorker int
+	// BalanceBy is the load the bound of bounded_consistent_hashing and cache_aware weighs
+	// (docs/contract.md, "Prefill load"); LoadInFlight, the zero value, is the default.
+	BalanceBy LoadMeasure
 	// CacheThreshold is the fraction of a request's blocks cache_aware must find matched, strictly
 	// exceeded, for a prefix hit (SMG's cache_threshold).
 	CacheThreshold float64

@@ -56,6 +56,8 @@ func NewRouter(cfg Config) (*Router, error) {
 		// manual keeps its keys' workers in the same bounded, recency-ordered memory.
 		r.view.memory = newKeyMemory(cfg.Policy.MaxKeys)
 	}
+	// Only the bound of balance_by prefill reads the prefill total: the others need not keep it.
+	r.view.byPrefill = cfg.Policy.Kind.bounds() && cfg.Policy.BalanceBy == LoadPrefill
 	if cfg.Policy.HasSeed {
 		r.view.randomIndex = seededIndex(cfg.Policy.Seed)
 	}
@@ -218,6 +220,7 @@ func (r *Router) take(w, preferred *worker, key explicitKey, weight int64) Lease
 	w.routed++
 	w.held += weight
 	r.addLoad(w, weight)
+	r.addPrefill(w, 1, weight)
 	return r.leases.take(w, preferred, key.present, key.position, weight)
 }
 
@@ -233,6 +236,31 @@ func (r *Router) addLoad(w *worker, delta int64) {
 			r.view.least.moved(w.index, w.load-delta, w.load)
 		}
 	}
+}
+
+// addPrefill changes a worker's prefill queue by requests leases of total weight delta and,
+// while it is an available member of a router that balances by it, the running total.
+func (r *Router) addPrefill(w *worker, requests, delta int64) {
+	w.prefillRequests += requests
+	w.prefillLoad += delta
+	if r.view.byPrefill && w.healthy && !w.removed {
+		r.view.availablePrefill += delta
+	}
+}
+
+// FirstToken marks an active lease as having seen its first token: its weight leaves its
+// worker's prefill load (docs/contract.md, "Prefill load"). It reports whether it did anything:
+// a lease marked before, released or never issued is a no-op. O(1) under the router's lock.
+func (r *Router) FirstToken(id LeaseID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.leases.lookup(id)
+	if s == nil || !s.waiting {
+		return false
+	}
+	s.waiting = false
+	r.addPrefill(s.worker, -1, -s.weight)
+	return true
 }
 
 // Release undoes exactly what the lease counted and reports whether it did anything: a lease
@@ -275,6 +303,9 @@ func (r *Router) release(id LeaseID, abandoned bool) *worker {
 	s.worker.held -= s.weight
 	if !s.worker.reported || s.reports == s.worker.reports {
 		r.addLoad(s.worker, -s.weight) // else the engine's latest report counted it
+	}
+	if s.waiting {
+		r.addPrefill(s.worker, -1, -s.weight)
 	}
 	if abandoned {
 		r.leaked++
@@ -446,13 +477,16 @@ func (r *Router) install(next *membership) {
 func (r *Router) refreshAvailable() {
 	v := &r.view
 	v.available, v.spillable = v.available[:0], v.spillable[:0]
-	v.availableLoad = 0
+	v.availableLoad, v.availablePrefill = 0, 0
 	v.least.forget()
 	for i, w := range r.members.workers {
 		w.spillable = w.trusted()
 		if w.healthy {
 			v.available = append(v.available, uint32(i))
 			v.availableLoad += w.load
+			if v.byPrefill {
+				v.availablePrefill += w.prefillLoad
+			}
 		}
 		if w.spillable {
 			v.spillable = append(v.spillable, uint32(i))

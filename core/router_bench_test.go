@@ -336,3 +336,35 @@ func BenchmarkPolicyRouteRelease(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRouteFirstTokenRelease is a request's life with its first token marked between
+// route and release (docs/contract.md, "Prefill load"), beside the plain route+release, under
+// the default rule and with balance_by prefill (the skewed loads' leases stay unmarked).
+func BenchmarkRouteFirstTokenRelease(b *testing.B) {
+	keys := benchKeys(4096)
+	prefill := DefaultConfig().Policy
+	prefill.BalanceBy = LoadPrefill
+	for _, n := range []int{64, 1024} {
+		for _, loads := range []string{loadsIdle, loadsSkewed} {
+			for _, c := range []struct {
+				name   string
+				policy Policy
+				mark   bool
+			}{{"plain", DefaultConfig().Policy, false}, {"first_token", DefaultConfig().Policy, true}, {"balance_by=prefill/first_token", prefill, true}} {
+				b.Run(fmt.Sprintf("workers=%d/loads=%s/%s", n, loads, c.name), func(b *testing.B) {
+					r := newBenchRouterWith(b, c.policy, n, loads)
+					b.ReportAllocs()
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						req := KeyRequest(keys[i&4095])
+						lease := r.Route(&req).Lease
+						if c.mark {
+							r.FirstToken(lease)
+						}
+						r.Release(lease, false)
+					}
+				})
+			}
+		}
+	}
+}

@@ -11,7 +11,9 @@ import (
 // of the weights of the leases held on it and its requests their number, and that the key
 // memory stays within its capacity and recalls only available members; at the end every lease
 // is released exactly once and every load and key count, on members and on removed workers, is
-// back to zero. The first byte also turns on the options of bounded_consistent_hashing.
+// back to zero. The first byte also turns on the options of bounded_consistent_hashing (the
+// second's bit 5 balance_by prefill); first tokens are marked on held leases, and each worker's
+// prefill load is checked against the weights of those not marked.
 func FuzzRouterOperations(f *testing.F) {
 	f.Add([]byte{3, 0, 0, 1, 0, 2, 0, 3, 0, 4, 0, 5})
 	f.Add([]byte{3, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 0})
@@ -20,6 +22,7 @@ func FuzzRouterOperations(f *testing.F) {
 	f.Add([]byte{2, 1, 0x30, 0x00, 0x33, 0x3f, 0x40, 1, 0x42, 0, 0x00, 0, 0x00, 0})
 	f.Add([]byte{3 | 4 | 8 | 16, 3, 0, 1, 1, 2, 2, 3, 0, 4, 0x60, 0, 0, 5, 0xc1, 0, 0, 6, 0xa0, 1, 0x90, 1, 0, 7, 0xf0, 9})
 	f.Add([]byte{3 | 8, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2, 0, 3, 0, 4, 0, 0x60, 0, 0x60, 0, 0x60, 0, 0, 0, 1, 0, 2, 0})
+	f.Add([]byte{3 | 4 | 16, 32, 0, 1, 0, 2, 0, 3, 0xc0, 0, 0xc0, 1, 0, 4, 0, 5, 0xc0, 2, 0x60, 0, 0xc0, 0, 0, 6, 0x60, 1})
 	for extra := byte(1); extra <= 3; extra++ { // power_of_two, least_load, manual
 		f.Add([]byte{extra<<5 | 16, extra, 0, 1, 1, 2, 2, 3, 0, 4, 0x60, 0, 0, 5, 0xc1, 0, 0, 6, 0xa0, 1, 0x90, 1, 0, 7, 0xf0, 9})
 	}
@@ -48,6 +51,7 @@ func FuzzRouterOperations(f *testing.F) {
 		if data[0]&8 != 0 {
 			policy.KeyMemory = memoryCapacity
 		}
+		policy.BalanceBy = LoadMeasure(data[1] >> 5 & 1)
 		weighted := data[0]&16 != 0
 		weightOf := func(arg byte) int64 {
 			if !weighted {
@@ -82,9 +86,10 @@ func FuzzRouterOperations(f *testing.F) {
 		}
 
 		type held struct {
-			id     LeaseID
-			worker *worker
-			weight int64
+			id      LeaseID
+			worker  *worker
+			weight  int64
+			started bool // past its first token
 		}
 		var leases []held
 		var released []LeaseID
@@ -101,7 +106,7 @@ func FuzzRouterOperations(f *testing.F) {
 				if s == nil {
 					t.Fatalf("lease %#x of %+v is not active", d.Lease, d)
 				}
-				leases = append(leases, held{d.Lease, s.worker, s.weight})
+				leases = append(leases, held{d.Lease, s.worker, s.weight, false})
 			}
 			if !routed {
 				return
@@ -180,6 +185,14 @@ func FuzzRouterOperations(f *testing.F) {
 				if err := r.SetWorkers(next); err != nil {
 					t.Fatal(err)
 				}
+			case 12: // the first token of a held lease, once
+				if len(leases) > 0 {
+					h := &leases[int(arg)%len(leases)]
+					if r.FirstToken(h.id) == h.started {
+						t.Fatalf("first token of lease %#x (marked before: %v)", h.id, h.started)
+					}
+					h.started = true
+				}
 			case 15: // a batch of three requests, all or nothing; arg's top bit makes the last one invalid
 				invalid := arg&0x80 != 0
 				var batch []Decision
@@ -202,17 +215,20 @@ func FuzzRouterOperations(f *testing.F) {
 			note(Decision{}, false)
 			checkInvariants(t, r)
 			// Each worker's load is the weight of the leases held on it, its requests their number.
-			want, requests := map[*worker]int64{}, map[*worker]int64{}
+			want, requests, prefill := map[*worker]int64{}, map[*worker]int64{}, map[*worker]int64{}
 			for _, h := range leases {
 				want[h.worker] += h.weight
 				requests[h.worker]++
+				if !h.started {
+					prefill[h.worker] += h.weight
+				}
 			}
 			r.mu.Lock()
 			for w := range every {
-				if w.load != want[w] || w.requests != requests[w] {
+				if w.load != want[w] || w.requests != requests[w] || w.prefillLoad != prefill[w] {
 					r.mu.Unlock()
-					t.Fatalf("worker %s (removed %v) has load %d and %d requests, leases held weigh %d and number %d",
-						w.url, w.removed, w.load, w.requests, want[w], requests[w])
+					t.Fatalf("worker %s (removed %v) has load %d, %d requests and prefill load %d; leases held weigh %d, number %d, %d before their first token",
+						w.url, w.removed, w.load, w.requests, w.prefillLoad, want[w], requests[w], prefill[w])
 				}
 			}
 			checkKeyMemory(t, r, policy)
@@ -229,7 +245,7 @@ func FuzzRouterOperations(f *testing.F) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for w := range every {
-			if w.load != 0 || w.activeKeys != 0 {
+			if w.load != 0 || w.activeKeys != 0 || w.prefillLoad != 0 || w.prefillRequests != 0 {
 				t.Fatalf("worker %s left with load %d, %d keys", w.url, w.load, w.activeKeys)
 			}
 		}

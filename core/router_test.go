@@ -57,7 +57,7 @@ func TestRouteCountsLoadAndDistinctKeys(t *testing.T) {
 
 	assert.True(t, r.Release(a1.Lease, false))
 	assert.False(t, r.Release(a1.Lease, false), "second release is a no-op")
-	assert.Equal(t, WorkerState{URL: "http://only", ID: ws[0].ID, Healthy: true, Load: 3, Requests: 3, ActiveKeys: 2, Routed: 4, Outcomes: OutcomeCounts{OutcomeSuccess: 1}}, r.Workers()[0])
+	assert.Equal(t, WorkerState{URL: "http://only", ID: ws[0].ID, Healthy: true, Load: 3, Requests: 3, PrefillLoad: 3, PrefillRequests: 3, ActiveKeys: 2, Routed: 4, Outcomes: OutcomeCounts{OutcomeSuccess: 1}}, r.Workers()[0])
 	assert.True(t, r.Release(a2.Lease, false))
 	assert.Equal(t, 1, r.Workers()[0].ActiveKeys, "key a is gone, b is left")
 	assert.True(t, r.Release(n.Lease, false))
@@ -380,8 +380,8 @@ func TestSetWorkers(t *testing.T) {
 	require.Len(t, ws, 3)
 	assert.Equal(t, next, []string{ws[0].URL, ws[1].URL, ws[2].URL})
 	assert.Equal(t, WorkerState{URL: urls[3], ID: ws[0].ID, Healthy: true}, ws[0])
-	assert.Equal(t, WorkerState{URL: urls[2], ID: idsBefore[urls[2]], Healthy: true, Load: 3, Requests: 3, Routed: 3}, ws[1])
-	assert.Equal(t, WorkerState{URL: urls[1], ID: idsBefore[urls[1]], Healthy: false, Load: 2, Requests: 2, Routed: 2, Condition: ConditionUnhealthyUser}, ws[2])
+	assert.Equal(t, WorkerState{URL: urls[2], ID: idsBefore[urls[2]], Healthy: true, Load: 3, Requests: 3, PrefillLoad: 3, PrefillRequests: 3, Routed: 3}, ws[1])
+	assert.Equal(t, WorkerState{URL: urls[1], ID: idsBefore[urls[1]], Healthy: false, Load: 2, Requests: 2, PrefillLoad: 2, PrefillRequests: 2, Routed: 2, Condition: ConditionUnhealthyUser}, ws[2])
 	assert.Equal(t, int64(3), r.view.availableLoad)
 	assert.Equal(t, buildRing(HashRingXXH64, next, DefaultVirtualNodes).positions, r.members.ring.positions)
 

@@ -12,9 +12,11 @@ type view struct {
 	// spillable those of them that take spills and enter the least loads: the trusted ones, or
 	// all of them when none is (contract: Worker failures).
 	available, spillable []uint32
-	// availableLoad is the sum of the loads of the available workers, kept as a running total
-	// so the relative test never has to scan the workers.
-	availableLoad int64
+	// availableLoad and availablePrefill are the sums of the loads and prefill loads of the
+	// available workers, kept as running totals so the relative test never has to scan the
+	// workers; availablePrefill only when byPrefill (the policy's balance_by is prefill).
+	availableLoad, availablePrefill int64
+	byPrefill                       bool
 	// least remembers the least load of the spillable workers (see leastLoadMemo). Reading
 	// the least load may fill it in, which is why even a policy's reads happen under the lock.
 	least leastLoadMemo
@@ -40,9 +42,13 @@ func (v *view) isAvailable(owner uint32) bool { return v.workers[owner].healthy 
 // preferred is the first available worker clockwise from a key's position.
 func (v *view) preferred(position uint64) int { return v.ring.first(position, v.isAvailable) }
 
-// meanLoad is the mean load over the available workers (there is at least one).
-func (v *view) meanLoad() float64 {
-	return float64(v.availableLoad) / float64(len(v.available))
+// meanLoad is the mean load, as m measures it, over the available workers (there is at least one).
+func (v *view) meanLoad(m LoadMeasure) float64 {
+	total := v.availableLoad
+	if m == LoadPrefill {
+		total = v.availablePrefill
+	}
+	return float64(total) / float64(len(v.available))
 }
 
 // minLoad is the smallest load among the spillable workers (there is at least one).
@@ -91,6 +97,26 @@ func (v *view) scanLeast() {
 	v.least = leastLoadMemo{load: least, count: count, at: at}
 }
 
+// leastRanked is the least rank (see rank) among the spillable workers, the first of them in
+// membership order carrying it and how many do. Under in_flight it reads the memo; the prefill
+// loads have none, so under prefill it scans.
+func (v *view) leastRanked(m LoadMeasure) (least rank, at, count int) {
+	if m == LoadInFlight {
+		load, at, count := v.leastLoaded()
+		return rank{load: load}, at, count
+	}
+	at = -1
+	for _, i := range v.spillable {
+		switch r := v.workers[i].rank(m); {
+		case at >= 0 && r == least:
+			count++
+		case at < 0 || r.less(least):
+			least, at, count = r, int(i), 1
+		}
+	}
+	return least, at, count
+}
+
 // leastLoadedFor is the least loaded available worker, ties broken by the request's routing key
 // (docs/contract.md, "Ties by the key"): the first tied worker clockwise from the key's position
 // when keyed, else a uniformly random tied worker. Breaking ties by membership order would send
@@ -101,16 +127,16 @@ func (v *view) leastLoadedFor(position uint64, keyed bool) int {
 	case count == 1:
 		return at
 	case keyed:
-		return v.firstClockwiseAt(position, least)
+		return v.firstClockwiseAt(position, rank{load: least}, LoadInFlight)
 	}
 	return v.nthAt(least, v.randomIndex(count))
 }
 
-// firstClockwiseAt is the first spillable worker clockwise from position whose load is least.
-func (v *view) firstClockwiseAt(position uint64, least int64) int {
+// firstClockwiseAt is the first spillable worker clockwise from position whose rank is least.
+func (v *view) firstClockwiseAt(position uint64, least rank, m LoadMeasure) int {
 	return v.ring.first(position, func(owner uint32) bool {
 		w := v.workers[owner]
-		return w.spillable && w.load == least
+		return w.spillable && w.rank(m) == least
 	})
 }
 

@@ -28,6 +28,9 @@ type worker struct {
 	// when every weight is 1); requests is their number.
 	held     int64
 	requests int64
+	// prefillLoad and prefillRequests are the weight and number of those leases not yet marked
+	// as having seen their first token (Router.FirstToken): the worker's prefill queue.
+	prefillLoad, prefillRequests int64
 	// load is what the policies compare: held, or, while the worker's engine has reported its
 	// load, that report plus the weights of the leases taken since (engine_load.go).
 	load int64
@@ -57,6 +60,10 @@ type WorkerState struct {
 	Load int64 `json:"load"`
 	// Requests is the number of leases held on the worker, whatever their weights.
 	Requests int64 `json:"requests"`
+	// PrefillLoad is the sum of the weights of those leases that have not seen their first token
+	// (docs/contract.md, "Prefill load"), PrefillRequests their number.
+	PrefillLoad     int64 `json:"prefill_load"`
+	PrefillRequests int64 `json:"prefill_requests"`
 	// ActiveKeys is the number of distinct explicit routing keys among those leases.
 	ActiveKeys int `json:"active_keys"`
 	// IndexedBlocks is the number of prefix blocks cache_aware's index holds for the worker
@@ -75,6 +82,6 @@ type WorkerState struct {
 }
 
 func (w *worker) state() WorkerState {
-	return WorkerState{URL: w.url, ID: w.id, Healthy: w.healthy, Load: w.held, Requests: w.requests, ActiveKeys: w.activeKeys, IndexedBlocks: len(w.blocks.nodes),
+	return WorkerState{URL: w.url, ID: w.id, Healthy: w.healthy, Load: w.held, Requests: w.requests, PrefillLoad: w.prefillLoad, PrefillRequests: w.prefillRequests, ActiveKeys: w.activeKeys, IndexedBlocks: len(w.blocks.nodes),
 		Condition: w.condition(), ConsecutiveFailures: w.breaker.failures, Ejections: w.breaker.ejections, Routed: w.routed, Outcomes: w.outcomes, Probes: w.probes}
 }

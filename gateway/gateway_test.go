@@ -551,6 +551,8 @@ func TestMetricsOnlyOnTheirOwnPort(t *testing.T) {
 		`bounded_router_worker_healthy{worker="` + w.URL + `"} 1`,
 		"bounded_router_active_leases 0", "bounded_router_leaked_leases_total 0",
 		"# TYPE bounded_router_requests_total counter",
+		`bounded_router_worker_prefill_load{worker="` + w.URL + `"} 0`,
+		`bounded_router_worker_prefill_requests{worker="` + w.URL + `"} 0`,
 	} {
 		if !strings.Contains(string(text), want) {
 			t.Errorf("metrics lack %q:\n%s", want, text)
@@ -859,4 +861,40 @@ func TestRoutesByTheRoutersRoutingKeyHeaders(t *testing.T) {
 		t.Fatalf("branch %q, want random_fallback", got)
 	}
 	waitLeases(t, r, 0)
+}
+
+// The worker's first body byte marks the lease's first token (docs/contract.md, "Prefill
+// load"): between the response headers and the body the request is in the prefill queue.
+func TestFirstBodyByteMarksTheFirstToken(t *testing.T) {
+	body, done := make(chan struct{}), make(chan struct{})
+	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		http.NewResponseController(w).Flush()
+		<-body
+		io.WriteString(w, "data: a\n\n")
+		http.NewResponseController(w).Flush()
+		<-done
+	})
+	r := newRouter(t, w.URL)
+	g := start(t, r, Options{})
+	res, err := client().Get("http://" + g.Addr() + "/s")
+	if err != nil {
+		close(body)
+		close(done)
+		t.Fatal(err)
+	}
+	waiting := r.Workers()[0]
+	close(body)
+	line, _ := bufio.NewReader(res.Body).ReadString('\n')
+	started := r.Workers()[0]
+	close(done)
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	waitLeases(t, r, 0)
+	if waiting.PrefillRequests != 1 || waiting.Requests != 1 {
+		t.Errorf("before the body: %d of %d leases waiting for their first token, want 1 of 1", waiting.PrefillRequests, waiting.Requests)
+	}
+	if line != "data: a\n" || started.PrefillRequests != 0 || started.PrefillLoad != 0 || started.Requests != 1 {
+		t.Errorf("after the first byte (%q): %d waiting (load %d) of %d, want 0 of 1", line, started.PrefillRequests, started.PrefillLoad, started.Requests)
+	}
 }

@@ -30,6 +30,8 @@ var metricFamilies = [...]struct{ name, kind, help string }{
 	{"bounded_router_worker_condition", "gauge", "1 for the worker's condition: available, half_open, ejected, unhealthy_probe or unhealthy_user."},
 	{"bounded_router_worker_ejections_total", "counter", "Times the worker's circuit breaker opened."},
 	{"bounded_router_worker_probes_total", "counter", "Health-check probes of the worker, by result: passed or failed."},
+	{"bounded_router_worker_prefill_load", "gauge", "Weight of the leases held on the worker that have not seen their first token: its prefill queue."},
+	{"bounded_router_worker_prefill_requests", "gauge", "Leases held on the worker that have not seen their first token."},
 }
 
 // gatewayFamilies are the gateway's own families, after the router's.
@@ -50,7 +52,7 @@ func renderMetrics(g *Gateway) []byte {
 			for branch, n := range stats.Branches {
 				sample(&b, f.name, "branch", core.Branch(branch).String(), int64(n))
 			}
-		case 1, 2, 3, 4:
+		case 1, 2, 3, 4, 15, 16:
 			for _, w := range workers {
 				sample(&b, f.name, "worker", w.URL, workerMetric(i, w))
 			}
@@ -116,7 +118,7 @@ func labelled(b *bytes.Buffer, name, labels string, n int64) {
 	b.WriteString(name + "{" + labels + "} " + strconv.FormatInt(n, 10) + "\n")
 }
 
-// workerMetric is the value of per-worker family i (1 to 4) for w.
+// workerMetric is the value of per-worker family i (1 to 4, 15 and 16) for w.
 func workerMetric(i int, w core.WorkerState) int64 {
 	switch i {
 	case 1:
@@ -125,6 +127,10 @@ func workerMetric(i int, w core.WorkerState) int64 {
 		return int64(w.ActiveKeys)
 	case 3:
 		return boolMetric(w.Healthy)
+	case 15:
+		return w.PrefillLoad
+	case 16:
+		return w.PrefillRequests
 	}
 	return int64(w.IndexedBlocks)
 }

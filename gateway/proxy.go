@@ -23,6 +23,7 @@ import (
 // client's, cancellable by the gateway) and what the hooks of the ReverseProxy need.
 type exchange struct {
 	context.Context
+	router   *core.Router
 	cancel   context.CancelFunc
 	client   context.Context // the client connection's context: done when the client left
 	decision core.Decision
@@ -77,8 +78,12 @@ func (ex *exchange) expire() {
 }
 
 // Read and Close make the exchange the response body the ReverseProxy copies to the client.
+// The worker's first body byte marks the lease's first token (contract: Prefill load).
 func (ex *exchange) Read(p []byte) (int, error) {
 	n, err := ex.upstream.Read(p)
+	if n > 0 && ex.sent == 0 {
+		ex.router.FirstToken(ex.decision.Lease)
+	}
 	ex.sent += int64(n)
 	if err != nil && err != io.EOF {
 		ex.readErr = err
@@ -175,7 +180,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.control.serveAPI(w, r)
 		return
 	}
-	ex := &exchange{client: r.Context(), outcome: core.OutcomeNeutral}
+	ex := &exchange{router: g.router, client: r.Context(), outcome: core.OutcomeNeutral}
 	if g.accessLog != nil {
 		ex.start = time.Now()
 	}

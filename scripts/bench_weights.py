@@ -1,12 +1,13 @@
-"""The request path of weighted leases and prefix blocks from Python, next to the key-only path.
+"""The request path of weighted leases, prefix blocks and first tokens from Python, next to the key-only path.
 
     .venv/bin/python scripts/bench_weights.py [--rounds 15] [--plain-only]
 
 One request's life at 64 workers (route, then release; the release travels with the next call
 into the library): ``route(key)``, the key-only path; ``route(key, weight=...)`` and
 ``route(key, prefix_blocks=...)`` with 1 and 128 blocks (real block hashes, as a list and as an
-``array("Q")``), which take ``br_release_then_route_request``; and batches of 64 keys,
-``route_many(keys)`` against ``route_many(keys, weights=...)``. The cost of a block is the
+``array("Q")``), which take ``br_release_then_route_request``; ``route(key)`` with
+``lease.first_token()`` between route and release (one ``br_first_token`` call); and batches of
+64 keys, ``route_many(keys)`` against ``route_many(keys, weights=...)``. The cost of a block is the
 difference between the 128-block and the 1-block rows, over 127, and the weighted batch is
 also compared with the plain one, each within its round. Cases run one after
 another in rounds (a noisy neighbour slows every case of a round alike); the median over the
@@ -61,7 +62,13 @@ def cases(router: Router, plain_only: bool) -> List[Tuple[str, Callable[[], None
     found: List[Tuple[str, Callable[[], None]]] = [("route(key)", lambda: router.route(key()).release())]
     if plain_only:
         return found
+    def first_token() -> None:
+        lease = router.route(key())
+        lease.first_token()
+        lease.release()
+
     found += [
+        ("route(key) + first_token()", first_token),
         ("route(key, weight=1000)", lambda: router.route(key(), weight=1000).release()),
         ("route(key, prefix_blocks=1 block)", lambda: router.route(key(), prefix_blocks=one).release()),
         ("route(key, prefix_blocks=128 blocks)", lambda: router.route(key(), prefix_blocks=many).release()),

@@ -119,6 +119,7 @@ def smg_position(data: bytes) -> int:
 
 RINGS: Dict[str, Callable[[bytes], int]] = {"xxh64": lambda data: xxh64(data), "smg": smg_position}
 SPILL_TARGETS = ("clockwise", "least_loaded")
+BALANCE_BY = ("in_flight", "prefill")
 MAX_LEASE_WEIGHT = 1 << 30
 
 
@@ -131,6 +132,8 @@ class ModelWorker:
     healthy: bool = True
     load: int = 0  # the sum of the weights of its leases
     requests: int = 0  # the number of its leases
+    prefill_load: int = 0  # contract: "Prefill load": the weights of its leases before their first token
+    prefill_requests: int = 0  # and their number
     outages: int = 0  # times it turned unhealthy: key memory and manual forget keys held on it before
     keys: Dict[bytes, int] = field(default_factory=dict)  # explicit key -> leases holding it
     # cache_aware: the blocks sent here, least recent first
@@ -162,6 +165,7 @@ class ModelLease:
     worker: ModelWorker
     key: Optional[bytes]
     weight: int
+    waiting: bool = True  # not yet past its first token
 
 
 # -- request inputs (contract: "Inputs and precedence") ------------------------------------------
@@ -265,6 +269,7 @@ class ReferenceRouter:
         routing_key_headers: Sequence[str] = ("X-SMG-Routing-Key",),
         blocks_per_worker: int = 32768,
         cache_threshold: float = 0.3,
+        balance_by: str = "in_flight",
     ) -> None:
         policy = getattr(policy, "value", policy)  # accept a PolicyType too
         if policy not in POLICIES:
@@ -283,6 +288,9 @@ class ReferenceRouter:
             raise ValueError("spill_target must be one of %s, got %r" % (", ".join(SPILL_TARGETS), spill_target))
         if isinstance(key_memory, bool) or not isinstance(key_memory, int) or key_memory < 0:
             raise ValueError("key_memory must be an integer >= 0, got %r" % (key_memory,))
+        if balance_by not in BALANCE_BY:
+            raise ValueError("balance_by must be one of %s, got %r" % (", ".join(BALANCE_BY), balance_by))
+        self.balance_by = balance_by
         self.position = RINGS[hash_ring]
         self.spill_target = spill_target
         # key position -> (worker, its outages then), least recently routed first
@@ -385,6 +393,20 @@ class ReferenceRouter:
     def workers(self) -> List[Tuple[str, bool, int, int]]:
         """(url, healthy, load, active_keys) of every member, in membership order."""
         return [(w.url, w.healthy, w.load, w.active_keys) for w in (self._workers[u] for u in self._order)]
+
+    def prefill(self) -> List[Tuple[int, int]]:
+        """(prefill load, prefill requests) of every member, in membership order."""
+        return [(w.prefill_load, w.prefill_requests) for w in (self._workers[u] for u in self._order)]
+
+    def _measured(self, url: str) -> int:
+        """contract: "Prefill load": the load the bound weighs under balance_by."""
+        w = self._workers[url]
+        return w.prefill_load if self.balance_by == "prefill" else w.load
+
+    def _rank(self, url: str) -> Tuple[int, int]:
+        """The order of a least-loaded choice: the measured load, then (prefill) the leases in flight."""
+        w = self._workers[url]
+        return (w.prefill_load, w.requests) if self.balance_by == "prefill" else (w.load, 0)
 
     def in_flight(self) -> Dict[str, int]:
         """The number of leases of every member, whatever their weights."""
@@ -512,8 +534,8 @@ class ReferenceRouter:
         return None
 
     def _cache_aware(self, available: Sequence[str], blocks: List[int], key: Optional[bytes]) -> Tuple[str, str]:
-        """contract: "cache_aware", steps 1-5."""
-        loads = [self._workers[url].load for url in available]
+        """contract: "cache_aware", steps 1-5, with "Prefill load" under balance_by prefill."""
+        loads = [self._measured(url) for url in available]
         least, bound = min(loads), sum(loads) / len(loads) * self.max_load_skew
         passing = [url for url, load in zip(available, loads) if not (load > bound and load - least > self.min_load_gap)]
 
@@ -532,12 +554,12 @@ class ReferenceRouter:
             branch = "cache_aware_balance"
         # A prefix hit's candidates hold the first depth blocks; _record looks any other worker up.
         self._depth, self._candidates = (depth, candidates) if hit else (0, [])
-        if not hit and (key is not None or blocks):  # step 4: a ring, among workers not above the mean
+        if not hit and self.balance_by == "in_flight" and (key is not None or blocks):  # step 4: a ring, among workers not above the mean
             mean = sum(loads) / len(loads)
             order = self.clockwise(key) if key is not None else self.clockwise_from(fmix64(blocks[min(depth, len(blocks) - 1)]))
             return next(url for url in order if url in available and self._workers[url].load <= mean), branch
-        low = min(self._workers[url].load for url in candidates)
-        tied = [url for url in candidates if self._workers[url].load == low]
+        low = min(self._rank(url) for url in candidates)  # "Prefill load": below the threshold too
+        tied = [url for url in candidates if self._rank(url) == low]
         if len(tied) > 1 and key is not None:
             return next(url for url in self.clockwise(key) if url in tied), branch
         if len(tied) > 1 and blocks:
@@ -608,13 +630,13 @@ class ReferenceRouter:
         """contract: "The bounded rule", steps 2-6, over the available workers, not counting this
         request, with "Key memory" before it and "Spill target" for step 4. Loads are weighted
         sums (contract: "Weighted leases")."""
-        loads = [self._workers[url].load for url in available]
+        loads = [self._measured(url) for url in available]
         min_load = min(loads)
         mean_load = sum(loads) / len(loads)
         bound = mean_load * self.max_load_skew
 
         def overloaded(url: str) -> bool:
-            load = self._workers[url].load
+            load = self._measured(url)
             return load - min_load > self.min_load_gap and load > bound
 
         last = self._remembered(key)
@@ -622,13 +644,13 @@ class ReferenceRouter:
             return last, preferred, "explicit_routing_key_remembered"
         if not overloaded(preferred):
             return preferred, preferred, "explicit_routing_key_hit"
-        eligible = [url for url in self.clockwise(key) if self._workers[url].healthy and self._workers[url].load <= bound]
+        eligible = [url for url in self.clockwise(key) if self._workers[url].healthy and self._measured(url) <= bound]
         if not eligible:
             return preferred, preferred, "explicit_routing_key_no_eligible_candidate"
         if self.spill_target == "clockwise":
             return eligible[0], preferred, "explicit_routing_key_spillover"
-        least = min(self._workers[url].load for url in eligible)
-        return next(url for url in eligible if self._workers[url].load == least), preferred, "explicit_routing_key_spillover"
+        least = min(self._rank(url) for url in eligible)
+        return next(url for url in eligible if self._rank(url) == least), preferred, "explicit_routing_key_spillover"
 
     # -- key memory (contract: "Key memory") -------------------------------------------------------
 
@@ -747,6 +769,8 @@ class ReferenceRouter:
     def _take(self, worker: ModelWorker, key: Optional[bytes], weight: int) -> int:
         worker.load += weight
         worker.requests += 1
+        worker.prefill_load += weight
+        worker.prefill_requests += 1
         if key is not None:
             worker.keys[key] = worker.keys.get(key, 0) + 1
         lease_id = next(self._ids)
@@ -761,6 +785,9 @@ class ReferenceRouter:
         worker = lease.worker
         worker.load -= lease.weight
         worker.requests -= 1
+        if lease.waiting:
+            worker.prefill_load -= lease.weight
+            worker.prefill_requests -= 1
         assert worker.load >= 0 and worker.requests >= 0, "negative load on %s" % worker.url
         if lease.key is not None:
             count = worker.keys[lease.key] - 1
@@ -768,6 +795,18 @@ class ReferenceRouter:
                 worker.keys[lease.key] = count
             else:
                 del worker.keys[lease.key]
+        return True
+
+
+    def first_token(self, lease_id: int) -> bool:
+        """contract: "Prefill load": the lease leaves its worker's prefill load, once; False for an
+        unknown, released or already marked lease."""
+        lease = self._leases.get(lease_id)
+        if lease is None or not lease.waiting:
+            return False
+        lease.waiting = False
+        lease.worker.prefill_load -= lease.weight
+        lease.worker.prefill_requests -= 1
         return True
 
 

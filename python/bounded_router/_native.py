@@ -38,7 +38,7 @@ __all__ = ["ABI_VERSION", "LIBRARY_ENV", "LIBRARY_NAME", "BrRequest", "Library",
 
 #: The ABI version this binding implements (``BR_ABI_VERSION`` of the header): the one constant
 #: a binding must hold itself, to know whether it can read the others.
-ABI_VERSION = 5
+ABI_VERSION = 6
 #: Environment variable naming another build of the library to load.
 LIBRARY_ENV = "BOUNDED_ROUTER_LIBRARY"
 #: File name of the library inside the package.
@@ -326,6 +326,11 @@ class Library:
     @_export(c_int32, c_uint64, c_uint64, c_int32)
     def br_finish(self, router: Any, lease: int, outcome: int) -> int:
         """Release a lease with its request's outcome (BR_OUTCOME_*): 1 if released, 0 if not."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_uint64, holds_gil=True)
+    def br_first_token(self, router: Any, lease: Any) -> int:
+        """Mark a lease as having seen its first token: 1 if marked, 0 if marked before or not active."""
         raise NotImplementedError
 
     @_export(c_int32, c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, c_int64, c_char_p, c_size_t, _u64p)

@@ -23,6 +23,7 @@ from ._encoding import DEFAULT_ROUTING_KEY_HEADERS
 from .health import DEFAULT_RETRY_MAX_RETRIES, CircuitBreakerConfig, HealthCheckConfig, RetryConfig
 from .policy import (
     ASSIGNMENT_MODES,
+    BALANCE_BY,
     DEFAULT_BLOCKS_PER_WORKER,
     DEFAULT_CACHE_THRESHOLD,
     DEFAULT_HASH_RING,
@@ -76,7 +77,7 @@ class RouterArgs:
 
     ``max_load_skew`` and ``min_load_gap`` apply to ``bounded_consistent_hashing`` and
     ``cache_aware``, ``spill_target`` and ``key_memory`` to ``bounded_consistent_hashing`` only,
-    ``blocks_per_worker`` to ``cache_aware`` only, ``hash_ring`` to the policies that hash keys,
+    ``blocks_per_worker`` to ``cache_aware`` only, ``balance_by`` to both bounded policies, ``hash_ring`` to the policies that hash keys,
     ``random_seed`` to ``random``, ``assignment_mode`` and ``max_keys`` to ``manual``; with
     another policy :meth:`Router.from_args <bounded_router.Router.from_args>` ignores them and
     warns about values that differ from the defaults (see
@@ -107,6 +108,7 @@ class RouterArgs:
     routing_key_headers: List[str] = dataclasses.field(default_factory=lambda: list(DEFAULT_ROUTING_KEY_HEADERS))
     blocks_per_worker: int = DEFAULT_BLOCKS_PER_WORKER
     cache_threshold: float = DEFAULT_CACHE_THRESHOLD
+    balance_by: str = BALANCE_BY[0]
     # Worker failures (docs/contract.md, "Worker failures"), SMG's names: probes, the circuit
     # breaker and the proxies' retries, all on unless disabled.
     health_check_endpoint: str = "/health"
@@ -270,6 +272,14 @@ class RouterArgs:
             default=RouterArgs.cache_threshold,
             help="cache_aware: a prefix hit needs more than this fraction of the request's blocks "
             "matched, from 0.0 to 1.0 (default: %(default)s, as SMG)",
+        )
+        add(
+            "balance-by",
+            type=str,
+            default=RouterArgs.balance_by,
+            choices=BALANCE_BY,
+            help="bounded_consistent_hashing and cache_aware: the load the bound weighs, every lease "
+            "in flight or only those waiting for their first token (default: %(default)s)",
         )
         _add_failure_args(add)
 

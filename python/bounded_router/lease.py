@@ -17,6 +17,7 @@ release the same request twice.
 
 from __future__ import annotations
 
+from ctypes import c_uint64
 from types import TracebackType
 from typing import (
     Any,
@@ -135,6 +136,28 @@ class Lease:
             native.hand_over()
         return True
 
+    def first_token(self) -> bool:
+        """Say that the worker's answer has begun (its first token or first byte); return True
+        if this call marked the lease.
+
+        The lease's weight then leaves its worker's prefill load (``WorkerInfo.prefill_load``),
+        the load a policy with ``balance_by="prefill"`` weighs (docs/contract.md, "Prefill
+        load"); its load and its place in flight stay until :meth:`release`. Idempotent and
+        thread-safe: later calls, and calls after the release, return False. One short call into the
+        library (the GIL held, as a route); :meth:`wrap_iter` and :meth:`wrap_aiter` make it
+        on the first item, the proxies on the worker's first body byte.
+
+        Raises:
+            ForkedProcessError: in a process forked after the lease was taken.
+        """
+        lease_id = self._id
+        native = self._native
+        if not lease_id or native.closed:
+            return False
+        # The request path's binding (see _native): ready-made uint64 arguments. A negative status
+        # (the router closed meanwhile by another thread) marked nothing.
+        return native.lib.br_first_token(native.handle_arg, c_uint64(lease_id)) == 1
+
     def fail(self) -> bool:
         """Release the lease as a failure of its worker: ``release(outcome="failure")``."""
         return self._finish("failure")
@@ -191,7 +214,8 @@ class Lease:
 
         The lease is released when the iterable is exhausted, when it raises, and when the
         returned generator is closed or garbage-collected (even before its first item), so a
-        streaming response body holds the lease exactly as long as it is being sent.
+        streaming response body holds the lease exactly as long as it is being sent. The first
+        item marks the lease's first token (:meth:`first_token`).
         """
         return LeasedIterator(self, iterable)
 
@@ -200,7 +224,8 @@ class Lease:
 
         The lease is released when the iterable is exhausted or raises, when the returned
         async generator is closed (``aclose()``) or garbage-collected, and when the task
-        iterating it is cancelled while waiting for an item.
+        iterating it is cancelled while waiting for an item. The first item marks the lease's
+        first token (:meth:`first_token`).
         """
         return LeasedAsyncIterator(self, iterable)
 
@@ -238,13 +263,14 @@ class LeasedIterator(Generator[T, None, None]):
     that closing it (or dropping it) before the first item also releases the lease.
     """
 
-    __slots__ = ("_lease", "_iterator", "_done")
+    __slots__ = ("_lease", "_iterator", "_done", "_started")
 
     def __init__(self, lease: Lease, iterable: Iterable[T]) -> None:
         # The iterator first: if iterable is not iterable, no half-built wrapper releases the lease.
         self._iterator: Any = iter(iterable)
         self._lease = lease
         self._done = False
+        self._started = False
 
     def _finish(self) -> None:
         self._done = True
@@ -254,9 +280,11 @@ class LeasedIterator(Generator[T, None, None]):
         if self._done:
             raise StopIteration
         try:
-            if value is None:
-                return cast(T, next(self._iterator))
-            return cast(T, self._iterator.send(value))
+            item = next(self._iterator) if value is None else self._iterator.send(value)
+            if not self._started:  # the first item is the answer's first token
+                self._started = True
+                self._lease.first_token()
+            return cast(T, item)
         except BaseException:
             self._finish()
             raise
@@ -303,7 +331,7 @@ class LeasedAsyncIterator(AsyncGenerator[T, None]):
     item.
     """
 
-    __slots__ = ("_lease", "_iterator", "_done")
+    __slots__ = ("_lease", "_iterator", "_done", "_started")
 
     def __init__(self, lease: Lease, iterable: AsyncIterable[T]) -> None:
         try:
@@ -313,6 +341,7 @@ class LeasedAsyncIterator(AsyncGenerator[T, None]):
         self._iterator: Any = make_iterator(iterable)
         self._lease = lease
         self._done = False
+        self._started = False
 
     def _finish(self) -> None:
         self._done = True
@@ -322,9 +351,11 @@ class LeasedAsyncIterator(AsyncGenerator[T, None]):
         if self._done:
             raise StopAsyncIteration
         try:
-            if value is None:
-                return cast(T, await self._iterator.__anext__())
-            return cast(T, await self._iterator.asend(value))
+            item = await (self._iterator.__anext__() if value is None else self._iterator.asend(value))
+            if not self._started:  # the first item is the answer's first token
+                self._started = True
+                self._lease.first_token()
+            return cast(T, item)
         except BaseException:  # StopAsyncIteration, an error, or CancelledError
             self._finish()
             raise

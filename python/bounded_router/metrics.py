@@ -74,6 +74,12 @@ _FAMILIES: Tuple[Tuple[str, str, str], ...] = (
     ),
     ("worker_ejections_total", "counter", "Times the worker's circuit breaker opened."),
     ("worker_probes_total", "counter", "Health-check probes of the worker, by result: passed or failed."),
+    (
+        "worker_prefill_load",
+        "gauge",
+        "Weight of the leases held on the worker that have not seen their first token: its prefill queue.",
+    ),
+    ("worker_prefill_requests", "gauge", "Leases held on the worker that have not seen their first token."),
 )
 
 # The worker conditions, in the library's order (docs/contract.md, "Worker failures").
@@ -148,6 +154,8 @@ def _collect(stats: Statistics, labels: Dict[str, str]) -> Dict[str, List[Sample
         samples["worker_ejections_total"].append((worker_labels, worker.ejections))
         samples["worker_probes_total"].append((dict(worker_labels, result="passed"), worker.probes_passed))
         samples["worker_probes_total"].append((dict(worker_labels, result="failed"), worker.probes_failed))
+        samples["worker_prefill_load"].append((worker_labels, worker.prefill_load))
+        samples["worker_prefill_requests"].append((worker_labels, worker.prefill_requests))
     samples["active_leases"].append((labels, stats.active_leases))
     samples["leaked_leases_total"].append((labels, stats.leaked_leases))
     samples["prefix_blocks_total"].append((labels, stats.prefix_blocks))

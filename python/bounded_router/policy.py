@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_HASH_RING",
     "HASH_RINGS",
     "SPILL_TARGETS",
+    "BALANCE_BY",
     "MAX_KEY_MEMORY",
     "MAX_SEED",
     "ASSIGNMENT_MODES",
@@ -62,6 +63,11 @@ DEFAULT_HASH_RING = HASH_RINGS[0]
 #: Where a bounded request that spills goes: the first eligible worker clockwise from the key
 #: (the default) or the least loaded eligible one (docs/contract.md, "Spill target").
 SPILL_TARGETS = ("clockwise", "least_loaded")
+#: The load the bound of ``bounded_consistent_hashing`` and ``cache_aware`` weighs: ``"in_flight"``
+#: (the default: every lease from route to release) or ``"prefill"`` (the leases that have not
+#: seen their first token, :meth:`Lease.first_token <bounded_router.Lease.first_token>`; see
+#: docs/contract.md, "Prefill load").
+BALANCE_BY = ("in_flight", "prefill")
 #: The most routing keys a router may remember the last worker of (docs/contract.md, "Key memory").
 MAX_KEY_MEMORY = 1 << 22
 #: The largest seed of the ``random`` policy (seeds are unsigned 64-bit integers).
@@ -157,6 +163,12 @@ def _check_hash_ring(value: Any) -> str:
 def _check_spill_target(value: Any) -> str:
     if not isinstance(value, str) or value not in SPILL_TARGETS:
         raise ValueError("spill_target must be one of %s, got %r" % (", ".join(map(repr, SPILL_TARGETS)), value))
+    return value
+
+
+def _check_balance_by(value: Any) -> str:
+    if not isinstance(value, str) or value not in BALANCE_BY:
+        raise ValueError("balance_by must be one of %s, got %r" % (", ".join(map(repr, BALANCE_BY)), value))
     return value
 
 
@@ -288,6 +300,8 @@ class BoundedConsistentHashingConfig:
         hash_ring: ``"xxh64"`` (default) or ``"smg"``, SMG's ring (see :data:`HASH_RINGS`).
         spill_target: ``"clockwise"`` (default) or ``"least_loaded"``: where a spill goes.
         key_memory: how many routing keys to remember the last worker of (0, the default: none).
+        balance_by: ``"in_flight"`` (default) or ``"prefill"``: the load the spill test weighs
+            (see :data:`BALANCE_BY`).
 
     Raises:
         ValueError: naming the field and its rule when a value breaks it.
@@ -298,6 +312,7 @@ class BoundedConsistentHashingConfig:
     hash_ring: str = DEFAULT_HASH_RING
     spill_target: str = SPILL_TARGETS[0]
     key_memory: int = 0
+    balance_by: str = BALANCE_BY[0]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_load_skew", _check_max_load_skew(self.max_load_skew))
@@ -305,6 +320,7 @@ class BoundedConsistentHashingConfig:
         _check_hash_ring(self.hash_ring)
         _check_spill_target(self.spill_target)
         object.__setattr__(self, "key_memory", _check_key_memory(self.key_memory))
+        _check_balance_by(self.balance_by)
 
     @property
     def policy_type(self) -> PolicyType:
@@ -398,6 +414,10 @@ class CacheAwareConfig:
         hash_ring: ``"xxh64"`` (default) or ``"smg"`` (see :data:`HASH_RINGS`).
         cache_threshold: SMG's name and default (0.3): a prefix hit needs more than this
             fraction of the request's blocks matched, a number from 0.0 to 1.0.
+        balance_by: ``"in_flight"`` (default) or ``"prefill"``: the load the bound and the
+            least-loaded choices weigh (see :data:`BALANCE_BY`). With ``"prefill"`` and prompt
+            tokens as lease weights, ``min_load_gap=131072, max_load_skew=1.0`` are the settings
+            measured in docs/trace-replay.md.
 
     Raises:
         ValueError: naming the field and its rule when a value breaks it.
@@ -408,6 +428,7 @@ class CacheAwareConfig:
     blocks_per_worker: int = DEFAULT_BLOCKS_PER_WORKER
     hash_ring: str = DEFAULT_HASH_RING
     cache_threshold: float = DEFAULT_CACHE_THRESHOLD
+    balance_by: str = BALANCE_BY[0]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_load_skew", _check_max_load_skew(self.max_load_skew))
@@ -415,6 +436,7 @@ class CacheAwareConfig:
         object.__setattr__(self, "blocks_per_worker", _check_blocks_per_worker(self.blocks_per_worker))
         _check_hash_ring(self.hash_ring)
         object.__setattr__(self, "cache_threshold", _check_cache_threshold(self.cache_threshold))
+        _check_balance_by(self.balance_by)
 
     @property
     def policy_type(self) -> PolicyType:
@@ -496,6 +518,7 @@ _SETTINGS: Dict[str, Tuple[Any, Tuple[PolicyType, ...]]] = {
     "hash_ring": (DEFAULT_HASH_RING, (PolicyType.ConsistentHashing,) + _BOUNDED),
     "spill_target": (SPILL_TARGETS[0], (PolicyType.BoundedConsistentHashing,)),
     "key_memory": (0, (PolicyType.BoundedConsistentHashing,)),
+    "balance_by": (BALANCE_BY[0], _BOUNDED),
     "seed": (None, (PolicyType.Random,)),
     "assignment_mode": (ASSIGNMENT_MODES[0], (PolicyType.Manual,)),
     "max_keys": (DEFAULT_MAX_KEYS, (PolicyType.Manual,)),
@@ -508,7 +531,7 @@ def resolve_policy(policy: Any, **settings: Any) -> PolicyConfig:
     """The typed config of ``policy`` (a :class:`PolicyType`, a policy name or a typed config)
     with the settings given next to it (``max_load_skew``, ``min_load_gap``, ``hash_ring``,
     ``spill_target``, ``key_memory``, ``seed``, ``assignment_mode``, ``max_keys``,
-    ``blocks_per_worker``, ``cache_threshold``; None: the default).
+    ``blocks_per_worker``, ``cache_threshold``, ``balance_by``; None: the default).
 
     A setting the policy does not have is accepted and ignored, as ``sglang_router`` does, so
     that a launcher can switch ``--policy`` while passing the same flags; one

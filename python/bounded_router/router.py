@@ -134,6 +134,9 @@ class Router:
             ``min_load_gap`` apply to ``cache_aware`` too.
         cache_threshold: ``cache_aware``: a prefix hit needs more than this fraction of the
             request's blocks matched (default 0.3, SMG's; docs/contract.md, "cache_aware").
+        balance_by: ``bounded_consistent_hashing`` and ``cache_aware``: the load the bound
+            weighs, ``"in_flight"`` (default) or ``"prefill"``, the leases not yet past their
+            first token (:meth:`Lease.first_token`; docs/contract.md, "Prefill load").
         health_check: a :class:`HealthCheckConfig` (or True for its defaults) to probe the
             workers from the library's own threads; None (default) probes nothing.
         circuit_breaker: a :class:`CircuitBreakerConfig`; None (default) its defaults, False
@@ -166,6 +169,7 @@ class Router:
         routing_key_headers: Optional[Sequence[str]] = None,
         blocks_per_worker: Optional[int] = None,
         cache_threshold: Optional[float] = None,
+        balance_by: Optional[str] = None,
         health_check: Union[HealthCheckConfig, bool, None] = None,
         circuit_breaker: Union[CircuitBreakerConfig, bool, None] = None,
         kv_events: Optional[Mapping[str, str]] = None,
@@ -183,6 +187,7 @@ class Router:
             max_keys=max_keys,
             blocks_per_worker=blocks_per_worker,
             cache_threshold=cache_threshold,
+            balance_by=balance_by,
         )
         if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int):
             raise ValueError("virtual_nodes must be an integer, got %r" % (virtual_nodes,))
@@ -233,6 +238,7 @@ class Router:
             routing_key_headers=args.routing_key_headers,
             blocks_per_worker=args.blocks_per_worker,
             cache_threshold=args.cache_threshold,
+            balance_by=args.balance_by,
             health_check=args.health_check_config(),
             circuit_breaker=args.circuit_breaker_config(),
         )

@@ -33,6 +33,10 @@ class WorkerInfo:
         outcomes: its released requests by outcome (``success``, ``failure``, ``pushback``,
             ``neutral``).
         probes_passed, probes_failed: its health-check probes.
+        prefill_load: the sum of the weights of its leases that have not seen their first token
+            (:meth:`Lease.first_token <bounded_router.Lease.first_token>`; docs/contract.md,
+            "Prefill load"): its prefill queue as this process counts it.
+        prefill_requests: the number of those leases.
     """
 
     url: str
@@ -48,6 +52,8 @@ class WorkerInfo:
     outcomes: Mapping[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     probes_passed: int = 0
     probes_failed: int = 0
+    prefill_load: int = 0
+    prefill_requests: int = 0
 
     @classmethod
     def from_json(cls, state: Mapping[str, Any]) -> WorkerInfo:
@@ -66,6 +72,8 @@ class WorkerInfo:
             dict(state["outcomes"]),
             state["probes"]["passed"],
             state["probes"]["failed"],
+            state["prefill_load"],
+            state["prefill_requests"],
         )
 
 

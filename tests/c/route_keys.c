@@ -27,8 +27,8 @@ static int32_t route(uint64_t router, const char *key, uint64_t out[2]) {
 static uint32_t chosen(const uint64_t out[2]) { return (uint32_t)out[1]; }
 static uint32_t preferred(const uint64_t out[2]) { return (uint32_t)(out[1] >> 32); }
 
-// The weight a worker carries, read from br_workers_json: the "load" after its "url".
-static long long load_of(uint64_t router, const char *url) {
+// A number of a worker read from br_workers_json: the field (e.g. "\"load\":") after its "url".
+static long long field_of(uint64_t router, const char *url, const char *field) {
 	char json[4096];
 	int64_t n = br_workers_json(router, json, sizeof json - 1);
 	if (n <= 0 || n >= (int64_t)sizeof json) {
@@ -36,9 +36,12 @@ static long long load_of(uint64_t router, const char *url) {
 	}
 	json[n] = '\0';
 	const char *at = strstr(json, url);
-	const char *load = at ? strstr(at, "\"load\":") : NULL;
-	return load ? atoll(load + 7) : -1;
+	const char *value = at ? strstr(at, field) : NULL;
+	return value ? atoll(value + strlen(field)) : -1;
 }
+
+// The weight a worker carries.
+static long long load_of(uint64_t router, const char *url) { return field_of(router, url, "\"load\":"); }
 
 static const char *url_of(uint64_t router, uint64_t lease) {
 	static char json[512];
@@ -162,6 +165,22 @@ static void check_worker_failures(void) {
 	CHECK(br_router_free(router) == BR_OK, "free");
 }
 
+// docs/contract.md, "Prefill load": br_first_token takes a lease's weight off its worker's
+// prefill load, once.
+static void check_first_token(void) {
+	const char *config = "{\"worker_urls\": [\"http://127.0.0.1:9\"], \"policy\": {\"type\": \"cache_aware\", \"balance_by\": \"prefill\"}}";
+	uint64_t router = 0, lease[2];
+	CHECK(br_router_new(config, strlen(config), &router) == BR_OK, "router_new with balance_by");
+	CHECK(br_acquire(router, "http://127.0.0.1:9", 18, NULL, 0, 40, lease) == BR_OK, "acquire");
+	CHECK(field_of(router, "http://127.0.0.1:9", "\"prefill_load\":") == 40, "prefill load before the first token");
+	CHECK(br_first_token(router, lease[0]) == 1 && br_first_token(router, lease[0]) == 0, "first token once");
+	CHECK(field_of(router, "http://127.0.0.1:9", "\"prefill_load\":") == 0, "prefill load after it");
+	CHECK(load_of(router, "http://127.0.0.1:9") == 40, "the load keeps the lease");
+	CHECK(br_release(router, lease[0]) == 1 && br_first_token(router, lease[0]) == 0, "a released lease");
+	CHECK(br_first_token(0, lease[0]) == BR_ERR_INVALID_HANDLE, "a bad handle");
+	CHECK(br_router_free(router) == BR_OK, "free");
+}
+
 int main(void) {
 	CHECK(br_abi_version() == BR_ABI_VERSION, "abi version %u", br_abi_version());
 	char constants[4096];
@@ -279,6 +298,7 @@ int main(void) {
 	CHECK(br_prefix_blocks("abc", 3, 4, NULL, 0) == 0, "no full block: nothing to write");
 	check_weighted_requests();
 	check_worker_failures();
+	check_first_token();
 	// manual with routing_key_headers through the JSON config: a key read from X-Session-Id keeps
 	// its worker; its branch code (above 15) survives the packed decision's branch bits.
 	const char *manual_config =

@@ -14,6 +14,8 @@ Operations are plain tuples so that hypothesis can generate and shrink them and 
     ("rerelease", i)                 release an already released lease again (a no-op)
     ("release_many", indices)        release_many of those held leases (and a released one)
     ("acquire", url, key[, weight])  acquire(url, key, weight=weight or 1)
+    ("first_token", i)               mark held lease number i (mod the number held) past its
+                                     first token (a second mark is a no-op on both sides)
     ("add", url) / ("remove", url)   add_worker / remove_worker
     ("set", urls)                    set_workers(urls) (may hold duplicates: an error)
     ("health", url, healthy)         set_healthy
@@ -78,8 +80,11 @@ HEADER_VALUES: List[Any] = [
 ]
 # A policy name, or name/assignment_mode/max_keys for manual; "+session" makes the router read
 # the key from X-Session-Id, then X-SMG-Routing-Key (routing_key_headers).
-# cache_aware/T sets its cache_threshold to T (else the default, 0.3).
+# cache_aware/T sets its cache_threshold to T (else the default, 0.3); "@prefill" sets balance_by
+# to prefill (contract: "Prefill load").
 POLICIES = ["bounded_consistent_hashing"] * 3 + ["cache_aware", "cache_aware/0", "cache_aware/0.6"] + [
+    "bounded_consistent_hashing@prefill",
+    "cache_aware@prefill",
     "consistent_hashing",
     "random",
     "round_robin",
@@ -147,6 +152,9 @@ class Differential:
     ) -> None:
         kwargs: dict = {}
         policy, _, session = policy.partition("+")
+        policy, _, measure = policy.partition("@")
+        if measure:
+            kwargs["balance_by"] = measure
         if session:
             kwargs["routing_key_headers"] = SESSION_HEADERS
         if policy == "bounded_consistent_hashing":
@@ -209,6 +217,11 @@ class Differential:
                 lease, model_id = self.released[op[1] % len(self.released)]
                 self.check(lease.release() is False, "a second release reported it released")
                 self.check(self.model.release(model_id) is False, "model: a second release")
+        elif kind == "first_token":
+            if self.held:
+                lease, model_id = self.held[op[1] % len(self.held)]
+                marked = lease.first_token()
+                self.check(marked == self.model.first_token(model_id), "first_token: library %r, model differs" % marked)
         elif kind == "acquire":
             weight = op[3] if len(op) > 3 and op[3] is not None else 1
             self._both(lambda r: r.acquire(op[1], op[2], weight=weight), lambda m: m.acquire(op[1], op[2], weight), keep=True)
@@ -318,6 +331,8 @@ class Differential:
         self.check(lib == model, "workers (url, healthy, load, active keys): library %r, model %r" % (lib, model))
         self.check(self.lib.in_flight() == self.model.in_flight(), "in flight: library %r, model %r" % (self.lib.in_flight(), self.model.in_flight()))
         stats = self.lib.statistics()
+        prefill = [(w.prefill_load, w.prefill_requests) for w in stats.workers]
+        self.check(prefill == self.model.prefill(), "prefill load, requests: library %r, model %r" % (prefill, self.model.prefill()))
         indexed = [w.indexed_blocks for w in stats.workers]
         self.check(indexed == self.model.indexed_blocks(), "indexed blocks: library %r, model %r" % (indexed, self.model.indexed_blocks()))
         self.check(all(n <= BLOCKS_PER_WORKER for n in indexed), "an index holds more than blocks_per_worker: %r" % indexed)
@@ -364,8 +379,8 @@ def random_headers(rng: random.Random) -> list:
 def random_operation(rng: random.Random) -> Tuple[Any, ...]:
     kind = rng.choices(
         ["route", "route_h", "route_many", "select", "release", "release_many", "rerelease", "acquire", "add", "remove", "set", "health",
-         "route_p", "route_many_p", "select_p", "store", "unstore", "clear"],
-        weights=[30, 12, 4, 8, 24, 3, 2, 3, 4, 3, 2, 8, 40, 4, 6, 8, 5, 1],
+         "route_p", "route_many_p", "select_p", "store", "unstore", "clear", "first_token"],
+        weights=[30, 12, 4, 8, 24, 3, 2, 3, 4, 3, 2, 8, 40, 4, 6, 8, 5, 1, 30],
     )[0]
     key = rng.choice(KEYS + [None])
     url = rng.choice(URLS + [""] + SPELLINGS)  # "" is never a member: an error everywhere
@@ -392,7 +407,7 @@ def random_operation(rng: random.Random) -> Tuple[Any, ...]:
         return ("route_many", keys, None if rng.random() < 0.5 else [rng.choice(WEIGHTS) or 1 for _ in keys])
     if kind == "release_many":
         return ("release_many", [rng.randrange(1000) for _ in range(rng.randint(0, 6))])
-    if kind in ("release", "rerelease"):
+    if kind in ("release", "rerelease", "first_token"):
         return (kind, rng.randrange(1000))
     if kind == "acquire":
         return ("acquire", url, key, rng.choice(WEIGHTS))

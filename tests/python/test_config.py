@@ -108,11 +108,11 @@ def test_skew_accepted_iff_finite_and_at_least_one(value):
         (ConsistentHashingConfig(hash_ring="smg"), {"type": "consistent_hashing", "hash_ring": "smg"}),
         (
             BoundedConsistentHashingConfig(),
-            {"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2, "hash_ring": "xxh64", "spill_target": "clockwise", "key_memory": 0},
+            {"type": "bounded_consistent_hashing", "max_load_skew": 1.5, "min_load_gap": 2, "hash_ring": "xxh64", "spill_target": "clockwise", "key_memory": 0, "balance_by": "in_flight"},
         ),
         (
             BoundedConsistentHashingConfig(max_load_skew=3, min_load_gap=0, hash_ring="smg"),
-            {"type": "bounded_consistent_hashing", "max_load_skew": 3.0, "min_load_gap": 0, "hash_ring": "smg", "spill_target": "clockwise", "key_memory": 0},
+            {"type": "bounded_consistent_hashing", "max_load_skew": 3.0, "min_load_gap": 0, "hash_ring": "smg", "spill_target": "clockwise", "key_memory": 0, "balance_by": "in_flight"},
         ),
     ],
 )

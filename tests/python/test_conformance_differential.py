@@ -5,7 +5,7 @@ Every decision (worker, preferred worker and branch; for random choices the bran
 then taking the library's worker), every error, and every worker's health, load and active key
 count after every step must agree. Hypothesis generates short sequences it can shrink to a
 minimal failing one; a seeded generator adds long ones: 40,000 operations in CI, with random
-weights, every option of bounded_consistent_hashing and both rings.
+weights, first tokens, every option of bounded_consistent_hashing (balance_by included) and both rings.
 """
 
 from __future__ import annotations
@@ -64,6 +64,8 @@ operations = st.one_of(
     st.tuples(st.just("release"), index),
     st.tuples(st.just("release"), index),
     st.tuples(st.just("rerelease"), index),
+    st.tuples(st.just("first_token"), index),
+    st.tuples(st.just("first_token"), index),
     st.tuples(st.just("acquire"), urls, keys, weights),
     st.tuples(st.just("add"), urls),
     st.tuples(st.just("remove"), urls),
@@ -161,7 +163,7 @@ def test_cache_aware_sequences_match_the_model():
         rng = random.Random(1000 + seed)
         workers, _, skew, gap, vnodes, ring, _, _ = random_config(rng)
         workers = workers or URLS[:3]
-        policy = ("cache_aware", "cache_aware/0")[seed % 2]  # SMG's default threshold, and none
+        policy = ("cache_aware", "cache_aware/0", "cache_aware@prefill")[seed % 3]  # SMG's threshold, none, the prefill load
         config = (workers, policy, skew, gap, vnodes, ring, "clockwise", 0)
         operations, branches = run_sequence(config, [random_operation(rng) for _ in range(SEEDED_LENGTH)])
         total += operations

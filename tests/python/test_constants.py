@@ -94,6 +94,7 @@ def test_python_defaults_are_the_library_defaults(constants):
     assert policy.SPILL_TARGETS == tuple(constants["spill_targets"])
     assert policy.SPILL_TARGETS[0] == defaults["spill_target"] and defaults["key_memory"] == 0
     assert policy.MAX_KEY_MEMORY == constants["limits"]["max_key_memory"]
+    assert policy.BALANCE_BY == tuple(constants["balance_by"]) and policy.BALANCE_BY[0] == defaults["balance_by"]
     assert BoundedConsistentHashingConfig() == BoundedConsistentHashingConfig(defaults["max_load_skew"], defaults["min_load_gap"])
     args = RouterArgs()
     assert (args.policy, args.max_load_skew, args.min_load_gap, args.virtual_nodes) == (
@@ -106,6 +107,7 @@ def test_python_defaults_are_the_library_defaults(constants):
         assert router.policy.to_dict() == {
             "type": defaults["policy"], "max_load_skew": 1.5, "min_load_gap": 2, "hash_ring": defaults["hash_ring"],
             "spill_target": defaults["spill_target"], "key_memory": defaults["key_memory"],
+            "balance_by": defaults["balance_by"],
         }
 
 

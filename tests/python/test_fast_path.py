@@ -218,7 +218,7 @@ def test_request_path_keeps_the_gil_and_the_rest_releases_it():
     keeps_gil = ctypes._FUNCFLAG_PYTHONAPI  # what PyDLL sets on its functions
     request_path = [name for name, export in _native.EXPORTS.items() if export.holds_gil]
     assert sorted(request_path) == [
-        "br_release_many", "br_release_then_route", "br_release_then_route_key", "br_release_then_route_request", "br_route_keys",
+        "br_first_token", "br_release_many", "br_release_then_route", "br_release_then_route_key", "br_release_then_route_request", "br_route_keys",
         "br_route_request", "br_route_requests", "br_route_weighted_keys",
     ]  # fmt: skip
     assert all(getattr(lib, name)._flags_ & keeps_gil for name in request_path)

@@ -9,18 +9,23 @@ test_integrations_asgi.py and test_integrations_aiohttp.py."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from typing import Any, List
 
 import httpx
 import pytest
+from edge_support import connect, http_request
 from integration_support import (  # noqa: F401 - client, endings, fast_worker, serve_proxy, slow_worker are fixtures
     ProxyServer,
+    aiohttp_app,
     client,
     completion,
     endings,
     events,
     fast_worker,
+    serve_aiohttp,
+    serve_asgi,
     serve_proxy,
     slow_worker,
     streamed_text,
@@ -29,6 +34,11 @@ from integration_support import (  # noqa: F401 - client, endings, fast_worker, 
     worker_stats,
 )
 from reference_model import ReferenceRouter
+
+from echo_worker import EchoWorker
+
+from bounded_router import Router
+from bounded_router.integrations.asgi import ASGIProxy
 
 from bounded_router.testing.mock_worker import expected_text
 
@@ -133,3 +143,29 @@ def test_unreachable_worker_is_a_502_naming_it_when_exposed_and_releases(serve_p
         assert r.json()["error"] == "worker did not answer"
         assert "Connect" in r.json()["detail"]
         assert router.active_leases() == 0
+
+
+@pytest.mark.parametrize("framework", ["asgi", "aiohttp"])
+@pytest.mark.parametrize("phase, waiting", [("_hang", 1), ("_stream", 0)])
+def test_the_workers_first_body_byte_marks_the_first_token(framework: str, phase: str, waiting: int) -> None:
+    # docs/contract.md, "Prefill load": /v1/_hang never answers, so its lease waits for its first
+    # token; /v1/_stream sends its head and one chunk, which the client reads: the lease is past
+    # its first token and still held. No timing: each state is reached before it is read. The
+    # proxies serve every path here (the ASGI proxy as the app itself).
+    worker = EchoWorker().start()
+    try:
+        with Router([worker.url]) as router:
+            app = ASGIProxy(router) if framework == "asgi" else aiohttp_app(router)[0]
+            with (serve_asgi if framework == "asgi" else serve_aiohttp)(app) as url:
+                with contextlib.closing(connect(url)) as sock:
+                    sock.sendall(http_request("POST", "/v1/" + phase, body=b"{}"))
+                    wait_for(lambda: len(worker.received) == 1, "the request to reach the worker")
+                    received = b""
+                    while phase == "_stream" and b"data: " not in received:
+                        received += sock.recv(4096)
+                    (info,) = router.workers()
+                    assert (info.requests, info.prefill_requests, info.prefill_load) == (1, waiting, waiting)
+                wait_released(router)
+                assert router.workers()[0].prefill_requests == 0
+    finally:
+        worker.stop()

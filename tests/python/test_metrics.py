@@ -47,6 +47,8 @@ def test_families_and_types_by_the_reference_parser() -> None:
         "bounded_router_worker_condition": "gauge",
         "bounded_router_worker_ejections": "counter",
         "bounded_router_worker_probes": "counter",
+        "bounded_router_worker_prefill_load": "gauge",
+        "bounded_router_worker_prefill_requests": "gauge",
     }
 
 
@@ -62,7 +64,7 @@ def test_every_line_is_valid_exposition_and_each_family_is_declared_once() -> No
             assert line.split()[3] in ("counter", "gauge")
         else:
             assert _SAMPLE.match(line), line
-    assert len(declared) == len(set(declared)) == 15
+    assert len(declared) == len(set(declared)) == 17
     for name in declared:
         if name.endswith("_total"):
             assert "# TYPE %s counter" % name in text

@@ -141,7 +141,7 @@ def test_set_workers_keeps_state_of_workers_that_stay(make_router):
     router.set_healthy(W[2], False)
     router.set_workers([W[2], W[1], W[4]])
     info = {w.url: w for w in router.workers()}
-    assert info[W[1]] == WorkerInfo(W[1], True, 2, 0, 2, routed=2)
+    assert info[W[1]] == WorkerInfo(W[1], True, 2, 0, 2, routed=2, prefill_load=2, prefill_requests=2)
     assert info[W[2]] == WorkerInfo(W[2], False, 0, 0, 0, condition="unhealthy_user")
     assert info[W[4]] == WorkerInfo(W[4], True, 0, 0, 0)
     for lease in held:

@@ -290,7 +290,7 @@ def test_token_weights_spill_a_request_that_request_counts_keep() -> None:
             dict(policy="bounded_consistent_hashing", min_load_gap=2, max_load_skew=1.5, weights="bytes"),
             "weights must be one of requests, tokens",
         ),
-        (dict(policy="consistent_hashing", weights="tokens"), "weights apply only to bounded_consistent_hashing"),
+        (dict(policy="consistent_hashing", weights="tokens"), "weights apply only to bounded_consistent_hashing and cache_aware"),
     ],
 )
 def test_bad_weights_are_refused_naming_the_setting(settings: Dict[str, object], message: str) -> None:
@@ -444,6 +444,7 @@ def test_cache_aware_rows_build_the_library_policy_with_the_simulated_cache_as_i
         (dict(policy="cache_aware"), "cache_aware needs min_load_gap and max_load_skew"),
         (dict(policy="bounded_consistent_hashing", min_load_gap=2, max_load_skew=1.5, blocks_per_worker=4), "apply only to cache_aware"),
         (dict(policy="consistent_hashing", keyed=True), "apply only to cache_aware"),
+        (dict(policy="consistent_hashing", balance_by="prefill"), "balance_by applies only to bounded_consistent_hashing and cache_aware"),
     ],
 )
 def test_cache_aware_settings_are_checked(kwargs: dict, message: str) -> None:
@@ -462,6 +463,40 @@ def test_cache_aware_sends_a_request_where_the_router_sent_its_prefix() -> None:
     assert result.branches["cache_aware_prefix_hit"] == 1 and result.branches["cache_aware_no_match"] == 2
     assert result.cached_tokens == 4  # C reuses A's two blocks
     assert result.leaked_leases == 0 and set(result.final_loads.values()) == {0}
+
+
+@pytest.mark.parametrize("balance_by, same_worker, branch", [("in_flight", False, "cache_aware_balance"), ("prefill", True, "cache_aware_prefix_hit")])
+def test_the_replay_marks_first_tokens_for_the_prefill_load(balance_by: str, same_worker: bool, branch: str) -> None:
+    # A has its first token at 5 ms and decodes 50 tokens until about 80 ms; B, with A's two
+    # blocks, arrives at 20 ms. In flight (gap 0) A's worker carries 1 against 0 and B leaves A's
+    # cache; with the prefill load A is past its first token and B goes where its prefix is.
+    lines = [_line(0, 4, 50, [1, 2]), _line(20, 6, 1, [1, 2, 11])]
+    config = ReplayConfig(workers=2, load=None, cache_blocks=16, costs=SIMPLE)
+    result = replay(ReplayPolicy("cache_aware", 0, 1.0, balance_by=balance_by), _trace(lines), config)
+    assert (result.placements[1] == result.placements[0]) is same_worker
+    assert result.branches[branch] == 1
+    assert result.leaked_leases == 0 and set(result.final_loads.values()) == {0}
+
+
+def test_cache_aware_rows_with_the_prefill_load_and_token_weights() -> None:
+    from bounded_router.simulate.replay_cli import replay_policies
+
+    rows = replay_policies([2], 1.5, [8], cache_aware=True, cache_aware_gaps=[131072], cache_aware_skew=1.0,
+                           cache_aware_balance_by="prefill", cache_aware_weights="tokens")  # fmt: skip
+    (row,) = [r for r in rows if r.policy == "cache_aware"]
+    assert row.label == "cache_aware gap=131072 skew=1 load=prefill weights=tokens"
+    router = row.make_router(["http://127.0.0.1:9"], 4)
+    assert router is not None and router.policy.balance_by == "prefill"
+    router.close()
+    rows = replay_policies([2], 1.5, [8], token_gaps=[131072], token_skew=1.5, spill_target="least_loaded", balance_by="prefill")
+    bounded = [r for r in rows if r.policy == "bounded_consistent_hashing" and r.balance_by == "prefill"]
+    assert [r.label for r in bounded] == [
+        "bounded gap=2 skew=1.5 spill=least_loaded load=prefill",
+        "bounded gap=131072 skew=1.5 spill=least_loaded load=prefill weights=tokens",
+    ]
+    router = bounded[1].make_router(["http://127.0.0.1:9"], 4)
+    assert router is not None and router.policy.balance_by == "prefill"
+    router.close()
 
 
 def test_keyed_cache_aware_routes_an_unmatched_request_by_its_key() -> None:

@@ -280,6 +280,7 @@ class AiohttpProxy:
         return response
 
     async def _copy_body(self, upstream: aiohttp.ClientResponse, response: web.StreamResponse, lease: Lease) -> None:
+        first = True
         while True:
             try:
                 async with timeout(self.options.idle_timeout):
@@ -288,6 +289,9 @@ class AiohttpProxy:
                 raise WorkerStreamError(lease.worker_url, e) from e
             if not chunk:
                 return
+            if first:  # the worker's first body byte (contract: Prefill load)
+                first = False
+                lease.first_token()
             await response.write(chunk)
 
 

@@ -142,7 +142,11 @@ class _LeasedResponse(Response):
                 try:
                     await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
                     chunks = cast(AsyncIterable[bytes], self.upstream.stream).__aiter__()
+                    first = True
                     while (chunk := await _next_chunk(chunks, self.idle_timeout)) is not None:
+                        if chunk and first:  # the worker's first body byte (contract: Prefill load)
+                            first = False
+                            self.lease.first_token()
                         if chunk:
                             await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     await send({"type": "http.response.body", "body": b"", "more_body": False})

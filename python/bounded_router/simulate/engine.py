@@ -34,7 +34,7 @@ _POLICIES = _HASHING + ("round_robin", "random", "power_of_two", "least_load", "
 @dataclass(frozen=True)
 class PolicySpec:
     """A routing policy to simulate, with its settings: ``min_load_gap``, ``max_load_skew``,
-    ``spill_target`` and ``key_memory`` for ``bounded_consistent_hashing``, ``hash_ring``
+    ``spill_target``, ``key_memory`` and ``balance_by`` for ``bounded_consistent_hashing``, ``hash_ring``
     (``"xxh64"`` or ``"smg"``) for both hashing policies, ``assignment_mode`` and ``max_keys``
     for ``manual`` (None: the defaults)."""
 
@@ -46,6 +46,7 @@ class PolicySpec:
     key_memory: int = 0
     assignment_mode: Optional[str] = None
     max_keys: Optional[int] = None
+    balance_by: str = "in_flight"
 
     def __post_init__(self) -> None:
         if self.policy not in _POLICIES:
@@ -53,9 +54,15 @@ class PolicySpec:
         bounded = self.policy == "bounded_consistent_hashing"
         if bounded and (self.min_load_gap is None or self.max_load_skew is None):
             raise ValueError("bounded_consistent_hashing needs min_load_gap and max_load_skew")
-        if not bounded and (self.min_load_gap, self.max_load_skew, self.spill_target, self.key_memory) != (None, None, "clockwise", 0):
+        if not bounded and (self.min_load_gap, self.max_load_skew, self.spill_target, self.key_memory, self.balance_by) != (
+            None,
+            None,
+            "clockwise",
+            0,
+            "in_flight",
+        ):
             raise ValueError(
-                "min_load_gap, max_load_skew, spill_target and key_memory apply only to bounded_consistent_hashing, not %s"
+                "min_load_gap, max_load_skew, spill_target, key_memory and balance_by apply only to bounded_consistent_hashing, not %s"
                 % self.policy
             )
         if self.policy != "manual" and (self.assignment_mode, self.max_keys) != (None, None):
@@ -69,6 +76,7 @@ class PolicySpec:
         if self.min_load_gap is not None and self.max_load_skew is not None:
             spill = "" if self.spill_target == "clockwise" else " spill=%s" % self.spill_target
             memory = " memory=%d" % self.key_memory if self.key_memory else ""
+            memory += " load=prefill" if self.balance_by == "prefill" else ""
             return "bounded gap=%d skew=%g%s%s%s" % (self.min_load_gap, self.max_load_skew, spill, memory, ring)
         if self.policy == "manual":
             config = self.manual_config()
@@ -86,7 +94,7 @@ class PolicySpec:
         if self.policy == "bounded_consistent_hashing":
             assert self.max_load_skew is not None and self.min_load_gap is not None
             config = BoundedConsistentHashingConfig(
-                self.max_load_skew, self.min_load_gap, self.hash_ring, self.spill_target, self.key_memory
+                self.max_load_skew, self.min_load_gap, self.hash_ring, self.spill_target, self.key_memory, self.balance_by
             )
             return Router(worker_urls, config)
         if self.policy == "consistent_hashing":

@@ -280,6 +280,7 @@ class _Run:
         worker = self.workers[w]
         first, finished = worker.complete(now)
         for job in first:
+            job.payload.first_token()  # the lease leaves its worker's prefill load, as a proxy says so
             self.routing.first_token(w, job)
             self.ttfts.append(now - job.arrival)
             self.cached += job.cached

@@ -8,6 +8,7 @@ import sys
 from typing import List, Optional, Sequence
 
 from .._request import MAX_LEASE_WEIGHT
+from ..policy import BALANCE_BY
 from .batching import StepCosts
 from .oracle import DEFAULT_MARGIN
 from .peer_rules import DEFAULT_PREFILL_MARGIN, parse_prototype, peer_rows
@@ -131,6 +132,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     pol.add_argument("--key-memory", type=int, default=0, metavar="N", help="see --spill-target (default 0: none)")
     pol.add_argument(
+        "--balance-by",
+        choices=BALANCE_BY,
+        default=BALANCE_BY[0],
+        help="prefill: add bounded rows like --spill-target's whose bound weighs the requests waiting for "
+        "their first token; the token-weighted rows use it too (default %s)" % BALANCE_BY[0],
+    )
+    pol.add_argument(
         "--weights",
         choices=WEIGHTS,
         default="requests",
@@ -180,6 +188,19 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=DEFAULT_CACHE_AWARE_SKEW,
         help="max_load_skew of the cache_aware rows (default %g)" % DEFAULT_CACHE_AWARE_SKEW,
+    )
+    pol.add_argument(
+        "--cache-aware-balance-by",
+        choices=BALANCE_BY,
+        default=BALANCE_BY[0],
+        help="balance_by of the cache_aware rows: prefill weighs the requests waiting for their first token "
+        "(docs/contract.md, \"Prefill load\") (default %s)" % BALANCE_BY[0],
+    )
+    pol.add_argument(
+        "--cache-aware-weights",
+        choices=WEIGHTS,
+        default="requests",
+        help="tokens: the cache_aware rows' leases weigh the request's prompt tokens (default: requests)",
     )
     pol.add_argument(
         "--blocks-per-worker",
@@ -244,6 +265,9 @@ def replay_policies(
     cache_aware_gaps: Sequence[int] = (DEFAULT_CACHE_AWARE_GAP,),
     cache_aware_skew: float = DEFAULT_CACHE_AWARE_SKEW,
     blocks_per_worker: Optional[int] = None,
+    cache_aware_balance_by: str = BALANCE_BY[0],
+    cache_aware_weights: str = "requests",
+    balance_by: str = BALANCE_BY[0],
     cache_aware_events: bool = False,
 ) -> List[ReplayPolicy]:
     """The rows of a replay: the baselines, SMG's policies asked for, strict and bounded hashing
@@ -253,17 +277,26 @@ def replay_policies(
     rows = [ReplayPolicy("random"), ReplayPolicy("round_robin"), ReplayPolicy("consistent_hashing")]
     rows += [ReplayPolicy(name) for name in smg_policies]
     rows += [ReplayPolicy("bounded_consistent_hashing", gap, skew) for gap in gaps]
-    if (spill_target, key_memory) != ("clockwise", 0):
-        rows += [
-            ReplayPolicy("bounded_consistent_hashing", gap, skew, spill_target=spill_target, key_memory=key_memory) for gap in gaps
-        ]
-    rows += [
-        ReplayPolicy("bounded_consistent_hashing", gap, token_skew, spill_target=spill_target, key_memory=key_memory, weights="tokens")
-        for gap in token_gaps
-    ]
+    def bounded(gap: int, skew: float, weights: str) -> ReplayPolicy:
+        return ReplayPolicy(
+            "bounded_consistent_hashing", gap, skew, spill_target=spill_target, key_memory=key_memory, weights=weights, balance_by=balance_by
+        )
+
+    if (spill_target, key_memory, balance_by) != ("clockwise", 0, BALANCE_BY[0]):
+        rows += [bounded(gap, skew, "requests") for gap in gaps]
+    rows += [bounded(gap, token_skew, "tokens") for gap in token_gaps]
     keyed_rows = ([False] if cache_aware else []) + ([True] if cache_aware_keyed else [])
     rows += [
-        ReplayPolicy("cache_aware", gap, cache_aware_skew, blocks_per_worker=blocks_per_worker, keyed=keyed, events=events)
+        ReplayPolicy(
+            "cache_aware",
+            gap,
+            cache_aware_skew,
+            blocks_per_worker=blocks_per_worker,
+            keyed=keyed,
+            events=events,
+            balance_by=cache_aware_balance_by,
+            weights=cache_aware_weights,
+        )
         for events in ([False, True] if cache_aware_events else [False])
         for keyed in keyed_rows
         for gap in cache_aware_gaps
@@ -333,6 +366,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             cache_aware_gaps=args.cache_aware_gaps,
             cache_aware_skew=args.cache_aware_skew,
             blocks_per_worker=args.blocks_per_worker,
+            cache_aware_balance_by=args.cache_aware_balance_by,
+            cache_aware_weights=args.cache_aware_weights,
+            balance_by=args.balance_by,
             cache_aware_events=args.events_delay_ms is not None,
         )
         if not args.prefill_report_ms >= 0:

@@ -11,8 +11,11 @@ and counts with ``router.acquire`` (same distribution, repeatable figures; it pr
 The ``oracle`` chooses in Python and counts with ``acquire`` on a ``consistent_hashing`` router,
 whose ring also names the key's preferred worker.
 
-A ``bounded_consistent_hashing`` row with ``weights="tokens"`` routes with
-``router.route(key, weight=prompt tokens)``: the request's ``input_length`` is its lease weight.
+A ``bounded_consistent_hashing`` or ``cache_aware`` row with ``weights="tokens"`` routes with
+``weight=prompt tokens``: the request's ``input_length`` is its lease weight. The replay marks each
+lease's first token (``Lease.first_token``) when its request gets its first token, so a
+``cache_aware`` row with ``balance_by="prefill"`` sees each worker's prefill queue
+(docs/contract.md, "Prefill load").
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ class ReplayPolicy:
 
     ``min_load_gap``, ``max_load_skew``, ``spill_target``, ``key_memory`` and ``weights`` apply to
     ``bounded_consistent_hashing`` (with ``weights="tokens"`` the gap is in prompt tokens);
-    ``min_load_gap`` and ``max_load_skew`` to ``cache_aware`` too, and ``blocks_per_worker`` and
+    ``min_load_gap``, ``max_load_skew``, ``weights`` and ``balance_by`` (``balance_by`` to
+    ``bounded_consistent_hashing`` too) to ``cache_aware`` too, and ``blocks_per_worker`` and
     ``keyed`` (route with the routing key as well as the blocks) and ``events`` (each router also
     learns the blocks the simulated workers report storing and evicting, after
     ``ReplayConfig.events_delay_ms``) to ``cache_aware`` only (``blocks_per_worker`` None: each
@@ -59,6 +63,7 @@ class ReplayPolicy:
     weights: str = "requests"
     blocks_per_worker: Optional[int] = None
     keyed: bool = False
+    balance_by: str = "in_flight"
     events: bool = False
 
     def __post_init__(self) -> None:
@@ -66,8 +71,8 @@ class ReplayPolicy:
             raise ValueError("unknown replay policy %r: expected one of %s, oracle" % (self.policy, ", ".join(_LIBRARY)))
         if self.weights not in WEIGHTS:
             raise ValueError("weights must be one of %s, got %r" % (", ".join(WEIGHTS), self.weights))
-        if self.weights != "requests" and self.policy != "bounded_consistent_hashing":
-            raise ValueError("weights apply only to bounded_consistent_hashing, not %s" % self.policy)
+        if self.weights != "requests" and self.policy not in ("bounded_consistent_hashing", "cache_aware"):
+            raise ValueError("weights apply only to bounded_consistent_hashing and cache_aware, not %s" % self.policy)
         if self.policy == "oracle":
             if self.margin is None or isinstance(self.margin, bool) or not isinstance(self.margin, int) or self.margin < 0:
                 raise ValueError("the oracle's margin must be an integer >= 0, got %r" % (self.margin,))
@@ -75,6 +80,8 @@ class ReplayPolicy:
             raise ValueError("margin applies only to the oracle, not %s" % self.policy)
         if (self.blocks_per_worker is not None or self.keyed or self.events) and self.policy != "cache_aware":
             raise ValueError("blocks_per_worker, keyed and events apply only to cache_aware, not %s" % self.policy)
+        if self.balance_by != "in_flight" and self.policy not in ("bounded_consistent_hashing", "cache_aware"):
+            raise ValueError("balance_by applies only to bounded_consistent_hashing and cache_aware, not %s" % self.policy)
         if self.policy == "cache_aware":
             if self.min_load_gap is None or self.max_load_skew is None:
                 raise ValueError("cache_aware needs min_load_gap and max_load_skew")
@@ -87,7 +94,12 @@ class ReplayPolicy:
         if self.policy in ("oracle", "cache_aware"):
             return None
         return PolicySpec(
-            self.policy, self.min_load_gap, self.max_load_skew, spill_target=self.spill_target, key_memory=self.key_memory
+            self.policy,
+            self.min_load_gap,
+            self.max_load_skew,
+            spill_target=self.spill_target,
+            key_memory=self.key_memory,
+            balance_by=self.balance_by,
         )
 
     def make_router(self, urls: List[str], cache_blocks: int) -> Optional[Router]:
@@ -97,7 +109,10 @@ class ReplayPolicy:
         if self.policy == "cache_aware":
             assert self.max_load_skew is not None and self.min_load_gap is not None
             blocks = cache_blocks if self.blocks_per_worker is None else self.blocks_per_worker
-            return Router(urls, CacheAwareConfig(max_load_skew=self.max_load_skew, min_load_gap=self.min_load_gap, blocks_per_worker=blocks))
+            config = CacheAwareConfig(
+                max_load_skew=self.max_load_skew, min_load_gap=self.min_load_gap, blocks_per_worker=blocks, balance_by=self.balance_by
+            )
+            return Router(urls, config)
         spec = self.library_spec()
         return spec.make_router(urls) if spec is not None else None
 
@@ -108,10 +123,12 @@ class ReplayPolicy:
     @property
     def label(self) -> str:
         if self.policy == "cache_aware":
-            blocks = "" if self.blocks_per_worker is None else " blocks=%d" % self.blocks_per_worker
-            return "cache_aware gap=%d skew=%g%s%s%s" % (
-                self.min_load_gap or 0, self.max_load_skew or 0, blocks, " keyed" if self.keyed else "", " events" if self.events else ""
-            )  # fmt: skip
+            extra = "" if self.blocks_per_worker is None else " blocks=%d" % self.blocks_per_worker
+            extra += " keyed" if self.keyed else ""
+            extra += " events" if self.events else ""
+            extra += " load=prefill" if self.balance_by == "prefill" else ""
+            extra += " weights=tokens" if self.weights == "tokens" else ""
+            return "cache_aware gap=%d skew=%g%s" % (self.min_load_gap or 0, self.max_load_skew or 0, extra)
         if self.policy == "oracle":
             return "oracle margin=%d" % (self.margin or 0)
         spec = self.library_spec()
@@ -166,12 +183,13 @@ class Routing:
 
 
 class _CacheAwareRouting(Routing):
-    def __init__(self, router: Router, urls: List[str], keyed: bool) -> None:
-        super().__init__(router, urls)
+    def __init__(self, router: Router, urls: List[str], keyed: bool, token_weights: bool) -> None:
+        super().__init__(router, urls, token_weights)
         self.keyed = keyed
 
     def route(self, key: str, blocks: Sequence[Hashable], input_tokens: int) -> Tuple[Lease, bool]:
-        lease = self.router.route(key if self.keyed else None, prefix_blocks=blocks)  # type: ignore[arg-type]  # trace ids are ints
+        weight = input_tokens if self.token_weights else None
+        lease = self.router.route(key if self.keyed else None, prefix_blocks=blocks, weight=weight)  # type: ignore[arg-type]  # trace ids are ints
         return lease, lease.spilled
 
 
@@ -224,7 +242,7 @@ def _library_routing(policy: ReplayPolicy, urls: List[str], cache_blocks: int) -
     library_router = policy.make_router(urls, cache_blocks)
     assert library_router is not None
     if policy.policy == "cache_aware":
-        return _CacheAwareRouting(library_router, urls, policy.keyed)
+        return _CacheAwareRouting(library_router, urls, policy.keyed, token_weights=policy.weights == "tokens")
     return Routing(library_router, urls, token_weights=policy.weights == "tokens")
 
 

@@ -207,6 +207,7 @@ def replay_options(p: "ReplayPolicy") -> List[str]:
     """The options of a replay row that are not the library's defaults, as short phrases."""
     options = ([] if p.spill_target == "clockwise" else [p.spill_target]) + (["memory %d" % p.key_memory] if p.key_memory else [])
     options += ["token weights"] if p.weights == "tokens" else []
+    options += ["prefill load"] if p.balance_by == "prefill" else []
     options += ["blocks %d" % p.blocks_per_worker] if p.blocks_per_worker is not None else []
     return options + (["keyed"] if p.keyed else []) + (["events"] if p.events else [])
 

@@ -1,0 +1,235 @@
+package core
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// holdQueues takes, on the i-th member, waiting[i] leases that have not seen their first token
+// and started[i] that have (docs/contract.md, "Prefill load"), each of weight 1.
+func holdQueues(t testing.TB, r *Router, waiting, started []int) []LeaseID {
+	t.Helper()
+	ids := holdLoads(t, r, waiting)
+	for i, n := range started {
+		for j := 0; j < n; j++ {
+			id, _, err := r.Acquire(r.Workers()[i].URL, nil)
+			require.NoError(t, err)
+			require.True(t, r.FirstToken(id))
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+func prefillOf(r *Router) (loads, requests []int64) {
+	for _, w := range r.Workers() {
+		loads, requests = append(loads, w.PrefillLoad), append(requests, w.PrefillRequests)
+	}
+	return loads, requests
+}
+
+func TestFirstTokenLeavesThePrefillLoad(t *testing.T) {
+	urls := workerURLs(2)
+	r := newTestRouter(t, DefaultConfig().Policy, urls)
+	a, _, err := r.AcquireWeighted(urls[0], nil, 5)
+	require.NoError(t, err)
+	b, _, err := r.AcquireWeighted(urls[0], nil, 3)
+	require.NoError(t, err)
+	loads, requests := prefillOf(r)
+	assert.Equal(t, []int64{8, 0}, loads)
+	assert.Equal(t, []int64{2, 0}, requests)
+
+	assert.True(t, r.FirstToken(a))
+	assert.False(t, r.FirstToken(a), "a second mark is a no-op")
+	loads, requests = prefillOf(r)
+	assert.Equal(t, []int64{3, 0}, loads)
+	assert.Equal(t, []int64{1, 0}, requests)
+	assert.Equal(t, []int64{8, 0}, loadsOf(r), "the load still counts the lease")
+	checkInvariants(t, r)
+
+	require.True(t, r.Release(a, false))
+	loads, _ = prefillOf(r)
+	assert.Equal(t, []int64{3, 0}, loads, "releasing a marked lease leaves the prefill load alone")
+	require.True(t, r.Release(b, false))
+	loads, requests = prefillOf(r)
+	assert.Equal(t, []int64{0, 0}, loads, "releasing an unmarked lease takes its weight off")
+	assert.Equal(t, []int64{0, 0}, requests)
+	assert.False(t, r.FirstToken(b), "a released lease")
+	assert.False(t, r.FirstToken(0), "the zero lease")
+	checkInvariants(t, r)
+}
+
+func TestFirstTokenOnARemovedWorker(t *testing.T) {
+	urls := workerURLs(2)
+	r := newTestRouter(t, prefillBounded(1.5, 2, SpillClockwise), urls) // keeps the running total
+	old, _, err := r.AcquireWeighted(urls[1], nil, 4)
+	require.NoError(t, err)
+	require.NoError(t, r.RemoveWorker(urls[1]))
+	require.NoError(t, r.AddWorker(urls[1]))
+	fresh, _, err := r.AcquireWeighted(urls[1], nil, 2)
+	require.NoError(t, err)
+	assert.True(t, r.FirstToken(old))
+	loads, _ := prefillOf(r)
+	assert.Equal(t, []int64{0, 2}, loads, "the old lease never touches the new worker")
+	checkInvariants(t, r)
+	require.True(t, r.Release(fresh, false))
+	require.True(t, r.Release(old, false))
+	checkInvariants(t, r)
+}
+
+func TestFirstTokenOnAnUnhealthyWorkerKeepsTheRunningTotal(t *testing.T) {
+	urls := workerURLs(2)
+	r := newTestRouter(t, prefillBounded(1.5, 2, SpillClockwise), urls) // keeps the running total
+	id, _, err := r.AcquireWeighted(urls[0], nil, 7)
+	require.NoError(t, err)
+	require.NoError(t, r.SetHealthy(urls[0], false))
+	assert.True(t, r.FirstToken(id))
+	checkInvariants(t, r)
+	require.NoError(t, r.SetHealthy(urls[0], true))
+	checkInvariants(t, r)
+}
+
+func prefillBounded(skew float64, gap int64, target SpillTarget) Policy {
+	p := boundedPolicy(skew, gap)
+	p.BalanceBy, p.SpillTarget = LoadPrefill, target
+	return p
+}
+
+// Vectors of docs/contract.md, "Prefill load": workers w0 to w3, the key preferring w0.
+func TestBoundedByPrefillLoad(t *testing.T) {
+	urls := workerURLs(4)
+	ref := newRefRing(urls, DefaultVirtualNodes)
+	key := ref.keyWhere(t, func(order []string) bool { return order[0] == urls[0] && order[1] == urls[2] })
+	cases := []struct {
+		name             string
+		policy           Policy
+		waiting, started []int
+		want             string
+		branch           Branch
+	}{
+		// Under in_flight loads [4,0,0,0] would spill (gap 4 > 2, 4 > 1); the prefill loads are all 0.
+		{"decoding is no reason to spill", prefillBounded(1.0, 2, SpillLeastLoaded), []int{0, 0, 0, 0}, []int{4, 0, 0, 0}, urls[0], BranchExplicitRoutingKeyHit},
+		// Prefill [4,0,1,0]: mean 1.25, 4 > 1.25 and 4 - 0 > 2. Least prefill: w1 (in flight 2) and
+		// w3 (3) tie at 0: w1, fewer in flight. In flight loads [4,2,1,3] would send it to w2.
+		{"least-loaded spill by prefill, ties by leases in flight", prefillBounded(1.0, 2, SpillLeastLoaded), []int{4, 0, 1, 0}, []int{0, 2, 0, 3}, urls[1], BranchExplicitRoutingKeySpillover},
+		// The same loads, clockwise w0 w2 ...: w2's prefill 1 <= 1.25.
+		{"clockwise spill by prefill", prefillBounded(1.0, 2, SpillClockwise), []int{4, 0, 1, 0}, []int{0, 2, 0, 3}, urls[2], BranchExplicitRoutingKeySpillover},
+		// Prefill [3,0,0,0]: 3 > 0.75, but 3 - 0 is not > 3: it stays.
+		{"the gap is on the prefill load", prefillBounded(1.0, 3, SpillLeastLoaded), []int{3, 0, 0, 0}, []int{0, 0, 0, 0}, urls[0], BranchExplicitRoutingKeyHit},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newTestRouter(t, c.policy, urls)
+			holdQueues(t, r, c.waiting, c.started)
+			req := KeyRequest(key)
+			d := r.Select(&req)
+			assert.Equal(t, c.want, d.WorkerURL)
+			assert.Equal(t, c.branch, d.Branch)
+		})
+	}
+}
+
+// The least prefill load skips a worker that is not spillable (contract: Worker failures).
+func TestPrefillSpillSkipsSuspectWorkers(t *testing.T) {
+	urls := workerURLs(4)
+	ref := newRefRing(urls, DefaultVirtualNodes)
+	key := ref.keyPreferring(t, urls[0])
+	r := newTestRouter(t, prefillBounded(1.0, 2, SpillLeastLoaded), urls)
+	holdQueues(t, r, []int{4, 1, 1, 0}, []int{0, 0, 0, 0})
+	failed, _, err := r.Acquire(urls[3], nil)
+	require.NoError(t, err)
+	require.True(t, r.Finish(failed, OutcomeFailure, t0))
+	req := KeyRequest(key)
+	d := r.Select(&req)
+	assert.Equal(t, BranchExplicitRoutingKeySpillover, d.Branch)
+	assert.Contains(t, []string{urls[1], urls[2]}, d.WorkerURL, "w3 failed a request: no spill target")
+}
+
+func prefillCache(skew float64, gap int64) Policy {
+	p := cachePolicy(skew, gap, 64)
+	p.BalanceBy = LoadPrefill
+	return p
+}
+
+func TestCacheAwareByPrefillLoad(t *testing.T) {
+	urls := workerURLs(4)
+	t.Run("the least prefill load among candidates", func(t *testing.T) {
+		r := newTestRouter(t, prefillCache(1.0, 2), urls)
+		routeTo(t, r, 1, 1, 2, 3)
+		routeTo(t, r, 2, 1, 2, 3)
+		// w1 decodes 3 answers (prefill 0), w2 has one prompt queued (prefill 1): mean 0.25,
+		// nobody is 2 above the least, all pass. Under in_flight w1 (3 > 1, 3 - 0 > 2) fails.
+		holdQueues(t, r, []int{0, 0, 1, 0}, []int{0, 3, 0, 0})
+		d := r.Select(prefixRequest("", 1, 2, 3, 4))
+		assert.Equal(t, urls[1], d.WorkerURL)
+		assert.Equal(t, BranchCacheAwarePrefixHit, d.Branch)
+	})
+	t.Run("equal prefill loads: the fewest leases in flight", func(t *testing.T) {
+		r := newTestRouter(t, prefillCache(1.0, 2), urls)
+		routeTo(t, r, 1, 1, 2, 3)
+		routeTo(t, r, 2, 1, 2, 3)
+		holdQueues(t, r, []int{0, 0, 0, 0}, []int{0, 2, 1, 0})
+		for _, key := range []string{"", "some-key"} {
+			d := r.Select(prefixRequest(key, 1, 2, 3, 4))
+			assert.Equal(t, urls[2], d.WorkerURL, "key %q", key)
+			assert.Equal(t, BranchCacheAwarePrefixHit, d.Branch)
+		}
+	})
+	t.Run("a prefill queue over the bound fails the test", func(t *testing.T) {
+		r := newTestRouter(t, prefillCache(1.0, 2), urls)
+		routeTo(t, r, 1, 1, 2, 3)
+		// Prefill [0,3,0,0]: mean 0.75, 3 > 0.75 and 3 - 0 > 2: w1 is overloaded.
+		holdQueues(t, r, []int{0, 3, 0, 0}, []int{1, 0, 0, 0})
+		d := r.Select(prefixRequest("", 1, 2, 3))
+		assert.Equal(t, BranchCacheAwareBalance, d.Branch)
+		assert.Contains(t, []string{urls[2], urls[3]}, d.WorkerURL, "the least prefill, then the fewest in flight: not w0")
+	})
+	t.Run("below the threshold a key takes the least prefill load", func(t *testing.T) {
+		r := newTestRouter(t, prefillCache(1.0, 2), urls)
+		ref := newRefRing(urls, DefaultVirtualNodes)
+		key := ref.keyPreferring(t, urls[3])
+		// Prefill [1,0,1,1]: w1. In flight [2,2,2,1] (mean 1.75) the key's ring worker, w3.
+		holdQueues(t, r, []int{1, 0, 1, 1}, []int{1, 2, 1, 0})
+		d := r.Select(prefixRequest(string(key), 40, 41))
+		assert.Equal(t, urls[1], d.WorkerURL)
+		assert.Equal(t, BranchCacheAwareKeyHit, d.Branch)
+		inFlight := newTestRouter(t, cachePolicy(1.0, 2, 64), urls)
+		holdQueues(t, inFlight, []int{1, 0, 1, 1}, []int{1, 2, 1, 0})
+		assert.Equal(t, urls[3], inFlight.Select(prefixRequest(string(key), 40, 41)).WorkerURL)
+	})
+}
+
+func TestBalanceBySetting(t *testing.T) {
+	p, err := ParsePolicy([]byte(`{"type": "cache_aware", "balance_by": "prefill", "min_load_gap": 131072, "max_load_skew": 1.0}`))
+	require.NoError(t, err)
+	assert.Equal(t, LoadPrefill, p.BalanceBy)
+	out, err := p.MarshalJSON()
+	require.NoError(t, err)
+	assert.Contains(t, string(out), `"balance_by":"prefill"`)
+	again, err := ParsePolicy(out)
+	require.NoError(t, err)
+	assert.Equal(t, p, again)
+
+	p, err = ParsePolicy([]byte(`{"type": "bounded_consistent_hashing", "balance_by": "in_flight"}`))
+	require.NoError(t, err)
+	assert.Equal(t, LoadInFlight, p.BalanceBy)
+	out, _ = p.MarshalJSON()
+	assert.NotContains(t, string(out), "balance_by", "the default is written as before the setting existed")
+
+	for text, want := range map[string]string{
+		`{"type": "cache_aware", "balance_by": "waiting"}`: "balance_by must be one of in_flight, prefill, got \"waiting\"",
+		`{"type": "cache_aware", "balance_by": null}`:      "balance_by must be one of in_flight, prefill, got null",
+		`{"type": "cache_aware", "balance_by": 1}`:         "balance_by must be one of in_flight, prefill, got 1",
+		`{"type": "least_load", "balance_by": "prefill"}`:  "balance_by applies only to bounded_consistent_hashing and cache_aware, not least_load",
+		`{"type": "cache_aware", "Balance_by": "prefill"}`: `unknown field "Balance_by"`,
+	} {
+		_, err := ParsePolicy([]byte(text))
+		require.ErrorIs(t, err, ErrInvalidConfig, text)
+		assert.Contains(t, err.Error(), want, text)
+	}
+	bad := prefillBounded(1.5, 2, SpillClockwise)
+	bad.BalanceBy = 9
+	assert.ErrorContains(t, bad.Validate(), "balance_by must be one of in_flight, prefill, got 9")
+}
