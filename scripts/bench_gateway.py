@@ -312,7 +312,7 @@ def main() -> int:
         return "%+.2f ms" % value
 
     lines = [
-        "## The gateway against SMG and the Python proxy (issue 14)",
+        "## The gateway against SMG, the Python proxy, HAProxy and nginx (issues 14, 24)",
         "",
         "`%s` on %s (%d workers from `scripts/bench_gateway_tool.go` on loopback; %d rounds x %d "
         "sequential requests per target and mode, %d throughput rounds of %d requests, targets "
