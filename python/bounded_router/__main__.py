@@ -22,7 +22,7 @@ from typing import List, Optional, Tuple
 from ._cli import SERVE_HINT, CommandParser
 from .args import RouterArgs, port_number
 from .feeds import LOAD_FORMATS, Feed
-from .gateway import serve_until_signalled
+from .launch_router import serve_until_signalled
 from .router import Router
 from .integrations.options import ProxyOptions, positive_seconds, router_and_options
 

@@ -44,19 +44,16 @@ Options (keyword arguments of :meth:`Router.serve`, all optional):
 from __future__ import annotations
 
 import json
-import signal
 import threading
 from ctypes import byref, c_uint64
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Dict, Optional, Type
+from typing import Any, Dict, Optional, Type
 
 from ._native_router import NativeRouter
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .router import Router
 
 
-__all__ = ["Gateway", "serve_until_signalled"]
+__all__ = ["Gateway"]
 
 class Gateway:
     """A running native gateway (see the module documentation); made by :meth:`Router.serve`.
@@ -127,20 +124,3 @@ class Gateway:
 
     def __repr__(self) -> str:
         return "<Gateway %s%s>" % (self.url, "" if self.running else " stopped")
-
-
-def serve_until_signalled(router: "Router", lifetime: Optional[float] = None, **options: Any) -> None:
-    """Serve ``router`` through the gateway until SIGTERM or SIGINT (or ``lifetime`` seconds),
-    then drain it and close the router: the body of ``bounded-router serve`` and of
-    :func:`~bounded_router.launch_router.launch_router`. Prints ``gateway listening on URL``
-    (and the metrics address) once it accepts requests. Call it from the main thread."""
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    gateway = router.serve(**options)
-    if gateway.metrics_address:
-        print("metrics listening on http://%s" % gateway.metrics_address, flush=True)
-    print("gateway listening on %s" % gateway.url, flush=True)
-    stop.wait(lifetime)
-    gateway.stop()
-    router.close()

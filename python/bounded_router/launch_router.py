@@ -26,14 +26,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import signal
+import threading
 import warnings
-from typing import List, Union
+from typing import Any, List, Optional, Union
 
 from .args import RouterArgs
-from .gateway import serve_until_signalled
 from .router import Router
 
-__all__ = ["RouterArgs", "launch_router", "unsupported_settings"]
+__all__ = ["RouterArgs", "launch_router", "serve_until_signalled", "unsupported_settings"]
 
 
 def unsupported_settings(args: RouterArgs) -> List[str]:
@@ -69,3 +70,20 @@ def launch_router(args: Union[argparse.Namespace, RouterArgs]) -> None:
     except BaseException:
         router.close()
         raise
+
+
+def serve_until_signalled(router: Router, lifetime: Optional[float] = None, **options: Any) -> None:
+    """Serve ``router`` through the gateway until SIGTERM or SIGINT (or ``lifetime`` seconds),
+    then drain it and close the router: the body of ``bounded-router serve`` and of
+    :func:`launch_router`. Prints ``gateway listening on URL``
+    (and the metrics address) once it accepts requests. Call it from the main thread."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    gateway = router.serve(**options)
+    if gateway.metrics_address:
+        print("metrics listening on http://%s" % gateway.metrics_address, flush=True)
+    print("gateway listening on %s" % gateway.url, flush=True)
+    stop.wait(lifetime)
+    gateway.stop()
+    router.close()

@@ -156,7 +156,8 @@ class Lease:
             return False
         # The request path's binding (see _native): ready-made uint64 arguments. A negative status
         # (the router closed meanwhile by another thread) marked nothing.
-        return native.lib.br_first_token(native.handle_arg, c_uint64(lease_id)) == 1
+        marked: int = native.lib.br_first_token(native.handle_arg, c_uint64(lease_id))
+        return marked == 1
 
     def fail(self) -> bool:
         """Release the lease as a failure of its worker: ``release(outcome="failure")``."""
