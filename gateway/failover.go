@@ -61,10 +61,9 @@ func (f failover) RoundTrip(out *http.Request) (*http.Response, error) {
 // being routable before its response headers arrive.
 func (g *Gateway) try(ex *exchange, out *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithCancelCause(out.Context())
-	worker := ex.decision.WorkerID
-	g.waiting.add(worker, ex, cancel)
+	g.waiting.add(ex.decision.WorkerID, ex, cancel)
 	res, err := g.transport.RoundTrip(out.WithContext(ctx))
-	g.waiting.remove(worker, ex)
+	g.waiting.remove(ex)
 	if err != nil && context.Cause(ctx) == errWorkerDown {
 		err = errWorkerDown
 	}

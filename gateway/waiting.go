@@ -11,38 +11,34 @@ import (
 // errWorkerDown cancels a try whose worker stopped being routable before it answered.
 var errWorkerDown = errors.New("the worker stopped being routable before it answered")
 
-// waiting keeps the tries that wait for a worker's response headers, by worker, so that those
-// on a worker that stops being routable (hung and failing its probes, ejected, set unhealthy)
-// are sent to another worker at once instead of waiting out first_byte_timeout (contract: Worker
-// failures, "Where a retry goes"). Nothing has reached their clients yet.
+// waiting keeps the tries that wait for a worker's response headers, so that those on a worker
+// that stops being routable (hung and failing its probes, ejected, set unhealthy) are sent to
+// another worker at once instead of waiting out first_byte_timeout (contract: Worker failures,
+// "Where a retry goes"). Nothing has reached their clients yet. A try is added and removed in
+// constant time; only a worker going down, which is rare, looks through them all.
 type waiting struct {
 	mu    sync.Mutex
-	tries map[uint32]map[*exchange]context.CancelCauseFunc
+	tries map[*exchange]waitingTry
+}
+
+type waitingTry struct {
+	worker uint32
+	cancel context.CancelCauseFunc
 }
 
 func (w *waiting) add(worker uint32, ex *exchange, cancel context.CancelCauseFunc) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.tries == nil {
-		w.tries = map[uint32]map[*exchange]context.CancelCauseFunc{}
+		w.tries = map[*exchange]waitingTry{}
 	}
-	on := w.tries[worker]
-	if on == nil {
-		on = map[*exchange]context.CancelCauseFunc{}
-		w.tries[worker] = on
-	}
-	on[ex] = cancel
+	w.tries[ex] = waitingTry{worker, cancel}
 }
 
-func (w *waiting) remove(worker uint32, ex *exchange) {
+func (w *waiting) remove(ex *exchange) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if on := w.tries[worker]; on != nil {
-		delete(on, ex)
-		if len(on) == 0 {
-			delete(w.tries, worker)
-		}
-	}
+	delete(w.tries, ex)
 }
 
 // workerChanged is the gateway's subscription to its monitor: a worker that stops being
@@ -52,10 +48,11 @@ func (w *waiting) workerChanged(c core.ConditionChange) {
 		return
 	}
 	w.mu.Lock()
-	on := w.tries[c.ID]
-	delete(w.tries, c.ID)
-	w.mu.Unlock()
-	for _, cancel := range on {
-		cancel(errWorkerDown)
+	defer w.mu.Unlock()
+	for ex, try := range w.tries {
+		if try.worker == c.ID {
+			try.cancel(errWorkerDown)
+			delete(w.tries, ex)
+		}
 	}
 }
