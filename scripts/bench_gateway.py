@@ -56,6 +56,7 @@ from typing import Dict, List, Optional, Tuple, Union
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from record_smg_ring import Gateway as SmgGateway  # noqa: E402  the one way this project launches SMG
+from record_smg_ring import free_port  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TICK = os.sysconf("SC_CLK_TCK")
@@ -175,14 +176,6 @@ class Configured:
 
     pid = Process.pid
     stop = Process.stop
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def peer_executable(name: str, install: bool) -> Optional[str]:
