@@ -147,10 +147,8 @@ func (r *Router) reassess(w *worker, before health) (ConditionChange, bool) {
 	if after == before {
 		return ConditionChange{}, false
 	}
-	if before.condition == ConditionAvailable || before.condition == ConditionHalfOpen {
-		if !w.healthy {
-			w.outages++
-		}
+	if before.condition.Routable() && !w.healthy {
+		w.outages++ // key memory forgets what it remembered here
 	}
 	r.refreshAvailable()
 	change := ConditionChange{URL: w.url, ID: w.id, From: before.condition, To: after.condition, Failures: w.breaker.failures}
