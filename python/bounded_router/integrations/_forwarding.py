@@ -222,6 +222,16 @@ class Tries:
         self.tried.append(lease.worker_url)
         return lease
 
+    def after_refusal(self, lease: "Lease", refused: Refused) -> "Optional[Lease]":
+        """The retry's lease after ``lease``'s worker could not be reached (a 502 refusal; a 504,
+        the first-byte timeout, is not retried), or None."""
+        return self.again(lease, "failure") if refused.status == 502 else None
+
+    def after_answer(self, lease: "Lease", status: int) -> "Optional[Lease]":
+        """The retry's lease after ``lease``'s worker answered ``status`` (retried: 429, 502,
+        503, 504), or None: the answer goes to the client."""
+        return self.again(lease, outcome_of_status(status)) if status in RETRY_STATUSES else None
+
     def again(self, failed: "Lease", outcome: str) -> "Optional[Lease]":
         """A lease on another worker, having released ``failed`` with its outcome; None (and
         ``failed`` still held) when no retry is left or no untried worker can take it."""

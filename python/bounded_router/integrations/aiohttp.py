@@ -44,7 +44,6 @@ from ..health import RetryConfig
 from ..lease import Lease
 from ._forwarding import (
     REQUEST_RESET,
-    RETRY_STATUSES,
     WORKER_IDLE_TIMEOUT,
     Refused,
     Tries,
@@ -58,7 +57,6 @@ from ._forwarding import (
     forward_headers,
     log,
     no_worker_body,
-    outcome_of_status,
     routing_headers,
     worker_failed,
     worker_target,
@@ -213,12 +211,13 @@ class AiohttpProxy:
                     try:
                         upstream = await self._exchange(request, lease, raw_path.encode("latin-1"), raw_query.encode("latin-1"), body)
                     except Refused as e:
-                        if e.status == 502 and (retry := tries.again(lease, "failure")):
+                        if retry := tries.after_refusal(lease, e):
                             lease = retry
                             continue
                         raise
                     status = upstream.status
-                    if status not in RETRY_STATUSES or not (retry := tries.again(lease, outcome_of_status(status))):
+                    retry = tries.after_answer(lease, status)
+                    if retry is None:
                         break
                     upstream.close()
                     upstream, lease = None, retry

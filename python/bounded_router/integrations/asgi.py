@@ -49,7 +49,6 @@ from ..metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ._forwarding import (
     HOP_BY_HOP,
     REQUEST_RESET,
-    RETRY_STATUSES,
     WORKER_IDLE_TIMEOUT,
     Refused,
     Tries,
@@ -64,7 +63,6 @@ from ._forwarding import (
     forward_headers,
     log,
     no_worker_body,
-    outcome_of_status,
     routing_headers,
     worker_failed,
     worker_target,
@@ -262,7 +260,7 @@ class ASGIProxy:
             try:
                 upstream = await self._exchange(request, lease, raw_path, body)
             except Refused as e:
-                if e.status == 502 and (retry := tries.again(lease, "failure")):
+                if retry := tries.after_refusal(lease, e):
                     lease = retry
                     continue
                 lease.release(outcome="failure")
@@ -273,8 +271,8 @@ class ASGIProxy:
             if upstream is None:
                 lease.release(outcome="neutral")
                 return Response(status_code=499)
-            status = upstream.status_code
-            if status not in RETRY_STATUSES or not (retry := tries.again(lease, outcome_of_status(status))):
+            retry = tries.after_answer(lease, upstream.status_code)
+            if retry is None:
                 break
             await upstream.aclose()
             lease = retry
