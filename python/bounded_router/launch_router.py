@@ -64,7 +64,7 @@ def launch_router(args: Union[argparse.Namespace, RouterArgs]) -> None:
             stacklevel=2,
         )
     options = router_args.gateway_options()  # checks the keys before the router starts
-    router = Router.from_args(router_args)
+    router = Router.from_args(router_args, probe=True)
     try:
         serve_until_signalled(router, **options)
     except BaseException:

@@ -217,11 +217,14 @@ class Router:
                 raise
 
     @classmethod
-    def from_args(cls, args: RouterArgs) -> Router:
+    def from_args(cls, args: RouterArgs, probe: bool = False) -> Router:
         """Build a router from :class:`RouterArgs` (e.g. parsed command-line flags).
 
         Settings the policy does not have are ignored, with a warning when they differ from the
-        defaults.
+        defaults. With ``probe`` the router runs the health check the arguments describe
+        (unless ``disable_health_check``), as the servers do (``bounded-router serve``, the
+        Python ``serve``, :func:`~bounded_router.launch_router.launch_router`); without it, as
+        everywhere in the library, it probes nothing (docs/contract.md, "Worker failures").
         """
         return cls(
             args.worker_urls,
@@ -239,7 +242,7 @@ class Router:
             blocks_per_worker=args.blocks_per_worker,
             cache_threshold=args.cache_threshold,
             balance_by=args.balance_by,
-            health_check=args.health_check_config(),
+            health_check=args.health_check_config() if probe else None,
             circuit_breaker=args.circuit_breaker_config(),
         )
 

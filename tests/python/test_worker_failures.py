@@ -161,3 +161,15 @@ def test_metrics_report_outcomes_and_conditions():
         assert samples[("bounded_router_worker_condition", (("condition", "available"), ("worker", URLS[0])))] == 0
         assert samples[("bounded_router_worker_ejections_total", (("worker", URLS[0]),))] == 1
         assert samples[("bounded_router_worker_routed_total", (("worker", URLS[1]),))] == 1
+
+
+def test_from_args_probes_only_when_asked():
+    # The library probes nothing unless asked; the servers pass probe=True (contract: Worker
+    # failures). Both routers are built together, so the one that does not probe has had as long.
+    args = RouterArgs(worker_urls=URLS[:2], health_check_interval_secs=0.05, health_check_timeout_secs=0.5, health_failure_threshold=2)
+    with Router.from_args(args) as quiet, Router.from_args(args, probe=True) as probing:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(w.condition != "unhealthy_probe" for w in probing.workers()):
+            time.sleep(0.02)
+        assert [w.condition for w in probing.workers()] == ["unhealthy_probe", "unhealthy_probe"]
+        assert [(w.condition, w.probes_failed) for w in quiet.workers()] == [("available", 0), ("available", 0)]

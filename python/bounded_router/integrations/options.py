@@ -134,7 +134,7 @@ def router_and_options(
         parser.error("--worker-urls: give at least one worker URL (or, with bounded-router serve, serve the worker API, where workers register)")
     try:
         options = ProxyOptions.from_cli_args(args)
-        return Router.from_args(router_args), options
+        return Router.from_args(router_args, probe=True), options
     except (ValueError, TypeError) as e:
         parser.error(str(e))
 
