@@ -229,7 +229,7 @@ func TestPrefixBlockOptions(t *testing.T) {
 	if o, err = ParseOptions([]byte(`{"prefix_max_bytes": 4096}`)); err != nil || o.PrefixMaxBytes != 4096 {
 		t.Fatalf("%+v %v", o, err)
 	}
-	for text, field := range map[string]string{`{"prefix_blocks": "tokens"}`: "prefix_blocks", `{"prefix_block_bytes": -1}`: "prefix_block_bytes", `{"prefix_max_bytes": -1}`: "prefix_max_bytes"} {
+	for text, field := range map[string]string{`{"prefix_blocks": "words"}`: "prefix_blocks", `{"prefix_block_bytes": -1}`: "prefix_block_bytes", `{"prefix_max_bytes": -1}`: "prefix_max_bytes"} {
 		if _, err := ParseOptions([]byte(text)); err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: %v", text, err)
 		}
