@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any, Iterator
 
 import httpx
@@ -10,7 +11,7 @@ from integration_support import completion, events, streamed_text, wait_for
 
 from bounded_router.simulate.model import CostModel
 from bounded_router.testing.fleet import ServerProcess, start_mock_worker
-from bounded_router.testing.mock_worker import expected_text, make_prompt
+from bounded_router.testing.mock_worker import expected_text, make_prompt, token_id
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +59,20 @@ def test_prefix_cache_reuses_whole_blocks_of_a_shared_prefix(client: httpx.Clien
     assert events(_stream(client, completion(first, 1)))[-2]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
 
 
+def test_a_prompt_of_token_ids_shares_the_cache_with_its_text(client: httpx.Client) -> None:
+    # The text's token ids are its words' CRC-32s (zlib.crc32, independent of the mock): the same
+    # prompt either way, so the second request finds the first's two whole blocks of 4.
+    words = "alpha beta gamma delta epsilon zeta eta theta iota".split()
+    ids = [zlib.crc32(w.encode()) for w in words]
+    assert [token_id(w) for w in words] == ids
+    first = events(_stream(client, completion(" ".join(words), 2)))
+    second = events(_stream(client, completion(ids, 2)))
+    assert first[-2]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert second[-2]["usage"] == {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11, "prompt_tokens_details": {"cached_tokens": 8}}
+    r = client.post("/v1/completions", json=completion(ids, 3, stream=False))
+    assert r.json()["choices"][0]["text"] == expected_text(ids, 3)
+
+
 def test_non_streaming_answer(client: httpx.Client) -> None:
     r = client.post("/v1/completions", json=completion("a b", 3, stream=False))
     assert r.json()["choices"][0]["text"] == expected_text("a b", 3)
@@ -67,8 +82,13 @@ def test_non_streaming_answer(client: httpx.Client) -> None:
 @pytest.mark.parametrize(
     "body, message",
     [
-        ({"max_tokens": 3}, "'prompt' must be a non-empty string"),
+        ({"max_tokens": 3}, "'prompt' must be a non-empty string or a list of token ids"),
         ({"prompt": "   "}, "'prompt' must be a non-empty string"),
+        ({"prompt": []}, "'prompt' must be a non-empty string or a list of token ids"),
+        ({"prompt": [1, -1]}, "list of token ids (ints from 0 to 2**32 - 1)"),
+        ({"prompt": [1, 2.0]}, "list of token ids"),
+        ({"prompt": [1, True]}, "list of token ids"),
+        ({"prompt": [1, 1 << 32]}, "list of token ids"),
         ({"prompt": "a", "max_tokens": 0}, "'max_tokens' must be an integer from 1 to 100000"),
         ({"prompt": "a", "stream": "yes"}, "'stream' must be true or false"),
         ({"prompt": "a", "fail_after_tokens": -1}, "'fail_after_tokens' must be a non-negative integer"),

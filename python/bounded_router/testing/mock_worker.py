@@ -4,7 +4,8 @@ It serves an OpenAI-style ``POST /v1/completions`` with ``"stream": true`` and b
 worker model of the simulator (:mod:`bounded_router.simulate.model`): a prefix cache per worker
 (an LRU of prompt-prefix blocks), one FIFO prefill engine (time to first token = queueing +
 prefill of the uncached tokens) and decode at a fixed rate. Prompts are tokenized by
-whitespace. All costs are multiplied by ``time_scale`` (0.01 runs the model 100 times faster
+whitespace, a word's token id its CRC-32 (:func:`token_id`); a prompt may also come as the token
+ids themselves, and both share the cache. All costs are multiplied by ``time_scale`` (0.01 runs the model 100 times faster
 than real time), so a test can stream thousands of requests in seconds.
 
 Standard library only (asyncio), so it ships with the package: tests, ``make demo``,
@@ -15,7 +16,8 @@ Standard library only (asyncio), so it ships with the package: tests, ``make dem
 
 Endpoints:
 
-* ``POST /v1/completions`` -- JSON ``{"prompt": str, "max_tokens": int, "stream": bool}``,
+* ``POST /v1/completions`` -- JSON ``{"prompt": str, "max_tokens": int, "stream": bool}``, the
+  prompt a string or a list of token ids (ints from 0 to 2**32 - 1, as vLLM and SGLang take),
   optionally ``"fail_after_tokens": n`` to abort the connection after n tokens (to test
   failures). The stream is server-sent events: one ``{"choices": [{"text": ...}]}`` per token,
   then one with ``"usage"`` (``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
@@ -59,12 +61,12 @@ import os
 import sys
 import time
 import zlib
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..simulate.model import CostModel, PrefixCache, text_block_keys
 from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventPublisher
 
-__all__ = ["MockWorker", "expected_text", "make_prompt", "main", "DEFAULT_MODEL_NAME"]
+__all__ = ["MockWorker", "expected_text", "make_prompt", "prompt_token_ids", "token_id", "main", "DEFAULT_MODEL_NAME"]
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large", 503: "Service Unavailable"}
 _MAX_BODY = 16 * 1024 * 1024
@@ -73,13 +75,18 @@ DEFAULT_MODEL_NAME = "mock-model"
 MOCK_VERSION = "0.0.0-mock"
 
 
-def expected_text(prompt: str, max_tokens: int) -> str:
-    """The text the mock worker streams for ``prompt``: deterministic, different per prompt."""
+#: A prompt as a request gives it: text, or token ids.
+Prompt = Union[str, Sequence[int]]
+
+
+def expected_text(prompt: Prompt, max_tokens: int) -> str:
+    """The text the mock worker streams for ``prompt`` (text or token ids): deterministic,
+    different per prompt."""
     return "".join(_tokens(prompt, max_tokens))
 
 
-def _tokens(prompt: str, max_tokens: int) -> List[str]:
-    seed = zlib.crc32(prompt.encode("utf-8"))
+def _tokens(prompt: Prompt, max_tokens: int) -> List[str]:
+    seed = zlib.crc32((prompt if isinstance(prompt, str) else " ".join(map(str, prompt))).encode("utf-8"))
     return [" t%d" % ((seed + 7919 * i) % 100003) for i in range(max_tokens)]
 
 
@@ -105,7 +112,18 @@ def token_id(word: str) -> int:
     return zlib.crc32(word.encode("utf-8"))
 
 
-def cache_events(keys: Sequence[Any], words: Sequence[str], block_size: int, stored: Any, evicted: Sequence[Any]) -> List[List[Any]]:
+def prompt_token_ids(prompt: Prompt) -> List[int]:
+    """The token ids of a prompt: a text's words' :func:`token_id`, or the ids given."""
+    return [token_id(w) for w in prompt.split()] if isinstance(prompt, str) else list(prompt)
+
+
+def _is_token_ids(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1 << 32 for i in value
+    )
+
+
+def cache_events(keys: Sequence[Any], ids: Sequence[int], block_size: int, stored: Any, evicted: Sequence[Any]) -> List[List[Any]]:
     """The KV cache events of one prompt's insertion: a ``BlockStored`` per run of newly stored
     blocks (its parent the block before the run), then a ``BlockRemoved`` of the evicted ones."""
     events: List[List[Any]] = []
@@ -117,20 +135,20 @@ def cache_events(keys: Sequence[Any], words: Sequence[str], block_size: int, sto
         start = i
         while i < len(keys) and keys[i] in stored:
             i += 1
-        ids = [token_id(w) for w in words[start * block_size : i * block_size]]
-        events.append(BlockStored(keys[start:i], keys[start - 1] if start else None, ids, block_size))
+        tokens = ids[start * block_size : i * block_size]
+        events.append(BlockStored(keys[start:i], keys[start - 1] if start else None, tokens, block_size))
     if evicted:
         events.append(BlockRemoved(evicted))
     return events
 
 
 class _Job:
-    __slots__ = ("keys", "prompt_tokens", "reader", "done", "cached", "words", "arrival")
+    __slots__ = ("keys", "prompt_tokens", "reader", "done", "cached", "ids", "arrival")
 
-    def __init__(self, keys: List[Any], prompt_tokens: int, reader: asyncio.StreamReader, words: Sequence[str] = ()) -> None:
+    def __init__(self, keys: List[Any], prompt_tokens: int, reader: asyncio.StreamReader, ids: Sequence[int] = ()) -> None:
         self.arrival = asyncio.get_running_loop().time()
         self.keys = keys
-        self.words = words
+        self.ids = ids
         self.prompt_tokens = prompt_tokens
         self.reader = reader
         self.done: "asyncio.Future[Optional[int]]" = asyncio.get_running_loop().create_future()
@@ -225,7 +243,7 @@ class MockWorker:
             await asyncio.sleep(max(0.0, free_at - loop.time()))
             stored, evicted = self.cache.insert(job.keys)
             if self.kv_events is not None:
-                self.kv_events.publish(cache_events(job.keys, job.words, self.cost.block_size, set(stored), evicted))
+                self.kv_events.publish(cache_events(job.keys, job.ids, self.cost.block_size, set(stored), evicted))
             job.done.set_result(cached)
 
     # -- HTTP --------------------------------------------------------------------------------
@@ -408,7 +426,7 @@ class MockWorker:
     # -- completions -------------------------------------------------------------------------
 
     @staticmethod
-    def _parse_completion(body: bytes, chat: bool) -> Tuple[str, int, bool, Optional[int]]:
+    def _parse_completion(body: bytes, chat: bool) -> Tuple[Prompt, int, bool, Optional[int]]:
         try:
             request = json.loads(body or b"null")
         except ValueError:
@@ -420,9 +438,11 @@ class MockWorker:
         model = request.get("model", DEFAULT_MODEL_NAME)
         if not isinstance(model, str):
             raise _HttpError(400, "'model' must be a string")
-        prompt = _chat_prompt(request.get("messages")) if chat else request.get("prompt")
-        if not isinstance(prompt, str) or not prompt.split():
-            raise _HttpError(400, "'messages' must hold some text" if chat else "'prompt' must be a non-empty string")
+        prompt: Any = _chat_prompt(request.get("messages")) if chat else request.get("prompt")
+        if chat and (not isinstance(prompt, str) or not prompt.split()):
+            raise _HttpError(400, "'messages' must hold some text")
+        if not chat and not (isinstance(prompt, str) and prompt.split()) and not _is_token_ids(prompt):
+            raise _HttpError(400, "'prompt' must be a non-empty string or a list of token ids (ints from 0 to 2**32 - 1)")
         max_tokens = request.get("max_completion_tokens", request.get("max_tokens", 16)) if chat else request.get("max_tokens", 16)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= 100000:
             raise _HttpError(400, "'max_tokens' must be an integer from 1 to 100000")
@@ -443,27 +463,27 @@ class MockWorker:
         stats = self.stats
         stats["requests"] += 1
         stats["active"] += 1
-        words = prompt.split()
+        ids = prompt_token_ids(prompt)
         arrival = time.monotonic()
         outcome = "cancelled"
         try:
             if stream:
                 writer.write(self._head(200, "text/event-stream", "cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"))
                 await writer.drain()
-            job = _Job(text_block_keys(words, self.cost.block_size), len(words), reader, words)
+            job = _Job(text_block_keys(ids, self.cost.block_size), len(ids), reader, ids)
             self._queue.put_nowait(job)
             cached = await job.done
             if cached is None:
                 return False
             ttft_ms = (time.monotonic() - arrival) * 1000.0
-            stats["prompt_tokens"] += len(words)
+            stats["prompt_tokens"] += len(ids)
             stats["cached_tokens"] += cached
-            stats["computed_tokens"] += len(words) - cached
+            stats["computed_tokens"] += len(ids) - cached
             tokens = _tokens(prompt, max_tokens)
             usage = {
-                "prompt_tokens": len(words),
+                "prompt_tokens": len(ids),
                 "completion_tokens": max_tokens,
-                "total_tokens": len(words) + max_tokens,  # OpenAI's CompletionUsage has all three
+                "total_tokens": len(ids) + max_tokens,  # OpenAI's CompletionUsage has all three
                 "prompt_tokens_details": {"cached_tokens": cached},
             }
             if not stream:
