@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -151,16 +150,7 @@ func TestTokenPrefixBlockOptions(t *testing.T) {
 // Under cache_aware, a worker that reports holding a prompt's blocks (as its KV events would,
 // named by the chained hash of its token ids) gets the request that sends those ids.
 func TestTokenPrefixBlocksMatchWhatAWorkerReports(t *testing.T) {
-	var urls []string
-	for range 3 {
-		urls = append(urls, worker(t, func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }).URL)
-	}
-	cfg := core.DefaultConfig(urls...)
-	cfg.Policy = core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, BlocksPerWorker: 1024}
-	r, err := core.NewRouter(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, urls := cacheAwareRouter(t, 3)
 	ids := []uint32{11, 22, 33, 44, 55, 66, 77, 88, 99}
 	held := urls[2]
 	if err := r.StoreBlocks(held, tokenHashes(t, ids[:8], 4), nil); err != nil {
