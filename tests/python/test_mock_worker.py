@@ -177,6 +177,30 @@ def test_chat_completion_streams_deltas(client: httpx.Client) -> None:
     assert evs[-2]["usage"]["completion_tokens"] == 4
 
 
+def test_sglang_generate_takes_input_ids_or_text_and_answers_with_meta_info(client: httpx.Client) -> None:
+    # SGLang's native /generate, as slime and verl send it: the ids of "a b c d e" share the
+    # text's cache (its first whole block of 4), the answer is {"text", "meta_info"}.
+    ids = [zlib.crc32(w.encode()) for w in "a b c d e".split()]
+    first = client.post("/generate", json={"text": "a b c d e", "sampling_params": {"max_new_tokens": 3}}).json()
+    second = client.post("/generate", json={"input_ids": ids, "sampling_params": {"max_new_tokens": 3, "temperature": 0}}).json()
+    assert first["text"] == expected_text("a b c d e", 3) and second["text"] == expected_text(ids, 3)
+    meta = {"id": "mock", "prompt_tokens": 5, "completion_tokens": 3, "finish_reason": {"type": "length", "length": 3}}
+    assert first["meta_info"] == dict(meta, cached_tokens=0) and second["meta_info"] == dict(meta, cached_tokens=4)
+    assert second["worker"] == "m"
+
+
+def test_sglang_generate_streams_the_whole_text_so_far(client: httpx.Client) -> None:
+    with client.stream("POST", "/generate", json={"input_ids": [7, 8, 9], "sampling_params": {"max_new_tokens": 3}, "stream": True}) as r:
+        assert r.status_code == 200 and r.headers["content-type"] == "text/event-stream"
+        evs = events(list(r.iter_lines()))
+    assert evs[-1] == "[DONE]" and len(evs) == 4
+    whole = expected_text([7, 8, 9], 3)
+    texts = [e["text"] for e in evs[:-1]]
+    assert texts[-1] == whole and all(whole.startswith(t) for t in texts) and len(set(texts)) == 3
+    assert [e["meta_info"]["completion_tokens"] for e in evs[:-1]] == [1, 2, 3]
+    assert [e["meta_info"]["finish_reason"] for e in evs[:-1]] == [None, None, {"type": "length", "length": 3}]
+
+
 def test_requests_as_gateways_send_them(client: httpx.Client) -> None:
     # SMG's re-serialised completion: a model, echo, and unset fields as null (absent).
     body = {"model": "mock-model", "prompt": "a b", "echo": False, "max_tokens": 2, "stream": False, "n": None, "stop": None}
@@ -192,6 +216,10 @@ def test_requests_as_gateways_send_them(client: httpx.Client) -> None:
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "'messages' must hold some text"),
         ("/v1/chat/completions", _chat("a", max_completion_tokens=0), "'max_tokens' must be an integer from 1 to 100000"),
         ("/v1/completions", {"model": 7, "prompt": "a"}, "'model' must be a string"),
+        ("/generate", {"sampling_params": {}}, "'text' must be a non-empty string or 'input_ids' a list of token ids"),
+        ("/generate", {"input_ids": [1, "2"]}, "'input_ids' a list of token ids"),
+        ("/generate", {"text": "a", "sampling_params": []}, "'sampling_params' must be an object"),
+        ("/generate", {"text": "a", "sampling_params": {"max_new_tokens": 0}}, "'sampling_params.max_new_tokens' must be an integer from 1 to 100000"),
     ],
 )
 def test_bad_chat_and_model_are_400_naming_the_field(client: httpx.Client, path: str, body: Any, message: str) -> None:

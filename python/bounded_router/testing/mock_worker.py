@@ -29,6 +29,10 @@ Endpoints:
   ``"messages"`` (string contents or ``{"type": "text"}`` parts, joined by newlines);
   ``max_tokens`` or ``max_completion_tokens``; ``stream`` defaults to false, as OpenAI's. The
   answer is a ``chat.completion`` (or ``chat.completion.chunk`` events with ``delta.content``).
+* ``POST /generate`` -- SGLang's native endpoint, as slime and verl call it: ``"input_ids"`` (token
+  ids) or ``"text"``, ``"sampling_params": {"max_new_tokens": n}``, ``"stream"`` (default false);
+  the answer is ``{"text", "meta_info": {"prompt_tokens", "completion_tokens", "cached_tokens",
+  "finish_reason"}}``, streamed as events that each carry the whole text so far.
 * ``GET /stats`` -- counters: requests, completed, failed, cancelled (client gone), active,
   prompt/cached/computed prompt tokens.
 * ``POST /reset`` -- empty the prefix cache and zero the counters.
@@ -327,10 +331,10 @@ class MockWorker:
             await self._recovered.wait()
         if self.fault == "unavailable":
             raise _HttpError(503, "the mock worker is switched to answer 503 (POST /fault)")
-        if path in ("/v1/completions", "/v1/chat/completions"):
+        if path in _ENDPOINTS:
             if method != "POST":
                 raise _HttpError(405, "use POST for %s" % path)
-            return await self._completion(body, reader, writer, chat=path == "/v1/chat/completions")
+            return await self._completion(body, reader, writer, _ENDPOINTS[path])
         if path == "/stats" and method == "GET":
             await self._send_json(writer, 200, dict(self.stats, worker=self.name, cached_blocks=len(self.cache)))
         elif path == "/reset" and method == "POST":
@@ -426,7 +430,8 @@ class MockWorker:
     # -- completions -------------------------------------------------------------------------
 
     @staticmethod
-    def _parse_completion(body: bytes, chat: bool) -> Tuple[Prompt, int, bool, Optional[int]]:
+    def _parse_completion(body: bytes, kind: str) -> Tuple[Prompt, int, bool, Optional[int]]:
+        """A generation request of an endpoint (``_ENDPOINTS``): prompt, max tokens, stream, fail after."""
         try:
             request = json.loads(body or b"null")
         except ValueError:
@@ -438,15 +443,11 @@ class MockWorker:
         model = request.get("model", DEFAULT_MODEL_NAME)
         if not isinstance(model, str):
             raise _HttpError(400, "'model' must be a string")
-        prompt: Any = _chat_prompt(request.get("messages")) if chat else request.get("prompt")
-        if chat and (not isinstance(prompt, str) or not prompt.split()):
-            raise _HttpError(400, "'messages' must hold some text")
-        if not chat and not (isinstance(prompt, str) and prompt.split()) and not _is_token_ids(prompt):
-            raise _HttpError(400, "'prompt' must be a non-empty string or a list of token ids (ints from 0 to 2**32 - 1)")
-        max_tokens = request.get("max_completion_tokens", request.get("max_tokens", 16)) if chat else request.get("max_tokens", 16)
+        prompt, max_tokens = _PROMPTS[kind](request)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= 100000:
-            raise _HttpError(400, "'max_tokens' must be an integer from 1 to 100000")
-        stream = request.get("stream", not chat)
+            name = "sampling_params.max_new_tokens" if kind == "generate" else "max_tokens"
+            raise _HttpError(400, "'%s' must be an integer from 1 to 100000" % name)
+        stream = request.get("stream", kind == "completions")
         if not isinstance(stream, bool):
             raise _HttpError(400, "'stream' must be true or false")
         fail_after = request.get("fail_after_tokens")
@@ -454,11 +455,8 @@ class MockWorker:
             raise _HttpError(400, "'fail_after_tokens' must be a non-negative integer")
         return prompt, max_tokens, stream, fail_after
 
-    def _chat_envelope(self, kind: str, payload: Dict[str, Any]) -> Dict[str, Any]:
-        return dict({"id": "chatcmpl-mock", "object": kind, "created": 0, "model": self.model_name}, **payload)
-
-    async def _completion(self, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, chat: bool) -> bool:
-        prompt, max_tokens, stream, fail_after = self._parse_completion(body, chat)
+    async def _completion(self, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str) -> bool:
+        prompt, max_tokens, stream, fail_after = self._parse_completion(body, kind)
         assert self._queue is not None
         stats = self.stats
         stats["requests"] += 1
@@ -475,23 +473,14 @@ class MockWorker:
             cached = await job.done
             if cached is None:
                 return False
-            ttft_ms = (time.monotonic() - arrival) * 1000.0
             stats["prompt_tokens"] += len(ids)
             stats["cached_tokens"] += cached
             stats["computed_tokens"] += len(ids) - cached
             tokens = _tokens(prompt, max_tokens)
-            usage = {
-                "prompt_tokens": len(ids),
-                "completion_tokens": max_tokens,
-                "total_tokens": len(ids) + max_tokens,  # OpenAI's CompletionUsage has all three
-                "prompt_tokens_details": {"cached_tokens": cached},
-            }
+            answer = _Answer(kind, self, len(ids), cached, max_tokens, (time.monotonic() - arrival) * 1000.0)
             if not stream:
                 await asyncio.sleep(self._seconds(self.cost.decode_ms_per_token * max_tokens))
-                text = "".join(tokens)
-                choice = {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"index": 0, "text": text}
-                answer = {"choices": [dict(choice, finish_reason="length")], "usage": usage, "worker": self.name, "ttft_ms": ttft_ms}
-                await self._send_json(writer, 200, self._chat_envelope("chat.completion", answer) if chat else answer)
+                await self._send_json(writer, 200, answer.whole("".join(tokens)))
                 outcome = "completed"
                 return True
             loop = asyncio.get_running_loop()
@@ -504,18 +493,14 @@ class MockWorker:
                     return False
                 if reader.at_eof():  # the client closed its side: stop generating
                     return False
-                finish = "length" if i == max_tokens - 1 else None
-                if chat:
-                    choice = {"index": 0, "delta": {"content": token}, "finish_reason": finish}
-                    await self._send_event(writer, self._chat_envelope("chat.completion.chunk", {"choices": [choice]}))
-                else:
-                    await self._send_event(writer, {"choices": [{"index": 0, "text": token, "finish_reason": finish}]})
+                await self._send_event(writer, answer.event(token))
                 deadline += step
                 delay = deadline - loop.time()
                 if delay > 0 and i < max_tokens - 1:
                     await asyncio.sleep(delay)
-            last: Dict[str, Any] = {"choices": [], "usage": usage, "worker": self.name, "ttft_ms": ttft_ms}
-            await self._send_event(writer, self._chat_envelope("chat.completion.chunk", last) if chat else last)
+            closing = answer.closing()
+            if closing is not None:
+                await self._send_event(writer, closing)
             writer.write(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
             await writer.drain()
             outcome = "completed"
@@ -546,6 +531,101 @@ def _chat_prompt(messages: Any) -> Optional[str]:
         elif isinstance(content, list):
             texts += [p["text"] for p in content if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)]
     return "\n".join(texts)
+
+
+def _completions_prompt(request: Dict[str, Any]) -> Tuple[Prompt, Any]:
+    prompt: Any = request.get("prompt")
+    if not (isinstance(prompt, str) and prompt.split()) and not _is_token_ids(prompt):
+        raise _HttpError(400, "'prompt' must be a non-empty string or a list of token ids (ints from 0 to 2**32 - 1)")
+    return prompt, request.get("max_tokens", 16)
+
+
+def _chat_request_prompt(request: Dict[str, Any]) -> Tuple[Prompt, Any]:
+    prompt = _chat_prompt(request.get("messages"))
+    if not prompt or not prompt.split():
+        raise _HttpError(400, "'messages' must hold some text")
+    return prompt, request.get("max_completion_tokens", request.get("max_tokens", 16))
+
+
+def _generate_prompt(request: Dict[str, Any]) -> Tuple[Prompt, Any]:
+    """SGLang's /generate: ``input_ids`` or ``text``, and ``sampling_params.max_new_tokens``."""
+    prompt: Any = request.get("input_ids", request.get("text"))
+    if not (isinstance(prompt, str) and prompt.split()) and not _is_token_ids(prompt):
+        raise _HttpError(400, "'text' must be a non-empty string or 'input_ids' a list of token ids (ints from 0 to 2**32 - 1)")
+    sampling = request.get("sampling_params", {})
+    if not isinstance(sampling, dict):
+        raise _HttpError(400, "'sampling_params' must be an object")
+    return prompt, sampling.get("max_new_tokens", 16)
+
+
+#: The generation endpoints by path, and how each reads its prompt and its number of tokens.
+_ENDPOINTS = {"/v1/completions": "completions", "/v1/chat/completions": "chat", "/generate": "generate"}
+_PROMPTS: Dict[str, Callable[[Dict[str, Any]], Tuple[Prompt, Any]]] = {
+    "completions": _completions_prompt,
+    "chat": _chat_request_prompt,
+    "generate": _generate_prompt,
+}
+
+
+class _Answer:
+    """One request's answer in its endpoint's shape, whole or as stream events: OpenAI's
+    completion (``usage`` in a last event of its own), OpenAI's chat completion, or SGLang's
+    /generate (each event the whole text so far and ``meta_info``). Each whole answer and last
+    event also name the worker and its time to first token."""
+
+    def __init__(self, kind: str, worker: "MockWorker", prompt_tokens: int, cached: int, max_tokens: int, ttft_ms: float) -> None:
+        self.kind = kind
+        self.model = worker.model_name
+        self.prompt_tokens, self.cached, self.max_tokens = prompt_tokens, cached, max_tokens
+        self.extra = {"worker": worker.name, "ttft_ms": ttft_ms}
+        self.text, self.sent = "", 0
+
+    def _usage(self) -> Dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.max_tokens,
+            "total_tokens": self.prompt_tokens + self.max_tokens,  # OpenAI's CompletionUsage has all three
+            "prompt_tokens_details": {"cached_tokens": self.cached},
+        }
+
+    def _generate(self, text: str, tokens: int) -> Dict[str, Any]:
+        finished = tokens == self.max_tokens
+        meta = {
+            "id": "mock",
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": tokens,
+            "cached_tokens": self.cached,
+            "finish_reason": {"type": "length", "length": tokens} if finished else None,
+        }
+        answer = {"text": text, "meta_info": meta}
+        return dict(answer, **self.extra) if finished else answer
+
+    def _chat(self, kind: str, payload: Dict[str, Any]) -> Dict[str, Any]:
+        return dict({"id": "chatcmpl-mock", "object": kind, "created": 0, "model": self.model}, **payload)
+
+    def whole(self, text: str) -> Dict[str, Any]:
+        if self.kind == "generate":
+            return self._generate(text, self.max_tokens)
+        if self.kind == "chat":
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+            return self._chat("chat.completion", dict({"choices": [choice], "usage": self._usage()}, **self.extra))
+        return dict({"choices": [{"index": 0, "text": text, "finish_reason": "length"}], "usage": self._usage()}, **self.extra)
+
+    def event(self, token: str) -> Dict[str, Any]:
+        self.text, self.sent = self.text + token, self.sent + 1
+        finish = "length" if self.sent == self.max_tokens else None
+        if self.kind == "generate":
+            return self._generate(self.text, self.sent)
+        if self.kind == "chat":
+            return self._chat("chat.completion.chunk", {"choices": [{"index": 0, "delta": {"content": token}, "finish_reason": finish}]})
+        return {"choices": [{"index": 0, "text": token, "finish_reason": finish}]}
+
+    def closing(self) -> Optional[Dict[str, Any]]:
+        """The event after the tokens: OpenAI's usage; None for SGLang, whose last event has it."""
+        if self.kind == "generate":
+            return None
+        last = dict({"choices": [], "usage": self._usage()}, **self.extra)
+        return self._chat("chat.completion.chunk", last) if self.kind == "chat" else last
 
 
 def _parser() -> argparse.ArgumentParser:
