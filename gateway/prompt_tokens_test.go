@@ -68,7 +68,8 @@ func idsJSON(ids []uint32) string {
 }
 
 // A prompt over MaxPrefixBlocks blocks is routed by its first MaxPrefixBlocks, and the blocks
-// are all a large body costs: no copy of the body or of its ids.
+// are all a large body costs: no copy of the body (642 KB) or of its ids (262 KB); the slack is
+// for what other goroutines of the test binary allocate meanwhile.
 func TestALongTokenPromptIsCutToMaxPrefixBlocksInPlace(t *testing.T) {
 	ids := make([]uint32, core.MaxPrefixBlocks+100)
 	for i := range ids {
@@ -83,7 +84,7 @@ func TestALongTokenPromptIsCutToMaxPrefixBlocksInPlace(t *testing.T) {
 	if !slices.Equal(got, tokenHashes(t, ids[:core.MaxPrefixBlocks], 1)) {
 		t.Fatalf("%d blocks, want the first %d", len(got), core.MaxPrefixBlocks)
 	}
-	if allocated, blocks := after.TotalAlloc-before.TotalAlloc, uint64(8*core.MaxPrefixBlocks); allocated > blocks+1024 {
+	if allocated, blocks := after.TotalAlloc-before.TotalAlloc, uint64(8*core.MaxPrefixBlocks); allocated > blocks+64<<10 {
 		t.Fatalf("%d bytes allocated for a %d-byte body, %d of them blocks", allocated, len(body), blocks)
 	}
 }
