@@ -68,3 +68,11 @@ def test_a_second_turn_through_the_gateway_lands_on_the_worker_holding_its_first
     cached = [a["cached_tokens"] - b["cached_tokens"] for a, b in zip(after, before)]
     assert requests[holder] == 1 and requests[1 - holder] == 0
     assert cached[holder] == 5 * BLOCK  # the first turn's 5 whole blocks
+
+
+def test_the_gateway_is_started_with_each_workers_event_endpoints_once(fleet: Tuple[List[ServerProcess], ServerProcess]) -> None:
+    workers, gateway = fleet
+    args = list(gateway.process.args)  # type: ignore[arg-type]
+    assert args.count("--kv-events") == args.count("--kv-events-replay") == len(workers)
+    assert args.count("--prefix-blocks") == 1
+

@@ -155,4 +155,4 @@ def start_proxy(
         args += ["--min-load-gap", str(min_load_gap)]
     if max_load_skew is not None:
         args += ["--max-load-skew", repr(max_load_skew)]
-    return ServerProcess("proxy (%s)" % policy, module, args + list(flags))
+    return ServerProcess("proxy (%s)" % policy, module, args)
