@@ -201,6 +201,26 @@ def test_a_long_token_prompt_is_cut_to_max_prefix_blocks() -> None:
     assert body_token_blocks(json.dumps({"prompt": ids}).encode(), 1, 1 << 30) == prefix_blocks(ids[:MAX_PREFIX_BLOCKS], 1)
 
 
+def test_the_tokens_option_routes_with_the_blocks_of_the_ids_and_forwards_the_body_untouched(
+    worker: EchoWorker, serve_proxy: ProxyServer, client: httpx.Client
+) -> None:
+    ids = list(range(50, 90))
+    small = json.dumps({"input_ids": ids, "sampling_params": {"max_new_tokens": 2}}).encode()
+    # Over INLINE_BODY_LIMIT: parsed and hashed in a worker thread.
+    many = [7919 * i % 150000 for i in range(20000)]
+    large = json.dumps({"model": "m", "prompt": many}).encode()
+    assert len(large) > INLINE_BODY_LIMIT
+    with serve_proxy([worker.url], proxy_options={"prefix_blocks": "tokens", "prefix_block_size": 16}) as (url, proxy, router):
+        proxy.router = recorder = RecordingRouter(proxy.router)
+        for body in (small, large, CHAT_BODY, b"{not json"):
+            post(client, url, body)
+        assert [r.body for r in worker.received] == [small, large, CHAT_BODY, b"{not json"]
+        assert recorder.prefixes == [prefix_blocks(ids[:32], 16), prefix_blocks(many, 16), None, None]
+
+
+CHAT_BODY = json.dumps(CHAT).encode()
+
+
 def test_the_gateway_and_the_python_proxy_route_token_ids_to_the_worker_reporting_their_blocks(
     worker: EchoWorker, serve_proxy: ProxyServer, client: httpx.Client
 ) -> None:
