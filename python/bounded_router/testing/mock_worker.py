@@ -5,8 +5,9 @@ worker model of the simulator (:mod:`bounded_router.simulate.model`): a prefix c
 (an LRU of prompt-prefix blocks), one FIFO prefill engine (time to first token = queueing +
 prefill of the uncached tokens) and decode at a fixed rate. Prompts are tokenized by
 whitespace, a word's token id its CRC-32 (:func:`token_id`); a prompt may also come as the token
-ids themselves, and both share the cache. All costs are multiplied by ``time_scale`` (0.01 runs the model 100 times faster
-than real time), so a test can stream thousands of requests in seconds.
+ids themselves, and both share the cache. All costs are multiplied by ``time_scale`` (0.01 runs
+the model 100 times faster than real time), so a test can stream thousands of requests in
+seconds.
 
 Standard library only (asyncio), so it ships with the package: tests, ``make demo``,
 ``scripts/e2e.py`` and users trying an integration without a GPU all start it the same way::

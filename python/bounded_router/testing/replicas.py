@@ -35,7 +35,10 @@ from .fleet import ServerProcess, kv_event_endpoints, start_mock_worker, start_p
 from .mock_worker import expected_text, prompt_token_ids
 from .sessions import Outcome, Policy, Sessions
 
-__all__ = ["Mode", "MODES", "ModeResult", "run", "run_mode", "format_table", "session_token_prompts", "start_workers", "start_gateways", "await_events", "complete", "indexed_blocks"]
+__all__ = [
+    "Mode", "MODES", "ModeResult", "await_events", "complete", "format_table", "indexed_blocks", "run", "run_mode",
+    "session_token_prompts", "start_gateways", "start_workers",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
