@@ -51,8 +51,8 @@ def cases(router: Router, plain_only: bool) -> List[Tuple[str, Callable[[], None
     keys = ["session-%d" % i for i in range(4096)]
     batch = keys[:BATCH]
     weights = [1 + 37 * i for i in range(BATCH)]
-    one, many = prefix_blocks(range(16)), prefix_blocks(range(16 * 128))
-    many_array = array("Q", many)
+    one, many = prefix_blocks(range(16)), prefix_blocks(range(16 * 128))  # PrefixBlocks
+    one_list, many_list, many_array = list(one), list(many), array("Q", many)
     counter = [0]
 
     def key() -> str:
@@ -72,6 +72,8 @@ def cases(router: Router, plain_only: bool) -> List[Tuple[str, Callable[[], None
         ("route(key, weight=1000)", lambda: router.route(key(), weight=1000).release()),
         ("route(key, prefix_blocks=1 block)", lambda: router.route(key(), prefix_blocks=one).release()),
         ("route(key, prefix_blocks=128 blocks)", lambda: router.route(key(), prefix_blocks=many).release()),
+        ("route(key, prefix_blocks=list 1)", lambda: router.route(key(), prefix_blocks=one_list).release()),
+        ("route(key, prefix_blocks=list 128)", lambda: router.route(key(), prefix_blocks=many_list).release()),
         ("route(key, prefix_blocks=array 128)", lambda: router.route(key(), prefix_blocks=many_array).release()),
         ("route(key, weight, 1 block)", lambda: router.route(key(), weight=1000, prefix_blocks=one).release()),
         ("route_many(64 keys) / key", lambda: router.release_many(router.route_many(batch))),
@@ -103,8 +105,12 @@ def main() -> int:
     for name, _ in measured:
         print("%-38s %10.0f %10.2f" % (name, statistics.median(times[name]), statistics.median(ratios[name])))
     if not args.plain_only:
-        for many_name in ("route(key, prefix_blocks=128 blocks)", "route(key, prefix_blocks=array 128)"):
-            per_block = [(m - o) / 127 for m, o in zip(times[many_name], times["route(key, prefix_blocks=1 block)"])]
+        for many_name, one_name in (
+            ("route(key, prefix_blocks=128 blocks)", "route(key, prefix_blocks=1 block)"),
+            ("route(key, prefix_blocks=list 128)", "route(key, prefix_blocks=list 1)"),
+            ("route(key, prefix_blocks=array 128)", "route(key, prefix_blocks=1 block)"),
+        ):
+            per_block = [(m - o) / 127 for m, o in zip(times[many_name], times[one_name])]
             print("%-38s %10.1f ns per extra block" % (many_name, statistics.median(per_block)))
         weighted = [w / p for w, p in zip(times["route_many(64 keys, weights) / key"], times["route_many(64 keys) / key"])]
         print("%-38s %10.2f x route_many(64 keys)" % ("route_many(64 keys, weights) / key", statistics.median(weighted)))
