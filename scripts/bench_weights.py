@@ -4,7 +4,8 @@
 
 One request's life at 64 workers (route, then release; the release travels with the next call
 into the library): ``route(key)``, the key-only path; ``route(key, weight=...)`` and
-``route(key, prefix_blocks=...)`` with 1 and 128 blocks (real block hashes, as a list and as an
+``route(key, prefix_blocks=...)`` with 1 and 128 blocks (real block hashes: the
+``PrefixBlocks`` that ``prefix_blocks()`` returns, the same as a plain list and as an
 ``array("Q")``), which take ``br_release_then_route_request``; ``route(key)`` with
 ``lease.first_token()`` between route and release (one ``br_first_token`` call); and batches of
 64 keys, ``route_many(keys)`` against ``route_many(keys, weights=...)``. The cost of a block is the
@@ -13,7 +14,8 @@ also compared with the plain one, each within its round. Cases run one after
 another in rounds (a noisy neighbour slows every case of a round alike); the median over the
 rounds is printed, and each case's ratio to ``route(key)`` taken within each round, then its
 median. ``--plain-only`` measures ``route(key)`` alone, for comparing builds of the package
-(``PYTHONPATH``/``BOUNDED_ROUTER_LIBRARY``) that lack the weighted path. Figures: BENCHMARKS.md.
+(``PYTHONPATH``/``BOUNDED_ROUTER_LIBRARY``; scripts/bench_builds.py does). ``make bench`` runs
+:func:`measure` and reports it against issue 24's targets. Figures: BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from array import array
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 from bounded_router import Router, prefix_blocks
 
@@ -47,6 +49,21 @@ def per_call_ns(call: Callable[[], None], seconds: float) -> float:
     return (time.perf_counter() - start) / n * 1e9
 
 
+ROUTE = "route(key)"
+FIRST_TOKEN = "route(key) + first_token()"
+WEIGHT = "route(key, weight=1000)"
+ONE = "route(key, prefix_blocks=<1 block>)"
+MANY = "route(key, prefix_blocks=<128 blocks>)"
+LIST_ONE = "route(key, prefix_blocks=list of 1)"
+LIST_MANY = "route(key, prefix_blocks=list of 128)"
+ARRAY_MANY = 'route(key, prefix_blocks=array("Q") of 128)'
+BOTH = "route(key, weight=1000, prefix_blocks=<1 block>)"
+BATCH_CASE = "route_many(64 keys), per key"
+WEIGHTED_BATCH = "route_many(64 keys, weights=...), per key"
+# The cost of an extra block of each form: (the 128-block case, the 1-block case it is taken from).
+PER_BLOCK = {"PrefixBlocks": (MANY, ONE), "list": (LIST_MANY, LIST_ONE), 'array("Q")': (ARRAY_MANY, ONE)}
+
+
 def cases(router: Router, plain_only: bool) -> List[Tuple[str, Callable[[], None]]]:
     keys = ["session-%d" % i for i in range(4096)]
     batch = keys[:BATCH]
@@ -59,27 +76,52 @@ def cases(router: Router, plain_only: bool) -> List[Tuple[str, Callable[[], None
         counter[0] = (counter[0] + 1) & 4095
         return keys[counter[0]]
 
-    found: List[Tuple[str, Callable[[], None]]] = [("route(key)", lambda: router.route(key()).release())]
+    found: List[Tuple[str, Callable[[], None]]] = [(ROUTE, lambda: router.route(key()).release())]
     if plain_only:
         return found
+
     def first_token() -> None:
         lease = router.route(key())
         lease.first_token()
         lease.release()
 
     found += [
-        ("route(key) + first_token()", first_token),
-        ("route(key, weight=1000)", lambda: router.route(key(), weight=1000).release()),
-        ("route(key, prefix_blocks=1 block)", lambda: router.route(key(), prefix_blocks=one).release()),
-        ("route(key, prefix_blocks=128 blocks)", lambda: router.route(key(), prefix_blocks=many).release()),
-        ("route(key, prefix_blocks=list 1)", lambda: router.route(key(), prefix_blocks=one_list).release()),
-        ("route(key, prefix_blocks=list 128)", lambda: router.route(key(), prefix_blocks=many_list).release()),
-        ("route(key, prefix_blocks=array 128)", lambda: router.route(key(), prefix_blocks=many_array).release()),
-        ("route(key, weight, 1 block)", lambda: router.route(key(), weight=1000, prefix_blocks=one).release()),
-        ("route_many(64 keys) / key", lambda: router.release_many(router.route_many(batch))),
-        ("route_many(64 keys, weights) / key", lambda: router.release_many(router.route_many(batch, weights=weights))),
+        (FIRST_TOKEN, first_token),
+        (WEIGHT, lambda: router.route(key(), weight=1000).release()),
+        (ONE, lambda: router.route(key(), prefix_blocks=one).release()),
+        (MANY, lambda: router.route(key(), prefix_blocks=many).release()),
+        (LIST_ONE, lambda: router.route(key(), prefix_blocks=one_list).release()),
+        (LIST_MANY, lambda: router.route(key(), prefix_blocks=many_list).release()),
+        (ARRAY_MANY, lambda: router.route(key(), prefix_blocks=many_array).release()),
+        (BOTH, lambda: router.route(key(), weight=1000, prefix_blocks=one).release()),
+        (BATCH_CASE, lambda: router.release_many(router.route_many(batch))),
+        (WEIGHTED_BATCH, lambda: router.release_many(router.route_many(batch, weights=weights))),
     ]
     return found
+
+
+def measure(rounds: int, seconds: float, plain_only: bool = False) -> Dict[str, Any]:
+    """The cases in rounds: ``ns`` (median per case), ``ratio`` (to ``route(key)``, median of
+    the rounds'), and unless ``plain_only``: ``per_block`` (ns per extra block of each form),
+    ``weighted_batch`` (the weighted batch over the plain one) and ``first_token_ns`` (what the
+    first-token call adds), each the median of the rounds' values."""
+    with Router(["http://w%d:8000" % i for i in range(WORKERS)]) as router:
+        measured = cases(router, plain_only)
+        times: Dict[str, List[float]] = {name: [] for name, _ in measured}
+        for _ in range(rounds):
+            for name, call in measured:
+                ns = per_call_ns(call, seconds)
+                times[name].append(ns / BATCH if name.startswith("route_many") else ns)
+    median = statistics.median
+    result: Dict[str, Any] = {
+        "ns": {name: median(values) for name, values in times.items()},
+        "ratio": {name: median([t / r for t, r in zip(values, times[ROUTE])]) for name, values in times.items()},
+    }
+    if not plain_only:
+        result["per_block"] = {form: median([(m - o) / 127 for m, o in zip(times[many], times[one])]) for form, (many, one) in PER_BLOCK.items()}
+        result["weighted_batch"] = median([w / p for w, p in zip(times[WEIGHTED_BATCH], times[BATCH_CASE])])
+        result["first_token_ns"] = median([f - r for f, r in zip(times[FIRST_TOKEN], times[ROUTE])])
+    return result
 
 
 def main() -> int:
@@ -88,32 +130,16 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=0.2, help="length of one measurement")
     parser.add_argument("--plain-only", action="store_true")
     args = parser.parse_args()
-    with Router(["http://w%d:8000" % i for i in range(WORKERS)]) as router:
-        measured = cases(router, args.plain_only)
-        times: Dict[str, List[float]] = {name: [] for name, _ in measured}
-        ratios: Dict[str, List[float]] = {name: [] for name, _ in measured}
-        for _ in range(args.rounds):
-            this_round = {}
-            for name, call in measured:
-                ns = per_call_ns(call, args.seconds)
-                this_round[name] = ns / BATCH if name.startswith("route_many") else ns
-                times[name].append(this_round[name])
-            for name in this_round:
-                ratios[name].append(this_round[name] / this_round["route(key)"])
+    result = measure(args.rounds, args.seconds, args.plain_only)
     print("%d workers, %d rounds, medians" % (WORKERS, args.rounds))
-    print("%-38s %10s %10s" % ("case (route + release)", "ns", "x route"))
-    for name, _ in measured:
-        print("%-38s %10.0f %10.2f" % (name, statistics.median(times[name]), statistics.median(ratios[name])))
+    print("%-50s %10s %10s" % ("case (route + release)", "ns", "x route"))
+    for name, ns in result["ns"].items():
+        print("%-50s %10.0f %10.2f" % (name, ns, result["ratio"][name]))
     if not args.plain_only:
-        for many_name, one_name in (
-            ("route(key, prefix_blocks=128 blocks)", "route(key, prefix_blocks=1 block)"),
-            ("route(key, prefix_blocks=list 128)", "route(key, prefix_blocks=list 1)"),
-            ("route(key, prefix_blocks=array 128)", "route(key, prefix_blocks=1 block)"),
-        ):
-            per_block = [(m - o) / 127 for m, o in zip(times[many_name], times[one_name])]
-            print("%-38s %10.1f ns per extra block" % (many_name, statistics.median(per_block)))
-        weighted = [w / p for w, p in zip(times["route_many(64 keys, weights) / key"], times["route_many(64 keys) / key"])]
-        print("%-38s %10.2f x route_many(64 keys)" % ("route_many(64 keys, weights) / key", statistics.median(weighted)))
+        for form, per_block in result["per_block"].items():
+            print("%-50s %10.1f ns per extra block" % (form, per_block))
+        print("%-50s %10.2f x route_many(64 keys)" % ("route_many(64 keys, weights=...)", result["weighted_batch"]))
+        print("%-50s %10.0f ns" % ("first_token() adds", result["first_token_ns"]))
     return 0
 
 

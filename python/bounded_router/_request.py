@@ -114,6 +114,7 @@ def _dropping_packed(change: Callable[..., Any]) -> Callable[..., Any]:
 # Every method by which a list changes in place.
 for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert", "pop", "remove", "reverse", "sort", "clear"):
     setattr(PrefixBlocks, _name, _dropping_packed(getattr(list, _name)))
+del _name
 
 
 def packed_blocks(packed: bytes) -> PrefixBlocks:
