@@ -4,12 +4,12 @@
 
 One request's life at 64 workers (route, then release; the release travels with the next call
 into the library): ``route(key)``, the key-only path; ``route(key, weight=...)`` and
-``route(key, prefix_blocks=...)`` with 1 and 128 blocks (real block hashes: the
+``route(key, prefix_blocks=...)`` with 1 and 1,024 blocks (real block hashes: the
 ``PrefixBlocks`` that ``prefix_blocks()`` returns, the same as a plain list and as an
 ``array("Q")``), which take ``br_release_then_route_request``; ``route(key)`` with
 ``lease.first_token()`` between route and release (one ``br_first_token`` call); and batches of
 64 keys, ``route_many(keys)`` against ``route_many(keys, weights=...)``. The cost of a block is the
-difference between the 128-block and the 1-block rows, over 127, and the weighted batch is
+difference between the 1,024-block and the 1-block rows, over 1,023, and the weighted batch is
 also compared with the plain one, each within its round. Cases run one after
 another in rounds (a noisy neighbour slows every case of a round alike); the median over the
 rounds is printed, and each case's ratio to ``route(key)`` taken within each round, then its
@@ -53,14 +53,17 @@ ROUTE = "route(key)"
 FIRST_TOKEN = "route(key) + first_token()"
 WEIGHT = "route(key, weight=1000)"
 ONE = "route(key, prefix_blocks=<1 block>)"
-MANY = "route(key, prefix_blocks=<128 blocks>)"
+# The slope per block is taken over this many blocks, so that the shared machine's noise (a few
+# hundred ns a measurement) spreads over many blocks.
+MANY_BLOCKS = 1024
+MANY = "route(key, prefix_blocks=<%d blocks>)" % MANY_BLOCKS
 LIST_ONE = "route(key, prefix_blocks=list of 1)"
-LIST_MANY = "route(key, prefix_blocks=list of 128)"
-ARRAY_MANY = 'route(key, prefix_blocks=array("Q") of 128)'
+LIST_MANY = "route(key, prefix_blocks=list of %d)" % MANY_BLOCKS
+ARRAY_MANY = 'route(key, prefix_blocks=array("Q") of %d)' % MANY_BLOCKS
 BOTH = "route(key, weight=1000, prefix_blocks=<1 block>)"
 BATCH_CASE = "route_many(64 keys), per key"
 WEIGHTED_BATCH = "route_many(64 keys, weights=...), per key"
-# The cost of an extra block of each form: (the 128-block case, the 1-block case it is taken from).
+# The cost of an extra block of each form: (the many-block case, the 1-block case it is taken from).
 PER_BLOCK = {"PrefixBlocks": (MANY, ONE), "list": (LIST_MANY, LIST_ONE), 'array("Q")': (ARRAY_MANY, ONE)}
 
 
@@ -68,7 +71,7 @@ def cases(router: Router, plain_only: bool) -> List[Tuple[str, Callable[[], None
     keys = ["session-%d" % i for i in range(4096)]
     batch = keys[:BATCH]
     weights = [1 + 37 * i for i in range(BATCH)]
-    one, many = prefix_blocks(range(16)), prefix_blocks(range(16 * 128))  # PrefixBlocks
+    one, many = prefix_blocks(range(16)), prefix_blocks(range(16 * MANY_BLOCKS))  # PrefixBlocks
     one_list, many_list, many_array = list(one), list(many), array("Q", many)
     counter = [0]
 
@@ -118,7 +121,8 @@ def measure(rounds: int, seconds: float, plain_only: bool = False) -> Dict[str, 
         "ratio": {name: median([t / r for t, r in zip(values, times[ROUTE])]) for name, values in times.items()},
     }
     if not plain_only:
-        result["per_block"] = {form: median([(m - o) / 127 for m, o in zip(times[many], times[one])]) for form, (many, one) in PER_BLOCK.items()}
+        extra = MANY_BLOCKS - 1
+        result["per_block"] = {form: median([(m - o) / extra for m, o in zip(times[many], times[one])]) for form, (many, one) in PER_BLOCK.items()}
         result["weighted_batch"] = median([w / p for w, p in zip(times[WEIGHTED_BATCH], times[BATCH_CASE])])
         result["first_token_ns"] = median([f - r for f, r in zip(times[FIRST_TOKEN], times[ROUTE])])
     return result
