@@ -481,7 +481,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     print("shortcuts of the request path ...", flush=True)
     results["tricks"] = bench_tricks.measure(args.rounds, 20000)
     print("every route path (weights, prefix blocks, first tokens) ...", flush=True)
-    results["route_paths"] = bench_weights.measure(args.rounds, args.seconds * 2)
+    results["route_paths"] = bench_weights.measure(args.rounds, args.seconds * 2, clock="cpu")
     print("route+release against the build of %s ..." % bench_builds.DEFAULT_BASE, flush=True)
     try:
         results["builds"] = bench_builds.measure(bench_builds.DEFAULT_BASE, args.rounds, args.seconds * 4)
