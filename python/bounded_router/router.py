@@ -306,7 +306,7 @@ class Router:
         *,
         headers: Optional[HeadersLike] = None,
         weight: Optional[int] = None,
-        prefix_blocks: Optional[Sequence[int]] = None,
+        prefix_blocks: Optional[Iterable[int]] = None,
         exclude: Optional[Iterable[str]] = None,
     ) -> Lease:
         """Choose a worker for a request and count the request on it until the lease is released.
@@ -439,7 +439,7 @@ class Router:
         keys: Iterable[Union[str, bytes, None]],
         *,
         weights: Optional[Iterable[int]] = None,
-        prefix_blocks: Optional[Iterable[Optional[Sequence[int]]]] = None,
+        prefix_blocks: Optional[Iterable[Optional[Iterable[int]]]] = None,
     ) -> List[Lease]:
         """Route one request per key, in order, with one call into the library for the batch.
 
@@ -541,7 +541,7 @@ class Router:
         routing_key: Union[str, bytes, None] = None,
         *,
         headers: Optional[HeadersLike] = None,
-        prefix_blocks: Optional[Sequence[int]] = None,
+        prefix_blocks: Optional[Iterable[int]] = None,
     ) -> Decision:
         """Choose a worker like :meth:`route` without counting anything.
 
