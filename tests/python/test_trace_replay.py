@@ -670,3 +670,28 @@ def test_events_at_prefill_end_report_the_prompt_at_once() -> None:
     assert _reports_over_time("prefill-end", cache_blocks=6) == [(13.0, [1, 2, 3, 4, 5], []), (18.0, [6, 7], [5])]
     with pytest.raises(ValueError, match="events_at must be one of step-end, schedule, prefill-end, got 'later'"):
         ReplayConfig(events_at="later")
+
+
+@pytest.mark.parametrize(
+    "events_at, times",
+    [("schedule", [0.0, 5.0, 10.0]), ("step-end", [5.0, 10.0, 13.0]), ("prefill-end", [13.0])],
+)
+def test_the_replay_delivers_each_report_when_the_worker_makes_it(events_at: str, times: List[float]) -> None:
+    from bounded_router.simulate.replay import _Run
+
+    # One prompt of 10 tokens in blocks of 2, prefilled 4 tokens a step (steps end at 5, 10, 13 ms).
+    trace = _trace([_line(0, 10, 1, [1, 2, 3, 4, 5])])
+    config = ReplayConfig(workers=1, load=None, cache_blocks=16, costs=SIMPLE, events_delay_ms=0.0, events_at=events_at)
+    state = _Run(ReplayPolicy("cache_aware", 8, 1.0, events=True), trace, config)
+    delivered: List[float] = []
+    real = state.publish
+
+    def spy(w: int, now: float) -> None:
+        delivered.extend(now for _ in state.workers[w].reports or ())
+        real(w, now)
+
+    state.publish = spy  # type: ignore[method-assign]
+    state.run()
+    assert delivered == times
+    assert state.routing.routers[0].workers()[0].indexed_blocks == 5
+    state.routing.routers[0].close()
