@@ -65,7 +65,7 @@ func kvEventStats(subs []*kvevents.Subscriber, staleAfter time.Duration, now tim
 			"worker": s.Worker, "batches": st.Batches, "stored": st.Stored, "removed": st.Removed, "cleared": st.Cleared,
 			"unknown_parent": st.UnknownParent, "adapter": st.Adapter, "unknown_tag": st.UnknownTag,
 			"gaps": st.Gaps, "replayed": st.Replayed, "lost": st.Lost, "malformed": st.Malformed, "restarts": st.Restarts,
-			"stale": st.LastBatch.IsZero() || now.Sub(st.LastBatch) > staleAfter,
+			"stale": st.Stale(now, staleAfter),
 		})
 	}
 	return map[string]any{"workers": workers}

@@ -49,6 +49,12 @@ type Stats struct {
 	last      int64
 }
 
+// Stale reports whether no batch was applied within after of now (none ever, included): the
+// worker's index then rests on what this router routed there and the engine's last reports.
+func (st Stats) Stale(now time.Time, after time.Duration) bool {
+	return st.LastBatch.IsZero() || now.Sub(st.LastBatch) > after
+}
+
 // Stats returns the counters.
 func (s *Subscriber) Stats() Stats {
 	s.mu.Lock()

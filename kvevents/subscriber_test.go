@@ -115,3 +115,71 @@ func TestSubscriberFollowsAStreamAndReplaysAGap(t *testing.T) {
 	<-done
 	assert.Len(t, logs, 1, "the malformed messages are logged once: %v", logs)
 }
+
+// A publisher that floods (issue 21, "Bad input"): thousands of batches, each storing a block
+// the worker never held, as fast as the socket takes them. Every batch is applied or counted
+// lost, the worker's index stays within blocks_per_worker, and the engine names of the blocks
+// it forgot are forgotten too.
+func TestAFloodingPublisherLeavesTheIndexBounded(t *testing.T) {
+	const flood, perWorker = 5000, 64
+	urls := []string{"http://127.0.0.1:1"}
+	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, BlocksPerWorker: perWorker, CacheThreshold: 0.3}, VirtualNodes: 150})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	endpoint := freeEndpoint(t)
+	pub := zmq4.NewPub(ctx)
+	defer pub.Close()
+	require.NoError(t, pub.Listen(endpoint))
+	s := &Subscriber{Index: r, Worker: urls[0], Endpoint: endpoint}
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	send := func(seq int64) {
+		payload := storedPayload(t, uint64(1000+seq), nil, uint32(2*seq), uint32(2*seq+1))
+		require.NoError(t, pub.SendMulti(zmq4.NewMsgFrom([]byte{}, seqFrame(seq), payload)))
+	}
+	waitFor(t, "the first batch", func() bool { send(0); return s.Stats().Batches > 0 })
+	for seq := int64(1); seq <= flood; seq++ {
+		send(seq)
+	}
+	waitFor(t, "the last batch", func() bool { st := s.Stats(); return st.Batches+st.Lost >= flood+1 })
+	st := s.Stats()
+	assert.Equal(t, uint64(flood+1), st.Batches+st.Lost, "each batch applied once or counted lost")
+	assert.Equal(t, uint64(0), st.Malformed)
+	assert.Equal(t, perWorker, r.Workers()[0].IndexedBlocks, "the index holds the newest blocks_per_worker")
+	_, ok := r.ReportedBlock(urls[0], 1000)
+	assert.False(t, ok, "the first block was forgotten, with its engine name")
+	_, ok = r.ReportedBlock(urls[0], 1000+flood)
+	assert.True(t, ok, "the newest block is held")
+	cancel()
+	<-done
+}
+
+// Events that stop leave the worker stale after the stale age, by the clock the caller passes,
+// and routing keeps what the index holds: the blocks this router routed there included.
+func TestEventsThatStopLeaveTheWorkerStaleAndItsIndexServing(t *testing.T) {
+	assert.True(t, Stats{}.Stale(time.Now(), time.Second), "no batch yet: stale")
+	applied := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	st := Stats{LastBatch: applied}
+	assert.False(t, st.Stale(applied.Add(10*time.Second), 10*time.Second))
+	assert.True(t, st.Stale(applied.Add(10*time.Second+time.Millisecond), 10*time.Second))
+
+	urls := []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}
+	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, BlocksPerWorker: 64, CacheThreshold: 0.3}, VirtualNodes: 150})
+	require.NoError(t, err)
+	batch, err := Decode(storedPayload(t, 100, nil, 1, 2))
+	require.NoError(t, err)
+	var counts Counts
+	require.NoError(t, Apply(r, urls[1], batch, &counts)) // the last batch w1's engine sent
+	routed := []uint64{7, 8, 9}
+	d := r.Route(&core.Request{HasTarget: true, TargetIndex: 0, PrefixBlocks: routed})
+	require.Equal(t, urls[0], d.WorkerURL)
+	reported := make([]uint64, 1)
+	_, err = core.HashPrefixBlocks(tokenBytes(1, 2), 8, reported)
+	require.NoError(t, err)
+	for worker, blocks := range map[string][]uint64{urls[0]: routed, urls[1]: reported} {
+		d := r.Select(&core.Request{PrefixBlocks: blocks})
+		assert.Equal(t, worker, d.WorkerURL)
+		assert.Equal(t, core.BranchCacheAwarePrefixHit, d.Branch)
+	}
+}

@@ -23,6 +23,7 @@ from bounded_router.simulate import (
     replay,
 )
 from bounded_router.simulate.__main__ import main
+from bounded_router.simulate.batching import BatchingWorker, Job
 from bounded_router.simulate.oracle import oracle_choice
 from bounded_router.simulate.replay import arrival_scale
 from bounded_router.simulate.trace import Trace, build_trace, parse_trace, routing_keys, shared_leading_blocks
@@ -583,6 +584,12 @@ def test_cli_replicas_and_events(capsys: pytest.CaptureFixture[str]) -> None:
     rows = [r for r in json.loads(capsys.readouterr().out) if r["policy"] == "cache_aware"]
     assert [r["events"] for r in rows] == [False, True]
     assert all(r["config"]["replicas"] == 2 and r["config"]["events_delay_ms"] == 20.0 for r in rows)
+    assert all(r["config"]["events_at"] == "step-end" for r in rows)
+    assert main(argv + ["--events-at", "schedule", "--limit", "10"]) == 0
+    assert {r["config"]["events_at"] for r in json.loads(capsys.readouterr().out)} == {"schedule"}
+    with pytest.raises(SystemExit):
+        main(["--trace", FIXTURE, "--events-at", "never"])
+    assert "--events-at" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--trace", FIXTURE, "--replicas", "0"])
     assert "replicas" in capsys.readouterr().err
@@ -614,3 +621,77 @@ def test_load_reports_reach_every_replica() -> None:
     assert result.row()["config"]["load_interval_ms"] == 100.0
     with pytest.raises(ValueError, match="load_interval_ms"):
         ReplayConfig(load_interval_ms=0)
+
+
+def _reports_over_time(events_at: str, cache_blocks: int = 16) -> List[tuple]:
+    """(time, stored, evicted) of a worker's KV cache events (SIMPLE: chunks of 4 tokens, a step
+    of c tokens takes 1 + c ms, blocks of 2 tokens) for a prompt [1..5] then, once it is done, a
+    prompt sharing its first 3 blocks, [1, 2, 3, 6, 7]: 10 tokens each, one output token."""
+    worker = BatchingWorker(SIMPLE, cache_blocks, 2)
+    worker.reports, worker.events_at = [], events_at
+    seen: List[tuple] = []
+
+    def take(now: float) -> None:
+        assert worker.reports is not None
+        seen.extend((now, stored, evicted) for stored, evicted in worker.reports)
+        worker.reports.clear()
+
+    now = 0.0
+    for ident, blocks in enumerate(([1, 2, 3, 4, 5], [1, 2, 3, 6, 7])):
+        worker.add(Job(ident, now, 10, 1, blocks), now)
+        end = worker.start(now)
+        while end is not None:
+            take(now)
+            now = end
+            worker.complete(now)
+            take(now)
+            end = worker.start(now)
+    return seen
+
+
+def test_events_report_each_chunk_when_its_step_ends() -> None:
+    # The first prompt: steps of 4, 4 and 2 tokens end at 5, 10 and 13 ms. The second finds
+    # blocks 1-3 cached (6 tokens), prefills 4 in one step ending at 18 ms, and reports only its
+    # new blocks; with room for 6 blocks its entry into the cache evicts 5, the least recent.
+    assert _reports_over_time("step-end", cache_blocks=6) == [
+        (5.0, [1, 2], []),
+        (10.0, [3, 4], []),
+        (13.0, [5], []),
+        (18.0, [6, 7], []),
+        (18.0, [], [5]),
+    ]
+
+
+def test_events_at_schedule_report_a_chunk_when_its_step_starts() -> None:
+    assert _reports_over_time("schedule") == [(0.0, [1, 2], []), (5.0, [3, 4], []), (10.0, [5], []), (13.0, [6, 7], [])]
+
+
+def test_events_at_prefill_end_report_the_prompt_at_once() -> None:
+    assert _reports_over_time("prefill-end", cache_blocks=6) == [(13.0, [1, 2, 3, 4, 5], []), (18.0, [6, 7], [5])]
+    with pytest.raises(ValueError, match="events_at must be one of step-end, schedule, prefill-end, got 'later'"):
+        ReplayConfig(events_at="later")
+
+
+@pytest.mark.parametrize(
+    "events_at, times",
+    [("schedule", [0.0, 5.0, 10.0]), ("step-end", [5.0, 10.0, 13.0]), ("prefill-end", [13.0])],
+)
+def test_the_replay_delivers_each_report_when_the_worker_makes_it(events_at: str, times: List[float]) -> None:
+    from bounded_router.simulate.replay import _Run
+
+    # One prompt of 10 tokens in blocks of 2, prefilled 4 tokens a step (steps end at 5, 10, 13 ms).
+    trace = _trace([_line(0, 10, 1, [1, 2, 3, 4, 5])])
+    config = ReplayConfig(workers=1, load=None, cache_blocks=16, costs=SIMPLE, events_delay_ms=0.0, events_at=events_at)
+    state = _Run(ReplayPolicy("cache_aware", 8, 1.0, events=True), trace, config)
+    delivered: List[float] = []
+    real = state.publish
+
+    def spy(w: int, now: float) -> None:
+        delivered.extend(now for _ in state.workers[w].reports or ())
+        real(w, now)
+
+    state.publish = spy  # type: ignore[method-assign]
+    state.run()
+    assert delivered == times
+    assert state.routing.routers[0].workers()[0].indexed_blocks == 5
+    state.routing.routers[0].close()

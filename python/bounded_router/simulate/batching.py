@@ -32,7 +32,15 @@ from typing import Any, Deque, Dict, Hashable, List, Optional, Sequence, Tuple
 
 from .model import PrefixCache, _check_number
 
-__all__ = ["StepCosts", "Job", "BatchingWorker"]
+__all__ = ["StepCosts", "Job", "BatchingWorker", "EVENTS_AT"]
+
+#: When a worker's KV cache events report a prompt's blocks stored (docs/trace-replay.md, "When
+#: engines report blocks"): ``step-end``, each chunk's full blocks when the step that computed it
+#: ends (vLLM's scheduler publishes in ``update_from_output``, SGLang inserts a chunk into its radix
+#: tree once computed); ``schedule``, when the step that computes them starts (vLLM schedulers that
+#: published at the end of ``schedule()``); ``prefill-end``, all of them when the prompt's last
+#: chunk ends.
+EVENTS_AT = ("step-end", "schedule", "prefill-end")
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,7 @@ class Job:
         "first_token",
         "finished",
         "payload",
+        "reported",
     )
 
     def __init__(
@@ -107,6 +116,7 @@ class Job:
         self.first_token = math.nan
         self.finished = math.nan
         self.payload = payload
+        self.reported = range(0)  # the blocks reported stored chunk by chunk (EVENTS_AT), by position
 
 
 class BatchingWorker:
@@ -135,9 +145,10 @@ class BatchingWorker:
         self._count = 0
         self._prefill = 0
         self.in_step = False
-        # When a list: what the cache reports, (stored, evicted) per prompt whose blocks entered
-        # it, in order, for the caller to take (the replay's KV cache events).
+        # When a list: what the cache reports, (stored, evicted), in order, for the caller to take
+        # (the replay's KV cache events), at the times ``events_at`` names.
         self.reports: Optional[List[Tuple[List[Hashable], List[Hashable]]]] = None
+        self.events_at = EVENTS_AT[0]
 
     @property
     def waiting(self) -> int:
@@ -185,7 +196,11 @@ class BatchingWorker:
                 cached = self.cache.lookup(job.blocks)
                 job.cached = min(cached, job.input_tokens - 1)
                 job.remaining = job.input_tokens - job.cached
-            budget -= min(budget, job.remaining)
+                job.reported = range(job.cached // self.block_size, job.cached // self.block_size)
+            take = min(budget, job.remaining)
+            budget -= take
+            if self.events_at == "schedule":
+                self._report_chunk(job, job.remaining - take)
         return self.costs.chunk_tokens - budget
 
     def complete(self, now: float) -> Tuple[List[Job], List[Job]]:
@@ -205,9 +220,7 @@ class BatchingWorker:
         first = self._take_prefill()
         for job in first:
             self.waiting_tokens -= job.input_tokens
-            report = self.cache.insert(job.blocks)
-            if self.reports is not None:
-                self.reports.append(report)
+            self._report_prefill(job, self.cache.insert(job.blocks))
             job.first_token = now
             if job.output_tokens <= 1:
                 job.finished = now
@@ -225,6 +238,35 @@ class BatchingWorker:
             take = min(budget, job.remaining)
             job.remaining -= take
             budget -= take
+            if self.events_at == "step-end":
+                self._report_chunk(job, job.remaining)
             if job.remaining == 0:
                 first.append(self.queue.popleft())
         return first
+
+    def _report_chunk(self, job: Job, remaining: int) -> None:
+        """Report the prompt's full blocks computed once only ``remaining`` tokens are left (the
+        ``step-end`` and ``schedule`` timings), those already reported or cached left out."""
+        if self.reports is None:
+            return
+        done = job.input_tokens - remaining
+        full = len(job.blocks) if remaining == 0 else min(len(job.blocks), done // self.block_size)
+        start, end = job.reported.start, job.reported.stop
+        if full > end:
+            self.reports.append((list(job.blocks[end:full]), []))
+            job.reported = range(start, full)
+
+    def _report_prefill(self, job: Job, report: Tuple[List[Hashable], List[Hashable]]) -> None:
+        """Report what the prompt's entry into the cache stored and evicted, less the blocks its
+        chunks reported already."""
+        if self.reports is None:
+            return
+        if self.events_at == "prefill-end":
+            self.reports.append(report)
+            return
+        stored, evicted = report
+        if job.reported:
+            reported = set(job.blocks[job.reported.start : job.reported.stop])
+            stored = [block for block in stored if block not in reported]
+        if stored or evicted:
+            self.reports.append((stored, evicted))

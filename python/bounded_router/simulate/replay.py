@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from .batching import BatchingWorker, Job, StepCosts
+from .batching import EVENTS_AT, BatchingWorker, Job, StepCosts
 from .engine import CacheAndLatency
 from .model import _check_number
 from .replay_policies import ReplayPolicy
@@ -49,8 +49,10 @@ class ReplayConfig:
             by URL, so each layout is another draw of the ring (how much a figure owes to one draw).
         replicas: independent routers of each library row, each request sent to a random one
             (router replicas in front of the same workers; see ``make_routing``).
-        events_delay_ms: how long a worker's KV cache events (blocks stored when a prefill ends,
-            blocks evicted) take to reach every router, for the rows with ``events``.
+        events_delay_ms: how long a worker's KV cache events (blocks stored, blocks evicted) take
+            to reach every router, for the rows with ``events``.
+        events_at: when a worker reports a prompt's blocks stored (``batching.EVENTS_AT``; the
+            default, ``step-end``, is vLLM's and SGLang's).
         load_interval_ms: when set, every router of the library's rows whose leases count
             requests is told each worker's requests in flight (running and waiting, every
             replica's) this often, as a poll of the engines' load endpoints would
@@ -67,6 +69,7 @@ class ReplayConfig:
     replicas: int = 1
     events_delay_ms: float = 0.0
     load_interval_ms: Optional[float] = None
+    events_at: str = EVENTS_AT[0]
 
     def __post_init__(self) -> None:
         _check_number("workers", self.workers, 1, integer=True)
@@ -81,6 +84,8 @@ class ReplayConfig:
         _check_number("events_delay_ms", self.events_delay_ms, 0.0)
         if self.load_interval_ms is not None:
             _check_number("load_interval_ms", self.load_interval_ms, 0.0, strict=True)
+        if self.events_at not in EVENTS_AT:
+            raise ValueError("events_at must be one of %s, got %r" % (", ".join(EVENTS_AT), self.events_at))
 
     def cache_capacity(self, trace: Trace) -> int:
         """Blocks each worker's cache holds for ``trace``."""
@@ -100,6 +105,7 @@ class ReplayConfig:
             "replicas": self.replicas,
             "events_delay_ms": self.events_delay_ms,
             "load_interval_ms": self.load_interval_ms,
+            "events_at": self.events_at,
         }
 
     def worker_urls(self) -> List[str]:
@@ -242,6 +248,7 @@ class _Run:
         if policy.events:
             for worker in self.workers:
                 worker.reports = []
+                worker.events_at = config.events_at
         # Load reports go to the library's rows whose loads count requests, as an engine's do.
         self.load_interval_ms = config.load_interval_ms
         if policy.policy in ("oracle", "random") or policy.weights != "requests":
@@ -275,6 +282,7 @@ class _Run:
         job = Job(i, now, request.input_tokens, request.output_tokens, request.blocks, lease)
         self.schedule(w, worker.add(job, now))
         self.schedule(w, worker.start(now))
+        self.publish(w, now)  # a step scheduled now may report its blocks (events_at "schedule")
 
     def step_end(self, w: int, now: float) -> None:
         worker = self.workers[w]
@@ -293,6 +301,7 @@ class _Run:
             self.last = now
         self.publish(w, now)
         self.schedule(w, worker.start(now))
+        self.publish(w, now)
 
     def publish(self, w: int, now: float) -> None:
         """Send the worker's new cache reports on their way to every router."""

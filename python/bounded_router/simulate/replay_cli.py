@@ -9,7 +9,7 @@ from typing import List, Optional, Sequence
 
 from .._request import MAX_LEASE_WEIGHT
 from ..policy import BALANCE_BY
-from .batching import StepCosts
+from .batching import EVENTS_AT, StepCosts
 from .oracle import DEFAULT_MARGIN
 from .peer_rules import DEFAULT_PREFILL_MARGIN, parse_prototype, peer_rows
 from .replay import DEFAULT_CACHE_FRACTION, DEFAULT_LOAD, ReplayConfig, ReplayResult, arrival_scale, replay
@@ -97,6 +97,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="D",
         help="add cache_aware rows whose routers learn the workers' KV cache events (blocks stored and "
         "evicted), delivered D ms after the cache changed (default: no such rows)",
+    )
+    fl.add_argument(
+        "--events-at",
+        choices=EVENTS_AT,
+        default=r.events_at,
+        help="when a worker's events report a prompt's blocks stored: step-end, each chunk's blocks when its "
+        "step ends (vLLM, SGLang); schedule, when its step starts; prefill-end, all when the prompt's prefill "
+        "ends (default %s)" % r.events_at,
     )
     fl.add_argument(
         "--load-interval-ms",
@@ -347,6 +355,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             replicas=args.replicas,
             events_delay_ms=0.0 if args.events_delay_ms is None else args.events_delay_ms,
             load_interval_ms=args.load_interval_ms,
+            events_at=args.events_at,
         )
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be >= 1, got %d" % args.limit)
