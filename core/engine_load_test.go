@@ -26,14 +26,14 @@ func TestEngineLoadIsTheReportPlusTheLeasesSince(t *testing.T) {
 	old1, _, err := r.Acquire(urls[0], nil)
 	require.NoError(t, err)
 	old2, _, _ := r.Acquire(urls[0], nil)
-	require.NoError(t, r.ReportLoad(urls[1], 5)) // other replicas' requests on w1
+	require.NoError(t, r.ReportLoad(urls[1], RequestsReport(5))) // other replicas' requests on w1
 	assert.Equal(t, []int64{2, 5}, routingLoads(r))
 	d := r.Route(&Request{})
 	assert.Equal(t, urls[0], d.WorkerURL, "w0's 2 + 0 is below w1's report of 5")
 	since, _, _ := r.Acquire(urls[1], nil)
 	assert.Equal(t, []int64{3, 6}, routingLoads(r))
 	// w0's engine reports 1: the three leases taken before it are in it (two have finished there).
-	require.NoError(t, r.ReportLoad(urls[0], 1))
+	require.NoError(t, r.ReportLoad(urls[0], RequestsReport(1)))
 	assert.Equal(t, []int64{1, 6}, routingLoads(r))
 	r.Release(old1, false)
 	r.Release(old2, false)
@@ -54,16 +54,19 @@ func TestEngineLoadDrivesTheBoundedRule(t *testing.T) {
 	r := newTestRouter(t, boundedPolicy(1.5, 2), urls)
 	key := keyPreferringURL(t, urls, urls[0])
 	assert.Equal(t, BranchExplicitRoutingKeyHit, r.Select(&Request{RoutingKey: key}).Branch)
-	require.NoError(t, r.ReportLoad(urls[0], 10)) // other replicas fill w0
+	require.NoError(t, r.ReportLoad(urls[0], RequestsReport(10))) // other replicas fill w0
 	assert.Equal(t, BranchExplicitRoutingKeySpillover, r.Select(&Request{RoutingKey: key}).Branch)
 }
 
 func TestEngineLoadErrors(t *testing.T) {
 	urls := workerURLs(1)
 	r := newTestRouter(t, Policy{Kind: PolicyLeastLoad}, urls)
-	assert.EqualError(t, r.ReportLoad(urls[0], -1), "invalid configuration: engine load must be from 0 to 1099511627776, got -1")
-	assert.ErrorContains(t, r.ReportLoad(urls[0], MaxEngineLoad+1), "engine load must be from 0")
-	assert.True(t, errors.Is(r.ReportLoad("http://127.0.0.1:9", 1), ErrUnknownWorker))
+	assert.EqualError(t, r.ReportLoad(urls[0], RequestsReport(-2)), "invalid configuration: engine load must be from 0 to 1099511627776 (or -1, unreported), got -2")
+	assert.EqualError(t, r.ReportLoad(urls[0], EngineLoad{Requests: 1, Waiting: MaxEngineLoad + 1, WaitingRequests: Unreported}),
+		"invalid configuration: engine waiting must be from 0 to 1099511627776 (or -1, unreported), got 1099511627777")
+	assert.ErrorContains(t, r.ReportLoad(urls[0], EngineLoad{Requests: 1, Waiting: 0, WaitingRequests: -3}), "engine waiting requests must be from 0")
+	assert.ErrorContains(t, r.ReportLoad(urls[0], RequestsReport(MaxEngineLoad+1)), "engine load must be from 0")
+	assert.True(t, errors.Is(r.ReportLoad("http://127.0.0.1:9", RequestsReport(1)), ErrUnknownWorker))
 	assert.True(t, errors.Is(r.ForgetLoad("http://127.0.0.1:9"), ErrUnknownWorker))
 }
 
@@ -100,7 +103,7 @@ func TestEngineLoadAgainstModel(t *testing.T) {
 			}
 		case 4:
 			load := int64(rng.IntN(10))
-			require.NoError(t, r.ReportLoad(urls[i], load))
+			require.NoError(t, r.ReportLoad(urls[i], RequestsReport(load)))
 			report[i], since[i] = load, map[LeaseID]int64{}
 		default:
 			require.NoError(t, r.ForgetLoad(urls[i]))
@@ -126,5 +129,146 @@ func TestEngineLoadAgainstModel(t *testing.T) {
 		total := r.view.availableLoad
 		r.mu.Unlock()
 		require.Equal(t, want[0]+want[1]+want[2], total, "step %d: the running total", step)
+	}
+}
+
+// prefillLoads are the prefill loads the policies compare, in membership order.
+func prefillLoads(r *Router) []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]int64, len(r.members.workers))
+	for i, w := range r.members.workers {
+		out[i] = w.prefillLoad
+	}
+	return out
+}
+
+func waitingReport(requests, waiting int64) EngineLoad {
+	return EngineLoad{Requests: requests, Waiting: waiting, WaitingRequests: Unreported}
+}
+
+func TestEnginePrefillIsTheWaitingPlusTheLeasesSinceNotStarted(t *testing.T) {
+	urls := workerURLs(2)
+	r := newTestRouter(t, prefillCache(1.0, 2), urls)
+	before, _, err := r.AcquireWeighted(urls[0], nil, 3)
+	require.NoError(t, err)
+	startedBefore, _, _ := r.AcquireWeighted(urls[0], nil, 2)
+	require.NoError(t, r.ReportLoad(urls[0], waitingReport(9, 7))) // 7 waiting: our 3 and 2, and 2 of other replicas
+	assert.Equal(t, []int64{7, 0}, prefillLoads(r))
+	assert.True(t, r.FirstToken(startedBefore))
+	assert.Equal(t, []int64{7, 0}, prefillLoads(r), "the report counted it waiting: the next report drops it")
+	since, _, _ := r.AcquireWeighted(urls[0], nil, 4)
+	sinceReleased, _, _ := r.AcquireWeighted(urls[0], nil, 5)
+	assert.Equal(t, []int64{16, 0}, prefillLoads(r))
+	assert.True(t, r.FirstToken(since))
+	assert.Equal(t, []int64{12, 0}, prefillLoads(r), "a lease taken since the report leaves at its first token")
+	require.True(t, r.Release(sinceReleased, false))
+	assert.Equal(t, []int64{7, 0}, prefillLoads(r), "or at its release before one")
+	require.True(t, r.Release(before, false))
+	assert.Equal(t, []int64{7, 0}, prefillLoads(r))
+	assert.Equal(t, []int64{9 + 4, 0}, routingLoads(r), "the in-flight figure as before")
+	st := r.Workers()[0]
+	assert.Equal(t, [2]int64{0, 0}, [2]int64{st.PrefillLoad, st.PrefillRequests}, "statistics count this process's leases")
+	checkInvariants(t, r)
+	// A report without a waiting figure: the prefill load is this process's leases again.
+	require.NoError(t, r.ReportLoad(urls[0], RequestsReport(3)))
+	assert.Equal(t, []int64{0, 0}, prefillLoads(r))
+	require.NoError(t, r.ReportLoad(urls[0], waitingReport(Unreported, 6)))
+	assert.Equal(t, []int64{6, 0}, prefillLoads(r))
+	assert.Equal(t, []int64{6, 0}, routingLoads(r), "a report without requests: this process's two leases held")
+	require.NoError(t, r.ForgetLoad(urls[0]))
+	assert.Equal(t, []int64{0, 0}, prefillLoads(r))
+	checkInvariants(t, r)
+}
+
+func TestEngineWaitingRequestsWeighTheMeanLease(t *testing.T) {
+	urls := workerURLs(2)
+	r := newTestRouter(t, prefillCache(1.0, 2), urls)
+	report := EngineLoad{Requests: Unreported, Waiting: Unreported, WaitingRequests: 3}
+	require.NoError(t, r.ReportLoad(urls[1], report))
+	assert.Equal(t, []int64{0, 3}, prefillLoads(r), "no lease held: each waiting request weighs 1")
+	a, _, _ := r.AcquireWeighted(urls[0], nil, 100)
+	_, _, _ = r.AcquireWeighted(urls[0], nil, 51)
+	require.True(t, r.FirstToken(a))
+	require.NoError(t, r.ReportLoad(urls[1], report))
+	assert.Equal(t, []int64{51, 3 * 75}, prefillLoads(r), "held leases weigh 151 over 2: 75 each (rounded down)")
+	report.Waiting = 40
+	require.NoError(t, r.ReportLoad(urls[1], report))
+	assert.Equal(t, []int64{51, 40}, prefillLoads(r), "a waiting figure in lease weights comes first")
+	require.NoError(t, r.ReportLoad(urls[1], EngineLoad{Requests: Unreported, Waiting: Unreported, WaitingRequests: MaxEngineLoad}))
+	assert.Equal(t, []int64{51, MaxEngineLoad}, prefillLoads(r), "the product is capped")
+	checkInvariants(t, r)
+}
+
+func TestEnginePrefillDrivesThePrefillBound(t *testing.T) {
+	urls := workerURLs(4)
+	r := newTestRouter(t, prefillBounded(1.0, 2, SpillLeastLoaded), urls)
+	key := keyPreferringURL(t, urls, urls[0])
+	require.NoError(t, r.ReportLoad(urls[0], waitingReport(20, 2))) // decoding 18, 2 waiting: not overloaded
+	assert.Equal(t, BranchExplicitRoutingKeyHit, r.Select(&Request{RoutingKey: key}).Branch)
+	require.NoError(t, r.ReportLoad(urls[0], waitingReport(20, 3))) // 3 - 0 > 2 and 3 > 0.75
+	assert.Equal(t, BranchExplicitRoutingKeySpillover, r.Select(&Request{RoutingKey: key}).Branch)
+}
+
+// Random leases, first tokens, releases, reports and expiries against a model that keeps, per
+// worker, the standing report and the leases taken since it, both loads.
+func TestEnginePrefillAgainstModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	urls := workerURLs(3)
+	r := newTestRouter(t, prefillCache(1.0, 2), urls)
+	type lease struct {
+		id            LeaseID
+		worker        int
+		weight        int64
+		since, waited bool // taken since its worker's standing report; not yet past its first token
+	}
+	var held []*lease
+	requests, waiting := []int64{-1, -1, -1}, []int64{-1, -1, -1} // -1: no figure stands
+	for step := 0; step < 20000; step++ {
+		i := rng.IntN(len(urls))
+		switch rng.IntN(7) {
+		case 0, 1:
+			weight := int64(1 + rng.IntN(3))
+			id, _, err := r.AcquireWeighted(urls[i], nil, weight)
+			require.NoError(t, err)
+			held = append(held, &lease{id, i, weight, true, true})
+		case 2:
+			if len(held) > 0 {
+				l := held[rng.IntN(len(held))]
+				require.Equal(t, l.waited, r.FirstToken(l.id))
+				l.waited = false
+			}
+		case 3:
+			if len(held) > 0 {
+				k := rng.IntN(len(held))
+				require.True(t, r.Release(held[k].id, false))
+				held = append(held[:k], held[k+1:]...)
+			}
+		case 4, 5:
+			e := EngineLoad{Requests: int64(rng.IntN(12)) - 1, Waiting: int64(rng.IntN(8)) - 1, WaitingRequests: Unreported}
+			require.NoError(t, r.ReportLoad(urls[i], e))
+			requests[i], waiting[i] = e.Requests, e.Waiting
+			for _, l := range held {
+				l.since = l.since && l.worker != i
+			}
+		default:
+			require.NoError(t, r.ForgetLoad(urls[i]))
+			requests[i], waiting[i] = -1, -1
+		}
+		want, wantPrefill := make([]int64, len(urls)), make([]int64, len(urls))
+		for w := range urls {
+			want[w], wantPrefill[w] = max(requests[w], 0), max(waiting[w], 0)
+			for _, l := range held {
+				if l.worker == w && (requests[w] < 0 || l.since) {
+					want[w] += l.weight
+				}
+				if l.worker == w && l.waited && (waiting[w] < 0 || l.since) {
+					wantPrefill[w] += l.weight
+				}
+			}
+		}
+		require.Equal(t, want, routingLoads(r), "step %d", step)
+		require.Equal(t, wantPrefill, prefillLoads(r), "step %d", step)
+		checkInvariants(t, r)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bounded-router/bounded-router/core"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -19,7 +20,11 @@ func TestParseSGLang(t *testing.T) {
 	          {"num_reqs": 2, "num_waiting_reqs": 0, "num_tokens": 10, "dp_rank": 1}]`
 	load, err := ParseLoad(FormatSGLang, []byte(body))
 	require.NoError(t, err)
-	assert.Equal(t, int64(9), load)
+	assert.Equal(t, core.EngineLoad{Requests: 9, Waiting: core.Unreported, WaitingRequests: 3}, load)
+	// A version without num_waiting_reqs still reports its requests.
+	load, err = ParseLoad(FormatSGLang, []byte(`[{"num_reqs": 4, "num_tokens": 10, "dp_rank": 0}, {"num_reqs": 1, "num_waiting_reqs": 1}]`))
+	require.NoError(t, err)
+	assert.Equal(t, core.RequestsReport(5), load)
 }
 
 func TestParseVLLM(t *testing.T) {
@@ -35,7 +40,7 @@ vllm:gpu_cache_usage_perc{model_name="m"} 0.5
 `
 	load, err := ParseLoad(FormatVLLM, []byte(body))
 	require.NoError(t, err)
-	assert.Equal(t, int64(7), load, "4 + 1 running, 2 waiting; other metrics ignored")
+	assert.Equal(t, core.EngineLoad{Requests: 7, Waiting: core.Unreported, WaitingRequests: 2}, load, "4 + 1 running, 2 waiting; other metrics ignored")
 }
 
 func TestParseGarbage(t *testing.T) {
@@ -49,11 +54,15 @@ func TestParseGarbage(t *testing.T) {
 		{FormatSGLang, `[]`, "no rank"},
 		{FormatSGLang, `[{"dp_rank": 0}]`, "rank 0 has no num_reqs"},
 		{FormatSGLang, `[{"num_reqs": -1}]`, "a load of -1"},
+		{FormatSGLang, `[{"num_reqs": 1, "num_waiting_reqs": "2"}]`, "not a JSON array"},
+		{FormatSGLang, `[{"num_reqs": 1, "num_waiting_reqs": 2}]`, "a load of 1 requests, 2 of them waiting"},
+		{FormatSGLang, `[{"num_reqs": 3, "num_waiting_reqs": -1}]`, "-1 of them waiting"},
 		{FormatSGLang, `[{"num_reqs": 1e300}]`, "a load of"},
-		{FormatVLLM, "up 1\n", "no vllm:num_requests_running"},
+		{FormatVLLM, "up 1\n", "lacks vllm:num_requests_running or vllm:num_requests_waiting"},
+		{FormatVLLM, "vllm:num_requests_running 1\n", "lacks vllm:num_requests_running or vllm:num_requests_waiting"},
 		{FormatVLLM, "vllm:num_requests_running{a=\"b\" 1\n", "unclosed labels"},
 		{FormatVLLM, "vllm:num_requests_running x\n", `the value "x"`},
-		{FormatVLLM, "vllm:num_requests_running NaN\n", "a load of NaN"},
+		{FormatVLLM, "vllm:num_requests_running NaN\nvllm:num_requests_waiting 0\n", "a load of NaN"},
 	} {
 		_, err := ParseLoad(c.format, []byte(c.body))
 		require.Error(t, err, c.body)

@@ -7,11 +7,13 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/bounded-router/bounded-router/core"
 )
 
 // Reporter takes the loads: core.Router satisfies it.
 type Reporter interface {
-	ReportLoad(url string, load int64) error
+	ReportLoad(url string, load core.EngineLoad) error
 	ForgetLoad(url string) error
 }
 
@@ -160,37 +162,37 @@ func (p *Poller) due() []*tracker {
 }
 
 // poll asks one endpoint for its load.
-func (p *Poller) poll(ctx context.Context, target Target) (int64, Failure, error) {
+func (p *Poller) poll(ctx context.Context, target Target) (core.EngineLoad, Failure, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.config.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target.Endpoint, nil)
 	if err != nil {
-		return 0, FailureUnreachable, err
+		return core.EngineLoad{}, FailureUnreachable, err
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return 0, FailureUnreachable, err
+		return core.EngineLoad{}, FailureUnreachable, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, FailureStatus, fmt.Errorf("HTTP status %d", resp.StatusCode)
+		return core.EngineLoad{}, FailureStatus, fmt.Errorf("HTTP status %d", resp.StatusCode)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	switch {
 	case err != nil:
-		return 0, FailureUnreachable, err
+		return core.EngineLoad{}, FailureUnreachable, err
 	case len(body) > maxBody:
-		return 0, FailureGarbage, fmt.Errorf("%w: an answer over %d bytes", ErrGarbage, maxBody)
+		return core.EngineLoad{}, FailureGarbage, fmt.Errorf("%w: an answer over %d bytes", ErrGarbage, maxBody)
 	}
 	load, err := ParseLoad(target.Format, body)
 	if err != nil {
-		return 0, FailureGarbage, err
+		return core.EngineLoad{}, FailureGarbage, err
 	}
 	return load, "", nil
 }
 
 // apply records the outcome of a poll of t taken at now.
-func (p *Poller) apply(t *tracker, now time.Time, load int64, failure Failure, err error) {
+func (p *Poller) apply(t *tracker, now time.Time, load core.EngineLoad, failure Failure, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	t.inFlight = false

@@ -18,16 +18,16 @@ import (
 // fakeRouter records what the poller tells it.
 type fakeRouter struct {
 	mu       sync.Mutex
-	loads    map[string]int64
+	loads    map[string]core.EngineLoad
 	forgets  map[string]int
 	reported chan struct{}
 }
 
 func newFakeRouter() *fakeRouter {
-	return &fakeRouter{loads: map[string]int64{}, forgets: map[string]int{}, reported: make(chan struct{}, 1000)}
+	return &fakeRouter{loads: map[string]core.EngineLoad{}, forgets: map[string]int{}, reported: make(chan struct{}, 1000)}
 }
 
-func (f *fakeRouter) ReportLoad(url string, load int64) error {
+func (f *fakeRouter) ReportLoad(url string, load core.EngineLoad) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.loads[url] = load
@@ -64,14 +64,14 @@ func TestReportsExpireAndFailuresAreLoggedOnce(t *testing.T) {
 	p := newTestPoller(t, r, "http://127.0.0.1:1/get_load", Config{Interval: time.Second}, &logs)
 	t0 := time.Unix(1000, 0)
 	tr := p.trackers[0]
-	p.apply(tr, t0, 7, "", nil)
-	assert.Equal(t, int64(7), r.loads[w0])
+	p.apply(tr, t0, core.RequestsReport(7), "", nil)
+	assert.Equal(t, core.RequestsReport(7), r.loads[w0])
 	p.expire(t0.Add(3 * time.Second)) // exactly Expiry old: still stands
 	assert.True(t, p.Stats()[0].Standing)
 	for range 3 {
-		p.apply(tr, t0.Add(time.Second), 0, FailureUnreachable, context.DeadlineExceeded)
+		p.apply(tr, t0.Add(time.Second), core.EngineLoad{}, FailureUnreachable, context.DeadlineExceeded)
 	}
-	p.apply(tr, t0.Add(time.Second), 0, FailureGarbage, ErrGarbage)
+	p.apply(tr, t0.Add(time.Second), core.EngineLoad{}, FailureGarbage, ErrGarbage)
 	p.expire(t0.Add(3*time.Second + 1))
 	s := p.Stats()[0]
 	assert.False(t, s.Standing)
@@ -89,7 +89,7 @@ func TestPollOutcomes(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	mux := http.NewServeMux()
-	mux.HandleFunc("/ok", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`[{"num_reqs": 5}]`)) })
+	mux.HandleFunc("/ok", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`[{"num_reqs": 5, "num_waiting_reqs": 2}]`)) })
 	mux.HandleFunc("/503", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(503) })
 	mux.HandleFunc("/garbage", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("\x00\xff{")) })
 	mux.HandleFunc("/flood", func(w http.ResponseWriter, _ *http.Request) {
@@ -112,15 +112,15 @@ func TestPollOutcomes(t *testing.T) {
 	require.NoError(t, err)
 	for _, c := range []struct {
 		path    string
-		load    int64
+		load    core.EngineLoad
 		failure Failure
 	}{
-		{server.URL + "/ok", 5, ""},
-		{server.URL + "/503", 0, FailureStatus},
-		{server.URL + "/garbage", 0, FailureGarbage},
-		{server.URL + "/flood", 0, FailureGarbage},
-		{server.URL + "/hang", 0, FailureUnreachable},
-		{refused, 0, FailureUnreachable},
+		{server.URL + "/ok", core.EngineLoad{Requests: 5, Waiting: core.Unreported, WaitingRequests: 2}, ""},
+		{server.URL + "/503", core.EngineLoad{}, FailureStatus},
+		{server.URL + "/garbage", core.EngineLoad{}, FailureGarbage},
+		{server.URL + "/flood", core.EngineLoad{}, FailureGarbage},
+		{server.URL + "/hang", core.EngineLoad{}, FailureUnreachable},
+		{refused, core.EngineLoad{}, FailureUnreachable},
 	} {
 		load, failure, err := p.poll(context.Background(), Target{Worker: w0, Endpoint: c.path, Format: FormatSGLang})
 		assert.Equal(t, c.load, load, c.path)
