@@ -89,7 +89,9 @@ func TestPollOutcomes(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	mux := http.NewServeMux()
-	mux.HandleFunc("/ok", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`[{"num_reqs": 5, "num_waiting_reqs": 2}]`)) })
+	mux.HandleFunc("/ok", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(`[{"num_reqs": 5, "num_waiting_reqs": 2}]`))
+	})
 	mux.HandleFunc("/503", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(503) })
 	mux.HandleFunc("/garbage", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("\x00\xff{")) })
 	mux.HandleFunc("/flood", func(w http.ResponseWriter, _ *http.Request) {
