@@ -31,6 +31,8 @@ __all__ = ["ReplayConfig", "ReplayResult", "replay", "arrival_scale"]
 DEFAULT_CACHE_FRACTION = 0.02
 #: The offered prefill load of a replay unless told: the heavy load of docs/trace-replay.md.
 DEFAULT_LOAD = 0.8
+#: What an engine load report can say of the prefill queue (``ReplayConfig.load_waiting``).
+LOAD_WAITING = ("tokens", "uncached", "requests")
 
 
 @dataclass(frozen=True)
@@ -51,10 +53,15 @@ class ReplayConfig:
             (router replicas in front of the same workers; see ``make_routing``).
         events_delay_ms: how long a worker's KV cache events (blocks stored when a prefill ends,
             blocks evicted) take to reach every router, for the rows with ``events``.
-        load_interval_ms: when set, every router of the library's rows whose leases count
-            requests is told each worker's requests in flight (running and waiting, every
-            replica's) this often, as a poll of the engines' load endpoints would
-            (``Router.report_load``); None: no reports.
+        load_interval_ms: when set, every router of the library's rows is told each worker's
+            load this often, as a poll of the engines' load endpoints would (``Router.report_load``):
+            its requests in flight (running and waiting, every replica's; rows whose leases count
+            requests) and its prefill queue (see ``load_waiting``); None: no reports.
+        load_waiting: what the reports say of the prefill queue to rows whose leases weigh prompt
+            tokens (unit-weight rows get its requests): ``"tokens"``, the prompt tokens of the
+            requests waiting for their first token; ``"uncached"``, those not in the cache (SGLang's
+            ``num_waiting_uncached_tokens``); ``"requests"``, their number alone (vLLM's
+            ``num_requests_waiting``; the router weighs each as its mean lease).
     """
 
     workers: int = 8
@@ -67,6 +74,7 @@ class ReplayConfig:
     replicas: int = 1
     events_delay_ms: float = 0.0
     load_interval_ms: Optional[float] = None
+    load_waiting: str = "tokens"
 
     def __post_init__(self) -> None:
         _check_number("workers", self.workers, 1, integer=True)
@@ -81,6 +89,8 @@ class ReplayConfig:
         _check_number("events_delay_ms", self.events_delay_ms, 0.0)
         if self.load_interval_ms is not None:
             _check_number("load_interval_ms", self.load_interval_ms, 0.0, strict=True)
+        if self.load_waiting not in LOAD_WAITING:
+            raise ValueError("load_waiting must be one of %s, got %r" % (", ".join(LOAD_WAITING), self.load_waiting))
 
     def cache_capacity(self, trace: Trace) -> int:
         """Blocks each worker's cache holds for ``trace``."""
@@ -100,6 +110,7 @@ class ReplayConfig:
             "replicas": self.replicas,
             "events_delay_ms": self.events_delay_ms,
             "load_interval_ms": self.load_interval_ms,
+            "load_waiting": self.load_waiting,
         }
 
     def worker_urls(self) -> List[str]:
@@ -242,10 +253,11 @@ class _Run:
         if policy.events:
             for worker in self.workers:
                 worker.reports = []
-        # Load reports go to the library's rows whose loads count requests, as an engine's do.
+        # Load reports go to the library's rows, in the unit of their lease weights.
         self.load_interval_ms = config.load_interval_ms
-        if policy.policy in ("oracle", "random") or policy.weights != "requests":
+        if policy.policy in ("oracle", "random"):
             self.load_interval_ms = None
+        self.load_waiting = config.load_waiting if policy.weights == "tokens" else None
         self.served = 0
         if self.load_interval_ms is not None:
             heapq.heappush(self.events, (0.0, -1, _LOAD_REPORT, 0, 0))
@@ -314,11 +326,26 @@ class _Run:
             if evicted:
                 router.remove_blocks(url, evicted)
 
+    def engine_report(self, w: int) -> Dict[str, int]:
+        """What worker w's engine would report, in the unit of the row's lease weights: requests
+        in flight (unit weights only) and the prefill queue (ReplayConfig.load_waiting)."""
+        worker = self.workers[w]
+        if self.load_waiting is None:
+            return {"load": self.in_flight[w], "waiting": worker.waiting}
+        if self.load_waiting == "requests":
+            return {"waiting_requests": worker.waiting}
+        if self.load_waiting == "tokens":
+            return {"waiting": worker.waiting_tokens}
+        # A job's cached prefix is known once its prefill started; before, look it up as a
+        # scheduler scanning its queue would.
+        return {"waiting": sum(job.remaining if job.cached >= 0 else max(1, job.input_tokens - worker.cache.lookup(job.blocks)) for job in worker.queue)}
+
     def report_loads(self, now: float) -> None:
-        """Tell every router each worker's requests in flight, and poll again unless all is done."""
+        """Tell every router each worker's load, and poll again unless all is done."""
+        reports = [self.engine_report(w) for w in range(len(self.urls))]
         for router in self.routing.routers:
-            for url, load in zip(self.urls, self.in_flight):
-                router.report_load(url, load)
+            for url, report in zip(self.urls, reports):
+                router.report_load(url, **report)
         if self.served < len(self.trace.requests):
             assert self.load_interval_ms is not None
             self.order += 1

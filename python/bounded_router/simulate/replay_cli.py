@@ -12,7 +12,7 @@ from ..policy import BALANCE_BY
 from .batching import StepCosts
 from .oracle import DEFAULT_MARGIN
 from .peer_rules import DEFAULT_PREFILL_MARGIN, parse_prototype, peer_rows
-from .replay import DEFAULT_CACHE_FRACTION, DEFAULT_LOAD, ReplayConfig, ReplayResult, arrival_scale, replay
+from .replay import DEFAULT_CACHE_FRACTION, DEFAULT_LOAD, LOAD_WAITING, ReplayConfig, ReplayResult, arrival_scale, replay
 from .replay_policies import WEIGHTS, ReplayPolicy
 from .report import json_value
 from .trace import Trace, TraceError, load_trace
@@ -103,8 +103,16 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="I",
-        help="every I ms, tell each router every worker's requests in flight, as polling the engines' "
-        "load endpoints would (rows whose leases count requests; default: no reports)",
+        help="every I ms, tell each router every worker's requests in flight and prefill queue, as "
+        "polling the engines' load endpoints would (default: no reports)",
+    )
+    fl.add_argument(
+        "--load-waiting",
+        choices=LOAD_WAITING,
+        default=r.load_waiting,
+        help="what the load reports say of the prefill queue to rows whose leases weigh prompt tokens: "
+        "its prompt tokens, its uncached prompt tokens (SGLang's num_waiting_uncached_tokens) or its "
+        "requests alone (vLLM's num_requests_waiting) (default %(default)s)",
     )
     fl.add_argument(
         "--ring-layout",
@@ -347,6 +355,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             replicas=args.replicas,
             events_delay_ms=0.0 if args.events_delay_ms is None else args.events_delay_ms,
             load_interval_ms=args.load_interval_ms,
+            load_waiting=args.load_waiting,
         )
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be >= 1, got %d" % args.limit)
