@@ -70,68 +70,6 @@ func TestEngineLoadErrors(t *testing.T) {
 	assert.True(t, errors.Is(r.ForgetLoad("http://127.0.0.1:9"), ErrUnknownWorker))
 }
 
-// Random leases, releases, reports and expiries against a model that keeps, per worker, the
-// standing report and the set of leases taken since it.
-func TestEngineLoadAgainstModel(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 8))
-	urls := workerURLs(3)
-	r := newTestRouter(t, Policy{Kind: PolicyLeastLoad}, urls)
-	type lease struct {
-		id     LeaseID
-		worker int
-		weight int64
-	}
-	var held []lease
-	report := []int64{-1, -1, -1}            // -1: none stands
-	since := []map[LeaseID]int64{{}, {}, {}} // leases taken since the report
-	for step := 0; step < 20000; step++ {
-		i := rng.IntN(len(urls))
-		switch rng.IntN(6) {
-		case 0, 1:
-			weight := int64(1 + rng.IntN(3))
-			id, _, err := r.AcquireWeighted(urls[i], nil, weight)
-			require.NoError(t, err)
-			held = append(held, lease{id, i, weight})
-			since[i][id] = weight
-		case 2, 3:
-			if len(held) > 0 {
-				k := rng.IntN(len(held))
-				l := held[k]
-				held = append(held[:k], held[k+1:]...)
-				require.True(t, r.Release(l.id, false))
-				delete(since[l.worker], l.id)
-			}
-		case 4:
-			load := int64(rng.IntN(10))
-			require.NoError(t, r.ReportLoad(urls[i], RequestsReport(load)))
-			report[i], since[i] = load, map[LeaseID]int64{}
-		default:
-			require.NoError(t, r.ForgetLoad(urls[i]))
-			report[i] = -1
-		}
-		want := make([]int64, len(urls))
-		for w := range urls {
-			if report[w] < 0 {
-				for _, l := range held {
-					if l.worker == w {
-						want[w] += l.weight
-					}
-				}
-				continue
-			}
-			want[w] = report[w]
-			for _, weight := range since[w] {
-				want[w] += weight
-			}
-		}
-		require.Equal(t, want, routingLoads(r), "step %d", step)
-		r.mu.Lock()
-		total := r.view.availableLoad
-		r.mu.Unlock()
-		require.Equal(t, want[0]+want[1]+want[2], total, "step %d: the running total", step)
-	}
-}
-
 // prefillLoads are the prefill loads the policies compare, in membership order.
 func prefillLoads(r *Router) []int64 {
 	r.mu.Lock()

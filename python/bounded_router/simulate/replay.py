@@ -74,7 +74,7 @@ class ReplayConfig:
     replicas: int = 1
     events_delay_ms: float = 0.0
     load_interval_ms: Optional[float] = None
-    load_waiting: str = "tokens"
+    load_waiting: str = "uncached"
 
     def __post_init__(self) -> None:
         _check_number("workers", self.workers, 1, integer=True)
@@ -327,8 +327,9 @@ class _Run:
                 router.remove_blocks(url, evicted)
 
     def engine_report(self, w: int) -> Dict[str, int]:
-        """What worker w's engine would report, in the unit of the row's lease weights: requests
-        in flight (unit weights only) and the prefill queue (ReplayConfig.load_waiting)."""
+        """What worker w's engine would report, in the unit of the row's lease weights: its
+        requests in flight and prefill queue to unit-weight rows, else the prefill queue as
+        ReplayConfig.load_waiting says (a count of requests is not a load in tokens)."""
         worker = self.workers[w]
         if self.load_waiting is None:
             return {"load": self.in_flight[w], "waiting": worker.waiting}

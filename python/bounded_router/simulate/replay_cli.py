@@ -11,7 +11,7 @@ from .._request import MAX_LEASE_WEIGHT
 from ..policy import BALANCE_BY
 from .batching import StepCosts
 from .oracle import DEFAULT_MARGIN
-from .peer_rules import DEFAULT_PREFILL_MARGIN, parse_prototype, peer_rows
+from .peer_rules import DEFAULT_PREFILL_MARGIN, parse_prototype, peer_rows, replicated_llm_d
 from .replay import DEFAULT_CACHE_FRACTION, DEFAULT_LOAD, LOAD_WAITING, ReplayConfig, ReplayResult, arrival_scale, replay
 from .replay_policies import WEIGHTS, ReplayPolicy
 from .report import json_value
@@ -222,7 +222,8 @@ def _parser() -> argparse.ArgumentParser:
         "--peers",
         action="store_true",
         help="add rows of llm-d's default scorers, Dynamo's KV router and the oracle with the prefill queue as its "
-        "load, each reading the simulated workers' caches",
+        "load, each reading the simulated workers' caches (with --replicas and --load-interval-ms, llm-d run as the "
+        "replicas too, each seeing the reported loads and its own routes)",
     )
     peers.add_argument(
         "--prefill-oracle-margins",
@@ -384,6 +385,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise ValueError("--prefill-report-ms must be a number of milliseconds >= 0, got %g" % args.prefill_report_ms)
         if args.peers:
             policies += peer_rows(args.prefill_oracle_margins, args.prefill_report_ms)
+            if args.replicas > 1 and args.load_interval_ms is not None:
+                policies.append(replicated_llm_d(args.load_interval_ms))
         policies += [parse_prototype(spec, args.prefill_report_ms) for spec in args.prefill_prototypes]
         for policy in policies:  # let the library judge the settings before anything runs
             router = policy.make_router(["http://check"], 1)
