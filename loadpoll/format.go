@@ -24,6 +24,11 @@ const (
 	// waiting); the report's figures are their sums (without a waiting figure when a rank has no
 	// num_waiting_reqs, as older versions).
 	FormatSGLang Format = "sglang"
+	// FormatSGLangLoads is SGLang's GET /v1/loads: {"loads": [one object per data-parallel
+	// rank]}, each with num_running_reqs and num_waiting_reqs, and in recent versions
+	// num_waiting_uncached_tokens (the prompt tokens of its prefill queue its cache does not hold):
+	// the report's requests, requests waiting and waiting tokens are their sums.
+	FormatSGLangLoads Format = "sglang_loads"
 	// FormatVLLM is vLLM's GET /metrics, Prometheus text: the requests are the sum of every
 	// sample of vllm:num_requests_running and vllm:num_requests_waiting (one per engine or model
 	// label), the requests waiting the sum of those of vllm:num_requests_waiting.
@@ -33,16 +38,26 @@ const (
 // ErrGarbage is wrapped by every error of an answer that is not of its format.
 var ErrGarbage = errors.New("not a load report")
 
-// ParseLoad reads the engine's report from an answer of the given format. Neither format gives
-// its prefill queue in tokens: the waiting figure is a number of requests.
+// Formats are the formats ParseLoad reads.
+var Formats = []Format{FormatSGLang, FormatSGLangLoads, FormatVLLM}
+
+// ParseLoad reads the engine's report from an answer of the given format. Its Waiting, when
+// set, is in prompt tokens (FormatSGLangLoads alone gives it); the poller passes it on only to a
+// router whose leases weigh prompt tokens (Config.TokenWeights).
 func ParseLoad(format Format, body []byte) (core.EngineLoad, error) {
 	switch format {
 	case FormatSGLang:
 		return parseSGLang(body)
+	case FormatSGLangLoads:
+		return parseSGLangLoads(body)
 	case FormatVLLM:
 		return parseVLLM(body)
 	}
-	return core.EngineLoad{}, fmt.Errorf("load format must be one of sglang, vllm, got %q", format)
+	return core.EngineLoad{}, errUnknownFormat(format)
+}
+
+func errUnknownFormat(format Format) error {
+	return fmt.Errorf("load format must be one of sglang, sglang_loads, vllm, got %q", format)
 }
 
 func parseSGLang(body []byte) (core.EngineLoad, error) {
@@ -72,6 +87,42 @@ func parseSGLang(body []byte) (core.EngineLoad, error) {
 		load.WaitingRequests = core.Unreported
 	}
 	return load, err
+}
+
+func parseSGLangLoads(body []byte) (core.EngineLoad, error) {
+	var answer struct {
+		Loads []struct {
+			Running  *float64 `json:"num_running_reqs"`
+			Waiting  *float64 `json:"num_waiting_reqs"`
+			Uncached *float64 `json:"num_waiting_uncached_tokens"`
+		} `json:"loads"`
+	}
+	if err := json.Unmarshal(body, &answer); err != nil {
+		return core.EngineLoad{}, fmt.Errorf("%w: /v1/loads is not a JSON object of loads: %v", ErrGarbage, err)
+	}
+	if len(answer.Loads) == 0 {
+		return core.EngineLoad{}, fmt.Errorf("%w: /v1/loads has no rank", ErrGarbage)
+	}
+	var running, waiting, tokens float64
+	counted := true
+	for i, rank := range answer.Loads {
+		if rank.Running == nil || rank.Waiting == nil {
+			return core.EngineLoad{}, fmt.Errorf("%w: /v1/loads rank %d lacks num_running_reqs or num_waiting_reqs", ErrGarbage, i)
+		}
+		running, waiting = running+*rank.Running, waiting+*rank.Waiting
+		if counted = counted && rank.Uncached != nil; counted {
+			tokens += *rank.Uncached
+		}
+	}
+	load, err := checkedLoad(running+waiting, waiting)
+	if err != nil || !counted {
+		return load, err
+	}
+	if math.IsNaN(tokens) || tokens < 0 || tokens > core.MaxEngineLoad {
+		return core.EngineLoad{}, fmt.Errorf("%w: %v waiting uncached tokens", ErrGarbage, tokens)
+	}
+	load.Waiting = int64(math.Round(tokens))
+	return load, nil
 }
 
 // parseVLLM sums the samples of vLLM's two gauges of requests in Prometheus text exposition.

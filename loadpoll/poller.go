@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,6 +37,10 @@ type Config struct {
 	// Expiry: a report older than this is forgotten, so the worker's load is again this
 	// router's leases (default: 3 Intervals, i.e. after three failed polls in a row).
 	Expiry time.Duration
+	// TokenWeights says the router's leases weigh prompt tokens: an engine's waiting tokens,
+	// where its format gives them, are its prefill queue; otherwise (and always with unit
+	// weights) the router weighs its requests waiting by its mean lease.
+	TokenWeights bool
 }
 
 // DefaultInterval is the interval of Config unless set.
@@ -108,8 +113,8 @@ func New(reporter Reporter, targets []Target, config Config, client *http.Client
 	}
 	p := &Poller{reporter: reporter, config: config, client: client, logf: logf}
 	for _, t := range targets {
-		if t.Format != FormatSGLang && t.Format != FormatVLLM {
-			return nil, fmt.Errorf("worker %s: load format must be one of sglang, vllm, got %q", t.Worker, t.Format)
+		if !slices.Contains(Formats, t.Format) {
+			return nil, fmt.Errorf("worker %s: %w", t.Worker, errUnknownFormat(t.Format))
 		}
 		p.trackers = append(p.trackers, &tracker{target: t, stats: WorkerStats{Worker: t.Worker, Failures: map[Failure]uint64{}}, logged: map[Failure]bool{}})
 	}
@@ -197,6 +202,9 @@ func (p *Poller) apply(t *tracker, now time.Time, load core.EngineLoad, failure 
 	defer p.mu.Unlock()
 	t.inFlight = false
 	if err == nil {
+		if !p.config.TokenWeights {
+			load.Waiting = core.Unreported // tokens are not the unit of these leases
+		}
 		if err = p.reporter.ReportLoad(t.target.Worker, load); err == nil {
 			t.last, t.stats.Reports, t.stats.Standing = now, t.stats.Reports+1, true
 			return

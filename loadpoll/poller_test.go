@@ -83,6 +83,21 @@ func TestReportsExpireAndFailuresAreLoggedOnce(t *testing.T) {
 	assert.Equal(t, 1, r.forgets[w0])
 }
 
+// Waiting tokens reach only a router whose leases weigh tokens; the requests waiting reach every one.
+func TestWaitingTokensOnlyForTokenWeights(t *testing.T) {
+	report := core.EngineLoad{Requests: 9, Waiting: 3500, WaitingRequests: 3}
+	for _, tokens := range []bool{false, true} {
+		r, logs := newFakeRouter(), []string{}
+		p := newTestPoller(t, r, "http://127.0.0.1:1/v1/loads", Config{Interval: time.Second, TokenWeights: tokens}, &logs)
+		p.apply(p.trackers[0], time.Unix(1000, 0), report, "", nil)
+		want := report
+		if !tokens {
+			want.Waiting = core.Unreported
+		}
+		assert.Equal(t, want, r.loads[w0], "token weights %v", tokens)
+	}
+}
+
 // Each poll against a real HTTP server on loopback: a load, a bad status, garbage, a flood, a
 // hang (cut by the timeout) and a refused connection.
 func TestPollOutcomes(t *testing.T) {
@@ -158,7 +173,7 @@ func TestRunReportsUntilCancelled(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	_, err := New(newFakeRouter(), []Target{{Worker: w0, Format: "triton"}}, Config{}, nil, nil)
-	assert.ErrorContains(t, err, `load format must be one of sglang, vllm, got "triton"`)
+	assert.ErrorContains(t, err, `load format must be one of sglang, sglang_loads, vllm, got "triton"`)
 	_, err = New(newFakeRouter(), nil, Config{Interval: -1}, nil, nil)
 	assert.ErrorContains(t, err, "must not be negative")
 }

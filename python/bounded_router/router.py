@@ -662,14 +662,17 @@ class Router:
         interval_secs: Optional[float] = None,
         timeout_secs: Optional[float] = None,
         expiry_secs: Optional[float] = None,
+        lease_weights: str = "requests",
     ) -> Feed:
         """Poll each worker's load endpoint (``endpoints``: worker URL to endpoint URL) and
         report the loads (see :mod:`bounded_router.feeds`); stop the feed to end it.
+        ``lease_weights="tokens"`` says this router's leases weigh prompt tokens: an engine's
+        waiting uncached tokens (``format="sglang_loads"``) are then its prefill queue.
 
         Raises:
             ValueError: a setting breaks its rule, or a worker named is not a member.
         """
-        return self._started(Feed.load_poll(self._native, endpoints, format, interval_secs, timeout_secs, expiry_secs))
+        return self._started(Feed.load_poll(self._native, endpoints, format, interval_secs, timeout_secs, expiry_secs, lease_weights))
 
     def subscribe_kv_events(
         self,
