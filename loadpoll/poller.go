@@ -38,8 +38,9 @@ type Config struct {
 	// router's leases (default: 3 Intervals, i.e. after three failed polls in a row).
 	Expiry time.Duration
 	// TokenWeights says the router's leases weigh prompt tokens: an engine's waiting tokens,
-	// where its format gives them, are its prefill queue; otherwise (and always with unit
-	// weights) the router weighs its requests waiting by its mean lease.
+	// where its format gives them, are its prefill queue, and its requests are not reported
+	// (they are no load in tokens); otherwise (and always with unit weights) the router weighs
+	// its requests waiting by its mean lease.
 	TokenWeights bool
 }
 
@@ -202,8 +203,10 @@ func (p *Poller) apply(t *tracker, now time.Time, load core.EngineLoad, failure 
 	defer p.mu.Unlock()
 	t.inFlight = false
 	if err == nil {
-		if !p.config.TokenWeights {
-			load.Waiting = core.Unreported // tokens are not the unit of these leases
+		if p.config.TokenWeights {
+			load.Requests = core.Unreported // a count of requests is no load in tokens
+		} else {
+			load.Waiting = core.Unreported // nor tokens one in requests
 		}
 		if err = p.reporter.ReportLoad(t.target.Worker, load); err == nil {
 			t.last, t.stats.Reports, t.stats.Standing = now, t.stats.Reports+1, true

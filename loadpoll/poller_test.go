@@ -83,7 +83,8 @@ func TestReportsExpireAndFailuresAreLoggedOnce(t *testing.T) {
 	assert.Equal(t, 1, r.forgets[w0])
 }
 
-// Waiting tokens reach only a router whose leases weigh tokens; the requests waiting reach every one.
+// Waiting tokens reach only a router whose leases weigh tokens, the requests only one whose
+// leases weigh 1; the requests waiting reach every one.
 func TestWaitingTokensOnlyForTokenWeights(t *testing.T) {
 	report := core.EngineLoad{Requests: 9, Waiting: 3500, WaitingRequests: 3}
 	for _, tokens := range []bool{false, true} {
@@ -91,7 +92,9 @@ func TestWaitingTokensOnlyForTokenWeights(t *testing.T) {
 		p := newTestPoller(t, r, "http://127.0.0.1:1/v1/loads", Config{Interval: time.Second, TokenWeights: tokens}, &logs)
 		p.apply(p.trackers[0], time.Unix(1000, 0), report, "", nil)
 		want := report
-		if !tokens {
+		if tokens {
+			want.Requests = core.Unreported
+		} else {
 			want.Waiting = core.Unreported
 		}
 		assert.Equal(t, want, r.loads[w0], "token weights %v", tokens)
