@@ -9,16 +9,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// routingLoads are the loads the policies compare, in membership order.
-func routingLoads(r *Router) []int64 {
+// membersOf reads one figure of every member, in membership order, under the router's lock.
+func membersOf(r *Router, figure func(*worker) int64) []int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]int64, len(r.members.workers))
 	for i, w := range r.members.workers {
-		out[i] = w.load
+		out[i] = figure(w)
 	}
 	return out
 }
+
+// routingLoads are the loads the policies compare, in membership order.
+func routingLoads(r *Router) []int64 { return membersOf(r, func(w *worker) int64 { return w.load }) }
 
 func TestEngineLoadIsTheReportPlusTheLeasesSince(t *testing.T) {
 	urls := workerURLs(2)
@@ -71,15 +74,7 @@ func TestEngineLoadErrors(t *testing.T) {
 }
 
 // prefillLoads are the prefill loads the policies compare, in membership order.
-func prefillLoads(r *Router) []int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]int64, len(r.members.workers))
-	for i, w := range r.members.workers {
-		out[i] = w.prefillLoad
-	}
-	return out
-}
+func prefillLoads(r *Router) []int64 { return membersOf(r, func(w *worker) int64 { return w.prefillLoad }) }
 
 func waitingReport(requests, waiting int64) EngineLoad {
 	return EngineLoad{Requests: requests, Waiting: waiting, WaitingRequests: Unreported}
