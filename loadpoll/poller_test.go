@@ -128,7 +128,11 @@ func TestPollOutcomes(t *testing.T) {
 	refused := "http://" + closed.Addr().String() + "/get_load"
 	require.NoError(t, closed.Close())
 
-	p, err := New(newFakeRouter(), nil, Config{Interval: time.Second, Timeout: 50 * time.Millisecond}, server.Client(), nil)
+	// Only the hang needs its poll cut short; the others get time to spare on a busy machine (a
+	// megabyte read under the race detector once took more than 50 ms and counted as unreachable).
+	patient, err := New(newFakeRouter(), nil, Config{Interval: time.Minute, Timeout: 30 * time.Second}, server.Client(), nil)
+	require.NoError(t, err)
+	impatient, err := New(newFakeRouter(), nil, Config{Interval: time.Second, Timeout: 50 * time.Millisecond}, server.Client(), nil)
 	require.NoError(t, err)
 	for _, c := range []struct {
 		path    string
@@ -142,6 +146,10 @@ func TestPollOutcomes(t *testing.T) {
 		{server.URL + "/hang", core.EngineLoad{}, FailureUnreachable},
 		{refused, core.EngineLoad{}, FailureUnreachable},
 	} {
+		p := patient
+		if strings.HasSuffix(c.path, "/hang") {
+			p = impatient
+		}
 		load, failure, err := p.poll(context.Background(), Target{Worker: w0, Endpoint: c.path, Format: FormatSGLang})
 		assert.Equal(t, c.load, load, c.path)
 		assert.Equal(t, c.failure, failure, c.path)
