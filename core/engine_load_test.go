@@ -80,38 +80,42 @@ func waitingReport(requests, waiting int64) EngineLoad {
 	return EngineLoad{Requests: requests, Waiting: waiting, WaitingRequests: Unreported}
 }
 
+// The vectors of docs/contract.md, "Engine load reports", step by step.
 func TestEnginePrefillIsTheWaitingPlusTheLeasesSinceNotStarted(t *testing.T) {
-	urls := workerURLs(2)
+	urls := workerURLs(1)
 	r := newTestRouter(t, prefillCache(1.0, 2), urls)
-	before, _, err := r.AcquireWeighted(urls[0], nil, 3)
-	require.NoError(t, err)
-	startedBefore, _, _ := r.AcquireWeighted(urls[0], nil, 2)
-	require.NoError(t, r.ReportLoad(urls[0], waitingReport(9, 7))) // 7 waiting: our 3 and 2, and 2 of other replicas
-	assert.Equal(t, []int64{7, 0}, prefillLoads(r))
-	assert.True(t, r.FirstToken(startedBefore))
-	assert.Equal(t, []int64{7, 0}, prefillLoads(r), "the report counted it waiting: the next report drops it")
-	since, _, _ := r.AcquireWeighted(urls[0], nil, 4)
-	sinceReleased, _, _ := r.AcquireWeighted(urls[0], nil, 5)
-	assert.Equal(t, []int64{16, 0}, prefillLoads(r))
-	assert.True(t, r.FirstToken(since))
-	assert.Equal(t, []int64{12, 0}, prefillLoads(r), "a lease taken since the report leaves at its first token")
-	require.True(t, r.Release(sinceReleased, false))
-	assert.Equal(t, []int64{7, 0}, prefillLoads(r), "or at its release before one")
-	require.True(t, r.Release(before, false))
-	assert.Equal(t, []int64{7, 0}, prefillLoads(r))
-	assert.Equal(t, []int64{9 + 4, 0}, routingLoads(r), "the in-flight figure as before")
+	take := func(weight int64) LeaseID {
+		id, _, err := r.AcquireWeighted(urls[0], nil, weight)
+		require.NoError(t, err)
+		return id
+	}
+	step := func(what string, prefill, load int64) {
+		t.Helper()
+		assert.Equal(t, []int64{prefill}, prefillLoads(r), what)
+		assert.Equal(t, []int64{load}, routingLoads(r), what)
+		checkInvariants(t, r)
+	}
+	three, two := take(3), take(2)
+	require.NoError(t, r.ReportLoad(urls[0], waitingReport(9, 7)))
+	step("the report", 7, 9)
+	require.True(t, r.FirstToken(two))
+	step("a lease taken before the report starts: the report counted it waiting", 7, 9)
+	four, five := take(4), take(5)
+	step("leases taken since", 16, 18)
+	require.True(t, r.FirstToken(four))
+	step("a lease taken since starts", 12, 18)
+	require.True(t, r.Release(five, false))
+	step("a lease taken since is released before its first token", 7, 13)
+	require.True(t, r.Release(three, false))
+	step("a lease taken before is released", 7, 13)
 	st := r.Workers()[0]
 	assert.Equal(t, [2]int64{0, 0}, [2]int64{st.PrefillLoad, st.PrefillRequests}, "statistics count this process's leases")
-	checkInvariants(t, r)
-	// A report without a waiting figure: the prefill load is this process's leases again.
 	require.NoError(t, r.ReportLoad(urls[0], RequestsReport(3)))
-	assert.Equal(t, []int64{0, 0}, prefillLoads(r))
-	require.NoError(t, r.ReportLoad(urls[0], waitingReport(Unreported, 6)))
-	assert.Equal(t, []int64{6, 0}, prefillLoads(r))
-	assert.Equal(t, []int64{6, 0}, routingLoads(r), "a report without requests: this process's two leases held")
+	step("a report without a waiting figure: this process's leases, both started", 0, 3)
+	require.NoError(t, r.ReportLoad(urls[0], EngineLoad{Requests: Unreported, Waiting: Unreported, WaitingRequests: 2}))
+	step("2 requests waiting weigh the mean held lease, (2 + 4) / 2; no load: the leases", 6, 6)
 	require.NoError(t, r.ForgetLoad(urls[0]))
-	assert.Equal(t, []int64{0, 0}, prefillLoads(r))
-	checkInvariants(t, r)
+	step("forgotten", 0, 6)
 }
 
 func TestEngineWaitingRequestsWeighTheMeanLease(t *testing.T) {
