@@ -74,7 +74,9 @@ func TestEngineLoadErrors(t *testing.T) {
 }
 
 // prefillLoads are the prefill loads the policies compare, in membership order.
-func prefillLoads(r *Router) []int64 { return membersOf(r, func(w *worker) int64 { return w.prefillLoad }) }
+func prefillLoads(r *Router) []int64 {
+	return membersOf(r, func(w *worker) int64 { return w.prefillLoad })
+}
 
 func waitingReport(requests, waiting int64) EngineLoad {
 	return EngineLoad{Requests: requests, Waiting: waiting, WaitingRequests: Unreported}
