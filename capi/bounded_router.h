@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 /* The version of this API; br_abi_version() returns the one the library implements. */
-#define BR_ABI_VERSION 6
+#define BR_ABI_VERSION 7
 
 /* Status codes: 0 or more is success. */
 #define BR_OK 0
@@ -131,11 +131,15 @@ int32_t br_add_worker(uint64_t router, const char *url, size_t url_len);
 int32_t br_remove_worker(uint64_t router, const char *url, size_t url_len);
 int32_t br_set_workers(uint64_t router, const char *urls_json, size_t urls_len);
 int32_t br_set_healthy(uint64_t router, const char *url, size_t url_len, int32_t healthy);
-/* Engine load reports (docs/contract.md, "Engine load reports"): br_report_load records the load
- * a worker's engine reports (its requests running and waiting, 0 to 2^40); the worker's routing
- * load is then that report plus the weights of the leases taken since. br_forget_load drops the
- * standing report (expired): the routing load is this router's leases again. */
-int32_t br_report_load(uint64_t router, const char *url, size_t url_len, int64_t load);
+/* Engine load reports (docs/contract.md, "Engine load reports"): br_report_load records what a
+ * worker's engine reports, each figure 0 to 2^40 or -1 when the report does not carry it: load,
+ * its requests running and waiting; waiting, its prefill queue in the unit of the lease weights;
+ * waiting_requests, its requests waiting (used without waiting, times the mean lease weight).
+ * The worker's routing load (prefill load) is then load (waiting) plus the weights of the leases
+ * taken since (and not past their first token). br_forget_load drops the standing report
+ * (expired): the routing loads are this router's leases again. */
+int32_t br_report_load(uint64_t router, const char *url, size_t url_len, int64_t load, int64_t waiting,
+                       int64_t waiting_requests);
 int32_t br_forget_load(uint64_t router, const char *url, size_t url_len);
 /* Feeds: the engines' own state brought into a router on the library's threads, off unless
  * started; each start stores a feed handle in *out_feed. br_load_poll_start polls the workers'

@@ -219,12 +219,14 @@ func report(router C.uint64_t, buf *C.char, capacity C.size_t, produce func(*cor
 	return n
 }
 
-// br_report_load records the load a worker's engine reports (core.Router.ReportLoad).
+// br_report_load records what a worker's engine reports (core.Router.ReportLoad); -1 marks a
+// figure the report does not carry.
 //
 //export br_report_load
-func br_report_load(router C.uint64_t, url *C.char, urlLen C.size_t, load C.int64_t) (status C.int32_t) {
+func br_report_load(router C.uint64_t, url *C.char, urlLen C.size_t, load, waiting, waitingRequests C.int64_t) (status C.int32_t) {
 	defer guard(&status)
-	return withWorker(router, url, urlLen, func(r *core.Router, u string) error { return r.ReportLoad(u, int64(load)) })
+	report := core.EngineLoad{Requests: int64(load), Waiting: int64(waiting), WaitingRequests: int64(waitingRequests)}
+	return withWorker(router, url, urlLen, func(r *core.Router, u string) error { return r.ReportLoad(u, report) })
 }
 
 // br_forget_load drops a worker's standing engine load report (core.Router.ForgetLoad).

@@ -228,7 +228,8 @@ func checkInvariants(t testing.TB, r *Router) {
 			prefill += w.prefillLoad
 		}
 		require.GreaterOrEqual(t, w.load, int64(0))
-		require.True(t, 0 <= w.prefillLoad && w.prefillLoad <= w.load, "prefill load %d of %s outside 0..load %d", w.prefillLoad, w.url, w.load)
+		require.GreaterOrEqual(t, w.prefillLoad, int64(0))
+		require.True(t, 0 <= w.prefillHeld && w.prefillHeld <= w.held, "prefill load %d of %s outside 0..held %d", w.prefillHeld, w.url, w.held)
 		require.True(t, 0 <= w.prefillRequests && w.prefillRequests <= w.requests, "prefill requests of %s", w.url)
 	}
 	require.Equal(t, len(available), len(r.view.available))

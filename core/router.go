@@ -37,6 +37,9 @@ type Router struct {
 	keys     keyCounts
 	branches [NumBranches]uint64
 	leaked   uint64
+	// heldWeight is the sum of the weights of the active leases (the mean lease weight of
+	// engine_load.go is heldWeight over leases.active).
+	heldWeight int64
 	// prefix counts the prefix blocks of routed requests and those their worker held.
 	prefix prefixCounts
 }
@@ -219,8 +222,11 @@ func (r *Router) take(w, preferred *worker, key explicitKey, weight int64) Lease
 	w.requests++
 	w.routed++
 	w.held += weight
+	r.heldWeight += weight
 	r.addLoad(w, weight)
-	r.addPrefill(w, 1, weight)
+	w.prefillRequests++
+	w.prefillHeld += weight
+	r.addPrefillLoad(w, weight)
 	return r.leases.take(w, preferred, key.present, key.position, weight)
 }
 
@@ -238,13 +244,24 @@ func (r *Router) addLoad(w *worker, delta int64) {
 	}
 }
 
-// addPrefill changes a worker's prefill queue by requests leases of total weight delta and,
-// while it is an available member of a router that balances by it, the running total.
-func (r *Router) addPrefill(w *worker, requests, delta int64) {
-	w.prefillRequests += requests
+// addPrefillLoad changes a worker's routing prefill load and, while it is an available member
+// of a router that balances by it, the running total.
+func (r *Router) addPrefillLoad(w *worker, delta int64) {
 	w.prefillLoad += delta
 	if r.view.byPrefill && w.healthy && !w.removed {
 		r.view.availablePrefill += delta
+	}
+}
+
+// leavePrefill takes a waiting lease out of its worker's prefill queue (its first token, or its
+// release before one); the caller holds r.mu.
+func (r *Router) leavePrefill(s *leaseSlot) {
+	s.waiting = false
+	w := s.worker
+	w.prefillRequests--
+	w.prefillHeld -= s.weight
+	if !w.prefillReported || s.reports == w.reports {
+		r.addPrefillLoad(w, -s.weight) // else the engine's latest report counted it
 	}
 }
 
@@ -258,8 +275,7 @@ func (r *Router) FirstToken(id LeaseID) bool {
 	if s == nil || !s.waiting {
 		return false
 	}
-	s.waiting = false
-	r.addPrefill(s.worker, -1, -s.weight)
+	r.leavePrefill(s)
 	return true
 }
 
@@ -301,11 +317,12 @@ func (r *Router) release(id LeaseID, abandoned bool) *worker {
 	}
 	s.worker.requests--
 	s.worker.held -= s.weight
+	r.heldWeight -= s.weight
 	if !s.worker.reported || s.reports == s.worker.reports {
 		r.addLoad(s.worker, -s.weight) // else the engine's latest report counted it
 	}
 	if s.waiting {
-		r.addPrefill(s.worker, -1, -s.weight)
+		r.leavePrefill(s)
 	}
 	if abandoned {
 		r.leaked++

@@ -28,15 +28,16 @@ type worker struct {
 	// when every weight is 1); requests is their number.
 	held     int64
 	requests int64
-	// prefillLoad and prefillRequests are the weight and number of those leases not yet marked
+	// prefillHeld and prefillRequests are the weight and number of those leases not yet marked
 	// as having seen their first token (Router.FirstToken): the worker's prefill queue.
-	prefillLoad, prefillRequests int64
-	// load is what the policies compare: held, or, while the worker's engine has reported its
-	// load, that report plus the weights of the leases taken since (engine_load.go).
-	load int64
-	// reported is set while an engine load report stands; reports counts the reports received.
-	reported bool
-	reports  uint32
+	prefillHeld, prefillRequests int64
+	// load and prefillLoad are what the policies compare: held and prefillHeld, or, while the
+	// worker's engine has reported them, that report plus the leases taken since (engine_load.go).
+	load, prefillLoad int64
+	// reported and prefillReported are set while an engine's figure of the in-flight and of
+	// the prefill load stands; reports counts the reports received.
+	reported, prefillReported bool
+	reports                   uint32
 	// activeKeys is the number of distinct explicit routing keys among the worker's leases
 	// (the router's keyCounts counts the leases of each key).
 	activeKeys int
@@ -82,6 +83,6 @@ type WorkerState struct {
 }
 
 func (w *worker) state() WorkerState {
-	return WorkerState{URL: w.url, ID: w.id, Healthy: w.healthy, Load: w.held, Requests: w.requests, PrefillLoad: w.prefillLoad, PrefillRequests: w.prefillRequests, ActiveKeys: w.activeKeys, IndexedBlocks: len(w.blocks.nodes),
+	return WorkerState{URL: w.url, ID: w.id, Healthy: w.healthy, Load: w.held, Requests: w.requests, PrefillLoad: w.prefillHeld, PrefillRequests: w.prefillRequests, ActiveKeys: w.activeKeys, IndexedBlocks: len(w.blocks.nodes),
 		Condition: w.condition(), ConsecutiveFailures: w.breaker.failures, Ejections: w.breaker.ejections, Routed: w.routed, Outcomes: w.outcomes, Probes: w.probes}
 }

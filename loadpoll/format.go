@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/bounded-router/bounded-router/core"
 )
 
 // Format names the shape of a load endpoint's answer.
@@ -18,54 +20,116 @@ type Format string
 
 const (
 	// FormatSGLang is SGLang's GET /get_load: a JSON array with one object per data-parallel
-	// rank, each with num_reqs (its requests running and waiting); the load is their sum.
+	// rank, each with num_reqs (its requests running and waiting) and num_waiting_reqs (those
+	// waiting); the report's figures are their sums (without a waiting figure when a rank has no
+	// num_waiting_reqs, as older versions).
 	FormatSGLang Format = "sglang"
-	// FormatVLLM is vLLM's GET /metrics, Prometheus text: the load is the sum of every sample of
-	// vllm:num_requests_running and vllm:num_requests_waiting (one per engine or model label).
+	// FormatSGLangLoads is SGLang's GET /v1/loads: {"loads": [one object per data-parallel
+	// rank]}, each with num_running_reqs and num_waiting_reqs, and in recent versions
+	// num_waiting_uncached_tokens (the prompt tokens of its prefill queue its cache does not hold):
+	// the report's requests, requests waiting and waiting tokens are their sums.
+	FormatSGLangLoads Format = "sglang_loads"
+	// FormatVLLM is vLLM's GET /metrics, Prometheus text: the requests are the sum of every
+	// sample of vllm:num_requests_running and vllm:num_requests_waiting (one per engine or model
+	// label), the requests waiting the sum of those of vllm:num_requests_waiting.
 	FormatVLLM Format = "vllm"
 )
 
 // ErrGarbage is wrapped by every error of an answer that is not of its format.
 var ErrGarbage = errors.New("not a load report")
 
-// maxLoad is core.MaxEngineLoad: a load beyond it is garbage, not a load.
-const maxLoad = 1 << 40
+// Formats are the formats ParseLoad reads.
+var Formats = []Format{FormatSGLang, FormatSGLangLoads, FormatVLLM}
 
-// ParseLoad reads the load from an answer of the given format.
-func ParseLoad(format Format, body []byte) (int64, error) {
+// ParseLoad reads the engine's report from an answer of the given format. Its Waiting, when
+// set, is in prompt tokens (FormatSGLangLoads alone gives it); the poller passes it on only to a
+// router whose leases weigh prompt tokens (Config.TokenWeights).
+func ParseLoad(format Format, body []byte) (core.EngineLoad, error) {
 	switch format {
 	case FormatSGLang:
 		return parseSGLang(body)
+	case FormatSGLangLoads:
+		return parseSGLangLoads(body)
 	case FormatVLLM:
-		return parseMetrics(body, "vllm:num_requests_running", "vllm:num_requests_waiting")
+		return parseVLLM(body)
 	}
-	return 0, fmt.Errorf("load format must be one of sglang, vllm, got %q", format)
+	return core.EngineLoad{}, errUnknownFormat(format)
 }
 
-func parseSGLang(body []byte) (int64, error) {
+func errUnknownFormat(format Format) error {
+	return fmt.Errorf("load format must be one of sglang, sglang_loads, vllm, got %q", format)
+}
+
+func parseSGLang(body []byte) (core.EngineLoad, error) {
 	var ranks []struct {
-		NumReqs *float64 `json:"num_reqs"`
+		NumReqs        *float64 `json:"num_reqs"`
+		NumWaitingReqs *float64 `json:"num_waiting_reqs"`
 	}
 	if err := json.Unmarshal(body, &ranks); err != nil {
-		return 0, fmt.Errorf("%w: /get_load is not a JSON array of objects: %v", ErrGarbage, err)
+		return core.EngineLoad{}, fmt.Errorf("%w: /get_load is not a JSON array of objects: %v", ErrGarbage, err)
 	}
 	if len(ranks) == 0 {
-		return 0, fmt.Errorf("%w: /get_load has no rank", ErrGarbage)
+		return core.EngineLoad{}, fmt.Errorf("%w: /get_load has no rank", ErrGarbage)
 	}
-	var total float64
+	var requests, waiting float64
+	counted := true
 	for i, rank := range ranks {
 		if rank.NumReqs == nil {
-			return 0, fmt.Errorf("%w: /get_load rank %d has no num_reqs", ErrGarbage, i)
+			return core.EngineLoad{}, fmt.Errorf("%w: /get_load rank %d has no num_reqs", ErrGarbage, i)
 		}
-		total += *rank.NumReqs
+		requests += *rank.NumReqs
+		if counted = counted && rank.NumWaitingReqs != nil; counted {
+			waiting += *rank.NumWaitingReqs
+		}
 	}
-	return checkedLoad(total)
+	load, err := checkedLoad(requests, waiting)
+	if !counted {
+		load.WaitingRequests = core.Unreported
+	}
+	return load, err
 }
 
-// parseMetrics sums the samples of the named metrics in Prometheus text exposition.
-func parseMetrics(body []byte, names ...string) (int64, error) {
-	var total float64
-	found := false
+func parseSGLangLoads(body []byte) (core.EngineLoad, error) {
+	var answer struct {
+		Loads []struct {
+			Running  *float64 `json:"num_running_reqs"`
+			Waiting  *float64 `json:"num_waiting_reqs"`
+			Uncached *float64 `json:"num_waiting_uncached_tokens"`
+		} `json:"loads"`
+	}
+	if err := json.Unmarshal(body, &answer); err != nil {
+		return core.EngineLoad{}, fmt.Errorf("%w: /v1/loads is not a JSON object of loads: %v", ErrGarbage, err)
+	}
+	if len(answer.Loads) == 0 {
+		return core.EngineLoad{}, fmt.Errorf("%w: /v1/loads has no rank", ErrGarbage)
+	}
+	var running, waiting, tokens float64
+	counted := true
+	for i, rank := range answer.Loads {
+		if rank.Running == nil || rank.Waiting == nil {
+			return core.EngineLoad{}, fmt.Errorf("%w: /v1/loads rank %d lacks num_running_reqs or num_waiting_reqs", ErrGarbage, i)
+		}
+		running, waiting = running+*rank.Running, waiting+*rank.Waiting
+		if counted = counted && rank.Uncached != nil; counted {
+			tokens += *rank.Uncached
+		}
+	}
+	load, err := checkedLoad(running+waiting, waiting)
+	if err != nil || !counted {
+		return load, err
+	}
+	if math.IsNaN(tokens) || tokens < 0 || tokens > core.MaxEngineLoad {
+		return core.EngineLoad{}, fmt.Errorf("%w: %v waiting uncached tokens", ErrGarbage, tokens)
+	}
+	load.Waiting = int64(math.Round(tokens))
+	return load, nil
+}
+
+// parseVLLM sums the samples of vLLM's two gauges of requests in Prometheus text exposition.
+func parseVLLM(body []byte) (core.EngineLoad, error) {
+	const running, waiting = "vllm:num_requests_running", "vllm:num_requests_waiting"
+	var sums [2]float64
+	var found [2]bool
 	lines := bufio.NewScanner(bytes.NewReader(body))
 	lines.Buffer(make([]byte, 0, 4096), len(body)+1)
 	for lines.Scan() {
@@ -73,20 +137,20 @@ func parseMetrics(body []byte, names ...string) (int64, error) {
 		if len(line) == 0 || line[0] == '#' {
 			continue
 		}
-		for _, name := range names {
+		for i, name := range [2]string{running, waiting} {
 			value, ok, err := sample(line, name)
 			if err != nil {
-				return 0, err
+				return core.EngineLoad{}, err
 			}
 			if ok {
-				total, found = total+value, true
+				sums[i], found[i] = sums[i]+value, true
 			}
 		}
 	}
-	if !found {
-		return 0, fmt.Errorf("%w: /metrics has no %s", ErrGarbage, names[0])
+	if !found[0] || !found[1] {
+		return core.EngineLoad{}, fmt.Errorf("%w: /metrics lacks %s or %s", ErrGarbage, running, waiting)
 	}
-	return checkedLoad(total)
+	return checkedLoad(sums[0]+sums[1], sums[1])
 }
 
 // sample reads the value of a sample line of metric name (with or without labels).
@@ -113,9 +177,12 @@ func sample(line []byte, name string) (float64, bool, error) {
 	return value, true, nil
 }
 
-func checkedLoad(total float64) (int64, error) {
-	if math.IsNaN(total) || total < 0 || total > maxLoad {
-		return 0, fmt.Errorf("%w: a load of %v requests", ErrGarbage, total)
+// checkedLoad is the report of requests running and waiting and of requests waiting.
+func checkedLoad(requests, waiting float64) (core.EngineLoad, error) {
+	for _, n := range [2]float64{requests, waiting} {
+		if math.IsNaN(n) || n < 0 || n > core.MaxEngineLoad || waiting > requests {
+			return core.EngineLoad{}, fmt.Errorf("%w: a load of %v requests, %v of them waiting", ErrGarbage, requests, waiting)
+		}
 	}
-	return int64(math.Round(total)), nil
+	return core.EngineLoad{Requests: int64(math.Round(requests)), Waiting: core.Unreported, WaitingRequests: int64(math.Round(waiting))}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bounded-router/bounded-router/core"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -19,7 +20,27 @@ func TestParseSGLang(t *testing.T) {
 	          {"num_reqs": 2, "num_waiting_reqs": 0, "num_tokens": 10, "dp_rank": 1}]`
 	load, err := ParseLoad(FormatSGLang, []byte(body))
 	require.NoError(t, err)
-	assert.Equal(t, int64(9), load)
+	assert.Equal(t, core.EngineLoad{Requests: 9, Waiting: core.Unreported, WaitingRequests: 3}, load)
+	// A version without num_waiting_reqs still reports its requests.
+	load, err = ParseLoad(FormatSGLang, []byte(`[{"num_reqs": 4, "num_tokens": 10, "dp_rank": 0}, {"num_reqs": 1, "num_waiting_reqs": 1}]`))
+	require.NoError(t, err)
+	assert.Equal(t, core.RequestsReport(5), load)
+}
+
+// SGLang's /v1/loads (python/sglang/srt/entrypoints/v1_loads.py: timestamp, version and one
+// LoadSnapshot dict per rank under "loads"; num_waiting_uncached_tokens in recent versions).
+func TestParseSGLangLoads(t *testing.T) {
+	body := `{"timestamp": "2026-12-01T00:00:00+00:00", "version": "0.5.6", "accelerator": null, "num_accelerators": 1,
+	  "loads": [{"dp_rank": 0, "num_running_reqs": 5, "num_waiting_reqs": 2, "num_waiting_uncached_tokens": 3000,
+	             "num_used_tokens": 9000, "num_total_tokens": 12000, "max_total_num_tokens": 100000, "token_usage": 0.09},
+	            {"dp_rank": 1, "num_running_reqs": 1, "num_waiting_reqs": 1, "num_waiting_uncached_tokens": 500.0}]}`
+	load, err := ParseLoad(FormatSGLangLoads, []byte(body))
+	require.NoError(t, err)
+	assert.Equal(t, core.EngineLoad{Requests: 9, Waiting: 3500, WaitingRequests: 3}, load)
+	// An older version: no waiting tokens, the requests waiting still.
+	load, err = ParseLoad(FormatSGLangLoads, []byte(`{"loads": [{"num_running_reqs": 2, "num_waiting_reqs": 1}]}`))
+	require.NoError(t, err)
+	assert.Equal(t, core.EngineLoad{Requests: 3, Waiting: core.Unreported, WaitingRequests: 1}, load)
 }
 
 func TestParseVLLM(t *testing.T) {
@@ -35,7 +56,7 @@ vllm:gpu_cache_usage_perc{model_name="m"} 0.5
 `
 	load, err := ParseLoad(FormatVLLM, []byte(body))
 	require.NoError(t, err)
-	assert.Equal(t, int64(7), load, "4 + 1 running, 2 waiting; other metrics ignored")
+	assert.Equal(t, core.EngineLoad{Requests: 7, Waiting: core.Unreported, WaitingRequests: 2}, load, "4 + 1 running, 2 waiting; other metrics ignored")
 }
 
 func TestParseGarbage(t *testing.T) {
@@ -49,11 +70,20 @@ func TestParseGarbage(t *testing.T) {
 		{FormatSGLang, `[]`, "no rank"},
 		{FormatSGLang, `[{"dp_rank": 0}]`, "rank 0 has no num_reqs"},
 		{FormatSGLang, `[{"num_reqs": -1}]`, "a load of -1"},
+		{FormatSGLang, `[{"num_reqs": 1, "num_waiting_reqs": "2"}]`, "not a JSON array"},
+		{FormatSGLang, `[{"num_reqs": 1, "num_waiting_reqs": 2}]`, "a load of 1 requests, 2 of them waiting"},
+		{FormatSGLang, `[{"num_reqs": 3, "num_waiting_reqs": -1}]`, "-1 of them waiting"},
 		{FormatSGLang, `[{"num_reqs": 1e300}]`, "a load of"},
-		{FormatVLLM, "up 1\n", "no vllm:num_requests_running"},
+		{FormatSGLangLoads, `[{"num_reqs": 1}]`, "not a JSON object of loads"},
+		{FormatSGLangLoads, `{"loads": []}`, "no rank"},
+		{FormatSGLangLoads, `{"loads": [{"num_running_reqs": 1}]}`, "rank 0 lacks num_running_reqs or num_waiting_reqs"},
+		{FormatSGLangLoads, `{"loads": [{"num_running_reqs": 1, "num_waiting_reqs": 0, "num_waiting_uncached_tokens": -5}]}`, "-5 waiting uncached tokens"},
+		{FormatSGLangLoads, `{"loads": [{"num_running_reqs": 1, "num_waiting_reqs": 0, "num_waiting_uncached_tokens": "x"}]}`, "not a JSON object"},
+		{FormatVLLM, "up 1\n", "lacks vllm:num_requests_running or vllm:num_requests_waiting"},
+		{FormatVLLM, "vllm:num_requests_running 1\n", "lacks vllm:num_requests_running or vllm:num_requests_waiting"},
 		{FormatVLLM, "vllm:num_requests_running{a=\"b\" 1\n", "unclosed labels"},
 		{FormatVLLM, "vllm:num_requests_running x\n", `the value "x"`},
-		{FormatVLLM, "vllm:num_requests_running NaN\n", "a load of NaN"},
+		{FormatVLLM, "vllm:num_requests_running NaN\nvllm:num_requests_waiting 0\n", "a load of NaN"},
 	} {
 		_, err := ParseLoad(c.format, []byte(c.body))
 		require.Error(t, err, c.body)
@@ -61,7 +91,7 @@ func TestParseGarbage(t *testing.T) {
 		assert.ErrorContains(t, err, c.text)
 	}
 	_, err := ParseLoad("triton", nil)
-	assert.EqualError(t, err, `load format must be one of sglang, vllm, got "triton"`)
+	assert.EqualError(t, err, `load format must be one of sglang, sglang_loads, vllm, got "triton"`)
 }
 
 func TestParseOptions(t *testing.T) {
@@ -69,11 +99,15 @@ func TestParseOptions(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []Target{{"http://w0", "http://w0/get_load", FormatSGLang}, {"http://w1", "http://w1/get_load", FormatSGLang}}, targets)
 	assert.Equal(t, Config{Interval: 50 * time.Millisecond}, cfg)
+	_, cfg, err = ParseOptions([]byte(`{"endpoints": {"http://w0": "http://w0/v1/loads"}, "format": "sglang_loads", "lease_weights": "tokens"}`))
+	require.NoError(t, err)
+	assert.Equal(t, Config{TokenWeights: true}, cfg)
 	for body, text := range map[string]string{
-		`{"endpoints": {}, "format": "vllm"}`:                            "endpoints must name at least one worker",
-		`{"endpoints": {"a": "b"}, "format": "x"}`:                       `format must be one of sglang, vllm, got "x"`,
-		`{"endpoints": {"a": "b"}, "format": "vllm", "interval_ms": -1}`: "interval_ms must be from 0 to 3600000, got -1",
-		`{"endpoints": {"a": "b"}, "format": "vllm", "every": 1}`:        `unknown field "every"`,
+		`{"endpoints": {}, "format": "vllm"}`:                                   "endpoints must name at least one worker",
+		`{"endpoints": {"a": "b"}, "format": "x"}`:                              `format must be one of sglang, sglang_loads, vllm, got "x"`,
+		`{"endpoints": {"a": "b"}, "format": "vllm", "interval_ms": -1}`:        "interval_ms must be from 0 to 3600000, got -1",
+		`{"endpoints": {"a": "b"}, "format": "vllm", "every": 1}`:               `unknown field "every"`,
+		`{"endpoints": {"a": "b"}, "format": "vllm", "lease_weights": "bytes"}`: `lease_weights must be one of requests, tokens, got "bytes"`,
 	} {
 		_, _, err := ParseOptions([]byte(body))
 		assert.ErrorContains(t, err, text, body)

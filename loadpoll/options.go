@@ -10,14 +10,16 @@ import (
 )
 
 // Options is the JSON form of a poller's settings, as bindings pass them:
-// {"endpoints": {worker URL: load endpoint URL}, "format": "sglang" or "vllm",
-// "interval_ms": 200, "timeout_ms": 0, "expiry_ms": 0} (0: the defaults of Config).
+// {"endpoints": {worker URL: load endpoint URL}, "format": "sglang", "sglang_loads" or "vllm",
+// "interval_ms": 200, "timeout_ms": 0, "expiry_ms": 0, "lease_weights": "requests" or "tokens"}
+// (0 and "": the defaults of Config).
 type Options struct {
-	Endpoints  map[string]string `json:"endpoints"`
-	Format     Format            `json:"format"`
-	IntervalMs int64             `json:"interval_ms"`
-	TimeoutMs  int64             `json:"timeout_ms"`
-	ExpiryMs   int64             `json:"expiry_ms"`
+	Endpoints    map[string]string `json:"endpoints"`
+	Format       Format            `json:"format"`
+	IntervalMs   int64             `json:"interval_ms"`
+	TimeoutMs    int64             `json:"timeout_ms"`
+	ExpiryMs     int64             `json:"expiry_ms"`
+	LeaseWeights string            `json:"lease_weights"`
 }
 
 // ParseOptions reads Options, refusing unknown fields, and returns the targets (sorted by
@@ -32,8 +34,11 @@ func ParseOptions(data []byte) ([]Target, Config, error) {
 	if len(o.Endpoints) == 0 {
 		return nil, Config{}, fmt.Errorf("load poll options: endpoints must name at least one worker")
 	}
-	if o.Format != FormatSGLang && o.Format != FormatVLLM {
-		return nil, Config{}, fmt.Errorf("load poll options: format must be one of sglang, vllm, got %q", o.Format)
+	if !slices.Contains(Formats, o.Format) {
+		return nil, Config{}, fmt.Errorf("load poll options: %w", errUnknownFormat(o.Format))
+	}
+	if o.LeaseWeights != "" && o.LeaseWeights != "requests" && o.LeaseWeights != "tokens" {
+		return nil, Config{}, fmt.Errorf("load poll options: lease_weights must be one of requests, tokens, got %q", o.LeaseWeights)
 	}
 	for name, ms := range map[string]int64{"interval_ms": o.IntervalMs, "timeout_ms": o.TimeoutMs, "expiry_ms": o.ExpiryMs} {
 		if ms < 0 || ms > int64(time.Hour/time.Millisecond) {
@@ -46,5 +51,5 @@ func ParseOptions(data []byte) ([]Target, Config, error) {
 	}
 	slices.SortFunc(targets, func(a, b Target) int { return strings.Compare(a.Worker, b.Worker) })
 	ms := func(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
-	return targets, Config{Interval: ms(o.IntervalMs), Timeout: ms(o.TimeoutMs), Expiry: ms(o.ExpiryMs)}, nil
+	return targets, Config{Interval: ms(o.IntervalMs), Timeout: ms(o.TimeoutMs), Expiry: ms(o.ExpiryMs), TokenWeights: o.LeaseWeights == "tokens"}, nil
 }

@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/bounded-router/bounded-router/core"
 )
 
 // Reporter takes the loads: core.Router satisfies it.
 type Reporter interface {
-	ReportLoad(url string, load int64) error
+	ReportLoad(url string, load core.EngineLoad) error
 	ForgetLoad(url string) error
 }
 
@@ -34,6 +37,11 @@ type Config struct {
 	// Expiry: a report older than this is forgotten, so the worker's load is again this
 	// router's leases (default: 3 Intervals, i.e. after three failed polls in a row).
 	Expiry time.Duration
+	// TokenWeights says the router's leases weigh prompt tokens: an engine's waiting tokens,
+	// where its format gives them, are its prefill queue, and its requests are not reported
+	// (they are no load in tokens); otherwise (and always with unit weights) the router weighs
+	// its requests waiting by its mean lease.
+	TokenWeights bool
 }
 
 // DefaultInterval is the interval of Config unless set.
@@ -106,8 +114,8 @@ func New(reporter Reporter, targets []Target, config Config, client *http.Client
 	}
 	p := &Poller{reporter: reporter, config: config, client: client, logf: logf}
 	for _, t := range targets {
-		if t.Format != FormatSGLang && t.Format != FormatVLLM {
-			return nil, fmt.Errorf("worker %s: load format must be one of sglang, vllm, got %q", t.Worker, t.Format)
+		if !slices.Contains(Formats, t.Format) {
+			return nil, fmt.Errorf("worker %s: %w", t.Worker, errUnknownFormat(t.Format))
 		}
 		p.trackers = append(p.trackers, &tracker{target: t, stats: WorkerStats{Worker: t.Worker, Failures: map[Failure]uint64{}}, logged: map[Failure]bool{}})
 	}
@@ -160,41 +168,46 @@ func (p *Poller) due() []*tracker {
 }
 
 // poll asks one endpoint for its load.
-func (p *Poller) poll(ctx context.Context, target Target) (int64, Failure, error) {
+func (p *Poller) poll(ctx context.Context, target Target) (core.EngineLoad, Failure, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.config.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target.Endpoint, nil)
 	if err != nil {
-		return 0, FailureUnreachable, err
+		return core.EngineLoad{}, FailureUnreachable, err
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return 0, FailureUnreachable, err
+		return core.EngineLoad{}, FailureUnreachable, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, FailureStatus, fmt.Errorf("HTTP status %d", resp.StatusCode)
+		return core.EngineLoad{}, FailureStatus, fmt.Errorf("HTTP status %d", resp.StatusCode)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	switch {
 	case err != nil:
-		return 0, FailureUnreachable, err
+		return core.EngineLoad{}, FailureUnreachable, err
 	case len(body) > maxBody:
-		return 0, FailureGarbage, fmt.Errorf("%w: an answer over %d bytes", ErrGarbage, maxBody)
+		return core.EngineLoad{}, FailureGarbage, fmt.Errorf("%w: an answer over %d bytes", ErrGarbage, maxBody)
 	}
 	load, err := ParseLoad(target.Format, body)
 	if err != nil {
-		return 0, FailureGarbage, err
+		return core.EngineLoad{}, FailureGarbage, err
 	}
 	return load, "", nil
 }
 
 // apply records the outcome of a poll of t taken at now.
-func (p *Poller) apply(t *tracker, now time.Time, load int64, failure Failure, err error) {
+func (p *Poller) apply(t *tracker, now time.Time, load core.EngineLoad, failure Failure, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	t.inFlight = false
 	if err == nil {
+		if p.config.TokenWeights {
+			load.Requests = core.Unreported // a count of requests is no load in tokens
+		} else {
+			load.Waiting = core.Unreported // nor tokens one in requests
+		}
 		if err = p.reporter.ReportLoad(t.target.Worker, load); err == nil {
 			t.last, t.stats.Reports, t.stats.Standing = now, t.stats.Reports+1, true
 			return

@@ -18,16 +18,16 @@ import (
 // fakeRouter records what the poller tells it.
 type fakeRouter struct {
 	mu       sync.Mutex
-	loads    map[string]int64
+	loads    map[string]core.EngineLoad
 	forgets  map[string]int
 	reported chan struct{}
 }
 
 func newFakeRouter() *fakeRouter {
-	return &fakeRouter{loads: map[string]int64{}, forgets: map[string]int{}, reported: make(chan struct{}, 1000)}
+	return &fakeRouter{loads: map[string]core.EngineLoad{}, forgets: map[string]int{}, reported: make(chan struct{}, 1000)}
 }
 
-func (f *fakeRouter) ReportLoad(url string, load int64) error {
+func (f *fakeRouter) ReportLoad(url string, load core.EngineLoad) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.loads[url] = load
@@ -64,14 +64,14 @@ func TestReportsExpireAndFailuresAreLoggedOnce(t *testing.T) {
 	p := newTestPoller(t, r, "http://127.0.0.1:1/get_load", Config{Interval: time.Second}, &logs)
 	t0 := time.Unix(1000, 0)
 	tr := p.trackers[0]
-	p.apply(tr, t0, 7, "", nil)
-	assert.Equal(t, int64(7), r.loads[w0])
+	p.apply(tr, t0, core.RequestsReport(7), "", nil)
+	assert.Equal(t, core.RequestsReport(7), r.loads[w0])
 	p.expire(t0.Add(3 * time.Second)) // exactly Expiry old: still stands
 	assert.True(t, p.Stats()[0].Standing)
 	for range 3 {
-		p.apply(tr, t0.Add(time.Second), 0, FailureUnreachable, context.DeadlineExceeded)
+		p.apply(tr, t0.Add(time.Second), core.EngineLoad{}, FailureUnreachable, context.DeadlineExceeded)
 	}
-	p.apply(tr, t0.Add(time.Second), 0, FailureGarbage, ErrGarbage)
+	p.apply(tr, t0.Add(time.Second), core.EngineLoad{}, FailureGarbage, ErrGarbage)
 	p.expire(t0.Add(3*time.Second + 1))
 	s := p.Stats()[0]
 	assert.False(t, s.Standing)
@@ -83,13 +83,33 @@ func TestReportsExpireAndFailuresAreLoggedOnce(t *testing.T) {
 	assert.Equal(t, 1, r.forgets[w0])
 }
 
+// Waiting tokens reach only a router whose leases weigh tokens, the requests only one whose
+// leases weigh 1; the requests waiting reach every one.
+func TestWaitingTokensOnlyForTokenWeights(t *testing.T) {
+	report := core.EngineLoad{Requests: 9, Waiting: 3500, WaitingRequests: 3}
+	for _, tokens := range []bool{false, true} {
+		r, logs := newFakeRouter(), []string{}
+		p := newTestPoller(t, r, "http://127.0.0.1:1/v1/loads", Config{Interval: time.Second, TokenWeights: tokens}, &logs)
+		p.apply(p.trackers[0], time.Unix(1000, 0), report, "", nil)
+		want := report
+		if tokens {
+			want.Requests = core.Unreported
+		} else {
+			want.Waiting = core.Unreported
+		}
+		assert.Equal(t, want, r.loads[w0], "token weights %v", tokens)
+	}
+}
+
 // Each poll against a real HTTP server on loopback: a load, a bad status, garbage, a flood, a
 // hang (cut by the timeout) and a refused connection.
 func TestPollOutcomes(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	mux := http.NewServeMux()
-	mux.HandleFunc("/ok", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`[{"num_reqs": 5}]`)) })
+	mux.HandleFunc("/ok", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(`[{"num_reqs": 5, "num_waiting_reqs": 2}]`))
+	})
 	mux.HandleFunc("/503", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(503) })
 	mux.HandleFunc("/garbage", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("\x00\xff{")) })
 	mux.HandleFunc("/flood", func(w http.ResponseWriter, _ *http.Request) {
@@ -108,20 +128,28 @@ func TestPollOutcomes(t *testing.T) {
 	refused := "http://" + closed.Addr().String() + "/get_load"
 	require.NoError(t, closed.Close())
 
-	p, err := New(newFakeRouter(), nil, Config{Interval: time.Second, Timeout: 50 * time.Millisecond}, server.Client(), nil)
+	// Only the hang needs its poll cut short; the others get time to spare on a busy machine (a
+	// megabyte read under the race detector once took more than 50 ms and counted as unreachable).
+	patient, err := New(newFakeRouter(), nil, Config{Interval: time.Minute, Timeout: 30 * time.Second}, server.Client(), nil)
+	require.NoError(t, err)
+	impatient, err := New(newFakeRouter(), nil, Config{Interval: time.Second, Timeout: 50 * time.Millisecond}, server.Client(), nil)
 	require.NoError(t, err)
 	for _, c := range []struct {
 		path    string
-		load    int64
+		load    core.EngineLoad
 		failure Failure
 	}{
-		{server.URL + "/ok", 5, ""},
-		{server.URL + "/503", 0, FailureStatus},
-		{server.URL + "/garbage", 0, FailureGarbage},
-		{server.URL + "/flood", 0, FailureGarbage},
-		{server.URL + "/hang", 0, FailureUnreachable},
-		{refused, 0, FailureUnreachable},
+		{server.URL + "/ok", core.EngineLoad{Requests: 5, Waiting: core.Unreported, WaitingRequests: 2}, ""},
+		{server.URL + "/503", core.EngineLoad{}, FailureStatus},
+		{server.URL + "/garbage", core.EngineLoad{}, FailureGarbage},
+		{server.URL + "/flood", core.EngineLoad{}, FailureGarbage},
+		{server.URL + "/hang", core.EngineLoad{}, FailureUnreachable},
+		{refused, core.EngineLoad{}, FailureUnreachable},
 	} {
+		p := patient
+		if strings.HasSuffix(c.path, "/hang") {
+			p = impatient
+		}
 		load, failure, err := p.poll(context.Background(), Target{Worker: w0, Endpoint: c.path, Format: FormatSGLang})
 		assert.Equal(t, c.load, load, c.path)
 		assert.Equal(t, c.failure, failure, c.path)
@@ -156,7 +184,7 @@ func TestRunReportsUntilCancelled(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	_, err := New(newFakeRouter(), []Target{{Worker: w0, Format: "triton"}}, Config{}, nil, nil)
-	assert.ErrorContains(t, err, `load format must be one of sglang, vllm, got "triton"`)
+	assert.ErrorContains(t, err, `load format must be one of sglang, sglang_loads, vllm, got "triton"`)
 	_, err = New(newFakeRouter(), nil, Config{Interval: -1}, nil, nil)
 	assert.ErrorContains(t, err, "must not be negative")
 }

@@ -121,6 +121,7 @@ RINGS: Dict[str, Callable[[bytes], int]] = {"xxh64": lambda data: xxh64(data), "
 SPILL_TARGETS = ("clockwise", "least_loaded")
 BALANCE_BY = ("in_flight", "prefill")
 MAX_LEASE_WEIGHT = 1 << 30
+MAX_ENGINE_LOAD = 1 << 40  # contract: "Engine load reports"
 
 
 @dataclass
@@ -140,6 +141,26 @@ class ModelWorker:
     blocks: "OrderedDict[int, None]" = field(default_factory=OrderedDict)
     # cache_aware: the engine's names of the blocks it reported (contract: "Reported blocks")
     engine_names: Dict[int, int] = field(default_factory=dict)  # engine name -> block
+    # contract: "Engine load reports": the standing report's figures (None: not reported) and
+    # the leases taken since it, by id
+    reported_requests: Optional[int] = None
+    reported_waiting: Optional[int] = None
+    since: Dict[int, "ModelLease"] = field(default_factory=dict)
+
+    @property
+    def routing_load(self) -> int:
+        """The load the policies compare: the report plus the leases taken since, else the leases."""
+        if self.reported_requests is None:
+            return self.load
+        return self.reported_requests + sum(lease.weight for lease in self.since.values())
+
+    @property
+    def routing_prefill(self) -> int:
+        """The prefill load the policies compare: the report plus the leases taken since and not
+        past their first token, else the leases not past it."""
+        if self.reported_waiting is None:
+            return self.prefill_load
+        return self.reported_waiting + sum(lease.weight for lease in self.since.values() if lease.waiting)
 
     @property
     def active_keys(self) -> int:
@@ -401,12 +422,12 @@ class ReferenceRouter:
     def _measured(self, url: str) -> int:
         """contract: "Prefill load": the load the bound weighs under balance_by."""
         w = self._workers[url]
-        return w.prefill_load if self.balance_by == "prefill" else w.load
+        return w.routing_prefill if self.balance_by == "prefill" else w.routing_load
 
     def _rank(self, url: str) -> Tuple[int, int]:
         """The order of a least-loaded choice: the measured load, then (prefill) the leases in flight."""
         w = self._workers[url]
-        return (w.prefill_load, w.requests) if self.balance_by == "prefill" else (w.load, 0)
+        return (w.routing_prefill, w.requests) if self.balance_by == "prefill" else (w.routing_load, 0)
 
     def in_flight(self) -> Dict[str, int]:
         """The number of leases of every member, whatever their weights."""
@@ -557,7 +578,7 @@ class ReferenceRouter:
         if not hit and self.balance_by == "in_flight" and (key is not None or blocks):  # step 4: a ring, among workers not above the mean
             mean = sum(loads) / len(loads)
             order = self.clockwise(key) if key is not None else self.clockwise_from(fmix64(blocks[min(depth, len(blocks) - 1)]))
-            return next(url for url in order if url in available and self._workers[url].load <= mean), branch
+            return next(url for url in order if url in available and self._workers[url].routing_load <= mean), branch
         low = min(self._rank(url) for url in candidates)  # "Prefill load": below the threshold too
         tied = [url for url in candidates if self._rank(url) == low]
         if len(tied) > 1 and key is not None:
@@ -679,8 +700,8 @@ class ReferenceRouter:
     def _least_loaded(self, available: Sequence[str], key: Optional[bytes], choice: Optional[str]) -> str:
         """contract: "Ties by the key": the least load; among ties the first clockwise from the
         explicit key, or without one any tied worker (the library's draw)."""
-        least = min(self._workers[url].load for url in available)
-        tied = [url for url in available if self._workers[url].load == least]
+        least = min(self._workers[url].routing_load for url in available)
+        tied = [url for url in available if self._workers[url].routing_load == least]
         if key is not None:
             return next(url for url in self.clockwise(key) if url in tied)
         return self._random_pick(tied, choice)
@@ -689,7 +710,7 @@ class ReferenceRouter:
         """contract: "power_of_two": the less loaded of two distinct random workers, ties to the
         first drawn. Any worker can be drawn first, so a worker can be chosen exactly when it is
         alone or some other available worker carries at least its load."""
-        load = {url: self._workers[url].load for url in available}
+        load = {url: self._workers[url].routing_load for url in available}
         allowed = [url for url in available if len(available) == 1 or any(load[o] >= load[url] for o in available if o != url)]
         if choice is not None:
             if choice not in allowed:
@@ -774,7 +795,7 @@ class ReferenceRouter:
         if key is not None:
             worker.keys[key] = worker.keys.get(key, 0) + 1
         lease_id = next(self._ids)
-        self._leases[lease_id] = ModelLease(worker, key, weight)
+        self._leases[lease_id] = worker.since[lease_id] = ModelLease(worker, key, weight)
         return lease_id
 
     def release(self, lease_id: int) -> bool:
@@ -783,6 +804,7 @@ class ReferenceRouter:
         if lease is None:
             return False
         worker = lease.worker
+        worker.since.pop(lease_id, None)
         worker.load -= lease.weight
         worker.requests -= 1
         if lease.waiting:
@@ -808,6 +830,27 @@ class ReferenceRouter:
         lease.worker.prefill_load -= lease.weight
         lease.worker.prefill_requests -= 1
         return True
+
+
+    # -- loads the engines report (contract: "Engine load reports") ------------------------------
+
+    def report_load(self, url: str, load: Optional[int] = None, waiting: Optional[int] = None, waiting_requests: Optional[int] = None) -> None:
+        """The report replaces the standing one whole; a figure it leaves out is the leases'.
+        Without waiting, waiting_requests times the mean weight of the leases held (rounded down;
+        1 when none is held), at most 2^40."""
+        for name, value in (("load", load), ("waiting", waiting), ("waiting requests", waiting_requests)):
+            if value is not None and not 0 <= value <= MAX_ENGINE_LOAD:
+                raise ValueError("engine %s must be from 0 to %d, got %d" % (name, MAX_ENGINE_LOAD, value))
+        worker = self._workers[self._member(url)]
+        if waiting is None and waiting_requests is not None:
+            held = list(self._leases.values())
+            mean = sum(lease.weight for lease in held) // len(held) if held else 1
+            waiting = min(waiting_requests * mean, MAX_ENGINE_LOAD)
+        worker.reported_requests, worker.reported_waiting, worker.since = load, waiting, {}
+
+    def forget_load(self, url: str) -> None:
+        worker = self._workers[self._member(url)]
+        worker.reported_requests = worker.reported_waiting = None
 
 
 def _check_weight(weight: object) -> None:

@@ -68,7 +68,7 @@ def _parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         "--load-poll",
         choices=LOAD_FORMATS,
         default=None,
-        help="poll every worker's load: sglang (GET /get_load) or vllm (GET /metrics); off by default",
+        help="poll every worker's load: sglang (GET /get_load), sglang_loads (GET /v1/loads) or vllm (GET /metrics); off by default",
     )
     feeds.add_argument("--load-poll-interval-secs", type=positive_seconds, default=None, help="seconds between polls (default 0.2)")
     return parser, serve
@@ -83,7 +83,7 @@ def _worker_endpoint(text: str) -> Tuple[str, str]:
 
 
 #: The path of each load format's endpoint on a worker.
-_LOAD_PATHS = {"sglang": "/get_load", "vllm": "/metrics"}
+_LOAD_PATHS = {"sglang": "/get_load", "sglang_loads": "/v1/loads", "vllm": "/metrics"}
 
 
 def _start_feeds(router: Router, args: argparse.Namespace) -> List[Feed]:

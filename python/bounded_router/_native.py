@@ -38,7 +38,7 @@ __all__ = ["ABI_VERSION", "LIBRARY_ENV", "LIBRARY_NAME", "BrRequest", "Library",
 
 #: The ABI version this binding implements (``BR_ABI_VERSION`` of the header): the one constant
 #: a binding must hold itself, to know whether it can read the others.
-ABI_VERSION = 6
+ABI_VERSION = 7
 #: Environment variable naming another build of the library to load.
 LIBRARY_ENV = "BOUNDED_ROUTER_LIBRARY"
 #: File name of the library inside the package.
@@ -360,9 +360,10 @@ class Library:
         """Chained XXH64 of each full block of block_len bytes into out: how many blocks."""
         raise NotImplementedError
 
-    @_export(c_int32, c_uint64, c_char_p, c_size_t, c_int64)
-    def br_report_load(self, router: int, url: bytes, url_len: int, load: int) -> int:
-        """The worker's engine reports this load (requests running and waiting)."""
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, c_int64, c_int64, c_int64)
+    def br_report_load(self, router: int, url: bytes, url_len: int, load: int, waiting: int, waiting_requests: int) -> int:
+        """The worker's engine reports its requests running and waiting, its prefill queue in
+        lease weights and its requests waiting (-1: a figure not reported)."""
         raise NotImplementedError
 
     @_export(c_int32, c_uint64, c_char_p, c_size_t)

@@ -37,7 +37,7 @@ from ._native_router import NativeRouter
 __all__ = ["Feed", "LOAD_FORMATS"]
 
 #: The load endpoint formats a load poll reads.
-LOAD_FORMATS = ("sglang", "vllm")
+LOAD_FORMATS = ("sglang", "sglang_loads", "vllm")
 
 
 def _milliseconds(name: str, seconds: Optional[float]) -> int:
@@ -73,6 +73,7 @@ class Feed:
         interval_secs: Optional[float] = None,
         timeout_secs: Optional[float] = None,
         expiry_secs: Optional[float] = None,
+        lease_weights: str = "requests",
     ) -> Feed:
         if format not in LOAD_FORMATS:
             raise ValueError("format must be one of %s, got %r" % (", ".join(LOAD_FORMATS), format))
@@ -82,6 +83,7 @@ class Feed:
             "interval_ms": _milliseconds("interval_secs", interval_secs),
             "timeout_ms": _milliseconds("timeout_secs", timeout_secs),
             "expiry_ms": _milliseconds("expiry_secs", expiry_secs),
+            "lease_weights": lease_weights,
         }
         return cls(native, "br_load_poll_start", options)
 

@@ -640,21 +640,23 @@ class Router:
 
     # -- loads the engines report ---------------------------------------------------------------
 
-    def report_load(self, url: str, load: int) -> None:
-        """The engine of worker ``url`` reports ``load`` requests running and waiting, every
-        router replica's included (contract: "Engine load reports"): until the next report, the
-        worker's load for routing is ``load`` plus the weights of this router's leases taken since.
+    def report_load(self, url: str, load: Optional[int] = None, *, waiting: Optional[int] = None, waiting_requests: Optional[int] = None) -> None:
+        """The engine of worker ``url`` reports its load, every router replica's requests included
+        (contract: "Engine load reports"). Until the next report, the worker's load for routing is
+        ``load`` (its requests running and waiting) plus the weights of this router's leases taken
+        since, and its prefill load (``balance_by="prefill"``) is ``waiting`` (its prefill queue in
+        the unit of the lease weights: requests with unit weights, prompt tokens with token
+        weights) plus the weights of those leases not yet past their first token. Without
+        ``waiting``, ``waiting_requests`` (its requests waiting) times the mean weight of this
+        router's leases held stands for it. A figure left out (None) is this router's leases.
 
         Raises:
             KeyError: the URL is not a member.
-            TypeError, ValueError: ``load`` is not an integer from 0 to 2**40.
+            TypeError, ValueError: a figure is not None or an integer from 0 to 2**40.
         """
-        if isinstance(load, bool) or not isinstance(load, int):
-            raise TypeError("load must be an integer from 0 to 2**40, got %r" % (load,))
-        if not 0 <= load <= 1 << 40:
-            raise ValueError("engine load must be from 0 to %d, got %d" % (1 << 40, load))
+        figures = [_engine_figure(name, value) for name, value in (("load", load), ("waiting", waiting), ("waiting_requests", waiting_requests))]
         raw = url_bytes(url)
-        self._native.call("br_report_load", raw, len(raw), load)
+        self._native.call("br_report_load", raw, len(raw), *figures)
 
     def poll_loads(
         self,
@@ -663,14 +665,17 @@ class Router:
         interval_secs: Optional[float] = None,
         timeout_secs: Optional[float] = None,
         expiry_secs: Optional[float] = None,
+        lease_weights: str = "requests",
     ) -> Feed:
         """Poll each worker's load endpoint (``endpoints``: worker URL to endpoint URL) and
         report the loads (see :mod:`bounded_router.feeds`); stop the feed to end it.
+        ``lease_weights="tokens"`` says this router's leases weigh prompt tokens: an engine's
+        waiting uncached tokens (``format="sglang_loads"``) are then its prefill queue.
 
         Raises:
             ValueError: a setting breaks its rule, or a worker named is not a member.
         """
-        return self._started(Feed.load_poll(self._native, endpoints, format, interval_secs, timeout_secs, expiry_secs))
+        return self._started(Feed.load_poll(self._native, endpoints, format, interval_secs, timeout_secs, expiry_secs, lease_weights))
 
     def subscribe_kv_events(
         self,
@@ -838,3 +843,14 @@ def _aligned(values: Optional[Iterable[Any]], what: str, n: int) -> Optional[Lis
 def _uint64s(values: "array[int]") -> Any:
     """A pointer to the uint64s of ``values`` (None when empty), valid while ``values`` lives."""
     return ctypes.cast(values.buffer_info()[0], ctypes.POINTER(c_uint64)) if values else None
+
+
+def _engine_figure(name: str, value: Optional[int]) -> int:
+    """A figure of an engine load report for the C API: -1 when not reported."""
+    if value is None:
+        return -1
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("%s must be None or an integer from 0 to 2**40, got %r" % (name, value))
+    if not 0 <= value <= 1 << 40:
+        raise ValueError("engine %s must be from 0 to %d, got %d" % (name.replace("_", " "), 1 << 40, value))
+    return value

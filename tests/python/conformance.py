@@ -25,6 +25,8 @@ Operations are plain tuples so that hypothesis can generate and shrink them and 
     ("store", url, blocks, named)    store_blocks(url, blocks, engine names of the blocks or None)
     ("unstore", url, blocks, named)  remove_blocks(url, the blocks' engine names or the blocks)
     ("clear", url)                   clear_blocks(url)
+    ("report", url, load, waiting, waiting_requests)   report_load(url, ...), None: a figure left out
+    ("forget", url)                  forget_load(url)
 
 A configuration is (worker_urls, policy, max_load_skew, min_load_gap, virtual_nodes) and, for
 the options, (hash_ring, spill_target, key_memory), each passed only to the policies that have
@@ -49,6 +51,8 @@ URLS = ["http://w%d:8000" % i for i in range(8)]
 # refuses (contract: "Workers and membership").
 SPELLINGS = ["HTTP://W1:8000/", "http://w2:8000/", "w3:8000", "http://w4:8000?x", "http://a:1,http://b:2"]
 KEYS: List[Any] = ["k0", "k1", "k2", "k3", "k4", "session-17", b"\x00\xff\xfe", "cl\u00e9", "a\tb", b"k1"]
+# Figures of engine load reports: left out, small, and one past the limit (refused by both).
+REPORTED: List[Any] = [None, None, 0, 1, 2, 3, 5, 8, 20, (1 << 40) + 1]
 HEADER_NAMES = [
     "X-SMG-Target-Worker",
     "X-SMG-Routing-Key",
@@ -241,6 +245,11 @@ class Differential:
             self._both(lambda r: r.remove_blocks(op[1], names), lambda m: m.remove_blocks(op[1], names))
         elif kind == "clear":
             self._both(lambda r: r.clear_blocks(op[1]), lambda m: m.clear_blocks(op[1]))
+        elif kind == "report":
+            figures = dict(zip(("load", "waiting", "waiting_requests"), op[2:]))
+            self._both(lambda r: r.report_load(op[1], **figures), lambda m: m.report_load(op[1], **figures))
+        elif kind == "forget":
+            self._both(lambda r: r.forget_load(op[1]), lambda m: m.forget_load(op[1]))
         else:  # pragma: no cover
             raise ValueError("unknown operation %r" % (op,))
         self.compare_state()
@@ -379,8 +388,8 @@ def random_headers(rng: random.Random) -> list:
 def random_operation(rng: random.Random) -> Tuple[Any, ...]:
     kind = rng.choices(
         ["route", "route_h", "route_many", "select", "release", "release_many", "rerelease", "acquire", "add", "remove", "set", "health",
-         "route_p", "route_many_p", "select_p", "store", "unstore", "clear", "first_token"],
-        weights=[30, 12, 4, 8, 24, 3, 2, 3, 4, 3, 2, 8, 40, 4, 6, 8, 5, 1, 30],
+         "route_p", "route_many_p", "select_p", "store", "unstore", "clear", "first_token", "report", "forget"],
+        weights=[30, 12, 4, 8, 24, 3, 2, 3, 4, 3, 2, 8, 40, 4, 6, 8, 5, 1, 30, 8, 1],
     )[0]
     key = rng.choice(KEYS + [None])
     url = rng.choice(URLS + [""] + SPELLINGS)  # "" is never a member: an error everywhere
@@ -398,6 +407,10 @@ def random_operation(rng: random.Random) -> Tuple[Any, ...]:
         return (kind, rng.choice(URLS[:6] + [""]), rng.choice(PREFIXES), rng.random() < 0.5)
     if kind == "clear":
         return ("clear", rng.choice(URLS[:6] + [""]))
+    if kind == "report":
+        return ("report", url) + tuple(rng.choice(REPORTED) for _ in range(3))
+    if kind == "forget":
+        return ("forget", url)
     if kind == "route_h":
         return ("route_h", rng.choice([None, None, key]), random_headers(rng))
     if kind == "select":

@@ -5,7 +5,7 @@ Every decision (worker, preferred worker and branch; for random choices the bran
 then taking the library's worker), every error, and every worker's health, load and active key
 count after every step must agree. Hypothesis generates short sequences it can shrink to a
 minimal failing one; a seeded generator adds long ones: 40,000 operations in CI, with random
-weights, first tokens, every option of bounded_consistent_hashing (balance_by included) and both rings.
+weights, first tokens, engine load reports, every option of bounded_consistent_hashing (balance_by included) and both rings.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from conformance import (
     POLICIES,
     PREFIXES,
     SKEWS,
+    REPORTED,
     SPILL_TARGETS,
     SPELLINGS,
     URLS,
@@ -73,6 +74,8 @@ operations = st.one_of(
     st.tuples(st.just("health"), urls, st.booleans()),
     st.tuples(st.sampled_from(["store", "store", "unstore"]), urls, prefixes, st.booleans()),
     st.tuples(st.just("clear"), urls),
+    st.tuples(st.just("report"), urls, st.sampled_from(REPORTED), st.sampled_from(REPORTED), st.sampled_from(REPORTED)),
+    st.tuples(st.just("forget"), urls),
 )
 configs = st.tuples(
     st.lists(st.sampled_from(URLS), max_size=6, unique=True),

@@ -18,6 +18,8 @@ ANSWERS: Dict[str, Tuple[str, str]] = {
     "/w1/get_load": ("application/json", '[{"num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0, "dp_rank": 0}]'),
     "/w0/metrics": ("text/plain", 'vllm:num_requests_running{model_name="m"} 0\nvllm:num_requests_waiting{model_name="m"} 0\n'),
     "/w1/metrics": ("text/plain", 'vllm:num_requests_running{model_name="m"} 5\nvllm:num_requests_waiting{model_name="m"} 1\n'),
+    "/w0/v1/loads": ("application/json", '{"loads": [{"dp_rank": 0, "num_running_reqs": 1, "num_waiting_reqs": 1, "num_waiting_uncached_tokens": 900}]}'),
+    "/w1/v1/loads": ("application/json", '{"loads": [{"dp_rank": 0, "num_running_reqs": 6, "num_waiting_reqs": 2, "num_waiting_uncached_tokens": 100}]}'),
     "/garbage": ("text/html", "<html>"),
 }
 # Worker URLs are loopback ports nothing listens on: only the endpoints are polled.
@@ -74,6 +76,17 @@ def test_reported_loads_steer_routing(endpoint: str, fmt: str, path: str, expect
         assert {router.select().worker_url for _ in range(200)} == {W0, W1}
 
 
+@pytest.mark.parametrize("lease_weights, expected", [("requests", W0), ("tokens", W1)])
+def test_waiting_tokens_steer_a_token_weighted_prefill_router(endpoint: str, lease_weights: str, expected: str) -> None:
+    # balance_by prefill, gap 0: the smaller prefill queue wins. In requests w0 has 1 waiting and
+    # w1 2; in tokens w0 has 900 uncached and w1 100.
+    with Router([W0, W1], policy="cache_aware", balance_by="prefill", min_load_gap=0, max_load_skew=1.0) as router:
+        endpoints = {W0: endpoint + "/w0/v1/loads", W1: endpoint + "/w1/v1/loads"}
+        with router.poll_loads(endpoints, format="sglang_loads", lease_weights=lease_weights, **FAST) as poller:
+            _wait_for(poller, lambda stats: all(s["reports"] > 0 for s in stats.values()))
+            assert router.select(prefix_blocks=[1]).worker_url == expected
+
+
 def test_garbage_is_counted_and_nothing_reported(endpoint: str) -> None:
     with Router([W0], policy="least_load") as router:
         with router.poll_loads({W0: endpoint + "/garbage"}, **FAST) as poller:
@@ -86,9 +99,11 @@ def test_bad_settings_are_refused() -> None:
     with Router([W0], policy="least_load") as router:
         with pytest.raises(ValueError, match="not a worker of this router"):
             router.poll_loads({"http://127.0.0.1:9/other": "http://127.0.0.1:9/get_load"})
-        with pytest.raises(ValueError, match="format must be one of sglang, vllm"):
+        with pytest.raises(ValueError, match="format must be one of sglang, sglang_loads, vllm"):
             router.poll_loads({W0: "http://127.0.0.1:9/get_load"}, format="triton")
         with pytest.raises(ValueError, match="interval_secs"):
             router.poll_loads({W0: "http://127.0.0.1:9/get_load"}, interval_secs=0)
+        with pytest.raises(ValueError, match="lease_weights must be one of requests, tokens"):
+            router.poll_loads({W0: "http://127.0.0.1:9/get_load"}, lease_weights="bytes")
         with pytest.raises(ValueError, match="endpoints must name at least one worker"):
             router.poll_loads({})

@@ -235,3 +235,41 @@ def test_model_name_flag() -> None:
             assert c.get("/server_info").json()["served_model_name"] == "org/other-7b"
             assert 'sglang:num_running_reqs{model_name="org/other-7b"} 0' in c.get("/metrics").text
             assert c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "q"}]}).json()["model"] == "org/other-7b"
+
+
+def test_load_reports_count_the_prefill_queue() -> None:
+    """/v1/loads reports the prefill queue as SGLang does: num_waiting_reqs the requests queued
+    behind the one in prefill, num_waiting_uncached_tokens the prompt tokens of them all that
+    the cache does not hold. A prefill here lasts years (time_scale), so the queue stands still."""
+    import asyncio
+    import json
+
+    from bounded_router.simulate.model import text_block_keys
+    from bounded_router.testing.mock_worker import MockWorker
+
+    async def scenario() -> Any:
+        worker = MockWorker("m", CostModel(block_size=4), time_scale=1e9)
+        port = await worker.start()
+        worker.cache.insert(text_block_keys(["w%d" % i for i in range(4)], 4))  # one block both prompts begin with
+        writers = []
+        try:
+            for words in (6, 10):
+                body = json.dumps(completion(" ".join("w%d" % i for i in range(words)), 1)).encode()
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(b"POST /v1/completions HTTP/1.1\r\nhost: m\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+                writers.append(writer)
+            for _ in range(1000):  # until both requests are in: a bounded wait, no timing asserted
+                if worker.stats["active"] == 2 and worker._queue is not None and worker._queue.qsize() == 1:
+                    break
+                await asyncio.sleep(0.01)
+            load = worker._load_report()["loads"][0]
+            return load, worker._get_load()[0]
+        finally:
+            for writer in writers:
+                writer.close()
+            await worker.close()
+
+    load, get_load = asyncio.run(scenario())
+    assert (load["num_waiting_reqs"], load["num_waiting_uncached_tokens"], load["num_running_reqs"]) == (1, (6 - 4) + (10 - 4), 1)
+    assert (get_load["num_reqs"], get_load["num_waiting_reqs"]) == (2, 1)

@@ -21,6 +21,7 @@ from bounded_router.simulate.peer_rules import (
     llm_d_scores,
     parse_prototype,
     peer_rows,
+    replicated_llm_d,
     pick_highest,
     pick_lowest,
 )
@@ -152,10 +153,25 @@ def test_every_peer_row_replays_the_fixture() -> None:
         assert sum(result.final_loads.values()) == 0
 
 
+def test_llm_d_as_replicas_sees_the_reports_and_its_own_routes() -> None:
+    from bounded_router.simulate import load_trace
+
+    trace = load_trace(FIXTURE)
+    single = replay(PeerPolicy("llm_d", report_ms=200), trace, ReplayConfig(workers=4, load=0.8))
+    one = replay(replicated_llm_d(200), trace, ReplayConfig(workers=4, load=0.8, replicas=1))
+    assert one.placements == single.placements, "one replica is the single view with delayed reports"
+    three = replay(replicated_llm_d(200), trace, ReplayConfig(workers=4, load=0.8, replicas=3))
+    assert (three.requests, three.leaked_leases, sum(three.final_loads.values())) == (35, 0, 0)
+    assert three.placements != single.placements, "three views, each blind to the others' routes since a report"
+    assert replicated_llm_d(200).label == "llm-d (prefix 3, queue 2, kv 2) replicas report=200ms"
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
         ({"policy": "nope"}, "unknown peer policy 'nope'"),
+        ({"policy": "llm_d", "replicated": True}, "only llm_d runs replicated, and with report_ms > 0"),
+        ({"policy": "dynamo", "replicated": True, "report_ms": 5}, "only llm_d runs replicated"),
         ({"policy": "llm_d", "load": "tokens"}, "load must be one of in_flight, waiting, waiting_tokens, mixed, got 'tokens'"),
         ({"policy": "llm_d", "report_ms": -1}, "report_ms must be a number of milliseconds >= 0, got -1"),
         ({"policy": "oracle_prefill"}, "oracle_prefill's margin must be an integer >= 0, got None"),

@@ -6,7 +6,7 @@ import json
 import pathlib
 import random
 import re
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import pytest
 
@@ -695,3 +695,48 @@ def test_the_replay_delivers_each_report_when_the_worker_makes_it(events_at: str
     assert delivered == times
     assert state.routing.routers[0].workers()[0].indexed_blocks == 5
     state.routing.routers[0].close()
+
+
+@pytest.mark.parametrize("waiting", ["tokens", "uncached", "requests"])
+def test_load_reports_carry_the_prefill_queue(waiting: str) -> None:
+    """Each report says what an engine would of its prefill queue (docs/trace-replay.md, "The
+    prefill load across replicas"): the requests arrived and not yet past their first token,
+    as their number, their prompt tokens (from the trace) or the uncached part of those."""
+    from bounded_router.simulate.replay import _Run
+
+    trace = load_trace(FIXTURE, 512)
+    config = ReplayConfig(workers=3, load=0.8, cache_blocks=40, replicas=2, load_interval_ms=100.0, load_waiting=waiting)
+    policy = ReplayPolicy("cache_aware", 131072, 1.0, weights="tokens", balance_by="prefill", events=True)
+    state = _Run(policy, trace, config)
+    queued: List[Set[int]] = [set() for _ in range(3)]  # trace requests on each worker before their first token
+    real_arrive, real_first_token, real_report = state.arrive, state.routing.first_token, state.engine_report
+    seen: List[Tuple[Dict[str, int], int, int]] = []
+
+    def arrive(i: int, now: float) -> None:
+        real_arrive(i, now)
+        queued[state.placements[i]].add(i)
+
+    def first_token(w: int, job: Any) -> None:
+        queued[w].remove(job.ident)
+        real_first_token(w, job)
+
+    def engine_report(w: int) -> Dict[str, int]:
+        report = real_report(w)
+        seen.append((report, len(queued[w]), sum(trace.requests[i].input_tokens for i in queued[w])))
+        return report
+
+    state.arrive, state.engine_report = arrive, engine_report  # type: ignore[method-assign]
+    state.routing.first_token = first_token  # type: ignore[method-assign]
+    state.run()
+    for router in state.routing.routers:
+        router.close()
+    assert any(count for _, count, _ in seen), "reported while prompts were queued"
+    for report, count, tokens in seen:
+        if waiting == "requests":
+            assert report == {"waiting_requests": count}
+        elif waiting == "tokens":
+            assert report == {"waiting": tokens}
+        else:
+            assert set(report) == {"waiting"} and count <= report["waiting"] <= tokens
+    with pytest.raises(ValueError, match="load_waiting must be one of tokens, uncached, requests"):
+        ReplayConfig(load_waiting="bytes")

@@ -27,6 +27,8 @@ sources each rule is written from.
 A rule's view of the queues and KV utilisation is live, or with ``report_ms`` as of the last
 report (every ``report_ms`` of simulated time) plus the requests this router sent since, as a
 polled load report gives it. Requests in flight are the router's own leases, always live.
+``replicated`` (llm-d only) runs the rule as the replay's R router replicas, each request sent to
+one drawn at random, each with its own view: the reports plus what it sent itself.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ __all__ = [
     "bounded_choice",
     "cache_aware_choice",
     "peer_rows",
+    "replicated_llm_d",
     "parse_prototype",
 ]
 
@@ -175,6 +178,7 @@ class PeerPolicy(ReplayPolicy):
     load: str = "waiting"
     waiting_weight: int = 0
     report_ms: float = 0.0
+    replicated: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in PEER_POLICIES:
@@ -190,6 +194,8 @@ class PeerPolicy(ReplayPolicy):
                 raise ValueError("%s needs min_load_gap, an integer >= 0, got %r" % (self.policy, self.min_load_gap))
             if not isinstance(self.max_load_skew, (int, float)) or not self.max_load_skew >= 1:
                 raise ValueError("%s needs max_load_skew, a number >= 1, got %r" % (self.policy, self.max_load_skew))
+        if self.replicated and (self.policy != "llm_d" or not self.report_ms):
+            raise ValueError("only llm_d runs replicated, and with report_ms > 0 (each replica's view is the reports plus its own routes)")
         if (self.waiting_weight > 0) != (self.load == "mixed"):
             raise ValueError("waiting_weight (> 0) goes with load='mixed' and only with it, got %r" % (self.waiting_weight,))
 
@@ -200,6 +206,9 @@ class PeerPolicy(ReplayPolicy):
         router = Router(urls, policy="consistent_hashing")
         rng = random.Random(seed * 1000003 + 29)
         view = WorkerView(workers, cache_blocks, self.report_ms)
+        if self.policy == "llm_d" and self.replicated:
+            parts = [_LlmdRouting(router, urls, WorkerView(workers, cache_blocks, self.report_ms), rng) for _ in range(replicas)]
+            return _PeerReplicas(parts, seed)
         if self.policy == "llm_d":
             return _LlmdRouting(router, urls, view, rng)
         if self.policy == "dynamo":
@@ -222,7 +231,7 @@ class PeerPolicy(ReplayPolicy):
     def label(self) -> str:
         report = " report=%gms" % self.report_ms if self.report_ms else ""
         if self.policy == "llm_d":
-            return "llm-d (prefix 3, queue 2, kv 2)" + report
+            return "llm-d (prefix 3, queue 2, kv 2)" + (" replicas" if self.replicated else "") + report
         if self.policy == "dynamo":
             return "dynamo (overlap %g)" % DYNAMO_OVERLAP_WEIGHT
         if self.policy == "oracle_prefill":
@@ -235,6 +244,12 @@ def peer_rows(prefill_margins: Sequence[int] = (DEFAULT_PREFILL_MARGIN,), report
     """The peers' rows: llm-d's default scorers, Dynamo's KV router, the prefill-queue oracles."""
     rows = [PeerPolicy("llm_d", report_ms=report_ms), PeerPolicy("dynamo")]
     return rows + [PeerPolicy("oracle_prefill", margin=m, report_ms=report_ms) for m in prefill_margins]
+
+
+def replicated_llm_d(report_ms: float) -> PeerPolicy:
+    """llm-d's row run as the replay's router replicas, each seeing the loads reported every
+    ``report_ms`` plus its own routes (and, as the single view, the workers' real caches)."""
+    return PeerPolicy("llm_d", report_ms=report_ms, replicated=True)
 
 
 def parse_prototype(text: str, report_ms: float = 0.0) -> PeerPolicy:
@@ -348,6 +363,23 @@ class _ChoosingRouting(_PeerRouting):
 
     def choose(self, key: str, blocks: Sequence[Hashable], input_tokens: int) -> int:
         return self.rule(self, key, self.cached(blocks), len(blocks))
+
+
+class _PeerReplicas(Routing):
+    """R routings of a peer rule, one drawn at random per request; they count their leases on
+    one router (the first part's), so only their views differ."""
+
+    def __init__(self, parts: Sequence[_PeerRouting], seed: int) -> None:
+        super().__init__(parts[0].router, parts[0].urls)
+        self.parts = list(parts)
+        self.rng = random.Random(seed * 7919 + 5)
+
+    def route(self, key: str, blocks: Sequence[Hashable], input_tokens: int) -> Tuple[Lease, bool]:
+        return self.parts[self.rng.randrange(len(self.parts))].route(key, blocks, input_tokens)
+
+    def observe(self, now: float) -> None:
+        for part in self.parts:
+            part.observe(now)
 
 
 class _LlmdRouting(_PeerRouting):

@@ -31,6 +31,8 @@ __all__ = ["ReplayConfig", "ReplayResult", "replay", "arrival_scale"]
 DEFAULT_CACHE_FRACTION = 0.02
 #: The offered prefill load of a replay unless told: the heavy load of docs/trace-replay.md.
 DEFAULT_LOAD = 0.8
+#: What an engine load report can say of the prefill queue (``ReplayConfig.load_waiting``).
+LOAD_WAITING = ("tokens", "uncached", "requests")
 
 
 @dataclass(frozen=True)
@@ -53,10 +55,15 @@ class ReplayConfig:
             to reach every router, for the rows with ``events``.
         events_at: when a worker reports a prompt's blocks stored (``batching.EVENTS_AT``; the
             default, ``step-end``, is vLLM's and SGLang's).
-        load_interval_ms: when set, every router of the library's rows whose leases count
-            requests is told each worker's requests in flight (running and waiting, every
-            replica's) this often, as a poll of the engines' load endpoints would
-            (``Router.report_load``); None: no reports.
+        load_interval_ms: when set, every router of the library's rows is told each worker's
+            load this often, as a poll of the engines' load endpoints would (``Router.report_load``):
+            its requests in flight (running and waiting, every replica's; rows whose leases count
+            requests) and its prefill queue (see ``load_waiting``); None: no reports.
+        load_waiting: what the reports say of the prefill queue to rows whose leases weigh prompt
+            tokens (unit-weight rows get its requests): ``"tokens"``, the prompt tokens of the
+            requests waiting for their first token; ``"uncached"``, those not in the cache (SGLang's
+            ``num_waiting_uncached_tokens``); ``"requests"``, their number alone (vLLM's
+            ``num_requests_waiting``; the router weighs each as its mean lease).
     """
 
     workers: int = 8
@@ -70,6 +77,7 @@ class ReplayConfig:
     events_delay_ms: float = 0.0
     load_interval_ms: Optional[float] = None
     events_at: str = EVENTS_AT[0]
+    load_waiting: str = "uncached"
 
     def __post_init__(self) -> None:
         _check_number("workers", self.workers, 1, integer=True)
@@ -86,6 +94,8 @@ class ReplayConfig:
             _check_number("load_interval_ms", self.load_interval_ms, 0.0, strict=True)
         if self.events_at not in EVENTS_AT:
             raise ValueError("events_at must be one of %s, got %r" % (", ".join(EVENTS_AT), self.events_at))
+        if self.load_waiting not in LOAD_WAITING:
+            raise ValueError("load_waiting must be one of %s, got %r" % (", ".join(LOAD_WAITING), self.load_waiting))
 
     def cache_capacity(self, trace: Trace) -> int:
         """Blocks each worker's cache holds for ``trace``."""
@@ -106,6 +116,7 @@ class ReplayConfig:
             "events_delay_ms": self.events_delay_ms,
             "load_interval_ms": self.load_interval_ms,
             "events_at": self.events_at,
+            "load_waiting": self.load_waiting,
         }
 
     def worker_urls(self) -> List[str]:
@@ -249,10 +260,11 @@ class _Run:
             for worker in self.workers:
                 worker.reports = []
                 worker.events_at = config.events_at
-        # Load reports go to the library's rows whose loads count requests, as an engine's do.
+        # Load reports go to the library's rows, in the unit of their lease weights.
         self.load_interval_ms = config.load_interval_ms
-        if policy.policy in ("oracle", "random") or policy.weights != "requests":
+        if policy.policy in ("oracle", "random"):
             self.load_interval_ms = None
+        self.load_waiting = config.load_waiting if policy.weights == "tokens" else None
         self.served = 0
         if self.load_interval_ms is not None:
             heapq.heappush(self.events, (0.0, -1, _LOAD_REPORT, 0, 0))
@@ -323,11 +335,27 @@ class _Run:
             if evicted:
                 router.remove_blocks(url, evicted)
 
+    def engine_report(self, w: int) -> Dict[str, int]:
+        """What worker w's engine would report, in the unit of the row's lease weights: its
+        requests in flight and prefill queue to unit-weight rows, else the prefill queue as
+        ReplayConfig.load_waiting says (a count of requests is not a load in tokens)."""
+        worker = self.workers[w]
+        if self.load_waiting is None:
+            return {"load": self.in_flight[w], "waiting": worker.waiting}
+        if self.load_waiting == "requests":
+            return {"waiting_requests": worker.waiting}
+        if self.load_waiting == "tokens":
+            return {"waiting": worker.waiting_tokens}
+        # A job's cached prefix is known once its prefill started; before, look it up as a
+        # scheduler scanning its queue would.
+        return {"waiting": sum(job.remaining if job.cached >= 0 else max(1, job.input_tokens - worker.cache.lookup(job.blocks)) for job in worker.queue)}
+
     def report_loads(self, now: float) -> None:
-        """Tell every router each worker's requests in flight, and poll again unless all is done."""
+        """Tell every router each worker's load, and poll again unless all is done."""
+        reports = [self.engine_report(w) for w in range(len(self.urls))]
         for router in self.routing.routers:
-            for url, load in zip(self.urls, self.in_flight):
-                router.report_load(url, load)
+            for url, report in zip(self.urls, reports):
+                router.report_load(url, **report)
         if self.served < len(self.trace.requests):
             assert self.load_interval_ms is not None
             self.order += 1

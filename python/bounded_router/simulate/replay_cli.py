@@ -11,8 +11,8 @@ from .._request import MAX_LEASE_WEIGHT
 from ..policy import BALANCE_BY
 from .batching import EVENTS_AT, StepCosts
 from .oracle import DEFAULT_MARGIN
-from .peer_rules import DEFAULT_PREFILL_MARGIN, parse_prototype, peer_rows
-from .replay import DEFAULT_CACHE_FRACTION, DEFAULT_LOAD, ReplayConfig, ReplayResult, arrival_scale, replay
+from .peer_rules import DEFAULT_PREFILL_MARGIN, parse_prototype, peer_rows, replicated_llm_d
+from .replay import DEFAULT_CACHE_FRACTION, DEFAULT_LOAD, LOAD_WAITING, ReplayConfig, ReplayResult, arrival_scale, replay
 from .replay_policies import WEIGHTS, ReplayPolicy
 from .report import json_value
 from .trace import Trace, TraceError, load_trace
@@ -111,8 +111,16 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="I",
-        help="every I ms, tell each router every worker's requests in flight, as polling the engines' "
-        "load endpoints would (rows whose leases count requests; default: no reports)",
+        help="every I ms, tell each router every worker's requests in flight and prefill queue, as "
+        "polling the engines' load endpoints would (default: no reports)",
+    )
+    fl.add_argument(
+        "--load-waiting",
+        choices=LOAD_WAITING,
+        default=r.load_waiting,
+        help="what the load reports say of the prefill queue to rows whose leases weigh prompt tokens: "
+        "its prompt tokens, its uncached prompt tokens (SGLang's num_waiting_uncached_tokens) or its "
+        "requests alone (vLLM's num_requests_waiting) (default %(default)s)",
     )
     fl.add_argument(
         "--ring-layout",
@@ -222,7 +230,8 @@ def _parser() -> argparse.ArgumentParser:
         "--peers",
         action="store_true",
         help="add rows of llm-d's default scorers, Dynamo's KV router and the oracle with the prefill queue as its "
-        "load, each reading the simulated workers' caches",
+        "load, each reading the simulated workers' caches (with --replicas and --load-interval-ms, llm-d run as the "
+        "replicas too, each seeing the reported loads and its own routes)",
     )
     peers.add_argument(
         "--prefill-oracle-margins",
@@ -356,6 +365,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             events_delay_ms=0.0 if args.events_delay_ms is None else args.events_delay_ms,
             load_interval_ms=args.load_interval_ms,
             events_at=args.events_at,
+            load_waiting=args.load_waiting,
         )
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be >= 1, got %d" % args.limit)
@@ -384,6 +394,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise ValueError("--prefill-report-ms must be a number of milliseconds >= 0, got %g" % args.prefill_report_ms)
         if args.peers:
             policies += peer_rows(args.prefill_oracle_margins, args.prefill_report_ms)
+            if args.replicas > 1 and args.load_interval_ms is not None:
+                policies.append(replicated_llm_d(args.load_interval_ms))
         policies += [parse_prototype(spec, args.prefill_report_ms) for spec in args.prefill_prototypes]
         for policy in policies:  # let the library judge the settings before anything runs
             router = policy.make_router(["http://check"], 1)

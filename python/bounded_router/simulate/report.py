@@ -169,7 +169,7 @@ def describe_replay(path: str, trace: "Trace", result: "ReplayResult") -> str:
 
 def _replicas(config: "ReplayConfig") -> str:
     """The scenario's router replicas and event delay, when not the single router's."""
-    loads = "" if config.load_interval_ms is None else ", engine loads every %g ms" % config.load_interval_ms
+    loads = "" if config.load_interval_ms is None else ", engine loads every %g ms (waiting %s)" % (config.load_interval_ms, config.load_waiting)
     if config.replicas == 1:
         return loads
     return ", %d router replicas (events after %g ms)%s" % (config.replicas, config.events_delay_ms, loads)

@@ -66,7 +66,8 @@ import os
 import sys
 import time
 import zlib
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..simulate.model import CostModel, PrefixCache, text_block_keys
 from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventPublisher
@@ -181,6 +182,8 @@ class MockWorker:
         self.reset()
         self._server: Optional[asyncio.AbstractServer] = None
         self._queue: "Optional[asyncio.Queue[_Job]]" = None
+        # The prefill queue, in order: the jobs queued and the one in prefill (FIFO, one engine).
+        self._prefilling: Deque[_Job] = deque()
         self._engine: Optional["asyncio.Task[None]"] = None
         self.port = 0
         self.fault = "ok"
@@ -238,6 +241,7 @@ class MockWorker:
         while True:
             job = await self._queue.get()
             if job.reader.at_eof():  # the client left while queued: drop it, as engines do
+                self._prefilling.popleft()
                 job.done.set_result(None)
                 continue
             cached = min(self.cache.lookup(job.keys), job.prompt_tokens)
@@ -247,6 +251,7 @@ class MockWorker:
             free_at = max(job.arrival, free_at) + self._seconds(self.cost.prefill_ms(job.prompt_tokens - cached))
             await asyncio.sleep(max(0.0, free_at - loop.time()))
             stored, evicted = self.cache.insert(job.keys)
+            self._prefilling.popleft()
             if self.kv_events is not None:
                 self.kv_events.publish(cache_events(job.keys, job.ids, self.cost.block_size, set(stored), evicted))
             job.done.set_result(cached)
@@ -386,6 +391,11 @@ class MockWorker:
     def _waiting(self) -> int:
         return self._queue.qsize() if self._queue is not None else 0
 
+    def _waiting_uncached_tokens(self) -> int:
+        """SGLang's ``num_waiting_uncached_tokens``: the prompt tokens of the prefill queue the
+        cache does not hold (the job in prefill's included)."""
+        return sum(job.prompt_tokens - min(self.cache.lookup(job.keys), job.prompt_tokens) for job in self._prefilling)
+
     def _load_report(self) -> Dict[str, Any]:
         running = self.stats["active"] - self._waiting()
         usage = len(self.cache) * self.cost.block_size / self.cost.cache_tokens
@@ -393,6 +403,7 @@ class MockWorker:
             "dp_rank": 0,
             "num_running_reqs": running,
             "num_waiting_reqs": self._waiting(),
+            "num_waiting_uncached_tokens": self._waiting_uncached_tokens(),
             "num_total_reqs": self.stats["active"],
             "num_used_tokens": len(self.cache) * self.cost.block_size,
             "max_total_num_tokens": self.cost.cache_tokens,
@@ -471,6 +482,7 @@ class MockWorker:
                 await writer.drain()
             job = _Job(text_block_keys(ids, self.cost.block_size), len(ids), reader, ids)
             self._queue.put_nowait(job)
+            self._prefilling.append(job)
             cached = await job.done
             if cached is None:
                 return False
