@@ -34,6 +34,11 @@ keys). Measured, with the targets in a new random order in every round:
 * CPU per request: the target's processes' utime + stime (``/proc/PID/stat``) over the
   concurrency-16 runs, divided by their requests.
 
+With ``--profile DIR``, the gateway also serves Go's profiles on its admin listener (``--pprof``)
+and, after the measured rounds, the script takes a CPU profile and then an allocation profile of
+it, each over ``--profile-seconds`` of load at concurrency 64, into ``DIR/gateway-cpu.pprof`` and
+``DIR/gateway-allocs.pprof`` (read them with ``go tool pprof -top``), and prints the top of each.
+
 It prints a Markdown table and, with ``--write BENCHMARKS.md``, puts it in that file between the
 markers ``<!-- bench_gateway -->`` and ``<!-- /bench_gateway -->`` (``make bench`` keeps that
 section when it rewrites the rest).
@@ -50,6 +55,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from typing import Dict, List, Optional, Tuple, Union
@@ -72,6 +78,8 @@ class Process:
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
+        if line.startswith("metrics listening on "):  # the gateway with --metrics-port says it first
+            line = self.proc.stdout.readline()
         if " listening on " not in line:
             self.stop()
             self.log.seek(0)
@@ -227,6 +235,8 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=20000, help="requests per throughput run; a tenth for the Python proxy (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--install", action="store_true", help="apt-get install haproxy and nginx when missing (as root)")
+    parser.add_argument("--profile", metavar="DIR", help="write the gateway's CPU and allocation profiles under load into DIR (see above)")
+    parser.add_argument("--profile-seconds", type=int, default=10, help="seconds of load each profile covers (default: %(default)s)")
     parser.add_argument("--write", metavar="BENCHMARKS.md", help="also put the table in this file (see above)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
@@ -240,7 +250,9 @@ def main() -> int:
         processes += workers
         urls = [w.url for w in workers]
         targets: Dict[str, Tuple[str, Optional[int]]] = {"direct": (",".join(urls), None)}
-        gateway = Process("gateway", [sys.executable, "-m", "bounded_router", "serve", "--port", "0", "--worker-urls"] + urls)
+        admin_port = free_port()
+        profiling = ["--metrics-port", str(admin_port), "--pprof"] if args.profile else []
+        gateway = Process("gateway", [sys.executable, "-m", "bounded_router", "serve", "--port", "0"] + profiling + ["--worker-urls"] + urls)
         processes.append(gateway)
         targets["gateway"] = (gateway.url, gateway.pid)
         proxy = Process("python-proxy", [sys.executable, "-m", "bounded_router.integrations.serve", "--port", "0", "--worker-urls"] + urls)
@@ -295,6 +307,8 @@ def main() -> int:
                     throughput[(name, concurrency)].append(float(rate))
                     if pid and concurrency == 16:
                         cpu[name].append((cpu_seconds(pid) - before) / (n + concurrency) * 1000)
+        if args.profile:
+            profile(tool_path, gateway.url, "http://127.0.0.1:%d" % admin_port, args.profile, args.profile_seconds)
     finally:
         for p in reversed(processes):
             p.stop()
@@ -337,6 +351,26 @@ def main() -> int:
         write_section(args.write, text)
         print("wrote the section in %s" % args.write)
     return 0
+
+
+def profile(tool_path: str, url: str, admin_url: str, directory: str, seconds: int) -> None:
+    """Take the gateway's CPU profile, then its allocation profile, each over ``seconds`` of load
+    at concurrency 64, into ``directory``, and print the top of each."""
+    os.makedirs(directory, exist_ok=True)
+    for kind, sample in (("profile", "cpu"), ("allocs", "alloc_space")):
+        path = os.path.join(directory, "gateway-%s.pprof" % ("cpu" if kind == "profile" else kind))
+        taken = threading.Thread(target=fetch_to, args=("%s/debug/pprof/%s?seconds=%d" % (admin_url, kind, seconds), path, seconds + 30))
+        taken.start()
+        while taken.is_alive():
+            tool(tool_path, "conc", url, "5000", "64", KEYS)
+        taken.join()
+        top = subprocess.run([os.environ.get("GO", "go"), "tool", "pprof", "-top", "-nodecount=30", "-sample_index=" + sample, path], capture_output=True, text=True)
+        print("%s (%s):\n%s" % (path, sample, top.stdout or top.stderr), file=sys.stderr)
+
+
+def fetch_to(url: str, path: str, timeout: float) -> None:
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=timeout) as r, open(path, "wb") as f:
+        shutil.copyfileobj(r, f)
 
 
 def ratio_table(names: List[str], latency: Dict[Tuple[str, bool], List[float]], throughput: Dict[Tuple[str, int], List[float]], cpu: Dict[str, List[float]]) -> List[str]:

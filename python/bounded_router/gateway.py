@@ -29,6 +29,8 @@ Options (keyword arguments of :meth:`Router.serve`, all optional):
   ``keep_alive_timeout`` (120), ``shutdown_timeout`` (10: the drain of :meth:`Gateway.stop`).
 * ``max_header_bytes`` (64 KiB; 431 above), ``max_idle_conns_per_host`` (256),
   ``max_conns_per_host`` (0: unbounded), ``access_log`` (one JSON line per request on stderr).
+* ``pprof``: serve Go's profiles (``net/http/pprof``, ``/debug/pprof/``) on the metrics port,
+  which it needs; off by default (a profile shows the process's internals).
 * ``prefix_blocks`` (``"off"``; ``"text"``: route with the prefix blocks of the JSON body's
   ``messages`` or ``prompt``, for ``cache_aware``), ``prefix_block_bytes`` (64) and
   ``prefix_max_bytes`` (1 MiB of the prompt's text hashed), as the Python proxies
