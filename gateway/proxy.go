@@ -138,34 +138,25 @@ func checkWorkerURL(workerURL string) error {
 	return nil
 }
 
-// routingHeader is a header that carries a routing input: its canonical form (http.Header's
-// key) and its name as the core reads it.
-type routingHeader struct {
-	key  string
-	name []byte
-}
-
-// routingHeadersOf lists the headers that carry routing inputs for router: the target worker,
-// the router's routing_key_headers, the implicit key headers.
-func routingHeadersOf(router *core.Router) []routingHeader {
-	names := append([]string{core.HeaderTargetWorker}, router.RoutingKeyHeaders()...)
-	names = append(names, core.HeaderAuthorization, core.HeaderForwardedFor, core.HeaderCookie)
-	headers := make([]routingHeader, len(names))
+// routingHeadersOf lists the canonical forms (http.Header's keys) of the headers that carry
+// routing inputs for router, in the order of Router.RoutingHeaderNames.
+func routingHeadersOf(router *core.Router) []string {
+	names := router.RoutingHeaderNames()
 	for i, h := range names {
-		headers[i] = routingHeader{key: http.CanonicalHeaderKey(h), name: []byte(h)}
+		names[i] = http.CanonicalHeaderKey(h)
 	}
-	return headers
+	return names
 }
 
 // routingRequest reads a request's routing inputs as Router.RequestFromHeaders does for
-// Router.route(headers=...) in Python: the first value of each routing header.
+// Router.route(headers=...) in Python: the first value of each routing header, looked up in
+// the headers the server has parsed.
 func (g *Gateway) routingRequest(h http.Header) core.Request {
-	return g.router.RequestFromHeaders(func(yield func([]byte, []byte) bool) {
-		for _, r := range g.routingHeaders {
-			if v := h[r.key]; len(v) > 0 && !yield(r.name, []byte(v[0])) {
-				return
-			}
+	return g.router.RequestFromValues(func(i int) (string, bool) {
+		if v := h[g.routingHeaders[i]]; len(v) > 0 {
+			return v[0], true
 		}
+		return "", false
 	})
 }
 
