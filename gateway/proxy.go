@@ -40,7 +40,10 @@ type exchange struct {
 	rawQuery   string
 	hasQuery   bool
 	body       []byte
-	start      time.Time
+	// firstBody reads body to the first worker without allocating a reader; getBody makes the
+	// others.
+	firstBody bytes.Reader
+	start     time.Time
 
 	// timer cancels the request when the worker is silent too long: before its response
 	// headers (first-byte timeout), then between two reads of its body (idle-stream timeout).
@@ -324,7 +327,11 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	if len(ex.body) == 0 {
 		out.Body, out.GetBody = nil, nil
 	} else {
-		out.Body = io.NopCloser(bytes.NewReader(ex.body))
+		// A NopCloser around a *bytes.Reader: net/http knows it does not block and writes the
+		// headers and the body in one write (isKnownInMemoryReader); any other type costs one
+		// more write per request.
+		ex.firstBody.Reset(ex.body)
+		out.Body = io.NopCloser(&ex.firstBody)
 		out.GetBody = ex.getBody // lets the transport retry on a keep-alive connection the worker closed
 	}
 }
