@@ -477,6 +477,32 @@ func TestTimeouts(t *testing.T) {
 		<-cancelled
 		waitLeases(t, r, 0)
 	})
+	t.Run("whole request, before the headers", func(t *testing.T) {
+		url, cancelled := blockingWorker(t, false)
+		r := newRouter(t, url)
+		g := start(t, r, Options{RequestTimeout: 0.2})
+		res, body := get(t, g, "/", nil)
+		if res.StatusCode != 504 || !strings.Contains(body, "request_timeout_secs") || strings.Contains(body, url) {
+			t.Fatalf("status %d %s", res.StatusCode, body)
+		}
+		<-cancelled
+		waitLeases(t, r, 0)
+	})
+	t.Run("whole request, streaming", func(t *testing.T) {
+		url, cancelled := blockingWorker(t, true)
+		r := newRouter(t, url)
+		g := start(t, r, Options{RequestTimeout: 0.2})
+		res, err := client().Get("http://" + g.Addr() + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(res.Body)
+		if err == nil || string(body) != "data: first\n\n" {
+			t.Fatalf("a stream past request_timeout_secs must be cut: %q %v", body, err)
+		}
+		<-cancelled
+		waitLeases(t, r, 0)
+	})
 	t.Run("idle stream", func(t *testing.T) {
 		url, cancelled := blockingWorker(t, true)
 		r := newRouter(t, url)
