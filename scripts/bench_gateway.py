@@ -345,6 +345,7 @@ def main() -> int:
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "The gateway's figures as ratios to each other target's (below 1: the gateway adds less, or spends less; above 1 for req/s: it serves more):", ""]
     lines += ratio_table(names, latency, throughput, cpu)
+    lines += ["", TARGETS, ""] + targets_table(names, latency, throughput, cpu)
     text = "\n".join(lines)
     print(text)
     if args.write:
@@ -371,6 +372,51 @@ def profile(tool_path: str, url: str, admin_url: str, directory: str, seconds: i
 def fetch_to(url: str, path: str, timeout: float) -> None:
     with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=timeout) as r, open(path, "wb") as f:
         shutil.copyfileobj(r, f)
+
+
+TARGETS = "### Targets (issue 24)"
+
+
+def targets_table(names: List[str], latency: Dict[Tuple[str, bool], List[float]], throughput: Dict[Tuple[str, int], List[float]], cpu: Dict[str, List[float]]) -> List[str]:
+    """Issue 24's targets for the gateway, against HAProxy and SMG of the same run, with verdicts."""
+    def added(name: str, stream: bool, q: float) -> float:
+        return quantile(latency[(name, stream)], q) - quantile(latency[("direct", stream)], q)
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+
+    rows = ["| target | goal | measured | |", "|---|---|---|---|"]
+    if "haproxy" in names:
+        for label, gateway, peer, limit in (
+            ("CPU per request", statistics.median(cpu["gateway"]), statistics.median(cpu["haproxy"]), 1.5),
+            ("added median", added("gateway", False, 0.5), added("haproxy", False, 0.5), 1.5),
+            ("added p99", added("gateway", False, 0.99), added("haproxy", False, 0.99), 2.0),
+        ):
+            if peer > 0:
+                rows.append("| %s against HAProxy | ≤ %.1fx | %.2fx | %s |" % (label, limit, gateway / peer, verdict(gateway <= limit * peer)))
+            else:
+                rows.append("| %s against HAProxy | ≤ %.1fx | HAProxy's is %.3f ms: no ratio (noise) | |" % (label, limit, peer))
+        rate = statistics.median(throughput[("gateway", 64)]) / statistics.median(throughput[("haproxy", 64)])
+        rows.append("| req/s at c=64 against HAProxy | ≥ 0.7x | %.2fx | %s |" % (rate, verdict(rate >= 0.7)))
+    if "smg" in names:
+        behind = [what for what, ours, theirs in (
+            ("added median", added("gateway", False, 0.5), added("smg", False, 0.5)),
+            ("added p99", added("gateway", False, 0.99), added("smg", False, 0.99)),
+            ("added median, streaming", added("gateway", True, 0.5), added("smg", True, 0.5)),
+            ("added p99, streaming", added("gateway", True, 0.99), added("smg", True, 0.99)),
+            ("CPU per request", statistics.median(cpu["gateway"]), statistics.median(cpu["smg"])),
+        ) if ours > theirs]
+        behind += ["req/s at c=%d" % c for c in (16, 64) if statistics.median(throughput[("gateway", c)]) < statistics.median(throughput[("smg", c)])]
+        rows.append("| ahead of SMG | every column | %s | %s |" % ("behind on " + ", ".join(behind) if behind else "ahead on every column", verdict(not behind)))
+    return rows
+
+
+def targets_text(markdown: str) -> str:
+    """The targets table of the section this script wrote in ``markdown`` (for ``make bench``)."""
+    if TARGETS not in markdown:
+        return "gateway targets (issue 24): not measured (run scripts/bench_gateway.py --write BENCHMARKS.md)"
+    table = markdown.split(TARGETS, 1)[1].strip().split("\n\n", 1)[0]
+    return "gateway targets (issue 24), from the last run of scripts/bench_gateway.py:\n" + table
 
 
 def ratio_table(names: List[str], latency: Dict[Tuple[str, bool], List[float]], throughput: Dict[Tuple[str, int], List[float]], cpu: Dict[str, List[float]]) -> List[str]:
