@@ -73,7 +73,7 @@ type Options struct {
 	WorkerAPIOnProxyPort bool `json:"worker_api_on_proxy_port"`
 	// Pprof serves Go's profiles (net/http/pprof, /debug/pprof/) on the admin listener, which
 	// it needs (metrics_port). Off by default: a profile shows the process's internals and a
-	// CPU profile slows it while it runs.
+	// CPU profile slows it while it runs (contract: HTTP proxies, "What clients learn").
 	Pprof bool `json:"pprof"`
 }
 

@@ -18,6 +18,7 @@ func adminGet(t *testing.T, g *Gateway, target string) (int, []byte) {
 	return res.StatusCode, body
 }
 
+// Contract: HTTP proxies, "What clients learn" (the profiles, only on the admin listener, only when asked).
 func TestPprofIsOffByDefault(t *testing.T) {
 	w := worker(t, func(w http.ResponseWriter, r *http.Request) {})
 	port := 0
