@@ -69,7 +69,7 @@ test-go:
 
 # Each Go fuzz target for FUZZTIME (their seed corpora also run in test-go).
 FUZZTIME ?= 20s
-FUZZ_TARGETS := FuzzRequestFromHeaders FuzzParseConfig FuzzRouterOperations FuzzCacheAware ./gateway:FuzzPromptTextMatchesEncodingJSON ./kvevents:FuzzDecode
+FUZZ_TARGETS := FuzzRequestFromHeaders FuzzParseConfig FuzzRouterOperations FuzzCacheAware ./gateway:FuzzPromptTextMatchesEncodingJSON ./gateway:FuzzTokenBlocksMatchEncodingJSON ./kvevents:FuzzDecode
 test-fuzz:
 	GO=$(GO) bash scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
 
@@ -95,7 +95,9 @@ demo:
 
 # The Go benchmarks in 7 rounds of the whole suite (a noisy minute then spoils one round of each
 # benchmark, not all of one), then scripts/bench.py on the installed wheel with its bench-only
-# dependencies; writes BENCHMARKS.md and BENCHMARKS.png. About 6 minutes.
+# dependencies (with the Python route paths and the plain route against an earlier build, which
+# scripts/bench_builds.py builds under build/builds/); writes BENCHMARKS.md and BENCHMARKS.png.
+# About 8 minutes.
 bench: install
 	$(VPY) -m pip install --quiet -r requirements-bench.txt
 	mkdir -p build
@@ -104,7 +106,7 @@ bench: install
 		./build/core.test -test.run '^$$' -test.bench . -test.benchmem -test.benchtime 200ms || exit 1; \
 	done > build/bench-go.txt
 	cat build/bench-go.txt
-	$(VPY) scripts/bench.py --go build/bench-go.txt
+	GO=$(GO) $(VPY) scripts/bench.py --go build/bench-go.txt
 
 clean:
 	rm -rf build dist $(VENV) python/bounded_router/libbounded_router.so python/*.egg-info

@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,4 +132,36 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 func newRouterB(urls ...string) (*core.Router, error) {
 	return core.NewRouter(core.DefaultConfig(urls...))
+}
+
+// unansweredListener is a loopback address whose connections are never accepted and whose accept
+// queue is full, so that a further dial hangs (Linux drops the SYN) until the dialer gives up: a
+// worker that cannot be connected to, with no packet leaving the machine.
+func unansweredListener(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	// A backlog of 0 queues one connection: two fill it whatever the kernel rounds it to here.
+	for i := 0; i < 2; i++ {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			break // the queue is already full
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	return addr
 }

@@ -45,12 +45,16 @@ type Options struct {
 	MaxIdleConnsPerHost int `json:"max_idle_conns_per_host"`
 	MaxConnsPerHost     int `json:"max_conns_per_host"`
 	// PrefixBlocks "text" routes each request with the prefix block hashes of its JSON body's
-	// "messages" or "prompt" (for cache_aware); "off" or absent does not read the body for
-	// routing. PrefixBlockBytes is the block size in UTF-8 bytes (0 or absent: 64).
-	// PrefixMaxBytes is how much of a prompt's text is hashed, in UTF-8 bytes (0 or absent:
-	// 1 MiB): a longer prompt is routed by the blocks of its beginning.
+	// "messages" or "prompt" (for cache_aware); "tokens" with those of its token ids ("input_ids"
+	// or an integer-array "prompt"), which name blocks as the engines' KV events do; "off" or
+	// absent does not read the body for routing. PrefixBlockBytes is the text block size in
+	// UTF-8 bytes (0 or absent: 64); PrefixBlockSize the token block size, the engine's KV block
+	// (page) size (0 or absent: 16, vLLM's default). PrefixMaxBytes is how much of a prompt is
+	// hashed, in bytes of the hashed data (UTF-8 text, 4 per token id; 0 or absent: 1 MiB): a
+	// longer prompt is routed by the blocks of its beginning.
 	PrefixBlocks     string `json:"prefix_blocks"`
 	PrefixBlockBytes int    `json:"prefix_block_bytes"`
+	PrefixBlockSize  int    `json:"prefix_block_size"`
 	PrefixMaxBytes   int    `json:"prefix_max_bytes"`
 	// AccessLog writes one JSON line per request to stderr (log/slog).
 	AccessLog bool `json:"access_log"`
@@ -108,6 +112,7 @@ var Defaults = Options{
 	WorkerIdleTimeout:   4,
 	PrefixBlocks:        "off",
 	PrefixBlockBytes:    64,
+	PrefixBlockSize:     16,
 	PrefixMaxBytes:      1 << 20,
 }
 
@@ -168,7 +173,8 @@ func (o Options) Validate() error {
 	}{
 		{"max_body_size", o.MaxBodySize}, {"max_header_bytes", int64(o.MaxHeaderBytes)},
 		{"max_idle_conns_per_host", int64(o.MaxIdleConnsPerHost)}, {"max_conns_per_host", int64(o.MaxConnsPerHost)},
-		{"prefix_block_bytes", int64(o.PrefixBlockBytes)}, {"prefix_max_bytes", int64(o.PrefixMaxBytes)},
+		{"prefix_block_bytes", int64(o.PrefixBlockBytes)}, {"prefix_block_size", int64(o.PrefixBlockSize)},
+		{"prefix_max_bytes", int64(o.PrefixMaxBytes)},
 	} {
 		if f.value < 0 {
 			return invalid(f.name, "must not be negative (0 or absent: the default), got %d", f.value)
@@ -180,8 +186,8 @@ func (o Options) Validate() error {
 	if o.Pprof && o.MetricsPort == nil {
 		return invalid("pprof", "needs metrics_port: the profiles are served on the admin listener only")
 	}
-	if o.PrefixBlocks != "" && o.PrefixBlocks != "off" && o.PrefixBlocks != "text" {
-		return invalid("prefix_blocks", `must be "off" or "text", got %q`, o.PrefixBlocks)
+	if o.PrefixBlocks != "" && o.PrefixBlocks != "off" && o.PrefixBlocks != "text" && o.PrefixBlocks != "tokens" {
+		return invalid("prefix_blocks", `must be "off", "text" or "tokens", got %q`, o.PrefixBlocks)
 	}
 	return checkControlPlaneKeys(o.ControlPlaneAPIKeys)
 }
@@ -236,6 +242,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PrefixBlockBytes == 0 {
 		o.PrefixBlockBytes = d.PrefixBlockBytes
+	}
+	if o.PrefixBlockSize == 0 {
+		o.PrefixBlockSize = d.PrefixBlockSize
 	}
 	if o.PrefixMaxBytes == 0 {
 		o.PrefixMaxBytes = d.PrefixMaxBytes

@@ -25,6 +25,36 @@ func bodyPrefixBlocks(body []byte, blockLen, maxBytes int) []uint64 {
 	return h.Blocks()
 }
 
+// requestPrefixBlocks is the prefix blocks the prefix_blocks option reads from a request body:
+// nil when it is off or the body has none.
+func requestPrefixBlocks(o *Options, body []byte) []uint64 {
+	switch o.PrefixBlocks {
+	case "text":
+		return bodyPrefixBlocks(body, o.PrefixBlockBytes, o.PrefixMaxBytes)
+	case "tokens":
+		return bodyTokenBlocks(body, o.PrefixBlockSize, o.PrefixMaxBytes)
+	}
+	return nil
+}
+
+// topLevelFields checks that body is one JSON object, valid as a whole, and returns where the
+// values of its last first and second keys start (-1 when absent), as encoding/json reads a
+// repeated key.
+func topLevelFields(body []byte, first, second string) (int, int, bool) {
+	at, next := -1, -1
+	s := jsonScanner{data: body}
+	valid := s.object(func(s *jsonScanner, key []byte) bool {
+		switch string(key) {
+		case first:
+			at = s.pos
+		case second:
+			next = s.pos
+		}
+		return s.value()
+	})
+	return at, next, valid && s.peek() == 0 && s.pos == len(body)
+}
+
 // textSink takes a prompt's text in pieces until it is full (a core.PrefixHasher).
 type textSink interface {
 	Write(p []byte) (int, error)
@@ -51,18 +81,8 @@ func (p *promptWriter) done() bool { return p.out.Full() && p.written > 0 }
 // "prompt" string, or an array of strings (null counting as empty) joined by newlines. The body
 // must be a JSON object, valid as a whole; of a key given twice, the last counts.
 func writePrompt(body []byte, out textSink) bool {
-	messages, prompt := -1, -1
-	s := jsonScanner{data: body}
-	valid := s.object(func(s *jsonScanner, key []byte) bool {
-		switch string(key) {
-		case "messages":
-			messages = s.pos
-		case "prompt":
-			prompt = s.pos
-		}
-		return s.value()
-	})
-	if !valid || s.peek() != 0 || s.pos != len(body) {
+	messages, prompt, valid := topLevelFields(body, "messages", "prompt")
+	if !valid {
 		return false
 	}
 	p := &promptWriter{out: out}

@@ -229,7 +229,7 @@ func TestPrefixBlockOptions(t *testing.T) {
 	if o, err = ParseOptions([]byte(`{"prefix_max_bytes": 4096}`)); err != nil || o.PrefixMaxBytes != 4096 {
 		t.Fatalf("%+v %v", o, err)
 	}
-	for text, field := range map[string]string{`{"prefix_blocks": "tokens"}`: "prefix_blocks", `{"prefix_block_bytes": -1}`: "prefix_block_bytes", `{"prefix_max_bytes": -1}`: "prefix_max_bytes"} {
+	for text, field := range map[string]string{`{"prefix_blocks": "words"}`: "prefix_blocks", `{"prefix_block_bytes": -1}`: "prefix_block_bytes", `{"prefix_max_bytes": -1}`: "prefix_max_bytes"} {
 		if _, err := ParseOptions([]byte(text)); err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: %v", text, err)
 		}
@@ -255,11 +255,10 @@ func TestPrefixBlocksOptionForwardsEveryBodyUntouched(t *testing.T) {
 	waitLeases(t, r, 0)
 }
 
-// Under cache_aware, the option's blocks reach the router: a second request with the same
-// prompt is a prefix hit on the worker the first went to, and the router counts its blocks.
-func TestPrefixBlocksOptionFeedsCacheAware(t *testing.T) {
+// cacheAwareRouter is a cache_aware router over n workers that read and drop each body.
+func cacheAwareRouter(t *testing.T, n int) (*core.Router, []string) {
 	var urls []string
-	for i := 0; i < 3; i++ {
+	for range n {
 		urls = append(urls, worker(t, func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }).URL)
 	}
 	cfg := core.DefaultConfig(urls...)
@@ -268,6 +267,13 @@ func TestPrefixBlocksOptionFeedsCacheAware(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r, urls
+}
+
+// Under cache_aware, the option's blocks reach the router: a second request with the same
+// prompt is a prefix hit on the worker the first went to, and the router counts its blocks.
+func TestPrefixBlocksOptionFeedsCacheAware(t *testing.T) {
+	r, _ := cacheAwareRouter(t, 3)
 	g := start(t, r, Options{PrefixBlocks: "text", PrefixBlockBytes: 8, ExposeRoutingHeaders: true})
 	body := `{"messages": [{"role": "user", "content": "the same long question, asked twice"}]}`
 	var workers, branches []string

@@ -209,9 +209,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ex.request = g.routingRequest(r.Header)
-	if g.opts.PrefixBlocks == "text" {
-		ex.request.PrefixBlocks = bodyPrefixBlocks(ex.body, g.opts.PrefixBlockBytes, g.opts.PrefixMaxBytes)
-	}
+	ex.request.PrefixBlocks = requestPrefixBlocks(&g.opts, ex.body)
 	ex.decision = g.router.Route(&ex.request)
 	if ex.decision.Lease == 0 {
 		g.refuse(w, r, ex, http.StatusServiceUnavailable, "no worker available")

@@ -32,9 +32,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))  # the reference model
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_report
 
+import bench_builds  # noqa: E402
 import bench_gateway  # noqa: E402
 import bench_report  # noqa: E402
 import bench_tricks  # noqa: E402
+import bench_weights  # noqa: E402
 from reference_model import ReferenceRouter  # noqa: E402
 from starlette.datastructures import Headers  # noqa: E402
 from uhashring import HashRing  # noqa: E402
@@ -479,6 +481,13 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     results["threads"] = thread_scaling(args)
     print("shortcuts of the request path ...", flush=True)
     results["tricks"] = bench_tricks.measure(args.rounds, 20000)
+    print("every route path (weights, prefix blocks, first tokens) ...", flush=True)
+    results["route_paths"] = bench_weights.measure(args.rounds, args.seconds * 2, clock="cpu")
+    print("route+release against the build of %s ..." % bench_builds.DEFAULT_BASE, flush=True)
+    try:
+        results["builds"] = bench_builds.measure(bench_builds.DEFAULT_BASE, args.rounds, args.seconds * 4)
+    except (OSError, subprocess.CalledProcessError) as error:  # no git history or no Go here
+        print("  skipped: %s" % error, flush=True)
     print("first calls and joins ...", flush=True)
     results["first"] = first_calls(args.first_runs)
     results["join"] = joins(1024, args.join_rounds)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 import statistics
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from bench_builds import DEFAULT_BASE
+from bench_weights import BOTH, FIRST_TOKEN, LIST_ONE, ONE, WEIGHT
 
 PACKAGE = "route+release (the package: PyDLL)"
 PINNED = "route+release, the process on one core"
@@ -80,6 +83,45 @@ def targets(results: Dict[str, Any]) -> List[Tuple[str, str, str, str]]:
     rows.append(("one worker joining 1024", "≤ 5 ms, routes not blocked", go_text + "Python add_worker %s; routes during joins p99 %s" % (ms(join["join"]), ns(join["route_p99"])), verdict(join["join"] <= 5e-3 and (go_join is None or go_join <= 5e6))))
     memory = _go(results, "BenchmarkRingMemory", "bytes/vnode")
     rows.append(("ring memory", "≤ 16 bytes per virtual node", "%.2f bytes" % memory if memory else "not run", verdict(memory is not None and memory <= 16) if memory else ""))
+    return rows + route_path_targets(results, verdict)
+
+
+def route_path_targets(results: Dict[str, Any], verdict: Callable[[bool], str]) -> List[Tuple[str, str, str, str]]:
+    """The targets of issues 24 and 25 for the Python route paths (scripts/bench_weights.py and
+    scripts/bench_builds.py)."""
+    paths = results.get("route_paths")
+    if paths is None:
+        return []
+    ratio, per_block = paths["ratio"], paths["per_block"]
+    one_block = {"weight": ratio[WEIGHT], "1 block": ratio[ONE], "both": ratio[BOTH]}
+    worst = max(one_block.values())
+    rows = [
+        (
+            "Python route, a weight and/or 1 block",
+            "≤ 1.5 × `route(key)`",
+            ", ".join("%s %.2f×" % item for item in one_block.items()) + " (a list of 1 block: %.2f×)" % ratio[LIST_ONE],
+            verdict(worst <= 1.5),
+        ),
+        (
+            "Python route, per extra block",
+            "≤ 10 ns",
+            ", ".join("%s %.1f ns" % item for item in per_block.items()),
+            verdict(per_block["PrefixBlocks"] <= 10) + " (PrefixBlocks; a list %s)" % ("too" if per_block["list"] <= 10 else "**not**"),
+        ),
+        ("Python route_many with weights", "≤ 1.5 × `route_many(keys)`", "%.2f ×" % paths["weighted_batch"], verdict(paths["weighted_batch"] <= 1.5)),
+        ("Python `lease.first_token()`", "cheap, idempotent", "adds %s to route+release (%.2f ×); again: no call" % (ns(paths["first_token_ns"] * 1e-9), ratio[FIRST_TOKEN]), ""),
+    ]
+    builds = results.get("builds")
+    if builds is not None:
+        rows.append(
+            (
+                "Python route+release against %s" % DEFAULT_BASE,
+                "≤ 1.10 ×",
+                "%.3f × (%s against %s; over each floor %.3f ×, fastest runs %.3f ×)"
+                % (builds["ratio"], ns(builds["tree_ns"] * 1e-9), ns(builds["base_ns"] * 1e-9), builds["floor_ratio"], builds["best_ratio"]),
+                verdict(builds["floor_ratio"] <= 1.10),
+            )
+        )
     return rows
 
 
@@ -131,6 +173,7 @@ def markdown(results: Dict[str, Any], plot_name: str) -> str:
         "Aggregate route+release per second at 64 workers, each thread on its own keys.\n\n",
         threads_table(results["threads"]),
         "\n" + loading_argument(results["threads"]) + "\n",
+        route_paths_text(results),
         "\n## First calls\n\n",
         table(
             ["import", "first Router (loads the library, starts Go)", "first route+release", "next one", "first on a new thread", "next one there"],
@@ -140,6 +183,32 @@ def markdown(results: Dict[str, Any], plot_name: str) -> str:
         join_text(results),
     ]
     return "".join(parts)
+
+
+def route_paths_text(results: Dict[str, Any]) -> str:
+    """Every route path from Python (scripts/bench_weights.py), and the plain one against the base build."""
+    paths = results.get("route_paths")
+    if paths is None:
+        return ""
+    text = (
+        "\n## Every route path from Python (issues 24, 25)\n\n"
+        "`scripts/bench_weights.py --clock cpu` (the measuring thread's CPU time): route, then release, at 64 workers; prefix blocks are real block hashes, "
+        "`<n blocks>` the `PrefixBlocks` that `prefix_blocks()` returns. Targets above.\n\n"
+        + table(["case", "per request", "× `route(key)`"], [[name, ns(t * 1e-9), "%.2f" % paths["ratio"][name]] for name, t in paths["ns"].items()])
+        + "\nPer extra block: "
+        + ", ".join("%s %.1f ns" % item for item in paths["per_block"].items())
+        + ". `route_many` with weights: %.2f × without.\n" % paths["weighted_batch"]
+    )
+    builds = results.get("builds")
+    if builds is not None:
+        text += (
+            "\n`scripts/bench_builds.py` (CPU time too): `route(key)` + release through this tree and through %s (the commit "
+            "before the first-token work), each its package and a library built by the same `go build`, in "
+            "fresh interpreters, alternating: %s against %s, %.3f × (the median of the rounds' ratios; "
+            "each over its own floor %.3f ×; the fastest runs %.3f ×).\n"
+            % (DEFAULT_BASE, ns(builds["tree_ns"] * 1e-9), ns(builds["base_ns"] * 1e-9), builds["ratio"], builds["floor_ratio"], builds["best_ratio"])
+        )
+    return text
 
 
 def go_table(go: Dict[str, Dict[str, float]]) -> str:

@@ -1,19 +1,21 @@
 """The request path of weighted leases, prefix blocks and first tokens from Python, next to the key-only path.
 
-    .venv/bin/python scripts/bench_weights.py [--rounds 15] [--plain-only]
+    .venv/bin/python scripts/bench_weights.py [--rounds 15] [--plain-only] [--clock cpu]
 
 One request's life at 64 workers (route, then release; the release travels with the next call
 into the library): ``route(key)``, the key-only path; ``route(key, weight=...)`` and
-``route(key, prefix_blocks=...)`` with 1 and 128 blocks (real block hashes, as a list and as an
+``route(key, prefix_blocks=...)`` with 1 and 1,024 blocks (real block hashes: the
+``PrefixBlocks`` that ``prefix_blocks()`` returns, the same as a plain list and as an
 ``array("Q")``), which take ``br_release_then_route_request``; ``route(key)`` with
 ``lease.first_token()`` between route and release (one ``br_first_token`` call); and batches of
 64 keys, ``route_many(keys)`` against ``route_many(keys, weights=...)``. The cost of a block is the
-difference between the 128-block and the 1-block rows, over 127, and the weighted batch is
+difference between the 1,024-block and the 1-block rows, over 1,023, and the weighted batch is
 also compared with the plain one, each within its round. Cases run one after
 another in rounds (a noisy neighbour slows every case of a round alike); the median over the
 rounds is printed, and each case's ratio to ``route(key)`` taken within each round, then its
 median. ``--plain-only`` measures ``route(key)`` alone, for comparing builds of the package
-(``PYTHONPATH``/``BOUNDED_ROUTER_LIBRARY``) that lack the weighted path. Figures: BENCHMARKS.md.
+(``PYTHONPATH``/``BOUNDED_ROUTER_LIBRARY``; scripts/bench_builds.py does). ``make bench`` runs
+:func:`measure` and reports it against issue 24's targets. Figures: BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from array import array
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 from bounded_router import Router, prefix_blocks
 
@@ -31,53 +33,106 @@ WORKERS = 64
 BATCH = 64
 
 
-def per_call_ns(call: Callable[[], None], seconds: float) -> float:
-    """Nanoseconds per call of ``call``, timed over about ``seconds``."""
+#: The clocks a measurement may read: wall time, or the CPU time of the measuring thread (the
+#: library routes on the calling thread, so its work is counted), which a busy shared machine
+#: inflates far less: other processes taking the cores stretch the wall time, not this thread's CPU time.
+CLOCKS: Dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
+def per_call_ns(call: Callable[[], None], seconds: float, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Nanoseconds per call of ``call`` on ``clock``, timed over about ``seconds`` of it."""
     n, elapsed = 1, 0.0
     while elapsed < seconds / 4:  # find a count that takes a measurable time
         n *= 4
-        start = time.perf_counter()
+        start = clock()
         for _ in range(n):
             call()
-        elapsed = time.perf_counter() - start
+        elapsed = clock() - start
     n = max(1, int(n * seconds / elapsed))
-    start = time.perf_counter()
+    start = clock()
     for _ in range(n):
         call()
-    return (time.perf_counter() - start) / n * 1e9
+    return (clock() - start) / n * 1e9
+
+
+ROUTE = "route(key)"
+FIRST_TOKEN = "route(key) + first_token()"
+WEIGHT = "route(key, weight=1000)"
+ONE = "route(key, prefix_blocks=<1 block>)"
+# The slope per block is taken over this many blocks, so that the shared machine's noise (a few
+# hundred ns a measurement) spreads over many blocks.
+MANY_BLOCKS = 1024
+MANY = "route(key, prefix_blocks=<%d blocks>)" % MANY_BLOCKS
+LIST_ONE = "route(key, prefix_blocks=list of 1)"
+LIST_MANY = "route(key, prefix_blocks=list of %d)" % MANY_BLOCKS
+ARRAY_MANY = 'route(key, prefix_blocks=array("Q") of %d)' % MANY_BLOCKS
+BOTH = "route(key, weight=1000, prefix_blocks=<1 block>)"
+BATCH_CASE = "route_many(64 keys), per key"
+WEIGHTED_BATCH = "route_many(64 keys, weights=...), per key"
+# The cost of an extra block of each form: (the many-block case, the 1-block case it is taken from).
+PER_BLOCK = {"PrefixBlocks": (MANY, ONE), "list": (LIST_MANY, LIST_ONE), 'array("Q")': (ARRAY_MANY, ONE)}
 
 
 def cases(router: Router, plain_only: bool) -> List[Tuple[str, Callable[[], None]]]:
     keys = ["session-%d" % i for i in range(4096)]
     batch = keys[:BATCH]
     weights = [1 + 37 * i for i in range(BATCH)]
-    one, many = prefix_blocks(range(16)), prefix_blocks(range(16 * 128))
-    many_array = array("Q", many)
+    one, many = prefix_blocks(range(16)), prefix_blocks(range(16 * MANY_BLOCKS))  # PrefixBlocks
+    one_list, many_list, many_array = list(one), list(many), array("Q", many)
     counter = [0]
 
     def key() -> str:
         counter[0] = (counter[0] + 1) & 4095
         return keys[counter[0]]
 
-    found: List[Tuple[str, Callable[[], None]]] = [("route(key)", lambda: router.route(key()).release())]
+    found: List[Tuple[str, Callable[[], None]]] = [(ROUTE, lambda: router.route(key()).release())]
     if plain_only:
         return found
+
     def first_token() -> None:
         lease = router.route(key())
         lease.first_token()
         lease.release()
 
     found += [
-        ("route(key) + first_token()", first_token),
-        ("route(key, weight=1000)", lambda: router.route(key(), weight=1000).release()),
-        ("route(key, prefix_blocks=1 block)", lambda: router.route(key(), prefix_blocks=one).release()),
-        ("route(key, prefix_blocks=128 blocks)", lambda: router.route(key(), prefix_blocks=many).release()),
-        ("route(key, prefix_blocks=array 128)", lambda: router.route(key(), prefix_blocks=many_array).release()),
-        ("route(key, weight, 1 block)", lambda: router.route(key(), weight=1000, prefix_blocks=one).release()),
-        ("route_many(64 keys) / key", lambda: router.release_many(router.route_many(batch))),
-        ("route_many(64 keys, weights) / key", lambda: router.release_many(router.route_many(batch, weights=weights))),
+        (FIRST_TOKEN, first_token),
+        (WEIGHT, lambda: router.route(key(), weight=1000).release()),
+        (ONE, lambda: router.route(key(), prefix_blocks=one).release()),
+        (MANY, lambda: router.route(key(), prefix_blocks=many).release()),
+        (LIST_ONE, lambda: router.route(key(), prefix_blocks=one_list).release()),
+        (LIST_MANY, lambda: router.route(key(), prefix_blocks=many_list).release()),
+        (ARRAY_MANY, lambda: router.route(key(), prefix_blocks=many_array).release()),
+        (BOTH, lambda: router.route(key(), weight=1000, prefix_blocks=one).release()),
+        (BATCH_CASE, lambda: router.release_many(router.route_many(batch))),
+        (WEIGHTED_BATCH, lambda: router.release_many(router.route_many(batch, weights=weights))),
     ]
     return found
+
+
+def measure(rounds: int, seconds: float, plain_only: bool = False, clock: str = "wall") -> Dict[str, Any]:
+    """The cases in rounds: ``ns`` (median per case), ``ratio`` (to ``route(key)``, median of
+    the rounds'), and unless ``plain_only``: ``per_block`` (ns per extra block of each form),
+    ``weighted_batch`` (the weighted batch over the plain one) and ``first_token_ns`` (what the
+    first-token call adds), each the median of the rounds' values; ``clock`` names one of
+    :data:`CLOCKS`."""
+    with Router(["http://w%d:8000" % i for i in range(WORKERS)]) as router:
+        measured = cases(router, plain_only)
+        times: Dict[str, List[float]] = {name: [] for name, _ in measured}
+        for _ in range(rounds):
+            for name, call in measured:
+                ns = per_call_ns(call, seconds, CLOCKS[clock])
+                times[name].append(ns / BATCH if name.startswith("route_many") else ns)
+    median = statistics.median
+    result: Dict[str, Any] = {
+        "ns": {name: median(values) for name, values in times.items()},
+        "ratio": {name: median([t / r for t, r in zip(values, times[ROUTE])]) for name, values in times.items()},
+    }
+    if not plain_only:
+        extra = MANY_BLOCKS - 1
+        result["per_block"] = {form: median([(m - o) / extra for m, o in zip(times[many], times[one])]) for form, (many, one) in PER_BLOCK.items()}
+        result["weighted_batch"] = median([w / p for w, p in zip(times[WEIGHTED_BATCH], times[BATCH_CASE])])
+        result["first_token_ns"] = median([f - r for f, r in zip(times[FIRST_TOKEN], times[ROUTE])])
+    return result
 
 
 def main() -> int:
@@ -85,29 +140,18 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--seconds", type=float, default=0.2, help="length of one measurement")
     parser.add_argument("--plain-only", action="store_true")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="wall time or the thread's CPU time")
     args = parser.parse_args()
-    with Router(["http://w%d:8000" % i for i in range(WORKERS)]) as router:
-        measured = cases(router, args.plain_only)
-        times: Dict[str, List[float]] = {name: [] for name, _ in measured}
-        ratios: Dict[str, List[float]] = {name: [] for name, _ in measured}
-        for _ in range(args.rounds):
-            this_round = {}
-            for name, call in measured:
-                ns = per_call_ns(call, args.seconds)
-                this_round[name] = ns / BATCH if name.startswith("route_many") else ns
-                times[name].append(this_round[name])
-            for name in this_round:
-                ratios[name].append(this_round[name] / this_round["route(key)"])
-    print("%d workers, %d rounds, medians" % (WORKERS, args.rounds))
-    print("%-38s %10s %10s" % ("case (route + release)", "ns", "x route"))
-    for name, _ in measured:
-        print("%-38s %10.0f %10.2f" % (name, statistics.median(times[name]), statistics.median(ratios[name])))
+    result = measure(args.rounds, args.seconds, args.plain_only, args.clock)
+    print("%d workers, %d rounds, medians, %s time" % (WORKERS, args.rounds, args.clock))
+    print("%-50s %10s %10s" % ("case (route + release)", "ns", "x route"))
+    for name, ns in result["ns"].items():
+        print("%-50s %10.0f %10.2f" % (name, ns, result["ratio"][name]))
     if not args.plain_only:
-        for many_name in ("route(key, prefix_blocks=128 blocks)", "route(key, prefix_blocks=array 128)"):
-            per_block = [(m - o) / 127 for m, o in zip(times[many_name], times["route(key, prefix_blocks=1 block)"])]
-            print("%-38s %10.1f ns per extra block" % (many_name, statistics.median(per_block)))
-        weighted = [w / p for w, p in zip(times["route_many(64 keys, weights) / key"], times["route_many(64 keys) / key"])]
-        print("%-38s %10.2f x route_many(64 keys)" % ("route_many(64 keys, weights) / key", statistics.median(weighted)))
+        for form, per_block in result["per_block"].items():
+            print("%-50s %10.1f ns per extra block" % (form, per_block))
+        print("%-50s %10.2f x route_many(64 keys)" % ("route_many(64 keys, weights=...)", result["weighted_batch"]))
+        print("%-50s %10.0f ns" % ("first_token() adds", result["first_token_ns"]))
     return 0
 
 

@@ -38,7 +38,7 @@ from .policy import (
     config_from_dict,
     policy_from_str,
 )
-from .prefix import prefix_blocks, text_prefix_blocks
+from .prefix import PrefixBlocks, prefix_blocks, text_prefix_blocks
 from .router import Decision, Router
 from .stats import Statistics, WorkerInfo
 
@@ -68,6 +68,7 @@ __all__ = [
     "RetryConfig",
     "prefix_blocks",
     "text_prefix_blocks",
+    "PrefixBlocks",
     "MAX_LEASE_WEIGHT",
     "MAX_PREFIX_BLOCKS",
     "NoWorkerAvailableError",

@@ -32,9 +32,10 @@ Options (keyword arguments of :meth:`Router.serve`, all optional):
 * ``pprof``: serve Go's profiles (``net/http/pprof``, ``/debug/pprof/``) on the metrics port,
   which it needs; off by default (a profile shows the process's internals).
 * ``prefix_blocks`` (``"off"``; ``"text"``: route with the prefix blocks of the JSON body's
-  ``messages`` or ``prompt``, for ``cache_aware``), ``prefix_block_bytes`` (64) and
-  ``prefix_max_bytes`` (1 MiB of the prompt's text hashed), as the Python proxies
-  (docs/contract.md, "HTTP proxies").
+  ``messages`` or ``prompt``, for ``cache_aware``; ``"tokens"``: of its token ids,
+  ``input_ids`` or an integer ``prompt``, as the engines' KV events name blocks),
+  ``prefix_block_bytes`` (64), ``prefix_block_size`` (16 token ids) and ``prefix_max_bytes``
+  (1 MiB of the prompt hashed), as the Python proxies (docs/contract.md, "HTTP proxies").
 * SMG's worker API (``POST /workers``, ``GET /workers``, ``DELETE /workers/{id}``, ...;
   docs/contract.md, "The worker API"): always on the metrics port, the admin listener;
   ``control_plane_api_keys`` (a list of bearer keys) requires one of them on every worker API

@@ -143,9 +143,10 @@ class Lease:
         The lease's weight then leaves its worker's prefill load (``WorkerInfo.prefill_load``),
         the load a policy with ``balance_by="prefill"`` weighs (docs/contract.md, "Prefill
         load"); its load and its place in flight stay until :meth:`release`. Idempotent and
-        thread-safe: later calls, and calls after the release, return False. One short call into the
-        library (the GIL held, as a route); :meth:`wrap_iter` and :meth:`wrap_aiter` make it
-        on the first item, the proxies on the worker's first body byte.
+        thread-safe: later calls, and calls after the release, return False without a call into
+        the library. The first makes one short call (the GIL held, as a route); :meth:`wrap_iter`
+        and :meth:`wrap_aiter` make it on the first item, the proxies on the worker's first body
+        byte.
 
         Raises:
             ForkedProcessError: in a process forked after the lease was taken.
@@ -157,7 +158,11 @@ class Lease:
         # The request path's binding (see _native): ready-made uint64 arguments. A negative status
         # (the router closed meanwhile by another thread) marked nothing.
         marked: int = native.lib.br_first_token(native.handle_arg, c_uint64(lease_id))
-        return marked == 1
+        if marked != 1:
+            return False
+        if self.__class__ is _HeldLease:  # not released meanwhile by another thread
+            self.__class__ = _StartedLease
+        return True
 
     def fail(self) -> bool:
         """Release the lease as a failure of its worker: ``release(outcome="failure")``."""
@@ -255,6 +260,17 @@ class _HeldLease(Lease):
                 self._native.release_abandoned(lease_id)
         except BaseException:
             pass
+
+
+class _StartedLease(_HeldLease):
+    """A lease not released yet whose first token was marked: :meth:`first_token` has nothing
+    left to do and answers without a call into the library (a release turns it into a plain
+    :class:`Lease`, as it does a :class:`_HeldLease`)."""
+
+    __slots__ = ()
+
+    def first_token(self) -> bool:
+        return False
 
 
 class LeasedIterator(Generator[T, None, None]):

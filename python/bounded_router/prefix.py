@@ -37,12 +37,12 @@ from __future__ import annotations
 import ctypes
 import operator
 import struct
-from typing import Iterable, List, SupportsIndex
+from typing import Iterable, SupportsIndex
 
 from . import _native
-from ._request import MAX_PREFIX_BLOCKS
+from ._request import MAX_PREFIX_BLOCKS, PrefixBlocks, packed_blocks
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "DEFAULT_BYTES_PER_BLOCK", "hash_blocks", "prefix_blocks", "text_prefix_blocks"]
+__all__ = ["DEFAULT_BLOCK_SIZE", "DEFAULT_BYTES_PER_BLOCK", "PrefixBlocks", "hash_blocks", "prefix_blocks", "text_prefix_blocks"]
 
 #: Tokens per block by default: vLLM's default KV block size, and the page size to give SGLang
 #: (whose default page of 1 token would make one hash per token). Use the engine's own value.
@@ -55,7 +55,7 @@ DEFAULT_BYTES_PER_BLOCK = 64
 _TOKEN_BYTES = 4
 
 
-def prefix_blocks(token_ids: Iterable[SupportsIndex], block_size: int = DEFAULT_BLOCK_SIZE) -> List[int]:
+def prefix_blocks(token_ids: Iterable[SupportsIndex], block_size: int = DEFAULT_BLOCK_SIZE) -> PrefixBlocks:
     """The chained hashes of the full blocks of ``block_size`` tokens of ``token_ids``.
 
     Args:
@@ -64,7 +64,9 @@ def prefix_blocks(token_ids: Iterable[SupportsIndex], block_size: int = DEFAULT_
         block_size: tokens per block, the engine's KV block (page) size.
 
     Returns:
-        One unsigned 64-bit int per full block; a partial last block is left out.
+        One unsigned 64-bit int per full block; a partial last block is left out. The list is a
+        :class:`~bounded_router.PrefixBlocks`, which ``route(..., prefix_blocks=...)`` passes to the
+        library as it is, at no cost per block.
 
     Raises:
         TypeError: a token id is not an integer, or ``block_size`` is not an int.
@@ -80,8 +82,9 @@ def prefix_blocks(token_ids: Iterable[SupportsIndex], block_size: int = DEFAULT_
     return _hash_blocks(data, block_size * _TOKEN_BYTES, "token_ids", "block_size")
 
 
-def text_prefix_blocks(text: str, bytes_per_block: int = DEFAULT_BYTES_PER_BLOCK) -> List[int]:
-    """The chained hashes of the full blocks of ``bytes_per_block`` bytes of ``text`` in UTF-8.
+def text_prefix_blocks(text: str, bytes_per_block: int = DEFAULT_BYTES_PER_BLOCK) -> PrefixBlocks:
+    """The chained hashes of the full blocks of ``bytes_per_block`` bytes of ``text`` in UTF-8,
+    as a :class:`~bounded_router.PrefixBlocks` (see :func:`prefix_blocks`).
 
     Blocks are cut in UTF-8 bytes, not code points, so that a block is the same size whatever the
     script (a block may end inside a character; the hash does not mind). See the module
@@ -99,16 +102,16 @@ def text_prefix_blocks(text: str, bytes_per_block: int = DEFAULT_BYTES_PER_BLOCK
     return _hash_blocks(text.encode("utf-8", "surrogatepass"), bytes_per_block, "text", "bytes_per_block")
 
 
-def hash_blocks(data: bytes, block_len: int) -> List[int]:
+def hash_blocks(data: bytes, block_len: int) -> PrefixBlocks:
     """The chained hashes of the full ``block_len``-byte blocks of ``data`` (for the proxies,
     which cut their text to :data:`~bounded_router.MAX_PREFIX_BLOCKS` blocks first)."""
     return _hash_blocks(data, block_len, "data", "block_len")
 
 
-def _hash_blocks(data: bytes, block_len: int, field: str, size_field: str) -> List[int]:
+def _hash_blocks(data: bytes, block_len: int, field: str, size_field: str) -> PrefixBlocks:
     n = len(data) // block_len
     if n == 0:
-        return []
+        return packed_blocks(b"")
     if n > MAX_PREFIX_BLOCKS:
         raise ValueError(
             "%s makes %d prefix blocks of %s, more than MAX_PREFIX_BLOCKS (%d): pass only its first %d"
@@ -117,7 +120,7 @@ def _hash_blocks(data: bytes, block_len: int, field: str, size_field: str) -> Li
     lib = _native.library()
     out = (ctypes.c_uint64 * n)()
     lib.check(lib.br_prefix_blocks(data, len(data), block_len, out, n))
-    return list(out)
+    return packed_blocks(bytes(out))
 
 
 def _check_block_length(name: str, value: int) -> None:

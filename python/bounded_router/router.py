@@ -306,7 +306,7 @@ class Router:
         *,
         headers: Optional[HeadersLike] = None,
         weight: Optional[int] = None,
-        prefix_blocks: Optional[Sequence[int]] = None,
+        prefix_blocks: Optional[Iterable[int]] = None,
         exclude: Optional[Iterable[str]] = None,
     ) -> Lease:
         """Choose a worker for a request and count the request on it until the lease is released.
@@ -324,8 +324,11 @@ class Router:
                 (docs/contract.md, "Weighted leases"). It plays no part in choosing the worker.
             prefix_blocks: the prompt's prefix block hashes in order (integers from 0 to
                 2**64-1, at most ``MAX_PREFIX_BLOCKS``; see :func:`~bounded_router.prefix_blocks`);
-                ``cache_aware`` routes by them, the other policies ignore them. An
-                ``array("Q")`` is passed on as it is; a list costs a conversion per block.
+                ``cache_aware`` routes by them, the other policies ignore them. A
+                :class:`~bounded_router.PrefixBlocks` (what ``prefix_blocks()`` returns) is
+                passed on as it is, an ``array("Q")`` or a buffer of uint64s (``memoryview``,
+                numpy ``uint64``) copied in one step, any other sequence of ints converted block
+                by block (docs/contract.md, "Weighted leases").
             exclude: the URLs of workers the request already failed on, for a retry
                 (docs/contract.md, "Worker failures"): a keyed request goes to the next
                 available worker clockwise from its key that is not excluded (branch
@@ -436,7 +439,7 @@ class Router:
         keys: Iterable[Union[str, bytes, None]],
         *,
         weights: Optional[Iterable[int]] = None,
-        prefix_blocks: Optional[Iterable[Optional[Sequence[int]]]] = None,
+        prefix_blocks: Optional[Iterable[Optional[Iterable[int]]]] = None,
     ) -> List[Lease]:
         """Route one request per key, in order, with one call into the library for the batch.
 
@@ -448,8 +451,8 @@ class Router:
         Args:
             keys: routing keys (``str``, ``bytes``, or None / empty for no key).
             weights: the weight of each key's lease, aligned with ``keys`` (see :meth:`route`).
-            prefix_blocks: each key's prefix blocks (a sequence, or None), aligned with
-                ``keys``.
+            prefix_blocks: each key's prefix blocks (None, or any form :meth:`route`
+                takes), aligned with ``keys``.
 
         Returns:
             One :class:`Lease` per key, in the order of ``keys``.
@@ -538,7 +541,7 @@ class Router:
         routing_key: Union[str, bytes, None] = None,
         *,
         headers: Optional[HeadersLike] = None,
-        prefix_blocks: Optional[Sequence[int]] = None,
+        prefix_blocks: Optional[Iterable[int]] = None,
     ) -> Decision:
         """Choose a worker like :meth:`route` without counting anything.
 

@@ -4,12 +4,13 @@ decision cache, _native.thread_buffers and the exports that keep the GIL)."""
 from __future__ import annotations
 
 import ctypes
+import gc
 import threading
 from array import array
 
 import pytest
 
-from bounded_router import Router, _native
+from bounded_router import Lease, Router, _native
 from reference_model import ReferenceRouter
 from support import W, hold, key_preferring, urls
 
@@ -259,5 +260,33 @@ def test_only_unreleased_leases_carry_the_safety_net(make_router):
     gc.collect()
     assert router.leaked_leases() == 0 and router.active_leases() == 1
     leases.clear()  # the last one was never released: the safety net releases it
+    gc.collect()
+    assert router.leaked_leases() == 1 and router.active_leases() == 0
+
+
+def test_first_token_calls_the_library_once_per_lease(make_router, monkeypatch):
+    # Idempotence is checked in Python: after the mark (or the release) no call is made, and
+    # the answers are the contract's ("Prefill load": True once, then False).
+    router = make_router(2)
+    native = router._native
+    calls = []
+    original = native.lib.br_first_token
+    monkeypatch.setattr(native.lib, "br_first_token", lambda *args: calls.append(args) or original(*args))
+    lease, other = router.route("a"), router.route("b")
+    assert lease.first_token() is True and len(calls) == 1
+    assert lease.first_token() is False and lease.first_token() is False and len(calls) == 1
+    assert [w.prefill_requests for w in router.workers()] == [1 if other.worker_url == url else 0 for url in urls(2)]
+    lease.release()
+    assert type(lease) is Lease  # released: no safety net left, started or not
+    assert lease.first_token() is False and len(calls) == 1
+    other.release()
+    assert other.first_token() is False and len(calls) == 1
+
+
+def test_a_started_lease_dropped_without_release_is_still_caught(make_router):
+    router = make_router(2)
+    lease = router.route("a")
+    lease.first_token()
+    del lease
     gc.collect()
     assert router.leaked_leases() == 1 and router.active_leases() == 0

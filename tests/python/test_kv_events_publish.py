@@ -37,10 +37,10 @@ def test_frames_follow_vllms_field_order_byte_for_byte() -> None:
 
 
 def test_a_prompts_insertion_is_a_stored_run_per_new_stretch_and_a_removal() -> None:
-    words = "a b c d e f".split()
-    events = cache_events(["k0", "k1", "k2"], words, 2, stored={"k1", "k2"}, evicted=["old"])
+    ids = [101, 102, 103, 104, 105, 106]
+    events = cache_events(["k0", "k1", "k2"], ids, 2, stored={"k1", "k2"}, evicted=["old"])
     assert events == [
-        BlockStored(["k1", "k2"], "k0", [token_id(w) for w in "c d e f".split()], 2),
+        BlockStored(["k1", "k2"], "k0", [103, 104, 105, 106], 2),
         BlockRemoved(["old"]),
     ]
 

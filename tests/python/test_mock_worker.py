@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any, Iterator
 
 import httpx
@@ -10,7 +11,7 @@ from integration_support import completion, events, streamed_text, wait_for
 
 from bounded_router.simulate.model import CostModel
 from bounded_router.testing.fleet import ServerProcess, start_mock_worker
-from bounded_router.testing.mock_worker import expected_text, make_prompt
+from bounded_router.testing.mock_worker import expected_text, make_prompt, token_id
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +59,20 @@ def test_prefix_cache_reuses_whole_blocks_of_a_shared_prefix(client: httpx.Clien
     assert events(_stream(client, completion(first, 1)))[-2]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
 
 
+def test_a_prompt_of_token_ids_shares_the_cache_with_its_text(client: httpx.Client) -> None:
+    # The text's token ids are its words' CRC-32s (zlib.crc32, independent of the mock): the same
+    # prompt either way, so the second request finds the first's two whole blocks of 4.
+    words = "alpha beta gamma delta epsilon zeta eta theta iota".split()
+    ids = [zlib.crc32(w.encode()) for w in words]
+    assert [token_id(w) for w in words] == ids
+    first = events(_stream(client, completion(" ".join(words), 2)))
+    second = events(_stream(client, completion(ids, 2)))
+    assert first[-2]["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert second[-2]["usage"] == {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11, "prompt_tokens_details": {"cached_tokens": 8}}
+    r = client.post("/v1/completions", json=completion(ids, 3, stream=False))
+    assert r.json()["choices"][0]["text"] == expected_text(ids, 3)
+
+
 def test_non_streaming_answer(client: httpx.Client) -> None:
     r = client.post("/v1/completions", json=completion("a b", 3, stream=False))
     assert r.json()["choices"][0]["text"] == expected_text("a b", 3)
@@ -67,8 +82,13 @@ def test_non_streaming_answer(client: httpx.Client) -> None:
 @pytest.mark.parametrize(
     "body, message",
     [
-        ({"max_tokens": 3}, "'prompt' must be a non-empty string"),
+        ({"max_tokens": 3}, "'prompt' must be a non-empty string or a list of token ids"),
         ({"prompt": "   "}, "'prompt' must be a non-empty string"),
+        ({"prompt": []}, "'prompt' must be a non-empty string or a list of token ids"),
+        ({"prompt": [1, -1]}, "list of token ids (ints from 0 to 2**32 - 1)"),
+        ({"prompt": [1, 2.0]}, "list of token ids"),
+        ({"prompt": [1, True]}, "list of token ids"),
+        ({"prompt": [1, 1 << 32]}, "list of token ids"),
         ({"prompt": "a", "max_tokens": 0}, "'max_tokens' must be an integer from 1 to 100000"),
         ({"prompt": "a", "stream": "yes"}, "'stream' must be true or false"),
         ({"prompt": "a", "fail_after_tokens": -1}, "'fail_after_tokens' must be a non-negative integer"),
@@ -157,6 +177,30 @@ def test_chat_completion_streams_deltas(client: httpx.Client) -> None:
     assert evs[-2]["usage"]["completion_tokens"] == 4
 
 
+def test_sglang_generate_takes_input_ids_or_text_and_answers_with_meta_info(client: httpx.Client) -> None:
+    # SGLang's native /generate, as slime and verl send it: the ids of "a b c d e" share the
+    # text's cache (its first whole block of 4), the answer is {"text", "meta_info"}.
+    ids = [zlib.crc32(w.encode()) for w in "a b c d e".split()]
+    first = client.post("/generate", json={"text": "a b c d e", "sampling_params": {"max_new_tokens": 3}}).json()
+    second = client.post("/generate", json={"input_ids": ids, "sampling_params": {"max_new_tokens": 3, "temperature": 0}}).json()
+    assert first["text"] == expected_text("a b c d e", 3) and second["text"] == expected_text(ids, 3)
+    meta = {"id": "mock", "prompt_tokens": 5, "completion_tokens": 3, "finish_reason": {"type": "length", "length": 3}}
+    assert first["meta_info"] == dict(meta, cached_tokens=0) and second["meta_info"] == dict(meta, cached_tokens=4)
+    assert second["worker"] == "m"
+
+
+def test_sglang_generate_streams_the_whole_text_so_far(client: httpx.Client) -> None:
+    with client.stream("POST", "/generate", json={"input_ids": [7, 8, 9], "sampling_params": {"max_new_tokens": 3}, "stream": True}) as r:
+        assert r.status_code == 200 and r.headers["content-type"] == "text/event-stream"
+        evs = events(list(r.iter_lines()))
+    assert evs[-1] == "[DONE]" and len(evs) == 4
+    whole = expected_text([7, 8, 9], 3)
+    texts = [e["text"] for e in evs[:-1]]
+    assert texts[-1] == whole and all(whole.startswith(t) for t in texts) and len(set(texts)) == 3
+    assert [e["meta_info"]["completion_tokens"] for e in evs[:-1]] == [1, 2, 3]
+    assert [e["meta_info"]["finish_reason"] for e in evs[:-1]] == [None, None, {"type": "length", "length": 3}]
+
+
 def test_requests_as_gateways_send_them(client: httpx.Client) -> None:
     # SMG's re-serialised completion: a model, echo, and unset fields as null (absent).
     body = {"model": "mock-model", "prompt": "a b", "echo": False, "max_tokens": 2, "stream": False, "n": None, "stop": None}
@@ -172,6 +216,10 @@ def test_requests_as_gateways_send_them(client: httpx.Client) -> None:
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "'messages' must hold some text"),
         ("/v1/chat/completions", _chat("a", max_completion_tokens=0), "'max_tokens' must be an integer from 1 to 100000"),
         ("/v1/completions", {"model": 7, "prompt": "a"}, "'model' must be a string"),
+        ("/generate", {"sampling_params": {}}, "'text' must be a non-empty string or 'input_ids' a list of token ids"),
+        ("/generate", {"input_ids": [1, "2"]}, "'input_ids' a list of token ids"),
+        ("/generate", {"text": "a", "sampling_params": []}, "'sampling_params' must be an object"),
+        ("/generate", {"text": "a", "sampling_params": {"max_new_tokens": 0}}, "'sampling_params.max_new_tokens' must be an integer from 1 to 100000"),
     ],
 )
 def test_bad_chat_and_model_are_400_naming_the_field(client: httpx.Client, path: str, body: Any, message: str) -> None:

@@ -1,10 +1,12 @@
-"""The proxies' ``prefix_blocks="text"`` option: the prompt of an OpenAI-style body becomes the
-request's prefix blocks (integrations/_prompt.py), over real HTTP on loopback for both framework
-helpers, with echo workers behind them; a body without a usable prompt is routed without blocks."""
+"""The proxies' ``prefix_blocks`` option: the prompt of an OpenAI-style body ("text") or its token
+ids ("tokens") become the request's prefix blocks (integrations/_prompt.py, docs/contract.md "HTTP
+proxies"), over real HTTP on loopback for both framework helpers, with echo workers behind them; a
+body without a usable prompt is routed without blocks."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, List, Optional
 
 import httpx
@@ -12,9 +14,9 @@ import pytest
 from echo_worker import EchoWorker
 from integration_support import ProxyServer, client, serve_proxy  # noqa: F401 - client, serve_proxy are fixtures
 
-from bounded_router import MAX_PREFIX_BLOCKS, text_prefix_blocks
+from bounded_router import MAX_PREFIX_BLOCKS, prefix_blocks, text_prefix_blocks
 from bounded_router.integrations import serve
-from bounded_router.integrations._prompt import INLINE_BODY_LIMIT, body_prefix_blocks, prompt_text
+from bounded_router.integrations._prompt import INLINE_BODY_LIMIT, body_prefix_blocks, body_token_blocks, prompt_text
 from bounded_router.integrations.options import ProxyOptions
 
 CHAT = {
@@ -81,8 +83,10 @@ def test_prefix_max_bytes_cuts_the_text_before_the_blocks() -> None:
 def test_the_option_is_validated_and_has_flags() -> None:
     assert ProxyOptions().prefix_blocks == "off"
     assert ProxyOptions().prefix_max_bytes == 1 << 20
-    with pytest.raises(ValueError, match="prefix_blocks must be one of off, text"):
-        ProxyOptions(prefix_blocks="tokens")
+    with pytest.raises(ValueError, match="prefix_blocks must be one of off, text, tokens"):
+        ProxyOptions(prefix_blocks="words")
+    with pytest.raises(ValueError, match="prefix_block_size"):
+        ProxyOptions(prefix_block_size=0)
     with pytest.raises(ValueError, match="prefix_block_bytes"):
         ProxyOptions(prefix_block_bytes=0)
     with pytest.raises(ValueError, match="prefix_max_bytes"):
@@ -92,8 +96,11 @@ def test_the_option_is_validated_and_has_flags() -> None:
     )
     options = ProxyOptions.from_cli_args(args)
     assert (options.prefix_blocks, options.prefix_block_bytes, options.prefix_max_bytes) == ("text", 32, 4096)
+    args = serve._parser().parse_args(["--worker-urls", "http://127.0.0.1:1", "--prefix-blocks", "tokens", "--prefix-block-size", "4"])
+    options = ProxyOptions.from_cli_args(args)
+    assert (options.prefix_blocks, options.prefix_block_size, ProxyOptions().prefix_block_size) == ("tokens", 4, 16)
     with pytest.raises(SystemExit):
-        serve._parser().parse_args(["--prefix-blocks", "tokens"])
+        serve._parser().parse_args(["--prefix-blocks", "words"])
 
 
 class RecordingRouter:
@@ -153,7 +160,7 @@ def test_the_native_gateway_takes_the_option_from_python_and_its_command_line(wo
         assert [r.body for r in worker.received] == [json.dumps(CHAT).encode(), b"{not json"]
     with Router([worker.url]) as router:
         with pytest.raises(ValueError, match="prefix_blocks"):
-            router.serve(prefix_blocks="tokens")
+            router.serve(prefix_blocks="words")
         with pytest.raises(ValueError, match="prefix_max_bytes"):
             router.serve(prefix_max_bytes=-1)
 
@@ -177,3 +184,66 @@ def test_the_gateway_and_the_python_proxy_hash_the_same_blocks_up_to_prefix_max_
         for body in bodies:
             post(client, url, body)
         assert router.statistics().prefix_blocks == want
+
+
+TOKEN_VECTORS = json.loads((Path(__file__).parent.parent / "testdata" / "token_prefix_blocks.json").read_text())
+
+
+@pytest.mark.parametrize("case", TOKEN_VECTORS, ids=[c["name"] for c in TOKEN_VECTORS])
+def test_token_blocks_match_the_shared_vectors(case: Any) -> None:
+    # The same file checks the gateway (gateway/prompt_tokens_test.go): both edges agree.
+    want = None if case["blocks"] is None else [int(b, 16) for b in case["blocks"]]
+    assert body_token_blocks(case["body"].encode(), case["block_size"], case["max_bytes"]) == want
+
+
+def test_a_long_token_prompt_is_cut_to_max_prefix_blocks() -> None:
+    ids = list(range(MAX_PREFIX_BLOCKS + 10))
+    assert body_token_blocks(json.dumps({"prompt": ids}).encode(), 1, 1 << 30) == prefix_blocks(ids[:MAX_PREFIX_BLOCKS], 1)
+
+
+def test_the_tokens_option_routes_with_the_blocks_of_the_ids_and_forwards_the_body_untouched(
+    worker: EchoWorker, serve_proxy: ProxyServer, client: httpx.Client
+) -> None:
+    ids = list(range(50, 90))
+    small = json.dumps({"input_ids": ids, "sampling_params": {"max_new_tokens": 2}}).encode()
+    # Over INLINE_BODY_LIMIT: parsed and hashed in a worker thread.
+    many = [7919 * i % 150000 for i in range(20000)]
+    large = json.dumps({"model": "m", "prompt": many}).encode()
+    assert len(large) > INLINE_BODY_LIMIT
+    with serve_proxy([worker.url], proxy_options={"prefix_blocks": "tokens", "prefix_block_size": 16}) as (url, proxy, router):
+        proxy.router = recorder = RecordingRouter(proxy.router)
+        for body in (small, large, CHAT_BODY, b"{not json"):
+            post(client, url, body)
+        assert [r.body for r in worker.received] == [small, large, CHAT_BODY, b"{not json"]
+        assert recorder.prefixes == [prefix_blocks(ids[:32], 16), prefix_blocks(many, 16), None, None]
+
+
+CHAT_BODY = json.dumps(CHAT).encode()
+
+
+def test_the_gateway_and_the_python_proxy_route_token_ids_to_the_worker_reporting_their_blocks(
+    worker: EchoWorker, serve_proxy: ProxyServer, client: httpx.Client
+) -> None:
+    # A second worker reports holding the prompt's first two blocks, named as its KV events name
+    # them (prefix_blocks of its token ids): both edges send the ids there.
+    from bounded_router import Router
+
+    other = EchoWorker()
+    other.start()
+    try:
+        ids = list(range(1000, 1010))
+        bodies = [json.dumps({"prompt": ids}).encode(), json.dumps({"input_ids": ids, "sampling_params": {}}).encode()]
+        options = {"prefix_blocks": "tokens", "prefix_block_size": 4}
+        with Router([worker.url, other.url], policy="cache_aware") as router, router.serve(**options) as gateway:
+            router.store_blocks(other.url, prefix_blocks(ids[:8], 4))
+            for body in bodies:
+                post(client, gateway.url, body)
+            assert router.statistics().prefix_blocks_matched == 4
+        with serve_proxy([worker.url, other.url], policy="cache_aware", proxy_options=options) as (url, proxy, router):
+            router.store_blocks(other.url, prefix_blocks(ids[:8], 4))
+            for body in bodies:
+                post(client, url, body)
+            assert router.statistics().prefix_blocks_matched == 4
+        assert [r.body for r in other.received] == bodies * 2 and not worker.received
+    finally:
+        other.stop()

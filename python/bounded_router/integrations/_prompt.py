@@ -1,5 +1,5 @@
 """The prompt of an OpenAI-style request body as prefix block hashes, for the proxies'
-``prefix_blocks="text"`` option (docs/contract.md, "HTTP proxies").
+``prefix_blocks`` option (docs/contract.md, "HTTP proxies"): ``"text"`` or ``"tokens"``.
 
 The text is what the engine's cache holds in the same order: for ``messages`` (chat) each
 message's role and content, one after the other; for ``prompt`` (completions) the string, or
@@ -7,18 +7,23 @@ the strings of a list joined by newlines. Content parts that are not text (image
 taken as their JSON, so that requests with other images part there. A body that is not JSON,
 or has neither field in a usable form (e.g. a prompt of token ids), gives no blocks: the request
 is routed without them, never refused.
+
+With ``"tokens"``, the blocks are :func:`~bounded_router.prefix_blocks` of the body's token ids:
+``input_ids`` when it is a list (SGLang's ``/generate``), else ``prompt`` (OpenAI completions),
+a list of ints from 0 to 2**32 - 1 and nothing else; those name blocks as the engines' KV events
+do, so ``cache_aware`` matches them against what each engine reports it holds.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable, List, Optional
+from typing import Any, Awaitable, Callable, Dict, List, Optional
 
 from .._request import MAX_PREFIX_BLOCKS
-from ..prefix import hash_blocks
+from ..prefix import hash_blocks, prefix_blocks
 from .options import DEFAULT_PREFIX_MAX_BYTES, ProxyOptions
 
-__all__ = ["INLINE_BODY_LIMIT", "body_prefix_blocks", "request_prefix_blocks", "prompt_text"]
+__all__ = ["INLINE_BODY_LIMIT", "body_prefix_blocks", "body_token_blocks", "request_prefix_blocks", "prompt_text", "prompt_token_ids"]
 
 #: Bodies up to this size are parsed and hashed on the event loop; larger ones in a worker
 #: thread, so that a 4 MiB body does not stall every other request (BENCHMARKS.md has the
@@ -26,13 +31,19 @@ __all__ = ["INLINE_BODY_LIMIT", "body_prefix_blocks", "request_prefix_blocks", "
 INLINE_BODY_LIMIT = 64 * 1024
 
 
-def prompt_text(body: bytes) -> Optional[str]:
-    """The prompt text of an OpenAI-style JSON body, or None when it has none."""
+def _json_object(body: bytes) -> Optional[Dict[str, Any]]:
+    """The body as a JSON object, or None."""
     try:
         document = json.loads(body)
     except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
         return None
-    if not isinstance(document, dict):
+    return document if isinstance(document, dict) else None
+
+
+def prompt_text(body: bytes) -> Optional[str]:
+    """The prompt text of an OpenAI-style JSON body, or None when it has none."""
+    document = _json_object(body)
+    if document is None:
         return None
     messages = document.get("messages")
     if isinstance(messages, list):
@@ -74,6 +85,31 @@ def body_prefix_blocks(body: bytes, bytes_per_block: int, max_bytes: int = DEFAU
     return hash_blocks(data, bytes_per_block) or None
 
 
+def prompt_token_ids(body: bytes) -> Optional[List[int]]:
+    """The token ids of a JSON body (``input_ids`` when it is a list, else ``prompt``), or None
+    when it has none or they are not all ints from 0 to 2**32 - 1."""
+    document = _json_object(body)
+    if document is None:
+        return None
+    ids = document.get("input_ids")
+    if not isinstance(ids, list):
+        ids = document.get("prompt")
+    if not isinstance(ids, list) or not ids:
+        return None
+    if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1 << 32 for i in ids):
+        return None
+    return ids
+
+
+def body_token_blocks(body: bytes, block_size: int, max_bytes: int = DEFAULT_PREFIX_MAX_BYTES) -> Optional[List[int]]:
+    """The prefix blocks of a body's token ids (of its first ``max_bytes // 4`` ids, at most
+    MAX_PREFIX_BLOCKS blocks of ``block_size``), or None."""
+    ids = prompt_token_ids(body)
+    if ids is None:
+        return None
+    return prefix_blocks(ids[: min(max_bytes // 4, MAX_PREFIX_BLOCKS * block_size)], block_size) or None
+
+
 async def request_prefix_blocks(
     body: bytes, options: ProxyOptions, run_in_thread: Callable[..., Awaitable[Optional[List[int]]]]
 ) -> Optional[List[int]]:
@@ -83,6 +119,10 @@ async def request_prefix_blocks(
     :data:`INLINE_BODY_LIMIT`."""
     if options.prefix_blocks == "off":
         return None
+    blocks: Callable[[bytes, int, int], Optional[List[int]]] = body_prefix_blocks
+    block_len = options.prefix_block_bytes
+    if options.prefix_blocks == "tokens":
+        blocks, block_len = body_token_blocks, options.prefix_block_size
     if len(body) <= INLINE_BODY_LIMIT:
-        return body_prefix_blocks(body, options.prefix_block_bytes, options.prefix_max_bytes)
-    return await run_in_thread(body_prefix_blocks, body, options.prefix_block_bytes, options.prefix_max_bytes)
+        return blocks(body, block_len, options.prefix_max_bytes)
+    return await run_in_thread(blocks, body, block_len, options.prefix_max_bytes)

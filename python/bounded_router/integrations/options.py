@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Tuple
 
-from ..prefix import DEFAULT_BYTES_PER_BLOCK
+from ..prefix import DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_BLOCK
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..args import RouterArgs
@@ -16,10 +16,10 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["ProxyOptions", "positive_seconds", "router_and_options"]
 
 MIB = 1024 * 1024
-#: How many UTF-8 bytes of a prompt's text prefix_blocks="text" hashes by default.
+#: How many bytes of a prompt prefix_blocks hashes by default (UTF-8 text, or 4 per token id).
 DEFAULT_PREFIX_MAX_BYTES = MIB
-#: The values of ``prefix_blocks``: off, or blocks of the body's prompt text.
-PREFIX_BLOCK_MODES = ("off", "text")
+#: The values of ``prefix_blocks``: off, blocks of the body's prompt text, or of its token ids.
+PREFIX_BLOCK_MODES = ("off", "text", "tokens")
 
 
 @dataclass(frozen=True)
@@ -39,12 +39,16 @@ class ProxyOptions:
             ``X-Bounded-Router-Worker``/``-Branch`` response headers and in error bodies.
         prefix_blocks: ``"text"`` derives prefix block hashes from an OpenAI-style JSON body
             (``messages`` or ``prompt``, see :func:`~bounded_router.text_prefix_blocks`) and
-            routes with them, for the ``cache_aware`` policy; ``"off"`` (the default) does not
-            read the body. A body without a prompt is routed without blocks.
+            routes with them, for the ``cache_aware`` policy; ``"tokens"`` derives them from the
+            body's token ids (``input_ids``, or a ``prompt`` of integers; see
+            :func:`~bounded_router.prefix_blocks`), the blocks the engines' KV events name;
+            ``"off"`` (the default) does not read the body. A body without a prompt is routed
+            without blocks.
         prefix_block_bytes: UTF-8 bytes per block with ``prefix_blocks="text"``.
-        prefix_max_bytes: how many UTF-8 bytes of a prompt's text are hashed with
-            ``prefix_blocks="text"`` (default 1 MiB): a longer prompt is routed by the blocks of
-            its beginning.
+        prefix_block_size: token ids per block with ``prefix_blocks="tokens"``: the engine's KV
+            block (page) size, which its events report (vLLM's default 16).
+        prefix_max_bytes: how many bytes of a prompt are hashed (its text's UTF-8 bytes, or 4 per
+            token id; default 1 MiB): a longer prompt is routed by the blocks of its beginning.
     """
 
     max_body_size: int = 4 * MIB
@@ -56,6 +60,7 @@ class ProxyOptions:
     expose_routing_headers: bool = False
     prefix_blocks: str = "off"
     prefix_block_bytes: int = DEFAULT_BYTES_PER_BLOCK
+    prefix_block_size: int = DEFAULT_BLOCK_SIZE
     prefix_max_bytes: int = DEFAULT_PREFIX_MAX_BYTES
 
     def __post_init__(self) -> None:
@@ -102,9 +107,11 @@ _HELP = {
     "first_byte_timeout": "seconds for a worker to start its response; then 504",
     "idle_timeout": "seconds a worker's response may stream nothing before it is cut",
     "expose_routing_headers": "name the chosen worker and branch in response headers and error bodies",
-    "prefix_blocks": "'text': route with prefix block hashes of the JSON body's messages or prompt (for cache_aware)",
+    "prefix_blocks": "'text': route with prefix block hashes of the JSON body's messages or prompt; 'tokens': of its token ids "
+    "(input_ids, or a prompt of integers), as the engines' KV events name blocks (for cache_aware)",
     "prefix_block_bytes": "UTF-8 bytes per prefix block with --prefix-blocks text",
-    "prefix_max_bytes": "UTF-8 bytes of a prompt's text hashed with --prefix-blocks text; a longer prompt is routed by its beginning",
+    "prefix_block_size": "token ids per prefix block with --prefix-blocks tokens: the engine's KV block (page) size",
+    "prefix_max_bytes": "bytes of a prompt hashed (UTF-8 text, 4 per token id); a longer prompt is routed by its beginning",
 }
 
 

@@ -231,7 +231,7 @@ class PrefixCache:
         self._blocks.clear()
 
 
-def text_block_keys(tokens: Sequence[str], block_size: int) -> List[Hashable]:
+def text_block_keys(tokens: Sequence[Hashable], block_size: int) -> List[Hashable]:
     """Block keys of a tokenized prompt: key ``i`` stands for tokens ``[0, (i + 1) * block_size)``.
 
     Only whole blocks get a key. Keys are chained hashes, equal across prompts exactly when the

@@ -29,7 +29,7 @@ from ..simulate.engine import PolicySpec, Result, placement_label
 from ..simulate.model import CostModel, Workload
 from ..simulate.report import format_table
 from .fleet import ServerProcess, start_mock_worker, start_proxy
-from .mock_worker import expected_text, make_prompt
+from .mock_worker import Prompt, expected_text, make_prompt, prompt_token_ids
 
 __all__ = ["Scenario", "RequestRecord", "PolicyRun", "run", "run_policy", "main", "stream_completion", "DEFAULT_POLICIES"]
 
@@ -115,12 +115,14 @@ async def _one_request(client: Any, proxy_url: str, scenario: Scenario, group: i
     return await stream_completion(client, proxy_url, prompt, w.output_tokens, "group-%s%d" % (tag, group), RequestRecord(group, sibling))
 
 
-async def stream_completion(client: Any, proxy_url: str, prompt: str, max_tokens: int, routing_key: str, record: RequestRecord) -> RequestRecord:
-    """Stream one completion of ``prompt`` through the proxy with ``routing_key``, filling in and
-    checking ``record``: status, worker, time to first token, usage, the text against what the
-    mock worker must have sent."""
+async def stream_completion(
+    client: Any, proxy_url: str, prompt: Prompt, max_tokens: int, routing_key: Optional[str], record: RequestRecord
+) -> RequestRecord:
+    """Stream one completion of ``prompt`` (text or token ids) through the proxy with
+    ``routing_key`` (None: no key), filling in and checking ``record``: status, worker, time to
+    first token, usage, the text against what the mock worker must have sent."""
     body = {"prompt": prompt, "max_tokens": max_tokens, "stream": True}
-    headers = {"X-SMG-Routing-Key": routing_key}
+    headers = {} if routing_key is None else {"X-SMG-Routing-Key": routing_key}
     start = time.monotonic()
     text: List[str] = []
     done = False
@@ -155,8 +157,8 @@ async def stream_completion(client: Any, proxy_url: str, prompt: str, max_tokens
         record.error = "the stream ended without [DONE]"
     elif "".join(text) != expected_text(prompt, max_tokens):
         record.error = "the streamed text differs from what the worker sent"
-    elif record.prompt_tokens != len(prompt.split()):
-        record.error = "usage reports %d prompt tokens, the prompt has %d" % (record.prompt_tokens, len(prompt.split()))
+    elif record.prompt_tokens != len(prompt_token_ids(prompt)):
+        record.error = "usage reports %d prompt tokens, the prompt has %d" % (record.prompt_tokens, len(prompt_token_ids(prompt)))
     else:
         record.ok = True
     return record

@@ -14,12 +14,12 @@ import sys
 import tempfile
 import time
 from types import TracebackType
-from typing import List, Optional, Sequence, Type
+from typing import List, Optional, Sequence, Tuple, Type
 
 from ..simulate.model import CostModel
 from .mock_worker import DEFAULT_MODEL_NAME
 
-__all__ = ["ServerProcess", "start_mock_worker", "start_proxy"]
+__all__ = ["ServerProcess", "kv_event_endpoints", "start_mock_worker", "start_proxy"]
 
 
 class ServerProcess:
@@ -100,9 +100,15 @@ class ServerProcess:
 
 
 def start_mock_worker(
-    name: str, cost: CostModel = CostModel(), time_scale: float = 0.01, lifetime: float = 900.0, model_name: str = DEFAULT_MODEL_NAME
+    name: str,
+    cost: CostModel = CostModel(),
+    time_scale: float = 0.01,
+    lifetime: float = 900.0,
+    model_name: str = DEFAULT_MODEL_NAME,
+    kv_events: bool = False,
 ) -> ServerProcess:
-    """A mock worker process (see :mod:`bounded_router.testing.mock_worker`) on 127.0.0.1."""
+    """A mock worker process (see :mod:`bounded_router.testing.mock_worker`) on 127.0.0.1;
+    ``kv_events`` publishes its cache's KV events on free ports (:func:`kv_event_endpoints`)."""
     args = [
         "--name", name,
         "--model-name", model_name,
@@ -115,7 +121,18 @@ def start_mock_worker(
         "--block-size", str(cost.block_size),
         "--cache-tokens", str(cost.cache_tokens),
     ]  # fmt: skip
+    if kv_events:
+        args += ["--kv-events-port", "0", "--kv-events-replay-port", "0"]
     return ServerProcess("mock worker %s" % name, "bounded_router.testing.mock_worker", args)
+
+
+def kv_event_endpoints(worker: ServerProcess) -> Tuple[str, str]:
+    """The KV event endpoint and replay endpoint a mock worker started with ``kv_events`` printed."""
+    for line in worker.lines:
+        if " publishing KV events on " in line:
+            endpoint, _, replay = line.split(" publishing KV events on ", 1)[1].strip().partition(" (replay ")
+            return endpoint, replay.rstrip(")")
+    raise ValueError("%s publishes no KV events (start it with kv_events=True)" % worker.name)
 
 
 def start_proxy(
@@ -138,4 +155,4 @@ def start_proxy(
         args += ["--min-load-gap", str(min_load_gap)]
     if max_load_skew is not None:
         args += ["--max-load-skew", repr(max_load_skew)]
-    return ServerProcess("proxy (%s)" % policy, module, args + list(flags))
+    return ServerProcess("proxy (%s)" % policy, module, args)

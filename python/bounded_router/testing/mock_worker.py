@@ -4,8 +4,10 @@ It serves an OpenAI-style ``POST /v1/completions`` with ``"stream": true`` and b
 worker model of the simulator (:mod:`bounded_router.simulate.model`): a prefix cache per worker
 (an LRU of prompt-prefix blocks), one FIFO prefill engine (time to first token = queueing +
 prefill of the uncached tokens) and decode at a fixed rate. Prompts are tokenized by
-whitespace. All costs are multiplied by ``time_scale`` (0.01 runs the model 100 times faster
-than real time), so a test can stream thousands of requests in seconds.
+whitespace, a word's token id its CRC-32 (:func:`token_id`); a prompt may also come as the token
+ids themselves, and both share the cache. All costs are multiplied by ``time_scale`` (0.01 runs
+the model 100 times faster than real time), so a test can stream thousands of requests in
+seconds.
 
 Standard library only (asyncio), so it ships with the package: tests, ``make demo``,
 ``scripts/e2e.py`` and users trying an integration without a GPU all start it the same way::
@@ -15,7 +17,8 @@ Standard library only (asyncio), so it ships with the package: tests, ``make dem
 
 Endpoints:
 
-* ``POST /v1/completions`` -- JSON ``{"prompt": str, "max_tokens": int, "stream": bool}``,
+* ``POST /v1/completions`` -- JSON ``{"prompt": str, "max_tokens": int, "stream": bool}``, the
+  prompt a string or a list of token ids (ints from 0 to 2**32 - 1, as vLLM and SGLang take),
   optionally ``"fail_after_tokens": n`` to abort the connection after n tokens (to test
   failures). The stream is server-sent events: one ``{"choices": [{"text": ...}]}`` per token,
   then one with ``"usage"`` (``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
@@ -27,6 +30,10 @@ Endpoints:
   ``"messages"`` (string contents or ``{"type": "text"}`` parts, joined by newlines);
   ``max_tokens`` or ``max_completion_tokens``; ``stream`` defaults to false, as OpenAI's. The
   answer is a ``chat.completion`` (or ``chat.completion.chunk`` events with ``delta.content``).
+* ``POST /generate`` -- SGLang's native endpoint, as slime and verl call it: ``"input_ids"`` (token
+  ids) or ``"text"``, ``"sampling_params": {"max_new_tokens": n}``, ``"stream"`` (default false);
+  the answer is ``{"text", "meta_info": {"prompt_tokens", "completion_tokens", "cached_tokens",
+  "finish_reason"}}``, streamed as events that each carry the whole text so far.
 * ``GET /stats`` -- counters: requests, completed, failed, cancelled (client gone), active,
   prompt/cached/computed prompt tokens.
 * ``POST /reset`` -- empty the prefix cache and zero the counters.
@@ -59,12 +66,12 @@ import os
 import sys
 import time
 import zlib
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..simulate.model import CostModel, PrefixCache, text_block_keys
 from .kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventPublisher
 
-__all__ = ["MockWorker", "expected_text", "make_prompt", "main", "DEFAULT_MODEL_NAME"]
+__all__ = ["MockWorker", "expected_text", "make_prompt", "prompt_token_ids", "token_id", "main", "DEFAULT_MODEL_NAME"]
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large", 503: "Service Unavailable"}
 _MAX_BODY = 16 * 1024 * 1024
@@ -73,13 +80,18 @@ DEFAULT_MODEL_NAME = "mock-model"
 MOCK_VERSION = "0.0.0-mock"
 
 
-def expected_text(prompt: str, max_tokens: int) -> str:
-    """The text the mock worker streams for ``prompt``: deterministic, different per prompt."""
+#: A prompt as a request gives it: text, or token ids.
+Prompt = Union[str, Sequence[int]]
+
+
+def expected_text(prompt: Prompt, max_tokens: int) -> str:
+    """The text the mock worker streams for ``prompt`` (text or token ids): deterministic,
+    different per prompt."""
     return "".join(_tokens(prompt, max_tokens))
 
 
-def _tokens(prompt: str, max_tokens: int) -> List[str]:
-    seed = zlib.crc32(prompt.encode("utf-8"))
+def _tokens(prompt: Prompt, max_tokens: int) -> List[str]:
+    seed = zlib.crc32((prompt if isinstance(prompt, str) else " ".join(map(str, prompt))).encode("utf-8"))
     return [" t%d" % ((seed + 7919 * i) % 100003) for i in range(max_tokens)]
 
 
@@ -105,7 +117,18 @@ def token_id(word: str) -> int:
     return zlib.crc32(word.encode("utf-8"))
 
 
-def cache_events(keys: Sequence[Any], words: Sequence[str], block_size: int, stored: Any, evicted: Sequence[Any]) -> List[List[Any]]:
+def prompt_token_ids(prompt: Prompt) -> List[int]:
+    """The token ids of a prompt: a text's words' :func:`token_id`, or the ids given."""
+    return [token_id(w) for w in prompt.split()] if isinstance(prompt, str) else list(prompt)
+
+
+def _is_token_ids(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1 << 32 for i in value
+    )
+
+
+def cache_events(keys: Sequence[Any], ids: Sequence[int], block_size: int, stored: Any, evicted: Sequence[Any]) -> List[List[Any]]:
     """The KV cache events of one prompt's insertion: a ``BlockStored`` per run of newly stored
     blocks (its parent the block before the run), then a ``BlockRemoved`` of the evicted ones."""
     events: List[List[Any]] = []
@@ -117,20 +140,20 @@ def cache_events(keys: Sequence[Any], words: Sequence[str], block_size: int, sto
         start = i
         while i < len(keys) and keys[i] in stored:
             i += 1
-        ids = [token_id(w) for w in words[start * block_size : i * block_size]]
-        events.append(BlockStored(keys[start:i], keys[start - 1] if start else None, ids, block_size))
+        tokens = ids[start * block_size : i * block_size]
+        events.append(BlockStored(keys[start:i], keys[start - 1] if start else None, tokens, block_size))
     if evicted:
         events.append(BlockRemoved(evicted))
     return events
 
 
 class _Job:
-    __slots__ = ("keys", "prompt_tokens", "reader", "done", "cached", "words", "arrival")
+    __slots__ = ("keys", "prompt_tokens", "reader", "done", "cached", "ids", "arrival")
 
-    def __init__(self, keys: List[Any], prompt_tokens: int, reader: asyncio.StreamReader, words: Sequence[str] = ()) -> None:
+    def __init__(self, keys: List[Any], prompt_tokens: int, reader: asyncio.StreamReader, ids: Sequence[int] = ()) -> None:
         self.arrival = asyncio.get_running_loop().time()
         self.keys = keys
-        self.words = words
+        self.ids = ids
         self.prompt_tokens = prompt_tokens
         self.reader = reader
         self.done: "asyncio.Future[Optional[int]]" = asyncio.get_running_loop().create_future()
@@ -225,7 +248,7 @@ class MockWorker:
             await asyncio.sleep(max(0.0, free_at - loop.time()))
             stored, evicted = self.cache.insert(job.keys)
             if self.kv_events is not None:
-                self.kv_events.publish(cache_events(job.keys, job.words, self.cost.block_size, set(stored), evicted))
+                self.kv_events.publish(cache_events(job.keys, job.ids, self.cost.block_size, set(stored), evicted))
             job.done.set_result(cached)
 
     # -- HTTP --------------------------------------------------------------------------------
@@ -309,10 +332,10 @@ class MockWorker:
             await self._recovered.wait()
         if self.fault == "unavailable":
             raise _HttpError(503, "the mock worker is switched to answer 503 (POST /fault)")
-        if path in ("/v1/completions", "/v1/chat/completions"):
+        if path in _ENDPOINTS:
             if method != "POST":
                 raise _HttpError(405, "use POST for %s" % path)
-            return await self._completion(body, reader, writer, chat=path == "/v1/chat/completions")
+            return await self._completion(body, reader, writer, _ENDPOINTS[path])
         if path == "/stats" and method == "GET":
             await self._send_json(writer, 200, dict(self.stats, worker=self.name, cached_blocks=len(self.cache)))
         elif path == "/reset" and method == "POST":
@@ -408,7 +431,8 @@ class MockWorker:
     # -- completions -------------------------------------------------------------------------
 
     @staticmethod
-    def _parse_completion(body: bytes, chat: bool) -> Tuple[str, int, bool, Optional[int]]:
+    def _parse_completion(body: bytes, kind: str) -> Tuple[Prompt, int, bool, Optional[int]]:
+        """A generation request of an endpoint (``_ENDPOINTS``): prompt, max tokens, stream, fail after."""
         try:
             request = json.loads(body or b"null")
         except ValueError:
@@ -420,13 +444,11 @@ class MockWorker:
         model = request.get("model", DEFAULT_MODEL_NAME)
         if not isinstance(model, str):
             raise _HttpError(400, "'model' must be a string")
-        prompt = _chat_prompt(request.get("messages")) if chat else request.get("prompt")
-        if not isinstance(prompt, str) or not prompt.split():
-            raise _HttpError(400, "'messages' must hold some text" if chat else "'prompt' must be a non-empty string")
-        max_tokens = request.get("max_completion_tokens", request.get("max_tokens", 16)) if chat else request.get("max_tokens", 16)
+        prompt, max_tokens = _PROMPTS[kind](request)
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= 100000:
-            raise _HttpError(400, "'max_tokens' must be an integer from 1 to 100000")
-        stream = request.get("stream", not chat)
+            name = "sampling_params.max_new_tokens" if kind == "generate" else "max_tokens"
+            raise _HttpError(400, "'%s' must be an integer from 1 to 100000" % name)
+        stream = request.get("stream", kind == "completions")
         if not isinstance(stream, bool):
             raise _HttpError(400, "'stream' must be true or false")
         fail_after = request.get("fail_after_tokens")
@@ -434,44 +456,32 @@ class MockWorker:
             raise _HttpError(400, "'fail_after_tokens' must be a non-negative integer")
         return prompt, max_tokens, stream, fail_after
 
-    def _chat_envelope(self, kind: str, payload: Dict[str, Any]) -> Dict[str, Any]:
-        return dict({"id": "chatcmpl-mock", "object": kind, "created": 0, "model": self.model_name}, **payload)
-
-    async def _completion(self, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, chat: bool) -> bool:
-        prompt, max_tokens, stream, fail_after = self._parse_completion(body, chat)
+    async def _completion(self, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str) -> bool:
+        prompt, max_tokens, stream, fail_after = self._parse_completion(body, kind)
         assert self._queue is not None
         stats = self.stats
         stats["requests"] += 1
         stats["active"] += 1
-        words = prompt.split()
+        ids = prompt_token_ids(prompt)
         arrival = time.monotonic()
         outcome = "cancelled"
         try:
             if stream:
                 writer.write(self._head(200, "text/event-stream", "cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"))
                 await writer.drain()
-            job = _Job(text_block_keys(words, self.cost.block_size), len(words), reader, words)
+            job = _Job(text_block_keys(ids, self.cost.block_size), len(ids), reader, ids)
             self._queue.put_nowait(job)
             cached = await job.done
             if cached is None:
                 return False
-            ttft_ms = (time.monotonic() - arrival) * 1000.0
-            stats["prompt_tokens"] += len(words)
+            stats["prompt_tokens"] += len(ids)
             stats["cached_tokens"] += cached
-            stats["computed_tokens"] += len(words) - cached
+            stats["computed_tokens"] += len(ids) - cached
             tokens = _tokens(prompt, max_tokens)
-            usage = {
-                "prompt_tokens": len(words),
-                "completion_tokens": max_tokens,
-                "total_tokens": len(words) + max_tokens,  # OpenAI's CompletionUsage has all three
-                "prompt_tokens_details": {"cached_tokens": cached},
-            }
+            answer = _Answer(kind, self, len(ids), cached, max_tokens, (time.monotonic() - arrival) * 1000.0)
             if not stream:
                 await asyncio.sleep(self._seconds(self.cost.decode_ms_per_token * max_tokens))
-                text = "".join(tokens)
-                choice = {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"index": 0, "text": text}
-                answer = {"choices": [dict(choice, finish_reason="length")], "usage": usage, "worker": self.name, "ttft_ms": ttft_ms}
-                await self._send_json(writer, 200, self._chat_envelope("chat.completion", answer) if chat else answer)
+                await self._send_json(writer, 200, answer.whole("".join(tokens)))
                 outcome = "completed"
                 return True
             loop = asyncio.get_running_loop()
@@ -484,18 +494,14 @@ class MockWorker:
                     return False
                 if reader.at_eof():  # the client closed its side: stop generating
                     return False
-                finish = "length" if i == max_tokens - 1 else None
-                if chat:
-                    choice = {"index": 0, "delta": {"content": token}, "finish_reason": finish}
-                    await self._send_event(writer, self._chat_envelope("chat.completion.chunk", {"choices": [choice]}))
-                else:
-                    await self._send_event(writer, {"choices": [{"index": 0, "text": token, "finish_reason": finish}]})
+                await self._send_event(writer, answer.event(token))
                 deadline += step
                 delay = deadline - loop.time()
                 if delay > 0 and i < max_tokens - 1:
                     await asyncio.sleep(delay)
-            last: Dict[str, Any] = {"choices": [], "usage": usage, "worker": self.name, "ttft_ms": ttft_ms}
-            await self._send_event(writer, self._chat_envelope("chat.completion.chunk", last) if chat else last)
+            closing = answer.closing()
+            if closing is not None:
+                await self._send_event(writer, closing)
             writer.write(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
             await writer.drain()
             outcome = "completed"
@@ -526,6 +532,101 @@ def _chat_prompt(messages: Any) -> Optional[str]:
         elif isinstance(content, list):
             texts += [p["text"] for p in content if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)]
     return "\n".join(texts)
+
+
+def _completions_prompt(request: Dict[str, Any]) -> Tuple[Prompt, Any]:
+    prompt: Any = request.get("prompt")
+    if not (isinstance(prompt, str) and prompt.split()) and not _is_token_ids(prompt):
+        raise _HttpError(400, "'prompt' must be a non-empty string or a list of token ids (ints from 0 to 2**32 - 1)")
+    return prompt, request.get("max_tokens", 16)
+
+
+def _chat_request_prompt(request: Dict[str, Any]) -> Tuple[Prompt, Any]:
+    prompt = _chat_prompt(request.get("messages"))
+    if not prompt or not prompt.split():
+        raise _HttpError(400, "'messages' must hold some text")
+    return prompt, request.get("max_completion_tokens", request.get("max_tokens", 16))
+
+
+def _generate_prompt(request: Dict[str, Any]) -> Tuple[Prompt, Any]:
+    """SGLang's /generate: ``input_ids`` or ``text``, and ``sampling_params.max_new_tokens``."""
+    prompt: Any = request.get("input_ids", request.get("text"))
+    if not (isinstance(prompt, str) and prompt.split()) and not _is_token_ids(prompt):
+        raise _HttpError(400, "'text' must be a non-empty string or 'input_ids' a list of token ids (ints from 0 to 2**32 - 1)")
+    sampling = request.get("sampling_params", {})
+    if not isinstance(sampling, dict):
+        raise _HttpError(400, "'sampling_params' must be an object")
+    return prompt, sampling.get("max_new_tokens", 16)
+
+
+#: The generation endpoints by path, and how each reads its prompt and its number of tokens.
+_ENDPOINTS = {"/v1/completions": "completions", "/v1/chat/completions": "chat", "/generate": "generate"}
+_PROMPTS: Dict[str, Callable[[Dict[str, Any]], Tuple[Prompt, Any]]] = {
+    "completions": _completions_prompt,
+    "chat": _chat_request_prompt,
+    "generate": _generate_prompt,
+}
+
+
+class _Answer:
+    """One request's answer in its endpoint's shape, whole or as stream events: OpenAI's
+    completion (``usage`` in a last event of its own), OpenAI's chat completion, or SGLang's
+    /generate (each event the whole text so far and ``meta_info``). Each whole answer and last
+    event also name the worker and its time to first token."""
+
+    def __init__(self, kind: str, worker: "MockWorker", prompt_tokens: int, cached: int, max_tokens: int, ttft_ms: float) -> None:
+        self.kind = kind
+        self.model = worker.model_name
+        self.prompt_tokens, self.cached, self.max_tokens = prompt_tokens, cached, max_tokens
+        self.extra = {"worker": worker.name, "ttft_ms": ttft_ms}
+        self.text, self.sent = "", 0
+
+    def _usage(self) -> Dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.max_tokens,
+            "total_tokens": self.prompt_tokens + self.max_tokens,  # OpenAI's CompletionUsage has all three
+            "prompt_tokens_details": {"cached_tokens": self.cached},
+        }
+
+    def _generate(self, text: str, tokens: int) -> Dict[str, Any]:
+        finished = tokens == self.max_tokens
+        meta = {
+            "id": "mock",
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": tokens,
+            "cached_tokens": self.cached,
+            "finish_reason": {"type": "length", "length": tokens} if finished else None,
+        }
+        answer = {"text": text, "meta_info": meta}
+        return dict(answer, **self.extra) if finished else answer
+
+    def _chat(self, kind: str, payload: Dict[str, Any]) -> Dict[str, Any]:
+        return dict({"id": "chatcmpl-mock", "object": kind, "created": 0, "model": self.model}, **payload)
+
+    def whole(self, text: str) -> Dict[str, Any]:
+        if self.kind == "generate":
+            return self._generate(text, self.max_tokens)
+        if self.kind == "chat":
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+            return self._chat("chat.completion", dict({"choices": [choice], "usage": self._usage()}, **self.extra))
+        return dict({"choices": [{"index": 0, "text": text, "finish_reason": "length"}], "usage": self._usage()}, **self.extra)
+
+    def event(self, token: str) -> Dict[str, Any]:
+        self.text, self.sent = self.text + token, self.sent + 1
+        finish = "length" if self.sent == self.max_tokens else None
+        if self.kind == "generate":
+            return self._generate(self.text, self.sent)
+        if self.kind == "chat":
+            return self._chat("chat.completion.chunk", {"choices": [{"index": 0, "delta": {"content": token}, "finish_reason": finish}]})
+        return {"choices": [{"index": 0, "text": token, "finish_reason": finish}]}
+
+    def closing(self) -> Optional[Dict[str, Any]]:
+        """The event after the tokens: OpenAI's usage; None for SGLang, whose last event has it."""
+        if self.kind == "generate":
+            return None
+        last = dict({"choices": [], "usage": self._usage()}, **self.extra)
+        return self._chat("chat.completion.chunk", last) if self.kind == "chat" else last
 
 
 def _parser() -> argparse.ArgumentParser:

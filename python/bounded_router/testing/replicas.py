@@ -1,0 +1,233 @@
+"""Router replicas end to end: several native gateways in front of the same mock workers, with
+and without the workers' KV events (docs/contract.md, "Reported blocks"; issue 21).
+
+Every process is real and on loopback: mock workers (:mod:`~bounded_router.testing.mock_worker`)
+that publish their prefix cache's KV events over ZeroMQ with a replay socket, and gateway
+processes (``python -m bounded_router serve``) under ``cache_aware`` that route each request by
+the prefix blocks of its token ids (``--prefix-blocks tokens``), each a router of its own. The
+workload is multi-turn sessions (turn ``t`` repeats the session's history and adds to it), sent as
+token ids, each request to a random gateway, as the processes of an RL rollout send theirs. Each
+mode runs the same requests at the same times (:class:`~bounded_router.testing.sessions.Sessions`),
+the workers' caches and counters emptied first:
+
+* one gateway, which sees every request (what the replicas lose);
+* the replicas without events: each knows only what it routed itself;
+* the replicas with events: each learns what every worker really holds;
+* the same with engine loads polled (``--load-poll sglang``).
+
+Cache hits are the workers' own counters (``GET /stats``: cached prompt tokens over prompt
+tokens); time to first token is the client's. ``scripts/e2e_replicas.py`` runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from ..metrics import parse as parse_metrics
+from .e2e import RequestRecord, _get_json, _post, stream_completion
+from .fleet import ServerProcess, kv_event_endpoints, start_mock_worker, start_proxy
+from .mock_worker import expected_text, prompt_token_ids
+from .sessions import Outcome, Policy, Sessions
+
+__all__ = [
+    "Mode", "MODES", "ModeResult", "await_events", "complete", "format_table", "indexed_blocks", "run", "run_mode",
+    "session_token_prompts", "start_gateways", "start_workers",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How many gateways, and whether they take the workers' KV events and loads."""
+
+    label: str
+    gateways: int
+    events: bool = False
+    loads: bool = False
+
+
+MODES: Tuple[Mode, ...] = (
+    Mode("1 gateway, no events", 1),
+    Mode("4 gateways, no events", 4),
+    Mode("4 gateways, KV events", 4, events=True),
+    Mode("4 gateways, events + loads", 4, events=True, loads=True),
+)
+
+
+def session_token_prompts(workload: Sessions, session: int, document_tokens: int) -> List[List[int]]:
+    """The token ids of a session's turns: the document, every earlier question with the mock
+    worker's answer to it, and a new question."""
+    history = prompt_token_ids(_words("s%d.doc." % session, document_tokens))
+    prompts = []
+    for turn in range(workload.turns):
+        if turn:
+            history = history + prompt_token_ids(expected_text(history, workload.answer_tokens))
+        history = history + prompt_token_ids(_words("s%d.q%d." % (session, turn), workload.question_tokens))
+        prompts.append(history)
+    return prompts
+
+
+def _words(prefix: str, n: int) -> str:
+    return " ".join("%s%d" % (prefix, i) for i in range(n))
+
+
+@contextlib.contextmanager
+def start_workers(workload: Sessions, lifetime: float) -> Iterator[List[ServerProcess]]:
+    """``workload.workers`` mock worker processes publishing KV events, stopped on exit."""
+    with contextlib.ExitStack() as stack:
+        yield [
+            stack.enter_context(start_mock_worker("w%d" % i, workload.cost, workload.time_scale, lifetime, kv_events=True))
+            for i in range(workload.workers)
+        ]
+
+
+def gateway_flags(mode: Mode, workers: Sequence[ServerProcess], block_size: int) -> List[str]:
+    """The ``serve`` flags of a mode's gateways over ``workers``."""
+    flags = ["--prefix-blocks", "tokens", "--prefix-block-size", str(block_size)]
+    if mode.events:
+        for worker in workers:
+            endpoint, replay = kv_event_endpoints(worker)
+            flags += ["--kv-events", "%s=%s" % (worker.url, endpoint), "--kv-events-replay", "%s=%s" % (worker.url, replay)]
+    if mode.loads:
+        flags += ["--load-poll", "sglang"]
+    return flags
+
+
+@contextlib.contextmanager
+def start_gateways(mode: Mode, workers: Sequence[ServerProcess], block_size: int, lifetime: float) -> Iterator[List[ServerProcess]]:
+    """A mode's gateway processes, stopped on exit."""
+    flags = gateway_flags(mode, workers, block_size)
+    with contextlib.ExitStack() as stack:
+        yield [
+            stack.enter_context(start_proxy([w.url for w in workers], "cache_aware", lifetime=lifetime, flags=flags))
+            for _ in range(mode.gateways)
+        ]
+
+
+def indexed_blocks(gateway: ServerProcess) -> Dict[str, float]:
+    """Blocks the gateway's index holds per worker URL (its /metrics)."""
+    metrics = parse_metrics(_get_json(gateway.metrics_url + "/metrics"))
+    return {dict(labels)["worker"]: v for (name, labels), v in metrics.items() if name == "bounded_router_worker_indexed_blocks"}
+
+
+def await_events(gateways: Sequence[ServerProcess], workers: Sequence[ServerProcess], block_size: int, attempts: int = 100) -> None:
+    """Wait until every gateway hears every worker's events, then empty the caches again.
+
+    A ZeroMQ subscriber misses what was published before it joined, so each worker is sent a
+    prompt of its own, straight (no gateway sees it), until every gateway's index holds blocks
+    there; a reset then clears the caches and, by event, the indexes. RuntimeError after
+    ``attempts`` rounds of 0.1 s."""
+    for round_ in range(attempts):
+        for worker in workers:
+            _post(worker.url + "/reset")
+            complete(worker.url, prompt_token_ids(_words("probe.%s.%d." % (worker.name, round_), block_size)))
+        time.sleep(0.1)
+        if all(all(indexed_blocks(g).get(w.url, 0) > 0 for w in workers) for g in gateways):
+            break
+    else:
+        raise RuntimeError("the gateways did not receive every worker's KV events after %d attempts" % attempts)
+    for worker in workers:
+        _post(worker.url + "/reset")
+    for _ in range(attempts):
+        if not any(any(indexed_blocks(g).values()) for g in gateways):
+            return
+        time.sleep(0.1)
+    raise RuntimeError("the gateways' indexes were not cleared by the workers' AllBlocksCleared events")
+
+
+def complete(url: str, ids: List[int]) -> Dict[str, Any]:
+    """One non-streaming completion of ``ids`` at ``url`` (a worker or a gateway), its answer."""
+    import httpx
+
+    with httpx.Client(timeout=60.0, trust_env=False) as client:
+        response = client.post(url + "/v1/completions", json={"prompt": ids, "max_tokens": 1, "stream": False})
+        response.raise_for_status()
+        answer: Dict[str, Any] = response.json()
+        return answer
+
+
+@dataclass
+class ModeResult:
+    """One mode's run: the client's records (TTFT) and the workers' counters (cache hits)."""
+
+    mode: Mode
+    outcome: Outcome
+    prompt_tokens: int
+    cached_tokens: int
+
+    @property
+    def cache_hits(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else math.nan
+
+
+async def _send_sessions(gateways: Sequence[str], workload: Sessions) -> List[RequestRecord]:
+    import httpx
+
+    records: List[RequestRecord] = []
+    pick = random.Random(workload.seed + 1)  # the same gateway for each request in every mode
+    timeout = httpx.Timeout(workload.request_timeout, connect=10.0)
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=None), timeout=timeout, trust_env=False) as client:
+        began = time.monotonic()
+
+        async def session(number: int, start_s: float, document_tokens: int, targets: List[str]) -> None:
+            for turn, prompt in enumerate(session_token_prompts(workload, number, document_tokens)):
+                await asyncio.sleep(max(0.0, began + start_s + turn * workload.think_s - time.monotonic()))
+                record = RequestRecord(number, turn)
+                records.append(await stream_completion(client, targets[turn], prompt, workload.answer_tokens, None, record))
+
+        schedule = workload.schedule()
+        targets = [[pick.choice(gateways) for _ in range(workload.turns)] for _ in schedule]
+        await asyncio.gather(*(session(n, start, tokens, targets[n]) for n, (start, tokens) in enumerate(schedule)))
+    return records
+
+
+def run_mode(mode: Mode, workload: Sessions, workers: Sequence[ServerProcess]) -> ModeResult:
+    """The workload through a mode's new gateways in front of ``workers``, caches emptied first."""
+    lifetime = 120.0 + workload.requests * 0.5
+    with start_gateways(mode, workers, workload.cost.block_size, lifetime) as gateways:
+        if mode.events:
+            await_events(gateways, workers, workload.cost.block_size)
+        for worker in workers:
+            _post(worker.url + "/reset")
+        started = time.monotonic()
+        records = asyncio.run(asyncio.wait_for(_send_sessions([g.url for g in gateways], workload), lifetime - 30.0))
+        wall = time.monotonic() - started
+    stats = [_get_json(w.url + "/stats") for w in workers]
+    outcome = Outcome(Policy(mode.label, "cache_aware"), records, {}, wall)
+    return ModeResult(mode, outcome, sum(s["prompt_tokens"] for s in stats), sum(s["cached_tokens"] for s in stats))
+
+
+def run(workload: Sessions, modes: Sequence[Mode] = MODES, progress: Any = None) -> List[ModeResult]:
+    """Start the mock workers and run every mode; ``progress(text)`` is told what starts."""
+    lifetime = 120.0 + len(modes) * (60.0 + workload.requests * 0.5)
+    results = []
+    with start_workers(workload, lifetime) as workers:
+        for mode in modes:
+            if progress:
+                progress("%s: %d requests ..." % (mode.label, workload.requests))
+            results.append(run_mode(mode, workload, workers))
+    return results
+
+
+def format_table(results: Sequence[ModeResult], baseline: Optional[str] = "4 gateways, no events") -> str:
+    """The modes side by side, mean TTFT also as a ratio to ``baseline``'s."""
+    base = next((r.outcome.mean_ttft for r in results if r.mode.label == baseline), math.nan)
+    lines = ["%-28s %10s %7s %10s %11s %9s" % ("mode", "mean TTFT", "+-", "p99 TTFT", "cache hits", "vs no ev.")]
+    for r in results:
+        o = r.outcome
+        lines.append(
+            "%-28s %7.0f ms %4.0f ms %7.0f ms %10.1f%% %9s"
+            % (r.mode.label, o.mean_ttft, o.mean_ttft_margin, o.p99_ttft, 100 * r.cache_hits, "x%.2f" % (o.mean_ttft / base))
+        )
+    lines += [
+        "",
+        "  cache hits: cached prompt tokens / prompt tokens, the mock workers' own counters (GET /stats)",
+        "  TTFT: time to first token as the client saw it; +-: half the 95% confidence interval of the mean",
+        "  vs no ev.: mean TTFT against the replicas without events (x0.50: twice as fast)",
+    ]
+    return "\n".join(lines)
