@@ -80,40 +80,66 @@ func RequestFromHeaders(headers iter.Seq2[[]byte, []byte]) Request {
 	return requestFromHeaders(defaultKeyHeaders[:], headers)
 }
 
+// headerSlots is how many header names carry routing inputs at most: the target, the
+// routing-key headers, the implicit key headers (in that order, the slots of headerSlot).
+const headerSlots = 1 + MaxRoutingKeyHeaders + len(implicitKeyHeaders)
+
+// headerValues holds the first value of each routing header present, by slot.
+type headerValues[T string | []byte] struct {
+	seen   [headerSlots]bool
+	values [headerSlots]T
+}
+
 // requestFromHeaders is RequestFromHeaders with the routing-key header names keyHeaders, which
 // CheckRoutingKeyHeaders accepted. As in SMG, the first of them, in their order, whose value is
 // valid gives the explicit key.
 func requestFromHeaders(keyHeaders []string, headers iter.Seq2[[]byte, []byte]) Request {
-	// Slots: 0 the target, then the key headers, then the implicit key headers.
-	const slots = 1 + MaxRoutingKeyHeaders + len(implicitKeyHeaders)
-	var (
-		req    Request
-		seen   [slots]bool
-		values [slots][]byte
-	)
+	var h headerValues[[]byte]
 	for name, value := range headers {
 		slot := headerSlot(name, keyHeaders)
-		if slot < 0 || seen[slot] {
+		if slot < 0 || h.seen[slot] {
 			continue
 		}
-		seen[slot], values[slot] = true, value
+		h.seen[slot], h.values[slot] = true, value
 	}
-	if seen[0] && ValidHeaderValue(values[0]) {
+	return h.request(len(keyHeaders))
+}
+
+// routingHeaderNames lists the headers that carry routing inputs in slot order (headerSlot's).
+func routingHeaderNames(keyHeaders []string) []string {
+	names := append([]string{HeaderTargetWorker}, keyHeaders...)
+	return append(names, implicitKeyHeaders[:]...)
+}
+
+// requestFromValues is Router.RequestFromValues with the routing-key header names keyHeaders.
+func requestFromValues(keyHeaders []string, value func(slot int) (string, bool)) Request {
+	var h headerValues[string]
+	for slot := range 1 + len(keyHeaders) + len(implicitKeyHeaders) {
+		h.values[slot], h.seen[slot] = value(slot)
+	}
+	return h.request(len(keyHeaders))
+}
+
+// request applies the precedence rules to the values found. Only the values it keeps are
+// converted to bytes (a copy for strings).
+func (h *headerValues[T]) request(keyHeaders int) Request {
+	var req Request
+	if h.seen[0] && validHeaderValue(h.values[0]) {
 		req.HasTarget = true
-		req.TargetIndex = ParseTargetIndex(values[0])
+		req.TargetIndex = parseTargetIndex(h.values[0])
 	}
-	implicitAt := 1 + len(keyHeaders)
+	implicitAt := 1 + keyHeaders
 	for i := 1; i < implicitAt; i++ {
-		if seen[i] && ValidHeaderValue(values[i]) {
-			req.RoutingKey = values[i]
+		if h.seen[i] && validHeaderValue(h.values[i]) {
+			req.RoutingKey = []byte(h.values[i])
 			break
 		}
 	}
 	for i := implicitAt; i < implicitAt+len(implicitKeyHeaders); i++ {
-		if seen[i] {
+		if h.seen[i] {
 			// The first present header decides; an empty or invalid one does not fall through.
-			if ValidHeaderValue(values[i]) {
-				req.ImplicitKey = values[i]
+			if validHeaderValue(h.values[i]) {
+				req.ImplicitKey = []byte(h.values[i])
 			}
 			break
 		}
@@ -163,12 +189,14 @@ func lowerASCII(c byte) byte {
 
 // ValidHeaderValue reports whether a header value may be used: non-empty, and every byte
 // visible ASCII (0x20-0x7E) or a horizontal tab.
-func ValidHeaderValue(value []byte) bool {
+func ValidHeaderValue(value []byte) bool { return validHeaderValue(value) }
+
+func validHeaderValue[T string | []byte](value T) bool {
 	if len(value) == 0 {
 		return false
 	}
-	for _, c := range value {
-		if (c < 0x20 || c > 0x7e) && c != '\t' {
+	for i := 0; i < len(value); i++ {
+		if c := value[i]; (c < 0x20 || c > 0x7e) && c != '\t' {
 			return false
 		}
 	}
@@ -178,7 +206,9 @@ func ValidHeaderValue(value []byte) bool {
 // ParseTargetIndex parses an X-SMG-Target-Worker value like an unsigned integer: an optional
 // leading '+', then one or more decimal digits and nothing else. It returns -1 for anything
 // else, including a value too large for an int.
-func ParseTargetIndex(value []byte) int {
+func ParseTargetIndex(value []byte) int { return parseTargetIndex(value) }
+
+func parseTargetIndex[T string | []byte](value T) int {
 	if len(value) > 0 && value[0] == '+' {
 		value = value[1:]
 	}
@@ -187,7 +217,8 @@ func ParseTargetIndex(value []byte) int {
 	}
 	const limit = int(^uint(0) >> 1)
 	n := 0
-	for _, c := range value {
+	for i := 0; i < len(value); i++ {
+		c := value[i]
 		if c < '0' || c > '9' {
 			return -1
 		}

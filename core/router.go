@@ -87,6 +87,19 @@ func (r *Router) RequestFromHeaders(headers iter.Seq2[[]byte, []byte]) Request {
 	return requestFromHeaders(r.keyHeaders, headers)
 }
 
+// RoutingHeaderNames returns the names of the headers that carry routing inputs for this
+// router, in the order RequestFromValues asks for them: X-SMG-Target-Worker, the routing-key
+// headers, then Authorization, X-Forwarded-For and Cookie.
+func (r *Router) RoutingHeaderNames() []string { return routingHeaderNames(r.keyHeaders) }
+
+// RequestFromValues is RequestFromHeaders for a caller that looks the routing headers up
+// itself, as an HTTP server that has parsed them already: value(i) returns the first value of
+// the i-th header of RoutingHeaderNames and whether it is present. It keeps a copy of the
+// values it uses only.
+func (r *Router) RequestFromValues(value func(i int) (string, bool)) Request {
+	return requestFromValues(r.keyHeaders, value)
+}
+
 // Decision is the outcome of routing one request.
 type Decision struct {
 	// Branch names the rule that decided.

@@ -93,3 +93,42 @@ func TestRoutingKeyHeadersFromConfigJSON(t *testing.T) {
 		assert.Contains(t, err.Error(), "routing_key_headers", bad)
 	}
 }
+
+// firstValues is a RequestFromValues lookup over name/value pairs, as an HTTP server's parsed
+// headers answer it: the first value of a name, names compared without regard to ASCII case.
+func firstValues(names []string, pairs ...string) func(int) (string, bool) {
+	return func(slot int) (string, bool) {
+		for i := 0; i < len(pairs); i += 2 {
+			if strings.EqualFold(pairs[i], names[slot]) {
+				return pairs[i+1], true
+			}
+		}
+		return "", false
+	}
+}
+
+func TestRequestFromValuesReadsAsRequestFromHeaders(t *testing.T) {
+	keyHeaders := []string{"X-Session-Id", "X-SMG-Routing-Key"}
+	r, err := NewRouter(Config{WorkerURLs: workerURLs(2), Policy: Policy{Kind: PolicyConsistentHashing}, VirtualNodes: DefaultVirtualNodes, RoutingKeyHeaders: keyHeaders})
+	require.NoError(t, err)
+	names := r.RoutingHeaderNames()
+	assert.Equal(t, []string{HeaderTargetWorker, "X-Session-Id", "X-SMG-Routing-Key", HeaderAuthorization, HeaderForwardedFor, HeaderCookie}, names)
+	for _, pairs := range [][]string{
+		{"x-smg-routing-key", "b", "x-session-id", "a"},
+		{"X-Session-Id", "", "x-smg-routing-key", "b"},
+		{"X-Session-Id", "a\x01", "x-smg-routing-key", "b", "cookie", "c"},
+		{"X-Session-Id", "\x7f", "X-Session-Id", "second"},
+		{"X-SMG-Target-Worker", "+12", "Authorization", "", "Cookie", "c"},
+		{"X-SMG-Target-Worker", "x", "X-Forwarded-For", "f", "Cookie", "c"},
+		{"X-Other", "z"},
+	} {
+		assert.Equal(t, r.RequestFromHeaders(headers(pairs...)), r.RequestFromValues(firstValues(names, pairs...)), "%q", pairs)
+	}
+}
+
+func TestRequestFromValuesCopiesOnlyTheKeysItKeeps(t *testing.T) {
+	r := newTestRouter(t, Policy{Kind: PolicyConsistentHashing}, workerURLs(2))
+	lookup := firstValues(r.RoutingHeaderNames(), "X-SMG-Routing-Key", "key", "Cookie", "c", "X-SMG-Target-Worker", "z")
+	// Two copies: the routing key and the implicit key; the invalid target is parsed in place.
+	assert.Equal(t, 2.0, testing.AllocsPerRun(100, func() { r.RequestFromValues(lookup) }))
+}

@@ -7,18 +7,19 @@ import "sync"
 const copyBufferSize = 32 << 10
 
 // copyBuffers is the ReverseProxy's BufferPool. Invariant: every buffer in it is
-// copyBufferSize long, and a buffer is used by one copy at a time (Get to Put).
+// copyBufferSize long, and a buffer is used by one copy at a time (Get to Put). The pool holds
+// array pointers, which a slice converts to without an allocation (a *[]byte would need one
+// per Put).
 type copyBuffers struct{ pool sync.Pool }
 
 func newCopyBuffers() *copyBuffers {
-	return &copyBuffers{pool: sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}}
+	return &copyBuffers{pool: sync.Pool{New: func() any { return new([copyBufferSize]byte) }}}
 }
 
-func (c *copyBuffers) Get() []byte { return *(c.pool.Get().(*[]byte)) }
+func (c *copyBuffers) Get() []byte { return c.pool.Get().(*[copyBufferSize]byte)[:] }
 
 func (c *copyBuffers) Put(b []byte) {
 	if cap(b) >= copyBufferSize {
-		b = b[:copyBufferSize]
-		c.pool.Put(&b)
+		c.pool.Put((*[copyBufferSize]byte)(b[:copyBufferSize]))
 	}
 }

@@ -77,7 +77,7 @@ func (ex *exchange) judge(res *http.Response, err error) (core.Outcome, int) {
 	switch {
 	case ex.client.Err() != nil:
 		return core.OutcomeNeutral, -1 // the client left: nothing to say about the worker
-	case err != nil && ex.timedOut.Load():
+	case err != nil && ex.timedOut.Load() != notTimedOut:
 		return core.OutcomeFailure, -1
 	case err == errWorkerDown:
 		return core.OutcomeFailure, retryUnavailable

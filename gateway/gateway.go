@@ -58,7 +58,7 @@ type Gateway struct {
 	waiting     waiting
 	unsubscribe func()
 	// routingHeaders are the headers read for routing inputs, fixed with the router.
-	routingHeaders []routingHeader
+	routingHeaders []string
 	transport      *http.Transport
 	proxy          *httputil.ReverseProxy
 	server         *http.Server

@@ -473,33 +473,45 @@ func TestTimeouts(t *testing.T) {
 			t.Fatalf("status %d, %d routed", res.StatusCode, routed(r))
 		}
 	})
-	t.Run("first byte", func(t *testing.T) {
-		// The timeout may fire before the request reaches the worker, so nothing is asserted of
-		// the worker's side here (TestClientDisconnect... do that).
-		url, _, _ := blockingWorker(t, false)
-		r := newRouter(t, url)
-		g := start(t, r, Options{FirstByteTimeout: 0.2})
-		res, body := get(t, g, "/", nil)
-		if res.StatusCode != 504 || strings.Contains(body, url) {
-			t.Fatalf("status %d %s", res.StatusCode, body)
-		}
-		waitLeases(t, r, 0)
-	})
-	t.Run("idle stream", func(t *testing.T) {
-		url, _, cancelled := blockingWorker(t, true)
-		r := newRouter(t, url)
-		g := start(t, r, Options{IdleTimeout: 0.2})
-		res, err := client().Get("http://" + g.Addr() + "/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err := io.ReadAll(res.Body)
-		if err == nil || string(body) != "data: first\n\n" {
-			t.Fatalf("an idle stream must be cut: %q %v", body, err)
-		}
-		within(t, cancelled, "the idle stream's request to the worker was not cancelled")
-		waitLeases(t, r, 0)
-	})
+	// Before the worker's headers: a 504 that names the option and not the worker. The timeout
+	// may fire before the request reaches the worker, so nothing is asserted of the worker's
+	// side here (TestClientDisconnect... do that).
+	for name, c := range map[string]struct {
+		opts   Options
+		option string
+	}{
+		"first byte":                        {Options{FirstByteTimeout: 0.2}, "first_byte_timeout"},
+		"whole request, before the headers": {Options{RequestTimeout: 0.2}, "request_timeout_secs"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			url, _, _ := blockingWorker(t, false)
+			r := newRouter(t, url)
+			g := start(t, r, c.opts)
+			res, body := get(t, g, "/", nil)
+			if res.StatusCode != 504 || !strings.Contains(body, c.option) || strings.Contains(body, url) {
+				t.Fatalf("status %d %s", res.StatusCode, body)
+			}
+			waitLeases(t, r, 0)
+		})
+	}
+	// During a stream: the stream is cut after what the worker sent.
+	for name, opts := range map[string]Options{"idle stream": {IdleTimeout: 0.2}, "whole request, streaming": {RequestTimeout: 0.2}} {
+		t.Run(name, func(t *testing.T) {
+			url, _, cancelled := blockingWorker(t, true)
+			r := newRouter(t, url)
+			g := start(t, r, opts)
+			res, err := client().Get("http://" + g.Addr() + "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(res.Body)
+			if err == nil || string(body) != "data: first\n\n" {
+				t.Fatalf("the stream must be cut: %q %v", body, err)
+			}
+			within(t, cancelled, "the cut stream's request to the worker was not cancelled")
+			waitLeases(t, r, 0)
+		})
+	}
 	t.Run("connect", func(t *testing.T) {
 		r := newRouter(t, "http://"+unansweredListener(t))
 		g := start(t, r, Options{ConnectTimeout: 0.2})

@@ -154,6 +154,8 @@ func (g *Gateway) adminHandler() http.Handler {
 		case g.control.probe(w, req):
 		case isAPIPath(req.URL.Path):
 			g.control.serveAPI(w, req)
+		case g.opts.Pprof && strings.HasPrefix(req.URL.Path, pprofPath):
+			servePprof(w, req)
 		case req.URL.Path != "/metrics":
 			http.NotFound(w, req)
 		case allowRead(w, req):

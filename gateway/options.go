@@ -75,6 +75,10 @@ type Options struct {
 	// WorkerAPIOnProxyPort serves the worker API on the proxy port without a key, as SMG does
 	// (slime's engines register there): anyone who reaches the port can change the workers.
 	WorkerAPIOnProxyPort bool `json:"worker_api_on_proxy_port"`
+	// Pprof serves Go's profiles (net/http/pprof, /debug/pprof/) on the admin listener, which
+	// it needs (metrics_port). Off by default: a profile shows the process's internals and a
+	// CPU profile slows it while it runs (contract: HTTP proxies, "What clients learn").
+	Pprof bool `json:"pprof"`
 }
 
 // DefaultRetryMaxRetries: two more workers. A failed request costs a round trip to a worker
@@ -178,6 +182,9 @@ func (o Options) Validate() error {
 	}
 	if o.RetryMaxRetries != nil && (*o.RetryMaxRetries < 0 || *o.RetryMaxRetries > MaxRetries) {
 		return invalid("retry_max_retries", "must be an integer from 0 to %d, got %d", MaxRetries, *o.RetryMaxRetries)
+	}
+	if o.Pprof && o.MetricsPort == nil {
+		return invalid("pprof", "needs metrics_port: the profiles are served on the admin listener only")
 	}
 	if o.PrefixBlocks != "" && o.PrefixBlocks != "off" && o.PrefixBlocks != "text" && o.PrefixBlocks != "tokens" {
 		return invalid("prefix_blocks", `must be "off", "text" or "tokens", got %q`, o.PrefixBlocks)

@@ -40,13 +40,19 @@ type exchange struct {
 	rawQuery   string
 	hasQuery   bool
 	body       []byte
-	start      time.Time
+	// firstBody reads body to the first worker without allocating a reader; getBody makes the
+	// others.
+	firstBody bytes.Reader
+	start     time.Time
 
 	// timer cancels the request when the worker is silent too long: before its response
-	// headers (first-byte timeout), then between two reads of its body (idle-stream timeout).
+	// headers (first-byte timeout), then between two reads of its body (idle-stream timeout),
+	// and at the latest at deadline (request_timeout_secs). One timer for the three saves the
+	// context.WithTimeout (a second timer and its allocations) on every request.
 	timer     *time.Timer
-	timedOut  atomic.Bool
+	timedOut  atomic.Int32 // notTimedOut, or which timeout cancelled the request
 	idle      time.Duration
+	deadline  time.Time
 	upstream  io.ReadCloser // the worker's response body
 	status    int
 	sent      int64
@@ -72,10 +78,24 @@ func (ex *exchange) Value(key any) any {
 	return ex.Context.Value(key)
 }
 
+// Which timeout cancelled a request (exchange.timedOut).
+const (
+	notTimedOut     = iota
+	phaseTimedOut   // first_byte_timeout or idle_timeout
+	requestTimedOut // request_timeout_secs
+)
+
 func (ex *exchange) expire() {
-	ex.timedOut.Store(true)
+	reason := int32(phaseTimedOut)
+	if !time.Now().Before(ex.deadline) {
+		reason = requestTimedOut
+	}
+	ex.timedOut.Store(reason)
 	ex.cancel()
 }
+
+// arm sets the timer to the phase timeout d, or to the request's deadline if that comes first.
+func (ex *exchange) arm(d time.Duration) { ex.timer.Reset(min(d, time.Until(ex.deadline))) }
 
 // Read and Close make the exchange the response body the ReverseProxy copies to the client.
 // The worker's first body byte marks the lease's first token (contract: Prefill load).
@@ -89,7 +109,7 @@ func (ex *exchange) Read(p []byte) (int, error) {
 		ex.readErr = err
 	}
 	if n > 0 {
-		ex.timer.Reset(ex.idle)
+		ex.arm(ex.idle)
 	}
 	return n, err
 }
@@ -138,34 +158,25 @@ func checkWorkerURL(workerURL string) error {
 	return nil
 }
 
-// routingHeader is a header that carries a routing input: its canonical form (http.Header's
-// key) and its name as the core reads it.
-type routingHeader struct {
-	key  string
-	name []byte
-}
-
-// routingHeadersOf lists the headers that carry routing inputs for router: the target worker,
-// the router's routing_key_headers, the implicit key headers.
-func routingHeadersOf(router *core.Router) []routingHeader {
-	names := append([]string{core.HeaderTargetWorker}, router.RoutingKeyHeaders()...)
-	names = append(names, core.HeaderAuthorization, core.HeaderForwardedFor, core.HeaderCookie)
-	headers := make([]routingHeader, len(names))
+// routingHeadersOf lists the canonical forms (http.Header's keys) of the headers that carry
+// routing inputs for router, in the order of Router.RoutingHeaderNames.
+func routingHeadersOf(router *core.Router) []string {
+	names := router.RoutingHeaderNames()
 	for i, h := range names {
-		headers[i] = routingHeader{key: http.CanonicalHeaderKey(h), name: []byte(h)}
+		names[i] = http.CanonicalHeaderKey(h)
 	}
-	return headers
+	return names
 }
 
 // routingRequest reads a request's routing inputs as Router.RequestFromHeaders does for
-// Router.route(headers=...) in Python: the first value of each routing header.
+// Router.route(headers=...) in Python: the first value of each routing header, looked up in
+// the headers the server has parsed.
 func (g *Gateway) routingRequest(h http.Header) core.Request {
-	return g.router.RequestFromHeaders(func(yield func([]byte, []byte) bool) {
-		for _, r := range g.routingHeaders {
-			if v := h[r.key]; len(v) > 0 && !yield(r.name, []byte(v[0])) {
-				return
-			}
+	return g.router.RequestFromValues(func(i int) (string, bool) {
+		if v := h[g.routingHeaders[i]]; len(v) > 0 {
+			return v[0], true
 		}
+		return "", false
 	})
 }
 
@@ -211,9 +222,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ex.tried = append(ex.triedSpace[:0], ex.decision.WorkerID)
-	ex.Context, ex.cancel = context.WithTimeout(r.Context(), seconds(g.opts.RequestTimeout))
+	ex.Context, ex.cancel = context.WithCancel(r.Context())
 	ex.idle = seconds(g.opts.IdleTimeout)
-	ex.timer = time.AfterFunc(seconds(g.opts.FirstByteTimeout), ex.expire)
+	ex.deadline = time.Now().Add(seconds(g.opts.RequestTimeout))
+	ex.timer = time.AfterFunc(min(seconds(g.opts.FirstByteTimeout), seconds(g.opts.RequestTimeout)), ex.expire)
 	defer g.finish(r, ex)
 	g.proxy.ServeHTTP(w, r.WithContext(ex))
 }
@@ -331,7 +343,11 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	if len(ex.body) == 0 {
 		out.Body, out.GetBody = nil, nil
 	} else {
-		out.Body = io.NopCloser(bytes.NewReader(ex.body))
+		// A NopCloser around a *bytes.Reader: net/http knows it does not block and writes the
+		// headers and the body in one write (isKnownInMemoryReader); any other type costs one
+		// more write per request.
+		ex.firstBody.Reset(ex.body)
+		out.Body = io.NopCloser(&ex.firstBody)
 		out.GetBody = ex.getBody // lets the transport retry on a keep-alive connection the worker closed
 	}
 }
@@ -365,11 +381,12 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 		res.Header.Set(HeaderBranch, ex.decision.Branch.String())
 	}
 	if res.StatusCode == http.StatusSwitchingProtocols {
-		ex.timer.Stop() // an upgraded connection is the client's and the worker's to close
+		// An upgraded connection is the client's and the worker's to close, within the deadline.
+		ex.timer.Reset(time.Until(ex.deadline))
 		return nil
 	}
 	ex.upstream, res.Body = res.Body, ex
-	ex.timer.Reset(ex.idle)
+	ex.arm(ex.idle)
 	return nil
 }
 
@@ -381,7 +398,9 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	switch {
 	case ex.client.Err() != nil:
 		ex.status = 499 // the client closed the connection; nobody to answer
-	case ex.timedOut.Load():
+	case ex.timedOut.Load() == requestTimedOut:
+		g.writeError(w, ex, http.StatusGatewayTimeout, "worker sent no response within request_timeout_secs ("+seconds(g.opts.RequestTimeout).String()+")")
+	case ex.timedOut.Load() == phaseTimedOut:
 		g.writeError(w, ex, http.StatusGatewayTimeout, "worker sent no response within first_byte_timeout ("+seconds(g.opts.FirstByteTimeout).String()+")")
 	default:
 		g.writeError(w, ex, http.StatusBadGateway, "worker did not answer")

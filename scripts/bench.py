@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))  # the reference model
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_report
 
 import bench_builds  # noqa: E402
+import bench_gateway  # noqa: E402
 import bench_report  # noqa: E402
 import bench_tricks  # noqa: E402
 import bench_weights  # noqa: E402
@@ -522,6 +523,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     bench_report.plot(results, args.plot)
     print("wrote %s and %s" % (args.out, args.plot))
     print(bench_report.targets_text(results))
+    print(bench_gateway.targets_text(kept))
 
 
 if __name__ == "__main__":

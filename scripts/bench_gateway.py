@@ -34,7 +34,13 @@ keys). Measured, with the targets in a new random order in every round:
 * CPU per request: the target's processes' utime + stime (``/proc/PID/stat``) over the
   concurrency-16 runs, divided by their requests.
 
-It prints a Markdown table and, with ``--write BENCHMARKS.md``, puts it in that file between the
+With ``--profile DIR``, the gateway also serves Go's profiles on its admin listener (``--pprof``)
+and, after the measured rounds, the script takes a CPU profile and then an allocation profile of
+it, each over ``--profile-seconds`` of load at concurrency 64, into ``DIR/gateway-cpu.pprof`` and
+``DIR/gateway-allocs.pprof`` (read them with ``go tool pprof -top``), and prints the top of each.
+
+It prints a Markdown table, the ratios, issue 24's targets with verdicts (``make bench`` prints
+them again from BENCHMARKS.md) and, with ``--write BENCHMARKS.md``, puts it in that file between the
 markers ``<!-- bench_gateway -->`` and ``<!-- /bench_gateway -->`` (``make bench`` keeps that
 section when it rewrites the rest).
 """
@@ -50,6 +56,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from typing import Dict, List, Optional, Tuple, Union
@@ -72,6 +79,8 @@ class Process:
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
+        if line.startswith("metrics listening on "):  # the gateway with --metrics-port says it first
+            line = self.proc.stdout.readline()
         if " listening on " not in line:
             self.stop()
             self.log.seek(0)
@@ -227,6 +236,8 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=20000, help="requests per throughput run; a tenth for the Python proxy (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--install", action="store_true", help="apt-get install haproxy and nginx when missing (as root)")
+    parser.add_argument("--profile", metavar="DIR", help="write the gateway's CPU and allocation profiles under load into DIR (see above)")
+    parser.add_argument("--profile-seconds", type=int, default=10, help="seconds of load each profile covers (default: %(default)s)")
     parser.add_argument("--write", metavar="BENCHMARKS.md", help="also put the table in this file (see above)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
@@ -240,7 +251,9 @@ def main() -> int:
         processes += workers
         urls = [w.url for w in workers]
         targets: Dict[str, Tuple[str, Optional[int]]] = {"direct": (",".join(urls), None)}
-        gateway = Process("gateway", [sys.executable, "-m", "bounded_router", "serve", "--port", "0", "--worker-urls"] + urls)
+        admin_port = free_port()
+        profiling = ["--metrics-port", str(admin_port), "--pprof"] if args.profile else []
+        gateway = Process("gateway", [sys.executable, "-m", "bounded_router", "serve", "--port", "0"] + profiling + ["--worker-urls"] + urls)
         processes.append(gateway)
         targets["gateway"] = (gateway.url, gateway.pid)
         proxy = Process("python-proxy", [sys.executable, "-m", "bounded_router.integrations.serve", "--port", "0", "--worker-urls"] + urls)
@@ -295,6 +308,8 @@ def main() -> int:
                     throughput[(name, concurrency)].append(float(rate))
                     if pid and concurrency == 16:
                         cpu[name].append((cpu_seconds(pid) - before) / (n + concurrency) * 1000)
+        if args.profile:
+            profile(tool_path, gateway.url, "http://127.0.0.1:%d" % admin_port, args.profile, args.profile_seconds)
     finally:
         for p in reversed(processes):
             p.stop()
@@ -331,12 +346,84 @@ def main() -> int:
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "The gateway's figures as ratios to each other target's (below 1: the gateway adds less, or spends less; above 1 for req/s: it serves more):", ""]
     lines += ratio_table(names, latency, throughput, cpu)
+    lines += ["", TARGETS, ""] + targets_table(names, latency, throughput, cpu)
     text = "\n".join(lines)
     print(text)
     if args.write:
         write_section(args.write, text)
         print("wrote the section in %s" % args.write)
     return 0
+
+
+def profile(tool_path: str, url: str, admin_url: str, directory: str, seconds: int) -> None:
+    """Take the gateway's CPU profile, then its allocation profile, each over ``seconds`` of load
+    at concurrency 64, into ``directory``, and print the top of each."""
+    os.makedirs(directory, exist_ok=True)
+    for kind, sample in (("profile", "cpu"), ("allocs", "alloc_space")):
+        path = os.path.join(directory, "gateway-%s.pprof" % ("cpu" if kind == "profile" else kind))
+        taken = threading.Thread(target=fetch_to, args=("%s/debug/pprof/%s?seconds=%d" % (admin_url, kind, seconds), path, seconds + 30))
+        taken.start()
+        while taken.is_alive():
+            tool(tool_path, "conc", url, "5000", "64", KEYS)
+        taken.join()
+        top = subprocess.run([os.environ.get("GO", "go"), "tool", "pprof", "-top", "-nodecount=30", "-sample_index=" + sample, path], capture_output=True, text=True)
+        print("%s (%s):\n%s" % (path, sample, top.stdout or top.stderr), file=sys.stderr)
+
+
+def fetch_to(url: str, path: str, timeout: float) -> None:
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=timeout) as r, open(path, "wb") as f:
+        shutil.copyfileobj(r, f)
+
+
+TARGETS = "### Targets (issue 24)"
+
+
+def targets_table(names: List[str], latency: Dict[Tuple[str, bool], List[float]], throughput: Dict[Tuple[str, int], List[float]], cpu: Dict[str, List[float]]) -> List[str]:
+    """Issue 24's targets for the gateway, against HAProxy and SMG of the same run, with verdicts."""
+    def added(name: str, stream: bool, q: float) -> float:
+        return quantile(latency[(name, stream)], q) - quantile(latency[("direct", stream)], q)
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+
+    rows = ["| target | goal | measured | |", "|---|---|---|---|"]
+    if "haproxy" in names:
+        for label, gateway, peer, limit in (
+            ("CPU per request", statistics.median(cpu["gateway"]), statistics.median(cpu["haproxy"]), 1.5),
+            ("added median", added("gateway", False, 0.5), added("haproxy", False, 0.5), 1.5),
+            ("added p99", added("gateway", False, 0.99), added("haproxy", False, 0.99), 2.0),
+        ):
+            if peer > 0:
+                rows.append("| %s against HAProxy | ≤ %.1fx | %.2fx | %s |" % (label, limit, gateway / peer, verdict(gateway <= limit * peer)))
+            else:
+                rows.append("| %s against HAProxy | ≤ %.1fx | HAProxy's is %.3f ms: no ratio (noise) | |" % (label, limit, peer))
+        rate = statistics.median(throughput[("gateway", 64)]) / statistics.median(throughput[("haproxy", 64)])
+        rows.append("| req/s at c=64 against HAProxy | ≥ 0.7x | %.2fx | %s |" % (rate, verdict(rate >= 0.7)))
+    if "smg" in names:
+        # An added latency at or below 0 is noise (the direct baseline's quantile was the higher one): not compared.
+        costs = [(what, ours, theirs) for what, ours, theirs in (
+            ("added median", added("gateway", False, 0.5), added("smg", False, 0.5)),
+            ("added p99", added("gateway", False, 0.99), added("smg", False, 0.99)),
+            ("added median, streaming", added("gateway", True, 0.5), added("smg", True, 0.5)),
+            ("added p99, streaming", added("gateway", True, 0.99), added("smg", True, 0.99)),
+        )]
+        noise = [what for what, ours, theirs in costs if min(ours, theirs) <= 0]
+        costs = [c for c in costs if c[0] not in noise] + [("CPU per request", statistics.median(cpu["gateway"]), statistics.median(cpu["smg"]))]
+        behind = [what for what, ours, theirs in costs if ours > theirs]
+        behind += ["req/s at c=%d" % c for c in (16, 64) if statistics.median(throughput[("gateway", c)]) < statistics.median(throughput[("smg", c)])]
+        measured = "behind on " + ", ".join(behind) if behind else "ahead on every column"
+        if noise:
+            measured += " (not compared, an added latency at or below 0: %s)" % ", ".join(noise)
+        rows.append("| ahead of SMG | every column | %s | %s |" % (measured, verdict(not behind)))
+    return rows
+
+
+def targets_text(markdown: str) -> str:
+    """The targets table of the section this script wrote in ``markdown`` (for ``make bench``)."""
+    if TARGETS not in markdown:
+        return "gateway targets (issue 24): not measured (run scripts/bench_gateway.py --write BENCHMARKS.md)"
+    table = markdown.split(TARGETS, 1)[1].split(END, 1)[0].strip().split("\n\n", 1)[0]
+    return "gateway targets (issue 24), from the last run of scripts/bench_gateway.py:\n" + table
 
 
 def ratio_table(names: List[str], latency: Dict[Tuple[str, bool], List[float]], throughput: Dict[Tuple[str, int], List[float]], cpu: Dict[str, List[float]]) -> List[str]:

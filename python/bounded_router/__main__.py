@@ -46,6 +46,7 @@ def _parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     ProxyOptions.add_cli_args(serve)
     serve.add_argument("--shutdown-timeout", type=positive_seconds, default=10.0, help="seconds in-flight requests may take to finish on SIGTERM/SIGINT (default: %(default)s)")
     serve.add_argument("--access-log", action="store_true", help="log one JSON line per request to stderr")
+    serve.add_argument("--pprof", action="store_true", help="serve Go's profiles on /debug/pprof/ of the --metrics-port listener (for profiling; off by default)")
     serve.add_argument("--lifetime", type=positive_seconds, default=None, help="stop after this many seconds (for demos and tests)")
     feeds = serve.add_argument_group("engine state (docs/contract.md, \"Reported blocks\", \"Engine load reports\")")
     feeds.add_argument(
@@ -110,7 +111,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error(str(e))
     try:
         settings = RouterArgs.from_cli_args(args).gateway_options()
-        settings.update(metrics_port=args.metrics_port, shutdown_timeout=args.shutdown_timeout, access_log=args.access_log)
+        settings.update(metrics_port=args.metrics_port, shutdown_timeout=args.shutdown_timeout, access_log=args.access_log, pprof=args.pprof)
         serve_until_signalled(router, args.lifetime, **settings, **dataclasses.asdict(options))
     except ValueError as e:
         router.close()

@@ -29,6 +29,8 @@ Options (keyword arguments of :meth:`Router.serve`, all optional):
   ``keep_alive_timeout`` (120), ``shutdown_timeout`` (10: the drain of :meth:`Gateway.stop`).
 * ``max_header_bytes`` (64 KiB; 431 above), ``max_idle_conns_per_host`` (256),
   ``max_conns_per_host`` (0: unbounded), ``access_log`` (one JSON line per request on stderr).
+* ``pprof``: serve Go's profiles (``net/http/pprof``, ``/debug/pprof/``) on the metrics port,
+  which it needs; off by default (a profile shows the process's internals).
 * ``prefix_blocks`` (``"off"``; ``"text"``: route with the prefix blocks of the JSON body's
   ``messages`` or ``prompt``, for ``cache_aware``; ``"tokens"``: of its token ids,
   ``input_ids`` or an integer ``prompt``, as the engines' KV events name blocks),

@@ -165,6 +165,19 @@ def test_metrics_on_their_own_port_with_the_python_names(fast_worker: Any, clien
         assert "bounded_router_" not in client.get(gateway.url + "/metrics").text
 
 
+def test_pprof_only_when_asked_and_only_on_the_metrics_port(fast_worker: Any, client: httpx.Client) -> None:
+    with Router([fast_worker.url]) as router:
+        with router.serve(metrics_port=0) as gateway:
+            assert client.get("http://%s/debug/pprof/heap" % gateway.metrics_address).status_code == 404
+        with router.serve(metrics_port=0, pprof=True) as gateway:
+            heap = client.get("http://%s/debug/pprof/heap" % gateway.metrics_address)
+            assert heap.status_code == 200 and heap.content[:2] == b"\x1f\x8b"  # gzip's magic (RFC 1952)
+        with pytest.raises(ValueError, match="pprof needs metrics_port"):
+            router.serve(pprof=True)
+    done = _run_cli("serve", "--pprof", "--port", "0", "--worker-urls", fast_worker.url)
+    assert done.returncode == 2 and "pprof needs --metrics-port" in done.stderr
+
+
 def test_edges_through_the_c_boundary(fast_worker: Any, client: httpx.Client) -> None:
     with Router([fast_worker.url]) as router, router.serve(max_body_size=1000) as gateway:
         assert client.post(gateway.url + "/v1/completions", content=b"x" * 1001).status_code == 413

@@ -1,0 +1,27 @@
+package gateway
+
+import (
+	"net/http"
+	"net/http/pprof"
+	"strings"
+)
+
+// pprofPath is where Options.Pprof serves Go's profiles on the admin listener.
+const pprofPath = "/debug/pprof/"
+
+// servePprof answers one request below pprofPath as net/http/pprof does: the index, the CPU
+// profile (?seconds=N), the execution trace, or a named profile (heap, allocs, goroutine, ...).
+func servePprof(w http.ResponseWriter, r *http.Request) {
+	switch name := strings.TrimPrefix(r.URL.Path, pprofPath); name {
+	case "profile":
+		pprof.Profile(w, r)
+	case "trace":
+		pprof.Trace(w, r)
+	case "symbol":
+		pprof.Symbol(w, r)
+	case "cmdline":
+		pprof.Cmdline(w, r)
+	default:
+		pprof.Index(w, r) // the index at "", a named profile otherwise
+	}
+}
