@@ -215,8 +215,8 @@ MUTANTS: List[Mutant] = [
     Mutant(
         "core-routing-key-headers-last-wins",
         "core/request.go",
-        "\t\tif seen[i] && ValidHeaderValue(values[i]) {\n\t\t\treq.RoutingKey = values[i]\n\t\t\tbreak\n\t\t}",
-        "\t\tif seen[i] && ValidHeaderValue(values[i]) {\n\t\t\treq.RoutingKey = values[i]\n\t\t}",
+        "\t\tif h.seen[i] && validHeaderValue(h.values[i]) {\n\t\t\treq.RoutingKey = []byte(h.values[i])\n\t\t\tbreak\n\t\t}",
+        "\t\tif h.seen[i] && validHeaderValue(h.values[i]) {\n\t\t\treq.RoutingKey = []byte(h.values[i])\n\t\t}",
         ("python/test_parity.py", "python/test_conformance_differential.py"),
         ("./core", "./gateway"),
         why="of several routing_key_headers with a value, the last configured wins (the contract: the first)",

@@ -245,12 +245,13 @@ def test_load_reports_count_the_prefill_queue() -> None:
     import json
 
     from bounded_router.simulate.model import text_block_keys
-    from bounded_router.testing.mock_worker import MockWorker
+    from bounded_router.testing.mock_worker import MockWorker, token_id
 
     async def scenario() -> Any:
         worker = MockWorker("m", CostModel(block_size=4), time_scale=1e9)
         port = await worker.start()
-        worker.cache.insert(text_block_keys(["w%d" % i for i in range(4)], 4))  # one block both prompts begin with
+        # One block both prompts begin with, cached as the mock caches a text: by its words' ids.
+        worker.cache.insert(text_block_keys([token_id("w%d" % i) for i in range(4)], 4))
         writers = []
         try:
             for words in (6, 10):
