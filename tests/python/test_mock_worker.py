@@ -44,6 +44,16 @@ def test_streams_tokens_then_usage_then_done(client: httpx.Client) -> None:
     assert evs[-2]["worker"] == "m" and evs[-2]["ttft_ms"] >= 0
 
 
+def test_ttft_ms_is_the_models_time_not_the_processs(client: httpx.Client) -> None:
+    # On an idle worker the model's time to first token is the prefill of the uncached tokens:
+    # 1 ms per token x time scale 0.01, whatever this busy machine adds to the real time.
+    prompt = "one two three four five"
+    first = events(_stream(client, completion(prompt, 1)))[-2]
+    again = events(_stream(client, completion(prompt, 1)))[-2]  # 4 of 5 words cached (blocks of 4)
+    assert first["ttft_ms"] == pytest.approx(5 * 0.01, abs=1e-6)
+    assert again["ttft_ms"] == pytest.approx(1 * 0.01, abs=1e-6)
+
+
 def test_prefix_cache_reuses_whole_blocks_of_a_shared_prefix(client: httpx.Client) -> None:
     first = make_prompt(1, 0, shared_tokens=10, own_tokens=3)  # blocks of 4: 3 whole blocks
     second = make_prompt(1, 1, shared_tokens=10, own_tokens=3)  # shares the first 10 words

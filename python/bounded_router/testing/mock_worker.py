@@ -19,7 +19,8 @@ Endpoints:
   optionally ``"fail_after_tokens": n`` to abort the connection after n tokens (to test
   failures). The stream is server-sent events: one ``{"choices": [{"text": ...}]}`` per token,
   then one with ``"usage"`` (``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
-  ``prompt_tokens_details.cached_tokens``), the worker's name and its time to first token, then
+  ``prompt_tokens_details.cached_tokens``), the worker's name and its time to first token as its model computes it (``ttft_ms``:
+  queueing and prefill since the request arrived, whatever this process's own delays), then
   ``data: [DONE]``. Output text is :func:`expected_text`, so a client can check it arrived intact.
   Every response carries ``X-Mock-Worker: <name>``. A ``"model"`` and OpenAI's other sampling
   fields are accepted and ignored; ``null`` counts as absent.
@@ -125,7 +126,7 @@ def cache_events(keys: Sequence[Any], words: Sequence[str], block_size: int, sto
 
 
 class _Job:
-    __slots__ = ("keys", "prompt_tokens", "reader", "done", "cached", "words", "arrival")
+    __slots__ = ("keys", "prompt_tokens", "reader", "done", "cached", "words", "arrival", "prefilled_at")
 
     def __init__(self, keys: List[Any], prompt_tokens: int, reader: asyncio.StreamReader, words: Sequence[str] = ()) -> None:
         self.arrival = asyncio.get_running_loop().time()
@@ -135,6 +136,8 @@ class _Job:
         self.reader = reader
         self.done: "asyncio.Future[Optional[int]]" = asyncio.get_running_loop().create_future()
         self.cached = 0
+        #: When the model's prefill of this job ends, on the loop's clock.
+        self.prefilled_at = self.arrival
 
 
 class MockWorker:
@@ -222,6 +225,7 @@ class MockWorker:
             # by the clock: a late wake-up of this process (a busy machine) does not push back
             # every prefill queued behind it.
             free_at = max(job.arrival, free_at) + self._seconds(self.cost.prefill_ms(job.prompt_tokens - cached))
+            job.prefilled_at = free_at
             await asyncio.sleep(max(0.0, free_at - loop.time()))
             stored, evicted = self.cache.insert(job.keys)
             if self.kv_events is not None:
@@ -444,7 +448,6 @@ class MockWorker:
         stats["requests"] += 1
         stats["active"] += 1
         words = prompt.split()
-        arrival = time.monotonic()
         outcome = "cancelled"
         try:
             if stream:
@@ -455,7 +458,9 @@ class MockWorker:
             cached = await job.done
             if cached is None:
                 return False
-            ttft_ms = (time.monotonic() - arrival) * 1000.0
+            # The model's time (queueing and prefill since arrival), not this process's wake-up:
+            # a busy machine delays the stream, not the figure.
+            ttft_ms = (job.prefilled_at - job.arrival) * 1000.0
             stats["prompt_tokens"] += len(words)
             stats["cached_tokens"] += cached
             stats["computed_tokens"] += len(words) - cached
