@@ -17,7 +17,9 @@ Endpoints:
 
 * ``POST /v1/completions`` -- JSON ``{"prompt": str, "max_tokens": int, "stream": bool}``,
   optionally ``"fail_after_tokens": n`` to abort the connection after n tokens (to test
-  failures). The stream is server-sent events: one ``{"choices": [{"text": ...}]}`` per token,
+  failures) and ``"scheduled_at": t``, when a replaying client meant to send it (seconds on this
+  machine's monotonic clock, Python's ``time.monotonic()``): the model queues the request from
+  then, not from its late delivery on a busy machine. The stream is server-sent events: one ``{"choices": [{"text": ...}]}`` per token,
   then one with ``"usage"`` (``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
   ``prompt_tokens_details.cached_tokens``), the worker's name and its time to first token as its model computes it (``ttft_ms``:
   queueing and prefill since the request arrived, whatever this process's own delays), then
@@ -56,6 +58,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 import time
@@ -128,8 +131,11 @@ def cache_events(keys: Sequence[Any], words: Sequence[str], block_size: int, sto
 class _Job:
     __slots__ = ("keys", "prompt_tokens", "reader", "done", "cached", "words", "arrival", "prefilled_at")
 
-    def __init__(self, keys: List[Any], prompt_tokens: int, reader: asyncio.StreamReader, words: Sequence[str] = ()) -> None:
-        self.arrival = asyncio.get_running_loop().time()
+    def __init__(
+        self, keys: List[Any], prompt_tokens: int, reader: asyncio.StreamReader, words: Sequence[str] = (), scheduled_at: Optional[float] = None
+    ) -> None:
+        now = asyncio.get_running_loop().time()  # time.monotonic(), as the event loop's clock is
+        self.arrival = now if scheduled_at is None else min(now, scheduled_at)
         self.keys = keys
         self.words = words
         self.prompt_tokens = prompt_tokens
@@ -412,7 +418,7 @@ class MockWorker:
     # -- completions -------------------------------------------------------------------------
 
     @staticmethod
-    def _parse_completion(body: bytes, chat: bool) -> Tuple[str, int, bool, Optional[int]]:
+    def _parse_completion(body: bytes, chat: bool) -> Tuple[str, int, bool, Optional[int], Optional[float]]:
         try:
             request = json.loads(body or b"null")
         except ValueError:
@@ -436,13 +442,16 @@ class MockWorker:
         fail_after = request.get("fail_after_tokens")
         if fail_after is not None and (isinstance(fail_after, bool) or not isinstance(fail_after, int) or fail_after < 0):
             raise _HttpError(400, "'fail_after_tokens' must be a non-negative integer")
-        return prompt, max_tokens, stream, fail_after
+        scheduled_at = request.get("scheduled_at")
+        if scheduled_at is not None and (isinstance(scheduled_at, bool) or not isinstance(scheduled_at, (int, float)) or not 0 <= scheduled_at < math.inf):
+            raise _HttpError(400, "'scheduled_at' must be a finite number of seconds >= 0 (time.monotonic())")
+        return prompt, max_tokens, stream, fail_after, scheduled_at
 
     def _chat_envelope(self, kind: str, payload: Dict[str, Any]) -> Dict[str, Any]:
         return dict({"id": "chatcmpl-mock", "object": kind, "created": 0, "model": self.model_name}, **payload)
 
     async def _completion(self, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, chat: bool) -> bool:
-        prompt, max_tokens, stream, fail_after = self._parse_completion(body, chat)
+        prompt, max_tokens, stream, fail_after, scheduled_at = self._parse_completion(body, chat)
         assert self._queue is not None
         stats = self.stats
         stats["requests"] += 1
@@ -453,13 +462,13 @@ class MockWorker:
             if stream:
                 writer.write(self._head(200, "text/event-stream", "cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"))
                 await writer.drain()
-            job = _Job(text_block_keys(words, self.cost.block_size), len(words), reader, words)
+            job = _Job(text_block_keys(words, self.cost.block_size), len(words), reader, words, scheduled_at)
             self._queue.put_nowait(job)
             cached = await job.done
             if cached is None:
                 return False
-            # The model's time (queueing and prefill since arrival), not this process's wake-up:
-            # a busy machine delays the stream, not the figure.
+            # The model's time (queueing and prefill since arrival, or since the client's schedule
+            # said to send), not this process's wake-up: a busy machine delays the stream, not the figure.
             ttft_ms = (job.prefilled_at - job.arrival) * 1000.0
             stats["prompt_tokens"] += len(words)
             stats["cached_tokens"] += cached
