@@ -100,13 +100,19 @@ class ServerProcess:
 
 
 def start_mock_worker(
-    name: str, cost: CostModel = CostModel(), time_scale: float = 0.01, lifetime: float = 900.0, model_name: str = DEFAULT_MODEL_NAME
+    name: str,
+    cost: CostModel = CostModel(),
+    time_scale: float = 0.01,
+    lifetime: float = 900.0,
+    model_name: str = DEFAULT_MODEL_NAME,
+    port: int = 0,
 ) -> ServerProcess:
-    """A mock worker process (see :mod:`bounded_router.testing.mock_worker`) on 127.0.0.1."""
+    """A mock worker process (see :mod:`bounded_router.testing.mock_worker`) on 127.0.0.1, on
+    ``port`` (0: any free port; a port in use makes the start fail)."""
     args = [
         "--name", name,
         "--model-name", model_name,
-        "--port", "0",
+        "--port", str(port),
         "--time-scale", repr(time_scale),
         "--lifetime", repr(lifetime),
         "--prefill-ms-per-token", repr(cost.prefill_ms_per_token),
