@@ -2,10 +2,11 @@
 """make demo: why keep a session on one worker, and why bound it, in about a minute.
 
 Starts 4 mock LLM workers (a prefix cache each, a prefill queue, prefill and decode times scaled
-down) and, for each policy, the native gateway (`bounded-router serve`) in front of them; then
-replays the same seeded schedule of multi-turn chat sessions through it over real HTTP (a turn's
-prompt repeats the session's document and earlier turns, so the worker that served the session
-before has most of it cached), checks every streamed answer, and prints one table:
+down) on fixed loopback ports and, for each policy, the native gateway (`bounded-router serve`) in
+front of them; then replays the same seeded schedule of multi-turn chat sessions through it over
+real HTTP (a turn's prompt repeats the session's history, so the worker that served the session
+before has most of it cached; a few sessions send 8 or 16 siblings a turn, hot keys), checks
+every streamed answer, and prints one table:
 round robin and least load (no affinity), strict hashing (affinity without a bound), bounded
 hashing (affinity with a load bound) and cache_aware (routing by the prompt's prefix blocks).
 The workload and its model: bounded_router/testing/sessions.py.
@@ -28,8 +29,9 @@ def main() -> int:
 
     outcomes = run(workload, progress=progress)
     print("\n" + format_table(outcomes) + "\n")
-    print("Times are real time on this machine: other load on it moves them from run to run (the")
-    print("+- column is one run's noise); the cached and spill columns repeat best.\n")
+    print("TTFT columns but the last are the workers' own: their model's queueing and prefill from")
+    print("the schedule's send time, which this machine's load does not delay; the client column is")
+    print("real time here.\n")
     print(conclusion(outcomes))
     found = problems(outcomes)
     for problem in found:

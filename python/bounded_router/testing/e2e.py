@@ -115,11 +115,16 @@ async def _one_request(client: Any, proxy_url: str, scenario: Scenario, group: i
     return await stream_completion(client, proxy_url, prompt, w.output_tokens, "group-%s%d" % (tag, group), RequestRecord(group, sibling))
 
 
-async def stream_completion(client: Any, proxy_url: str, prompt: str, max_tokens: int, routing_key: str, record: RequestRecord) -> RequestRecord:
+async def stream_completion(
+    client: Any, proxy_url: str, prompt: str, max_tokens: int, routing_key: str, record: RequestRecord, scheduled_at: Optional[float] = None
+) -> RequestRecord:
     """Stream one completion of ``prompt`` through the proxy with ``routing_key``, filling in and
     checking ``record``: status, worker, time to first token, usage, the text against what the
-    mock worker must have sent."""
-    body = {"prompt": prompt, "max_tokens": max_tokens, "stream": True}
+    mock worker must have sent. ``scheduled_at`` (``time.monotonic()``) tells the mock worker
+    when a replay meant to send it."""
+    body: Dict[str, Any] = {"prompt": prompt, "max_tokens": max_tokens, "stream": True}
+    if scheduled_at is not None:
+        body["scheduled_at"] = scheduled_at
     headers = {"X-SMG-Routing-Key": routing_key}
     start = time.monotonic()
     text: List[str] = []
