@@ -12,14 +12,21 @@ hashing (affinity with a load bound) and cache_aware (routing by the prompt's pr
 The workload and its model: bounded_router/testing/sessions.py.
 """
 
+import argparse
 import sys
 import time
+from dataclasses import replace
 
 from bounded_router.testing.sessions import Sessions, conclusion, format_table, problems, run
 
 
 def main() -> int:
-    workload = Sessions()
+    parser = argparse.ArgumentParser(prog="scripts/demo.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each policy, the table showing medians (about 50 s each)")
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1, got %d" % args.rounds)
+    workload = replace(Sessions(), rounds=args.rounds)
     print(__doc__.split("\n\n")[0].split(": ", 1)[1])
     print(workload.describe())
     started = time.monotonic()
@@ -28,10 +35,11 @@ def main() -> int:
         print("  [%3.0f s] %s" % (time.monotonic() - started, text), flush=True)
 
     outcomes = run(workload, progress=progress)
+    progress("done")
     print("\n" + format_table(outcomes) + "\n")
     print("TTFT columns but the last are the workers' own: their model's queueing and prefill from")
-    print("the schedule's send time, which this machine's load does not delay; the client column is")
-    print("real time here.\n")
+    print("the schedule's send time, so this machine's load enters them only through the routing it")
+    print("changes (the order of arrivals, requests in flight); the client column is real time.\n")
     print(conclusion(outcomes))
     found = problems(outcomes)
     for problem in found:

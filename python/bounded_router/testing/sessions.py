@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
@@ -39,7 +40,7 @@ from .mock_worker import expected_text
 
 __all__ = [
     "Sessions", "Session", "Policy", "Outcome", "POLICIES", "COLUMNS",
-    "run", "run_policy", "session_prompts", "format_table", "conclusion", "problems",
+    "Run", "run", "run_policy", "session_prompts", "format_table", "conclusion", "problems",
 ]  # fmt: skip
 
 
@@ -100,6 +101,8 @@ class Sessions:
     seed: int = 0
     worker_ports: Tuple[int, ...] = (28431, 28531, 28631)
     request_timeout: float = 120.0
+    #: Runs of each policy; the table shows the medians (one run takes about 10 s).
+    rounds: int = 1
 
     def schedule(self) -> List[Session]:
         """Each session's start, document length and fan-out, seeded."""
@@ -120,12 +123,13 @@ class Sessions:
             "%d chat sessions (%d requests) of %d turns, starting within %g s, a turn every %g s.\n"
             "A session: a document of %s tokens, then %d-token questions and %d-token answers;\n"
             "each turn sends %s siblings at once (%d sessions %d), %d tokens of each its own.\n"
-            "%d mock workers: prefill %g ms/token, decode %g ms/token, times x%g (real time)."
+            "%d mock workers: prefill %g ms/token, decode %g ms/token, times x%g (real time).%s"
             % (
                 self.sessions, self.requests, self.turns, self.arrival_s, self.think_s,
                 "/".join(str(d) for d in self.document_tokens), self.question_tokens, self.answer_tokens,
                 "/".join(str(f) for f in fanouts), wide, fanouts[-1], self.own_tokens,
                 self.workers, self.cost.prefill_ms_per_token, self.cost.decode_ms_per_token, self.time_scale,
+                "\nEach policy runs %d times, round by round; the table shows the medians." % self.rounds if self.rounds > 1 else "",
             )
         )  # fmt: skip
 
@@ -158,10 +162,10 @@ def _mean(values: Sequence[float]) -> float:
 
 
 @dataclass
-class Outcome:
-    """One policy's run: every request as the client saw it and the gateway's counters."""
+class Run:
+    """One run of a policy through its own gateway: every request as the client saw it and the
+    gateway's counters."""
 
-    policy: Policy
     records: List[RequestRecord]
     branches: Dict[str, int]
     wall_s: float
@@ -190,11 +194,48 @@ class Outcome:
         return sum(r.cached_tokens for r in self.ok) / prompt if prompt else math.nan
 
     @property
+    def spilled(self) -> float:
+        """The share of requests the gateway counted as spilled."""
+        return self.branches.get("explicit_routing_key_spillover", 0) / max(1, len(self.records))
+
+
+@dataclass
+class Outcome:
+    """One policy's runs; each figure is the median of the runs' (a run slowed by other load on
+    the machine is outvoted)."""
+
+    policy: Policy
+    runs: List[Run]
+
+    def _median(self, figure: Callable[[Run], float]) -> float:
+        return statistics.median(figure(r) for r in self.runs) if self.runs else math.nan
+
+    @property
+    def records(self) -> List[RequestRecord]:
+        return [r for run in self.runs for r in run.records]
+
+    @property
+    def mean_ttft(self) -> float:
+        return self._median(lambda r: r.mean_ttft)
+
+    @property
+    def p99_ttft(self) -> float:
+        return self._median(lambda r: r.p99_ttft)
+
+    @property
+    def client_mean_ttft(self) -> float:
+        return self._median(lambda r: r.client_mean_ttft)
+
+    @property
+    def cached(self) -> float:
+        return self._median(lambda r: r.cached)
+
+    @property
     def spill(self) -> Optional[float]:
         """bounded_consistent_hashing's share of requests that spilled; None for the others."""
         if self.policy.policy != "bounded_consistent_hashing":
             return None
-        return self.branches.get("explicit_routing_key_spillover", 0) / max(1, len(self.records))
+        return self._median(lambda r: r.spilled)
 
     @property
     def failures(self) -> List[RequestRecord]:
@@ -240,7 +281,7 @@ def _branches(proxy: ServerProcess, deadline_s: float = 30.0) -> Dict[str, int]:
     return {dict(labels)["branch"]: int(v) for (name, labels), v in metrics.items() if name == "bounded_router_requests_total"}
 
 
-def run_policy(policy: Policy, workload: Sessions, workers: Sequence[ServerProcess]) -> Outcome:
+def run_policy(policy: Policy, workload: Sessions, workers: Sequence[ServerProcess]) -> Run:
     """The workload through a new gateway with ``policy`` in front of ``workers``, caches emptied first."""
     for worker in workers:
         _post(worker.url + "/reset")
@@ -250,7 +291,7 @@ def run_policy(policy: Policy, workload: Sessions, workers: Sequence[ServerProce
         records = asyncio.run(asyncio.wait_for(_send_sessions(proxy.url, workload), lifetime - 30.0))
         wall = time.monotonic() - started
         branches = _branches(proxy)
-    return Outcome(policy, records, branches, wall)
+    return Run(records, branches, wall)
 
 
 def start_workers(workload: Sessions, lifetime: float) -> List[ServerProcess]:
@@ -270,18 +311,20 @@ def start_workers(workload: Sessions, lifetime: float) -> List[ServerProcess]:
 
 
 def run(workload: Sessions = Sessions(), policies: Sequence[Policy] = POLICIES, progress: Optional[Callable[[str], None]] = None) -> List[Outcome]:
-    """Start the mock workers and run every policy through its own gateway; ``progress(text)``
-    is told what starts."""
-    lifetime = 120.0 + len(policies) * (60.0 + workload.requests * 0.5)
+    """Start the mock workers and run every policy through its own gateway, ``workload.rounds``
+    times, round by round (so a burst of other load on the machine spoils one run of a policy,
+    not all of them); ``progress(text)`` is told what starts."""
+    lifetime = 120.0 + workload.rounds * len(policies) * (60.0 + workload.requests * 0.5)
     workers = start_workers(workload, lifetime)
-    outcomes: List[Outcome] = []
+    outcomes = [Outcome(policy, []) for policy in policies]
     try:
         if progress:
             progress("mock workers at %s" % " ".join(w.url for w in workers))
-        for policy in policies:
-            if progress:
-                progress("%s: %d requests ..." % (policy.label, workload.requests))
-            outcomes.append(run_policy(policy, workload, workers))
+        for number in range(workload.rounds):
+            for outcome in outcomes:
+                if progress:
+                    progress("round %d of %d, %s: %d requests ..." % (number + 1, workload.rounds, outcome.policy.label, workload.requests))
+                outcome.runs.append(run_policy(outcome.policy, workload, workers))
     finally:
         for worker in workers:
             worker.stop()
@@ -328,10 +371,10 @@ def conclusion(outcomes: Sequence[Outcome]) -> str:
     if not (rr and strict and bounded):
         return ""
     speedup = rr.mean_ttft / bounded.mean_ttft
-    affinity = "Affinity: bounded hashing caches %.0f%% of prompt tokens (round robin %.0f%%), " % (100 * bounded.cached, 100 * rr.cached)
-    affinity += "first tokens %.1fx sooner." % speedup if speedup > 1 else "first tokens no sooner (x%.2f)." % (1 / speedup)
+    affinity = "Affinity: bounded hashing caches %.0f%% of prompt tokens (round robin %.0f%%), first tokens %s." % (
+        100 * bounded.cached, 100 * rr.cached, "%.1fx sooner" % speedup if speedup > 1 else "%.1fx later" % (1 / speedup))
     tail = bounded.p99_ttft / strict.p99_ttft
-    bound = "The bound %s strict hashing's p99 TTFT, %.0f ms against %.0f ms (x%.2f), for %.1f%% spilled." % (
+    bound = "The bound %s strict hashing's p99 TTFT: %.0f ms against %.0f ms (x%.2f), %.1f%% spilled." % (
         "cuts" if tail < 1 else "does not cut", bounded.p99_ttft, strict.p99_ttft, tail, 100 * (bounded.spill or 0.0))
     return affinity + "\n" + bound
 
