@@ -39,7 +39,7 @@ from .fleet import ServerProcess, start_mock_worker, start_proxy
 from .mock_worker import expected_text
 
 __all__ = [
-    "Sessions", "Session", "Policy", "Outcome", "POLICIES", "COLUMNS",
+    "Sessions", "Session", "Policy", "Figures", "Outcome", "POLICIES", "COLUMNS",
     "Run", "run", "run_policy", "session_prompts", "format_table", "conclusion", "problems",
 ]  # fmt: skip
 
@@ -161,6 +161,20 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
+class Figures(NamedTuple):
+    """What the table shows of a run (or the medians of several)."""
+
+    #: Mean time to first token as the workers report it (their queueing and prefill), ms.
+    mean_ttft: float
+    p99_ttft: float
+    #: Mean time to first token as the client measures it (gateway and machine included), ms.
+    client_mean_ttft: float
+    #: Prompt tokens served from the workers' caches, of all prompt tokens.
+    cached: float
+    #: The share of requests the gateway counted as spilled.
+    spilled: float
+
+
 @dataclass
 class Run:
     """One run of a policy through its own gateway: every request as the client saw it and the
@@ -171,32 +185,16 @@ class Run:
     wall_s: float
 
     @property
-    def ok(self) -> List[RequestRecord]:
-        return [r for r in self.records if r.ok]
-
-    @property
-    def mean_ttft(self) -> float:
-        """Mean time to first token as the workers report it (their queueing and prefill)."""
-        return _mean([r.worker_ttft_ms for r in self.ok])
-
-    @property
-    def p99_ttft(self) -> float:
-        return _percentile([r.worker_ttft_ms for r in self.ok], 0.99)
-
-    @property
-    def client_mean_ttft(self) -> float:
-        """Mean time to first token as the client measures it (gateway and machine included)."""
-        return _mean([r.ttft_ms for r in self.ok])
-
-    @property
-    def cached(self) -> float:
-        prompt = sum(r.prompt_tokens for r in self.ok)
-        return sum(r.cached_tokens for r in self.ok) / prompt if prompt else math.nan
-
-    @property
-    def spilled(self) -> float:
-        """The share of requests the gateway counted as spilled."""
-        return self.branches.get("explicit_routing_key_spillover", 0) / max(1, len(self.records))
+    def figures(self) -> Figures:
+        ok = [r for r in self.records if r.ok]
+        prompt = sum(r.prompt_tokens for r in ok)
+        return Figures(
+            mean_ttft=_mean([r.worker_ttft_ms for r in ok]),
+            p99_ttft=_percentile([r.worker_ttft_ms for r in ok], 0.99),
+            client_mean_ttft=_mean([r.ttft_ms for r in ok]),
+            cached=sum(r.cached_tokens for r in ok) / prompt if prompt else math.nan,
+            spilled=self.branches.get("explicit_routing_key_spillover", 0) / max(1, len(self.records)),
+        )
 
 
 @dataclass
@@ -207,35 +205,20 @@ class Outcome:
     policy: Policy
     runs: List[Run]
 
-    def _median(self, figure: Callable[[Run], float]) -> float:
-        return statistics.median(figure(r) for r in self.runs) if self.runs else math.nan
+    @property
+    def figures(self) -> Figures:
+        if not self.runs:
+            return Figures(*[math.nan] * len(Figures._fields))
+        return Figures(*(statistics.median(column) for column in zip(*(r.figures for r in self.runs))))
 
     @property
     def records(self) -> List[RequestRecord]:
         return [r for run in self.runs for r in run.records]
 
     @property
-    def mean_ttft(self) -> float:
-        return self._median(lambda r: r.mean_ttft)
-
-    @property
-    def p99_ttft(self) -> float:
-        return self._median(lambda r: r.p99_ttft)
-
-    @property
-    def client_mean_ttft(self) -> float:
-        return self._median(lambda r: r.client_mean_ttft)
-
-    @property
-    def cached(self) -> float:
-        return self._median(lambda r: r.cached)
-
-    @property
     def spill(self) -> Optional[float]:
         """bounded_consistent_hashing's share of requests that spilled; None for the others."""
-        if self.policy.policy != "bounded_consistent_hashing":
-            return None
-        return self._median(lambda r: r.spilled)
+        return self.figures.spilled if self.policy.policy == "bounded_consistent_hashing" else None
 
     @property
     def failures(self) -> List[RequestRecord]:
@@ -345,17 +328,17 @@ COLUMNS = (
 
 def format_table(outcomes: Sequence[Outcome]) -> str:
     """The policies side by side (under 100 columns), each column explained under the table."""
-    by = {o.policy.policy: o for o in outcomes}
+    by = {o.policy.policy: o.figures for o in outcomes}
     rr = by["round_robin"].mean_ttft if "round_robin" in by else math.nan
     strict = by["consistent_hashing"].p99_ttft if "consistent_hashing" in by else math.nan
     lines = ["%-22s %10s %9s %7s %6s %6s %9s %9s" % (("policy",) + tuple(name for name, _ in COLUMNS))]
     for o in outcomes:
-        spill = "-" if o.spill is None else "%.1f%%" % (100 * o.spill)
+        f, spill = o.figures, "-" if o.spill is None else "%.1f%%" % (100 * o.spill)
         lines.append(
             "%-22s %7.0f ms %6.0f ms %6.1f%% %6s %6s %9s %6.0f ms"
             % (
-                o.policy.label, o.mean_ttft, o.p99_ttft, 100 * o.cached, spill,
-                "x%.2f" % (o.mean_ttft / rr), "x%.2f" % (o.p99_ttft / strict), o.client_mean_ttft,
+                o.policy.label, f.mean_ttft, f.p99_ttft, 100 * f.cached, spill,
+                "x%.2f" % (f.mean_ttft / rr), "x%.2f" % (f.p99_ttft / strict), f.client_mean_ttft,
             )
         )  # fmt: skip
     lines.append("")
@@ -366,7 +349,7 @@ def format_table(outcomes: Sequence[Outcome]) -> str:
 def conclusion(outcomes: Sequence[Outcome]) -> str:
     """Two lines from the figures: does affinity beat round robin, and does the bound beat
     strict hashing on the tail? Each says so when it does not."""
-    by = {o.policy.policy: o for o in outcomes}
+    by = {o.policy.policy: o.figures for o in outcomes}
     rr, strict, bounded = by.get("round_robin"), by.get("consistent_hashing"), by.get("bounded_consistent_hashing")
     if not (rr and strict and bounded):
         return ""
@@ -375,7 +358,7 @@ def conclusion(outcomes: Sequence[Outcome]) -> str:
         100 * bounded.cached, 100 * rr.cached, "%.1fx sooner" % speedup if speedup > 1 else "%.1fx later" % (1 / speedup))
     tail = bounded.p99_ttft / strict.p99_ttft
     bound = "The bound %s strict hashing's p99 TTFT: %.0f ms against %.0f ms (x%.2f), %.1f%% spilled." % (
-        "cuts" if tail < 1 else "does not cut", bounded.p99_ttft, strict.p99_ttft, tail, 100 * (bounded.spill or 0.0))
+        "cuts" if tail < 1 else "does not cut", bounded.p99_ttft, strict.p99_ttft, tail, 100 * bounded.spilled)
     return affinity + "\n" + bound
 
 
