@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import replace
 
-from bounded_router.testing.sessions import Sessions, conclusion, format_table, problems, run
+from bounded_router.testing.sessions import Sessions, caveats, conclusion, format_table, problems, run
 
 
 def main() -> int:
@@ -40,6 +40,8 @@ def main() -> int:
     print("TTFT columns but the last are the workers' own: their model's queueing and prefill from")
     print("the schedule's send time, so this machine's load enters them only through the routing it")
     print("changes (the order of arrivals, requests in flight); the client column is real time.\n")
+    for caveat in caveats(outcomes, workload):
+        print("Note: " + caveat)
     print(conclusion(outcomes))
     found = problems(outcomes)
     for problem in found:

@@ -11,7 +11,7 @@ import pytest
 
 from bounded_router.testing.e2e import RequestRecord
 from bounded_router.testing.mock_worker import expected_text
-from bounded_router.testing.sessions import COLUMNS, POLICIES, Outcome, Run, Sessions, conclusion, format_table, problems, run, session_prompts
+from bounded_router.testing.sessions import COLUMNS, POLICIES, Outcome, Run, Sessions, caveats, conclusion, format_table, problems, run, session_prompts
 
 SMALL = Sessions(
     workers=2, sessions=6, turns=3, arrival_s=0.2, think_s=0.05, document_tokens=(64,), fanouts=(1, 3), question_tokens=16,
@@ -102,3 +102,18 @@ def test_the_conclusion_follows_the_figures(bounded_tail: float, verdict: str) -
     speedup = "1.3x sooner" if bounded_tail == 300.0 else "1.2x later"
     assert affinity == "Affinity: bounded hashing caches 75%% of prompt tokens (round robin 50%%), first tokens %s." % speedup
     assert bound == verdict
+
+
+def test_caveats_name_the_policies_the_machine_slowed() -> None:
+    # SMALL.slowed_ms is 50: a run is slowed when its 90th percentile of lateness exceeds it.
+    calm, late = Run([], {}, 1.0, [1.0] * 10), Run([], {}, 1.0, [1.0] * 8 + [400.0] * 2)
+    policies = {p.policy: p for p in POLICIES}
+    outcomes = [
+        Outcome(policies["round_robin"], [calm]),
+        Outcome(policies["consistent_hashing"], [calm], repeated=1),
+        Outcome(policies["least_load"], [late, calm], repeated=2),
+    ]
+    assert caveats(outcomes, SMALL) == [
+        "strict hashing: run again 1 time(s), slowed by other load on this machine",
+        "least_load: 1 of 2 runs slowed by other load on this machine, retries spent: less reliable",
+    ]
