@@ -4,8 +4,8 @@ where bounding it pays too.
 Each session opens with a document of its own and asks follow-up questions. At each turn it
 sends a **group of sibling requests** at once (parallel samples, or an agent's sub-calls): every
 sibling's prompt is the session's history (the document, the earlier questions and answers), the
-turn's question and a part of its own. Most sessions send one request a turn, a few send 2, 4, 8
-or 16 (seeded), so a few routing keys are far heavier than the rest. The worker that served a
+turn's question and a part of its own. Most sessions send one request a turn, a few send 4, 8 or
+16, so a few routing keys are far heavier than the rest. The worker that served a
 session before holds its history in its prefix cache (affinity pays: round robin recomputes it);
 the siblings of a 16-wide turn all queue on that one worker under strict hashing while others
 idle, which a load bound spreads (the bound pays on the tail).
@@ -17,7 +17,8 @@ listen on fixed loopback ports, so the consistent-hashing ring is the same from 
 varies is the machine's timing. The headline TTFT is the workers' own (in the usage chunk): their
 model's queueing and prefill, counted from when the schedule sends the request (the request's
 ``scheduled_at``), so a late delivery on a busy machine does not enter it; what does is the
-routing, which the gateway decides on its own clock. The client's TTFT is shown beside it.
+order requests arrive in and the loads the gateway sees, so a run that other load slowed is run
+again (:attr:`Sessions.slowed_ms`). The client's TTFT is shown beside it.
 
 ``make demo`` (``scripts/demo.py``) runs it; :func:`run` is its entry point.
 """
@@ -30,7 +31,7 @@ import random
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..metrics import parse as parse_metrics
 from ..simulate.model import CostModel
@@ -78,12 +79,11 @@ class Sessions:
     ``t * think_s`` seconds after its start, or as soon as every sibling of turn ``t - 1`` has
     been answered if that is later (in the workers' model: the time they report, and the decode):
     arrivals follow a schedule, not the machine's delays, so every policy gets the same requests
-    at the same times (as a trace replay does) unless its own answers come later. Its document length and
-    its fan-out (siblings per turn) are seeded: a document length drawn from ``document_tokens``,
-    the fan-outs those of ``fanouts`` repeated over the sessions in a seeded order, so every seed
-    sends as many requests.
-    ``worker_ports`` are tried in turn as the first of ``workers`` consecutive ports (0: any free
-    ports, a ring of its own each run).
+    at the same times (as a trace replay does) unless its own answers come later. A session's
+    document length is a seeded draw from ``document_tokens``; the fan-outs (siblings per turn)
+    are those of ``fanouts`` repeated over the sessions in a seeded order, so every seed sends as
+    many requests. ``worker_ports`` are tried in turn as the first of ``workers`` consecutive
+    ports (0: any free ports, a ring of its own each run).
     """
 
     workers: int = 4
