@@ -17,22 +17,22 @@ import dataclasses
 import sys
 import time
 
-from bounded_router.testing.replicas import MODES, format_table, run
-from bounded_router.testing.sessions import Sessions, problems
+from bounded_router.testing.replicas import MODES, ReplicaSessions, format_table, run
+from bounded_router.testing.sessions import problems
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sessions", type=int, default=Sessions.sessions, help="sessions (default %(default)s)")
-    parser.add_argument("--turns", type=int, default=Sessions.turns, help="turns per session (default %(default)s)")
-    parser.add_argument("--time-scale", type=float, default=Sessions.time_scale, help="multiply the workers' modelled times (default %(default)s)")
+    parser.add_argument("--sessions", type=int, default=ReplicaSessions.sessions, help="sessions (default %(default)s)")
+    parser.add_argument("--turns", type=int, default=ReplicaSessions.turns, help="turns per session (default %(default)s)")
+    parser.add_argument("--time-scale", type=float, default=ReplicaSessions.time_scale, help="multiply the workers' modelled times (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--modes", default=",".join(str(i + 1) for i in range(len(MODES))),
         help="which modes, by number: " + "; ".join("%d %s" % (i + 1, m.label) for i, m in enumerate(MODES)),
     )  # fmt: skip
     args = parser.parse_args()
-    workload = dataclasses.replace(Sessions(), sessions=args.sessions, turns=args.turns, time_scale=args.time_scale, seed=args.seed)
+    workload = dataclasses.replace(ReplicaSessions(), sessions=args.sessions, turns=args.turns, time_scale=args.time_scale, seed=args.seed)
     modes = [MODES[int(n) - 1] for n in args.modes.split(",")]
     print(workload.describe())
     print("Sent as token ids (--prefix-blocks tokens), no routing key, each request to a random gateway.")

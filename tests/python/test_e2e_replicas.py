@@ -20,11 +20,12 @@ pytest.importorskip("msgpack")
 
 from bounded_router.simulate.model import CostModel  # noqa: E402
 from bounded_router.testing.fleet import ServerProcess  # noqa: E402
-from bounded_router.testing.replicas import Mode, await_events, complete, indexed_blocks, session_token_prompts, start_gateways, start_workers  # noqa: E402
-from bounded_router.testing.sessions import Sessions  # noqa: E402
+from bounded_router.testing.replicas import (  # noqa: E402
+    Mode, ReplicaSessions, await_events, complete, indexed_blocks, session_token_prompts, start_gateways, start_workers,
+)  # fmt: skip
 
 BLOCK = 16
-WORKLOAD = Sessions(workers=2, sessions=4, turns=2, document_tokens=70, question_tokens=10, answer_tokens=3, cost=CostModel(block_size=BLOCK), time_scale=0.01)
+WORKLOAD = ReplicaSessions(workers=2, sessions=4, turns=2, document_tokens=70, question_tokens=10, answer_tokens=3, cost=CostModel(block_size=BLOCK), time_scale=0.01)
 
 
 @pytest.fixture(scope="module")

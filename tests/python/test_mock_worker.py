@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import zlib
 from typing import Any, Iterator
 
@@ -43,6 +44,31 @@ def test_streams_tokens_then_usage_then_done(client: httpx.Client) -> None:
     usage = evs[-2]["usage"]
     assert usage == {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11, "prompt_tokens_details": {"cached_tokens": 0}}
     assert evs[-2]["worker"] == "m" and evs[-2]["ttft_ms"] >= 0
+
+
+def test_ttft_ms_is_the_models_time_not_the_processs(client: httpx.Client) -> None:
+    # On an idle worker the model's time to first token is the prefill of the uncached tokens:
+    # 1 ms per token x time scale 0.01, whatever this busy machine adds to the real time.
+    prompt = "one two three four five"
+    first = events(_stream(client, completion(prompt, 1)))[-2]
+    again = events(_stream(client, completion(prompt, 1)))[-2]  # 4 of 5 words cached (blocks of 4)
+    assert first["ttft_ms"] == pytest.approx(5 * 0.01, abs=1e-6)
+    assert again["ttft_ms"] == pytest.approx(1 * 0.01, abs=1e-6)
+
+
+def test_scheduled_at_queues_a_late_request_from_its_schedule(client: httpx.Client) -> None:
+    # Two requests a replaying client meant to send at the same moment (now: every earlier
+    # prefill has ended), delivered one after the other: the model queues the second behind the
+    # first (5 + 3 tokens of prefill at 1 ms x 0.01), though the first was answered before the
+    # second arrived.
+    schedule = time.monotonic()
+    first = events(_stream(client, completion("a b c d e", 1, scheduled_at=schedule)))[-2]
+    second = events(_stream(client, completion("f g h", 1, scheduled_at=schedule)))[-2]
+    assert first["ttft_ms"] == pytest.approx(5 * 0.01, abs=1e-6)
+    assert second["ttft_ms"] == pytest.approx(8 * 0.01, abs=1e-6)
+    # A schedule in the future counts from the arrival.
+    later = events(_stream(client, completion("i j", 1, scheduled_at=time.monotonic() + 60.0)))[-2]
+    assert later["ttft_ms"] == pytest.approx(2 * 0.01, abs=1e-6)
 
 
 def test_prefix_cache_reuses_whole_blocks_of_a_shared_prefix(client: httpx.Client) -> None:
@@ -92,6 +118,9 @@ def test_non_streaming_answer(client: httpx.Client) -> None:
         ({"prompt": "a", "max_tokens": 0}, "'max_tokens' must be an integer from 1 to 100000"),
         ({"prompt": "a", "stream": "yes"}, "'stream' must be true or false"),
         ({"prompt": "a", "fail_after_tokens": -1}, "'fail_after_tokens' must be a non-negative integer"),
+        ({"prompt": "a", "scheduled_at": "now"}, "'scheduled_at' must be a finite number of seconds >= 0"),
+        ({"prompt": "a", "scheduled_at": True}, "'scheduled_at' must be a finite number of seconds >= 0"),
+        ({"prompt": "a", "scheduled_at": -1}, "'scheduled_at' must be a finite number of seconds >= 0"),
         ([1, 2], "must be a JSON object"),
     ],
 )

@@ -4,14 +4,19 @@ what the workload must show is in the caches and the routing, which the schedule
 
 from __future__ import annotations
 
-from typing import Dict
+from dataclasses import replace
+from typing import Dict, List, Optional
 
 import pytest
 
+from bounded_router.testing.e2e import RequestRecord
 from bounded_router.testing.mock_worker import expected_text
-from bounded_router.testing.sessions import COLUMNS, POLICIES, Outcome, Sessions, conclusion, format_table, problems, run, session_prompts
+from bounded_router.testing.sessions import COLUMNS, POLICIES, Outcome, Run, Sessions, caveats, conclusion, format_table, problems, run, session_prompts
 
-SMALL = Sessions(workers=2, sessions=6, turns=3, arrival_s=0.2, think_s=0.05, document_tokens=64, question_tokens=16, time_scale=0.01)
+SMALL = Sessions(
+    workers=2, sessions=6, turns=3, arrival_s=0.2, think_s=0.05, document_tokens=(64,), fanouts=(1, 3), question_tokens=16,
+    own_tokens=8, time_scale=0.01, worker_ports=(0,),
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -19,25 +24,34 @@ def outcomes() -> Dict[str, Outcome]:
     return {o.policy.policy: o for o in run(SMALL, POLICIES)}
 
 
-def test_a_turn_repeats_the_whole_session_before_it() -> None:
-    first, second, third = session_prompts(SMALL, 3, 64)
-    assert len(first.split()) == 64 + 16
-    assert second == first + expected_text(first, SMALL.answer_tokens) + " " + " ".join("s3.q1.%d" % i for i in range(16))
-    assert third.startswith(second + expected_text(second, SMALL.answer_tokens))
-    assert session_prompts(SMALL, 3, 64) == [first, second, third], "seeded: the same prompts every time"
+def test_a_turn_repeats_the_session_before_it_and_siblings_share_it() -> None:
+    turns = session_prompts(SMALL, 3, 64, 3)
+    assert [len(t) for t in turns] == [3, 3, 3]
+    question = " ".join("s3.q0.%d" % i for i in range(16))
+    first = " ".join("s3.doc.%d" % i for i in range(64)) + " " + question
+    assert turns[0] == [first + " " + " ".join("s3.t0.k%d.%d" % (k, i) for i in range(8)) for k in range(3)]
+    second = first + expected_text(turns[0][0], SMALL.answer_tokens) + " " + " ".join("s3.q1.%d" % i for i in range(16))
+    assert all(p.startswith(second + " s3.t1.k") for p in turns[1])
+    assert session_prompts(SMALL, 3, 64, 3) == turns, "seeded: the same prompts every time"
+
+
+def test_the_schedule_is_seeded_and_every_seed_sends_as_many_requests() -> None:
     assert SMALL.schedule() == SMALL.schedule()
+    assert sorted(s.fanout for s in SMALL.schedule()) == [1, 1, 1, 3, 3, 3]
+    assert SMALL.requests == 3 * (1 + 1 + 1 + 3 + 3 + 3)
+    other = replace(SMALL, seed=7)
+    assert other.schedule() != SMALL.schedule() and other.requests == SMALL.requests
 
 
 def test_every_request_succeeds_and_affinity_caches_the_history(outcomes: Dict[str, Outcome]) -> None:
     assert problems(list(outcomes.values())) == []
     for o in outcomes.values():
         assert len(o.records) == SMALL.requests
+        assert all(r.worker_ttft_ms >= 0 for r in o.records)
     strict = outcomes["consistent_hashing"]
-    # Turns after the first find the session's earlier prompt cached on the worker they return to;
-    # the first turns, with no history yet, find nothing (64 + 16 tokens of a session's own).
-    assert all(r.cached_tokens == 0 for r in strict.records if r.sibling == 0)
-    assert all(r.cached_tokens > 0 for r in strict.records if r.sibling > 0)
-    assert strict.cached > outcomes["round_robin"].cached
+    # Turns after the first find the session's history cached on the worker they return to.
+    assert all(r.cached_tokens >= 64 for r in strict.records if r.sibling > 0)
+    assert strict.figures.cached > outcomes["round_robin"].figures.cached
     assert outcomes["round_robin"].spill is None and strict.spill is None
     assert outcomes["bounded_consistent_hashing"].spill is not None
 
@@ -48,5 +62,58 @@ def test_the_table_fits_and_defines_every_column(outcomes: Dict[str, Outcome]) -
     header = table.splitlines()[0]
     for name, meaning in COLUMNS:
         assert name in header and "  %-9s  %s" % (name, meaning) in table
-    line = conclusion(list(outcomes.values()))
-    assert line.startswith("In one glance:") and "round robin" in line and "p99" in line
+    affinity, bound = conclusion(list(outcomes.values())).splitlines()
+    assert affinity.startswith("Affinity:") and "round robin" in affinity and "p99" in bound
+    assert max(len(affinity), len(bound)) <= 100
+
+
+def _run(ttfts: List[float], cached: int, branches: Optional[Dict[str, int]] = None) -> Run:
+    records = [RequestRecord(0, 0, ok=True, worker_ttft_ms=t, ttft_ms=t + 1, prompt_tokens=100, cached_tokens=cached) for t in ttfts]
+    return Run(records, branches or {}, 1.0)
+
+
+def _outcome(policy: str, ttfts: List[float], cached: int, branches: Optional[Dict[str, int]] = None) -> Outcome:
+    return Outcome(next(p for p in POLICIES if p.policy == policy), [_run(ttfts, cached, branches)])
+
+
+def test_each_figure_is_the_median_of_the_runs() -> None:
+    bounded = next(p for p in POLICIES if p.policy == "bounded_consistent_hashing")
+    runs = [_run([10.0, 30.0], 50, {"explicit_routing_key_spillover": 1}), _run([100.0, 900.0], 90), _run([20.0, 40.0], 70)]
+    o = Outcome(bounded, runs)
+    # Means 20, 500, 30 -> 30; p99 (the larger of two) 30, 900, 40 -> 40; client +1 ms; cached
+    # 50%, 90%, 70% -> 70%; spill 1/2, 0, 0 -> 0.
+    assert o.figures == (30.0, 40.0, 31.0, 0.7, 0.0) and o.spill == 0.0
+    assert len(o.records) == 6
+
+
+@pytest.mark.parametrize(
+    "bounded_tail, verdict",
+    [(300.0, "The bound cuts strict hashing's p99 TTFT: 300 ms against 400 ms (x0.75), 50.0% spilled."),
+     (500.0, "The bound does not cut strict hashing's p99 TTFT: 500 ms against 400 ms (x1.25), 50.0% spilled.")],
+)  # fmt: skip
+def test_the_conclusion_follows_the_figures(bounded_tail: float, verdict: str) -> None:
+    # Two requests each: p99 of two values is the larger; the means are (a + b) / 2.
+    outcomes = [
+        _outcome("round_robin", [100.0, 300.0], 50),
+        _outcome("consistent_hashing", [20.0, 400.0], 80),
+        _outcome("bounded_consistent_hashing", [0.0, bounded_tail], 75, {"explicit_routing_key_spillover": 1}),
+    ]
+    affinity, bound = conclusion(outcomes).splitlines()
+    speedup = "1.3x sooner" if bounded_tail == 300.0 else "1.2x later"
+    assert affinity == "Affinity: bounded hashing caches 75%% of prompt tokens (round robin 50%%), first tokens %s." % speedup
+    assert bound == verdict
+
+
+def test_caveats_name_the_policies_the_machine_slowed() -> None:
+    # SMALL.slowed_ms is 50: a run is slowed when its 90th percentile of lateness exceeds it.
+    calm, late = Run([], {}, 1.0, [1.0] * 10), Run([], {}, 1.0, [1.0] * 8 + [400.0] * 2)
+    policies = {p.policy: p for p in POLICIES}
+    outcomes = [
+        Outcome(policies["round_robin"], [calm]),
+        Outcome(policies["consistent_hashing"], [calm], repeated=1),
+        Outcome(policies["least_load"], [late, calm], repeated=2),
+    ]
+    assert caveats(outcomes, SMALL) == [
+        "strict hashing: run again 1 time(s), slowed by other load on this machine",
+        "least_load: 1 of 2 runs slowed by other load on this machine, retries spent: less reliable",
+    ]

@@ -116,12 +116,21 @@ async def _one_request(client: Any, proxy_url: str, scenario: Scenario, group: i
 
 
 async def stream_completion(
-    client: Any, proxy_url: str, prompt: Prompt, max_tokens: int, routing_key: Optional[str], record: RequestRecord
+    client: Any,
+    proxy_url: str,
+    prompt: Prompt,
+    max_tokens: int,
+    routing_key: Optional[str],
+    record: RequestRecord,
+    scheduled_at: Optional[float] = None,
 ) -> RequestRecord:
     """Stream one completion of ``prompt`` (text or token ids) through the proxy with
     ``routing_key`` (None: no key), filling in and checking ``record``: status, worker, time to
-    first token, usage, the text against what the mock worker must have sent."""
-    body = {"prompt": prompt, "max_tokens": max_tokens, "stream": True}
+    first token, usage, the text against what the mock worker must have sent. ``scheduled_at``
+    (``time.monotonic()``) tells the mock worker when a replay meant to send it."""
+    body: Dict[str, Any] = {"prompt": prompt, "max_tokens": max_tokens, "stream": True}
+    if scheduled_at is not None:
+        body["scheduled_at"] = scheduled_at
     headers = {} if routing_key is None else {"X-SMG-Routing-Key": routing_key}
     start = time.monotonic()
     text: List[str] = []

@@ -106,13 +106,15 @@ def start_mock_worker(
     lifetime: float = 900.0,
     model_name: str = DEFAULT_MODEL_NAME,
     kv_events: bool = False,
+    port: int = 0,
 ) -> ServerProcess:
-    """A mock worker process (see :mod:`bounded_router.testing.mock_worker`) on 127.0.0.1;
-    ``kv_events`` publishes its cache's KV events on free ports (:func:`kv_event_endpoints`)."""
+    """A mock worker process (see :mod:`bounded_router.testing.mock_worker`) on 127.0.0.1, on
+    ``port`` (0: any free port; a port in use makes the start fail); ``kv_events`` publishes its
+    cache's KV events on free ports (:func:`kv_event_endpoints`)."""
     args = [
         "--name", name,
         "--model-name", model_name,
-        "--port", "0",
+        "--port", str(port),
         "--time-scale", repr(time_scale),
         "--lifetime", repr(lifetime),
         "--prefill-ms-per-token", repr(cost.prefill_ms_per_token),

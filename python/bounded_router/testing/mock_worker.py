@@ -20,9 +20,14 @@ Endpoints:
 * ``POST /v1/completions`` -- JSON ``{"prompt": str, "max_tokens": int, "stream": bool}``, the
   prompt a string or a list of token ids (ints from 0 to 2**32 - 1, as vLLM and SGLang take),
   optionally ``"fail_after_tokens": n`` to abort the connection after n tokens (to test
-  failures). The stream is server-sent events: one ``{"choices": [{"text": ...}]}`` per token,
+  failures) and ``"scheduled_at": t``, when a replaying client meant to send it (seconds on this
+  machine's monotonic clock, Python's ``time.monotonic()``): the model queues the request from
+  then, not from its late delivery on a busy machine. The stream is server-sent events: one
+  ``{"choices": [{"text": ...}]}`` per token,
   then one with ``"usage"`` (``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
-  ``prompt_tokens_details.cached_tokens``), the worker's name and its time to first token, then
+  ``prompt_tokens_details.cached_tokens``), the worker's name and its time to first token as its
+  model computes it (``ttft_ms``: queueing and prefill since the request arrived, whatever this
+  process's own delays), then
   ``data: [DONE]``. Output text is :func:`expected_text`, so a client can check it arrived intact.
   Every response carries ``X-Mock-Worker: <name>``. A ``"model"`` and OpenAI's other sampling
   fields are accepted and ignored; ``null`` counts as absent.
@@ -62,6 +67,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 import time
@@ -149,16 +155,21 @@ def cache_events(keys: Sequence[Any], ids: Sequence[int], block_size: int, store
 
 
 class _Job:
-    __slots__ = ("keys", "prompt_tokens", "reader", "done", "cached", "ids", "arrival")
+    __slots__ = ("keys", "prompt_tokens", "reader", "done", "cached", "ids", "arrival", "prefilled_at")
 
-    def __init__(self, keys: List[Any], prompt_tokens: int, reader: asyncio.StreamReader, ids: Sequence[int] = ()) -> None:
-        self.arrival = asyncio.get_running_loop().time()
+    def __init__(
+        self, keys: List[Any], prompt_tokens: int, reader: asyncio.StreamReader, ids: Sequence[int] = (), scheduled_at: Optional[float] = None
+    ) -> None:
+        now = asyncio.get_running_loop().time()  # time.monotonic(), as the event loop's clock is
+        self.arrival = now if scheduled_at is None else min(now, scheduled_at)
         self.keys = keys
         self.ids = ids
         self.prompt_tokens = prompt_tokens
         self.reader = reader
         self.done: "asyncio.Future[Optional[int]]" = asyncio.get_running_loop().create_future()
         self.cached = 0
+        #: When the model's prefill of this job ends, on the loop's clock.
+        self.prefilled_at = self.arrival
 
 
 class MockWorker:
@@ -249,6 +260,7 @@ class MockWorker:
             # by the clock: a late wake-up of this process (a busy machine) does not push back
             # every prefill queued behind it.
             free_at = max(job.arrival, free_at) + self._seconds(self.cost.prefill_ms(job.prompt_tokens - cached))
+            job.prefilled_at = free_at
             await asyncio.sleep(max(0.0, free_at - loop.time()))
             stored, evicted = self.cache.insert(job.keys)
             self._prefilling.popleft()
@@ -442,8 +454,9 @@ class MockWorker:
     # -- completions -------------------------------------------------------------------------
 
     @staticmethod
-    def _parse_completion(body: bytes, kind: str) -> Tuple[Prompt, int, bool, Optional[int]]:
-        """A generation request of an endpoint (``_ENDPOINTS``): prompt, max tokens, stream, fail after."""
+    def _parse_completion(body: bytes, kind: str) -> Tuple[Prompt, int, bool, Optional[int], Optional[float]]:
+        """A generation request of an endpoint (``_ENDPOINTS``): prompt, max tokens, stream, fail
+        after, scheduled at."""
         try:
             request = json.loads(body or b"null")
         except ValueError:
@@ -465,22 +478,24 @@ class MockWorker:
         fail_after = request.get("fail_after_tokens")
         if fail_after is not None and (isinstance(fail_after, bool) or not isinstance(fail_after, int) or fail_after < 0):
             raise _HttpError(400, "'fail_after_tokens' must be a non-negative integer")
-        return prompt, max_tokens, stream, fail_after
+        scheduled_at = request.get("scheduled_at")
+        if scheduled_at is not None and (isinstance(scheduled_at, bool) or not isinstance(scheduled_at, (int, float)) or not 0 <= scheduled_at < math.inf):
+            raise _HttpError(400, "'scheduled_at' must be a finite number of seconds >= 0 (time.monotonic())")
+        return prompt, max_tokens, stream, fail_after, scheduled_at
 
     async def _completion(self, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str) -> bool:
-        prompt, max_tokens, stream, fail_after = self._parse_completion(body, kind)
+        prompt, max_tokens, stream, fail_after, scheduled_at = self._parse_completion(body, kind)
         assert self._queue is not None
         stats = self.stats
         stats["requests"] += 1
         stats["active"] += 1
         ids = prompt_token_ids(prompt)
-        arrival = time.monotonic()
         outcome = "cancelled"
         try:
             if stream:
                 writer.write(self._head(200, "text/event-stream", "cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"))
                 await writer.drain()
-            job = _Job(text_block_keys(ids, self.cost.block_size), len(ids), reader, ids)
+            job = _Job(text_block_keys(ids, self.cost.block_size), len(ids), reader, ids, scheduled_at)
             self._queue.put_nowait(job)
             self._prefilling.append(job)
             cached = await job.done
@@ -490,7 +505,9 @@ class MockWorker:
             stats["cached_tokens"] += cached
             stats["computed_tokens"] += len(ids) - cached
             tokens = _tokens(prompt, max_tokens)
-            answer = _Answer(kind, self, len(ids), cached, max_tokens, (time.monotonic() - arrival) * 1000.0)
+            # The model's time (queueing and prefill since arrival, or since the client's schedule
+            # said to send), not this process's wake-up: a busy machine delays the stream, not the figure.
+            answer = _Answer(kind, self, len(ids), cached, max_tokens, (job.prefilled_at - job.arrival) * 1000.0)
             if not stream:
                 await asyncio.sleep(self._seconds(self.cost.decode_ms_per_token * max_tokens))
                 await self._send_json(writer, 200, answer.whole("".join(tokens)))

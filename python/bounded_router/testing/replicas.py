@@ -7,8 +7,8 @@ processes (``python -m bounded_router serve``) under ``cache_aware`` that route 
 the prefix blocks of its token ids (``--prefix-blocks tokens``), each a router of its own. The
 workload is multi-turn sessions (turn ``t`` repeats the session's history and adds to it), sent as
 token ids, each request to a random gateway, as the processes of an RL rollout send theirs. Each
-mode runs the same requests at the same times (:class:`~bounded_router.testing.sessions.Sessions`),
-the workers' caches and counters emptied first:
+mode runs the same requests at the same times (:class:`ReplicaSessions`), the workers' caches and
+counters emptied first:
 
 * one gateway, which sees every request (what the replicas lose);
 * the replicas without events: each knows only what it routed itself;
@@ -16,7 +16,9 @@ the workers' caches and counters emptied first:
 * the same with engine loads polled (``--load-poll sglang``).
 
 Cache hits are the workers' own counters (``GET /stats``: cached prompt tokens over prompt
-tokens); time to first token is the client's. ``scripts/e2e_replicas.py`` runs it.
+tokens); time to first token is the workers' model's (queueing and prefill from each request's
+scheduled send time, so the machine's other load moves it only through the order requests arrive
+in), beside the client's. ``scripts/e2e_replicas.py`` runs it.
 """
 
 from __future__ import annotations
@@ -29,16 +31,65 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from ..simulate.model import CostModel
+
 from ..metrics import parse as parse_metrics
 from .e2e import RequestRecord, _get_json, _post, stream_completion
 from .fleet import ServerProcess, kv_event_endpoints, start_mock_worker, start_proxy
 from .mock_worker import expected_text, prompt_token_ids
-from .sessions import Outcome, Policy, Sessions
+from .sessions import Outcome, Policy, Run
 
 __all__ = [
-    "Mode", "MODES", "ModeResult", "await_events", "complete", "format_table", "indexed_blocks", "run", "run_mode",
-    "session_token_prompts", "start_gateways", "start_workers",
+    "Mode", "MODES", "ModeResult", "ReplicaSessions", "await_events", "complete", "format_table", "indexed_blocks", "run",
+    "run_mode", "session_token_prompts", "start_gateways", "start_workers",
 ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ReplicaSessions:
+    """The workload and the mock workers' costs (times are multiplied by ``time_scale``).
+
+    Session ``s`` starts at a seeded time within ``arrival_s`` seconds and sends turn ``t`` at
+    ``t * think_s`` seconds after its start, or as soon as turn ``t - 1`` has been answered if
+    that is later: arrivals follow a schedule, so every mode gets the same requests at the same
+    times. Its document is 1, 2 or 4 times ``document_tokens`` long (seeded)."""
+
+    workers: int = 4
+    sessions: int = 128
+    turns: int = 4
+    arrival_s: float = 8.0
+    think_s: float = 0.5
+    document_tokens: int = 512
+    question_tokens: int = 384
+    answer_tokens: int = 16
+    cost: CostModel = CostModel(prefill_ms_per_token=1.0, decode_ms_per_token=10.0, cache_tokens=65536)
+    time_scale: float = 0.05
+    seed: int = 0
+    request_timeout: float = 120.0
+
+    @property
+    def requests(self) -> int:
+        return self.sessions * self.turns
+
+    def schedule(self) -> List[Tuple[float, int]]:
+        """(start time in seconds, document tokens) of each session, seeded."""
+        rng = random.Random(self.seed)
+        return [(rng.uniform(0.0, self.arrival_s), self.document_tokens * rng.choice((1, 2, 4))) for _ in range(self.sessions)]
+
+    def describe(self) -> str:
+        """The workload in a few lines of under 100 columns."""
+        longest = 4 * self.document_tokens
+        return (
+            "%d sessions of %d turns, starting within %g s, a turn every %g s, on %d mock workers.\n"
+            "A session: a document of %d to %d tokens, then %d-token questions and %d-token answers.\n"
+            "Workers: prefill %g ms/token, decode %g ms/token, times x%g (a %d-token prefill: %.0f ms)."
+            % (
+                self.sessions, self.turns, self.arrival_s, self.think_s, self.workers,
+                self.document_tokens, longest, self.question_tokens, self.answer_tokens,
+                self.cost.prefill_ms_per_token, self.cost.decode_ms_per_token, self.time_scale, longest,
+                self.cost.prefill_ms(longest) * self.time_scale,
+            )
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -59,7 +110,7 @@ MODES: Tuple[Mode, ...] = (
 )
 
 
-def session_token_prompts(workload: Sessions, session: int, document_tokens: int) -> List[List[int]]:
+def session_token_prompts(workload: ReplicaSessions, session: int, document_tokens: int) -> List[List[int]]:
     """The token ids of a session's turns: the document, every earlier question with the mock
     worker's answer to it, and a new question."""
     history = prompt_token_ids(_words("s%d.doc." % session, document_tokens))
@@ -77,7 +128,7 @@ def _words(prefix: str, n: int) -> str:
 
 
 @contextlib.contextmanager
-def start_workers(workload: Sessions, lifetime: float) -> Iterator[List[ServerProcess]]:
+def start_workers(workload: ReplicaSessions, lifetime: float) -> Iterator[List[ServerProcess]]:
     """``workload.workers`` mock worker processes publishing KV events, stopped on exit."""
     with contextlib.ExitStack() as stack:
         yield [
@@ -165,7 +216,7 @@ class ModeResult:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else math.nan
 
 
-async def _send_sessions(gateways: Sequence[str], workload: Sessions) -> List[RequestRecord]:
+async def _send_sessions(gateways: Sequence[str], workload: ReplicaSessions) -> List[RequestRecord]:
     import httpx
 
     records: List[RequestRecord] = []
@@ -176,9 +227,10 @@ async def _send_sessions(gateways: Sequence[str], workload: Sessions) -> List[Re
 
         async def session(number: int, start_s: float, document_tokens: int, targets: List[str]) -> None:
             for turn, prompt in enumerate(session_token_prompts(workload, number, document_tokens)):
-                await asyncio.sleep(max(0.0, began + start_s + turn * workload.think_s - time.monotonic()))
+                due = began + start_s + turn * workload.think_s
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
                 record = RequestRecord(number, turn)
-                records.append(await stream_completion(client, targets[turn], prompt, workload.answer_tokens, None, record))
+                records.append(await stream_completion(client, targets[turn], prompt, workload.answer_tokens, None, record, scheduled_at=due))
 
         schedule = workload.schedule()
         targets = [[pick.choice(gateways) for _ in range(workload.turns)] for _ in schedule]
@@ -186,7 +238,7 @@ async def _send_sessions(gateways: Sequence[str], workload: Sessions) -> List[Re
     return records
 
 
-def run_mode(mode: Mode, workload: Sessions, workers: Sequence[ServerProcess]) -> ModeResult:
+def run_mode(mode: Mode, workload: ReplicaSessions, workers: Sequence[ServerProcess]) -> ModeResult:
     """The workload through a mode's new gateways in front of ``workers``, caches emptied first."""
     lifetime = 120.0 + workload.requests * 0.5
     with start_gateways(mode, workers, workload.cost.block_size, lifetime) as gateways:
@@ -198,11 +250,11 @@ def run_mode(mode: Mode, workload: Sessions, workers: Sequence[ServerProcess]) -
         records = asyncio.run(asyncio.wait_for(_send_sessions([g.url for g in gateways], workload), lifetime - 30.0))
         wall = time.monotonic() - started
     stats = [_get_json(w.url + "/stats") for w in workers]
-    outcome = Outcome(Policy(mode.label, "cache_aware"), records, {}, wall)
+    outcome = Outcome(Policy(mode.label, "cache_aware"), [Run(records, {}, wall)])
     return ModeResult(mode, outcome, sum(s["prompt_tokens"] for s in stats), sum(s["cached_tokens"] for s in stats))
 
 
-def run(workload: Sessions, modes: Sequence[Mode] = MODES, progress: Any = None) -> List[ModeResult]:
+def run(workload: ReplicaSessions, modes: Sequence[Mode] = MODES, progress: Any = None) -> List[ModeResult]:
     """Start the mock workers and run every mode; ``progress(text)`` is told what starts."""
     lifetime = 120.0 + len(modes) * (60.0 + workload.requests * 0.5)
     results = []
@@ -216,18 +268,19 @@ def run(workload: Sessions, modes: Sequence[Mode] = MODES, progress: Any = None)
 
 def format_table(results: Sequence[ModeResult], baseline: Optional[str] = "4 gateways, no events") -> str:
     """The modes side by side, mean TTFT also as a ratio to ``baseline``'s."""
-    base = next((r.outcome.mean_ttft for r in results if r.mode.label == baseline), math.nan)
-    lines = ["%-28s %10s %7s %10s %11s %9s" % ("mode", "mean TTFT", "+-", "p99 TTFT", "cache hits", "vs no ev.")]
+    base = next((r.outcome.figures.mean_ttft for r in results if r.mode.label == baseline), math.nan)
+    lines = ["%-28s %10s %10s %11s %9s %10s" % ("mode", "mean TTFT", "p99 TTFT", "cache hits", "vs no ev.", "client")]
     for r in results:
-        o = r.outcome
+        f = r.outcome.figures
         lines.append(
-            "%-28s %7.0f ms %4.0f ms %7.0f ms %10.1f%% %9s"
-            % (r.mode.label, o.mean_ttft, o.mean_ttft_margin, o.p99_ttft, 100 * r.cache_hits, "x%.2f" % (o.mean_ttft / base))
+            "%-28s %7.0f ms %7.0f ms %10.1f%% %9s %7.0f ms"
+            % (r.mode.label, f.mean_ttft, f.p99_ttft, 100 * r.cache_hits, "x%.2f" % (f.mean_ttft / base), f.client_mean_ttft)
         )
     lines += [
         "",
         "  cache hits: cached prompt tokens / prompt tokens, the mock workers' own counters (GET /stats)",
-        "  TTFT: time to first token as the client saw it; +-: half the 95% confidence interval of the mean",
+        "  TTFT: time to first token in the workers' model (queueing and prefill from the scheduled send)",
         "  vs no ev.: mean TTFT against the replicas without events (x0.50: twice as fast)",
+        "  client: mean TTFT as the client measured it (the gateway and this machine's load included)",
     ]
     return "\n".join(lines)
