@@ -135,6 +135,21 @@ func (d decoder) arrayLen(limit int) (int, error) {
 	return n, nil
 }
 
+// scalar reads a value that may be an int, a string, bytes or nil, and refuses a list, a map or
+// an extension: their headers can claim more elements than the payload holds, and the msgpack
+// module allocates what a header claims when it decodes a value of any type.
+func (d decoder) scalar() (any, error) {
+	code, err := d.PeekCode()
+	if err != nil {
+		return nil, err
+	}
+	if msgpcode.IsFixedArray(code) || msgpcode.IsFixedMap(code) || msgpcode.IsExt(code) ||
+		code == msgpcode.Array16 || code == msgpcode.Array32 || code == msgpcode.Map16 || code == msgpcode.Map32 {
+		return nil, fmt.Errorf("must be an int, a string, bytes or nil, got a list, a map or an extension (code 0x%02x)", code)
+	}
+	return d.DecodeInterfaceLoose()
+}
+
 // maxFields bounds the fields of one struct; vLLM's have at most a dozen.
 const maxFields = 64
 
@@ -272,7 +287,7 @@ func decodeEventField(d decoder, e *Event, name string) error {
 		e.BlockHashes, err = decodeHashes(d)
 	case "parent_block_hash":
 		var v any
-		if v, err = d.DecodeInterfaceLoose(); err == nil && v != nil {
+		if v, err = d.scalar(); err == nil && v != nil {
 			e.Parent, err = hashValue(v)
 			e.HasParent = err == nil
 		}
@@ -286,7 +301,7 @@ func decodeEventField(d decoder, e *Event, name string) error {
 		e.BlockSize = int(size)
 	case "lora_id", "lora_name":
 		var v any
-		if v, err = d.DecodeInterfaceLoose(); err == nil && v != nil {
+		if v, err = d.scalar(); err == nil && v != nil {
 			e.Adapter = true
 		}
 	default:
@@ -302,7 +317,7 @@ func decodeHashes(d decoder) ([]uint64, error) {
 	}
 	out := make([]uint64, n)
 	for i := range out {
-		v, err := d.DecodeInterfaceLoose()
+		v, err := d.scalar()
 		if err != nil {
 			return nil, err
 		}

@@ -96,6 +96,12 @@ func TestDecodeMalformed(t *testing.T) {
 		// decoder allocate for them before reading any: out of memory.
 		"claims 4 Gi fields":  {0xdd, 0xff, 0xff, 0xff, 0xff},
 		"claims 64 Ki tokens": {0x92, 0x00, 0x91, 0x95, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x90, 0xc0, 0xdc, 0xff, 0xff},
+		// Regression (found by FuzzDecode, testdata/fuzz/FuzzDecode/89d1bb0473bfa96d): a parent
+		// hash or an adapter field holding a list whose header claims 3.7 Gi elements was decoded
+		// as any value, and the msgpack module allocated them all: out of memory.
+		"parent hash a huge list": {0x92, 0x00, 0x91, 0x93, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x90, 0xdd, 0xdd, 0xdd, 0xdd, 0xdd},
+		"lora_id a huge map":      {0x92, 0x00, 0x91, 0x96, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x90, 0xc0, 0x90, 0x01, 0xdf, 0xdd, 0xdd, 0xdd, 0xdd},
+		"parent hash a list":      {0x92, 0x00, 0x91, 0x93, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x90, 0x91, 0x01},
 	} {
 		_, err := Decode(payload)
 		assert.True(t, errors.Is(err, ErrMalformed), "%s: %v", name, err)
