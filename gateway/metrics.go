@@ -155,7 +155,7 @@ func (g *Gateway) adminHandler() http.Handler {
 		case isAPIPath(req.URL.Path):
 			g.control.serveAPI(w, req)
 		case g.opts.Pprof && strings.HasPrefix(req.URL.Path, pprofPath):
-			servePprof(w, req)
+			g.control.servePprof(w, req)
 		case req.URL.Path != "/metrics":
 			http.NotFound(w, req)
 		case allowRead(w, req):

@@ -55,3 +55,20 @@ func TestPprofNeedsTheAdminListener(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// Regression: /debug/pprof/cmdline printed the process's command line, which carries
+// --control-plane-api-keys; and with keys set the profiles were open to any caller.
+func TestPprofKeepsTheKeys(t *testing.T) {
+	w := worker(t, func(w http.ResponseWriter, r *http.Request) {})
+	_, admin, _ := adminGateway(t, newRouter(t, w.URL), Options{Pprof: true, ControlPlaneAPIKeys: []string{"the-key"}})
+	key := http.Header{"Authorization": {"Bearer the-key"}}
+	if status, _, _ := call(t, "GET", admin, "/debug/pprof/cmdline", "", "", key); status != http.StatusNotFound {
+		t.Fatalf("cmdline answered %d, want 404", status)
+	}
+	if status, _, body := call(t, "GET", admin, "/debug/pprof/heap", "", "", nil); status != http.StatusUnauthorized || !strings.Contains(body, "--control-plane-api-keys") {
+		t.Fatalf("a profile without the key: %d %s", status, body)
+	}
+	if status, _, _ := call(t, "GET", admin, "/debug/pprof/heap", "", "", key); status != http.StatusOK {
+		t.Fatalf("a profile with the key: %d", status)
+	}
+}

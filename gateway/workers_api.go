@@ -121,9 +121,7 @@ func allowRead(w http.ResponseWriter, r *http.Request) bool {
 // serveAPI checks the bearer key and the body size, then serves a worker API request.
 func (c *controlPlane) serveAPI(w http.ResponseWriter, r *http.Request) {
 	if !c.authorized(r) {
-		c.log.Warn("refused: missing or wrong bearer key", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
-		w.Header().Set("WWW-Authenticate", `Bearer realm="control-plane"`)
-		apiError(w, http.StatusUnauthorized, "UNAUTHORIZED", "the worker API needs Authorization: Bearer <one of --control-plane-api-keys>")
+		c.refuse(w, r, "the worker API needs")
 		return
 	}
 	if r.ContentLength > maxControlBody {
@@ -133,6 +131,13 @@ func (c *controlPlane) serveAPI(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxControlBody)
 	http.NewResponseController(w).SetReadDeadline(time.Now().Add(c.bodyTimeout)) // a trickled body is cut
 	c.api.ServeHTTP(w, r)
+}
+
+// refuse answers a request without a valid bearer key, logged; what names what needs one.
+func (c *controlPlane) refuse(w http.ResponseWriter, r *http.Request, what string) {
+	c.log.Warn("refused: missing or wrong bearer key", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+	w.Header().Set("WWW-Authenticate", `Bearer realm="control-plane"`)
+	apiError(w, http.StatusUnauthorized, "UNAUTHORIZED", what+" Authorization: Bearer <one of --control-plane-api-keys>")
 }
 
 func (c *controlPlane) authorized(r *http.Request) bool {
