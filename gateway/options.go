@@ -189,7 +189,22 @@ func (o Options) Validate() error {
 	if o.PrefixBlocks != "" && o.PrefixBlocks != "off" && o.PrefixBlocks != "text" && o.PrefixBlocks != "tokens" {
 		return invalid("prefix_blocks", `must be "off", "text" or "tokens", got %q`, o.PrefixBlocks)
 	}
+	if err := checkBlockFits(o.withDefaults()); err != nil {
+		return err
+	}
 	return checkControlPlaneKeys(o.ControlPlaneAPIKeys)
+}
+
+// checkBlockFits: the mode's block must fit in the bytes of a prompt that are hashed (a token id
+// takes 4), or no block is ever hashed; this also keeps a block's length in bytes from overflowing.
+func checkBlockFits(o Options) error {
+	if o.PrefixBlocks == "text" && o.PrefixBlockBytes > o.PrefixMaxBytes {
+		return invalid("prefix_block_bytes", "must be at most prefix_max_bytes (%d), got %d", o.PrefixMaxBytes, o.PrefixBlockBytes)
+	}
+	if o.PrefixBlocks == "tokens" && o.PrefixBlockSize > o.PrefixMaxBytes/4 {
+		return invalid("prefix_block_size", "must be at most prefix_max_bytes / 4 (%d token ids), got %d", o.PrefixMaxBytes/4, o.PrefixBlockSize)
+	}
+	return nil
 }
 
 // checkControlPlaneKeys: at most maxControlPlaneKeys keys, each 1 to maxControlPlaneKeyLen

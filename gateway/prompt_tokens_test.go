@@ -141,7 +141,12 @@ func TestTokenPrefixBlockOptions(t *testing.T) {
 	if o, err = ParseOptions(nil); err != nil || o.PrefixBlockSize != 16 {
 		t.Fatalf("defaults: %+v %v", o, err)
 	}
-	for text, field := range map[string]string{`{"prefix_blocks": "ids"}`: `prefix_blocks must be "off", "text" or "tokens"`, `{"prefix_block_size": -1}`: "prefix_block_size"} {
+	for text, field := range map[string]string{`{"prefix_blocks": "ids"}`: `prefix_blocks must be "off", "text" or "tokens"`, `{"prefix_block_size": -1}`: "prefix_block_size",
+		// Regression: 2**62 ids a block made the block 0 bytes long (4 x 2**62 overflows) and every
+		// request panicked dividing by it.
+		`{"prefix_blocks": "tokens", "prefix_block_size": 4611686018427387904}`:           "prefix_block_size must be at most prefix_max_bytes / 4 (262144 token ids)",
+		`{"prefix_blocks": "text", "prefix_block_bytes": 2048, "prefix_max_bytes": 1024}`: "prefix_block_bytes must be at most prefix_max_bytes (1024)",
+	} {
 		if _, err := ParseOptions([]byte(text)); err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: %v", text, err)
 		}

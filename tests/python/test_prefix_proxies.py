@@ -85,8 +85,13 @@ def test_the_option_is_validated_and_has_flags() -> None:
     assert ProxyOptions().prefix_max_bytes == 1 << 20
     with pytest.raises(ValueError, match="prefix_blocks must be one of off, text, tokens"):
         ProxyOptions(prefix_blocks="words")
-    with pytest.raises(ValueError, match="prefix_block_size"):
+    with pytest.raises(ValueError, match=r"prefix_block_size must be a positive integer \(token ids\), not 0"):
         ProxyOptions(prefix_block_size=0)
+    # As the gateway refuses it (regression: there 2**62 ids a block overflowed to 0 bytes).
+    with pytest.raises(ValueError, match=r"prefix_block_size must be at most prefix_max_bytes / 4 \(262144 token ids\), got 4611686018427387904"):
+        ProxyOptions(prefix_blocks="tokens", prefix_block_size=1 << 62)
+    with pytest.raises(ValueError, match=r"prefix_block_bytes must be at most prefix_max_bytes \(1024\), got 2048"):
+        ProxyOptions(prefix_blocks="text", prefix_block_bytes=2048, prefix_max_bytes=1024)
     with pytest.raises(ValueError, match="prefix_block_bytes"):
         ProxyOptions(prefix_block_bytes=0)
     with pytest.raises(ValueError, match="prefix_max_bytes"):

@@ -74,9 +74,18 @@ class ProxyOptions:
                     raise TypeError("%s must be True or False, not %r" % (field.name, value))
             elif field.type == "int":
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                    raise ValueError("%s must be a positive integer (bytes), not %r" % (field.name, value))
+                    unit = "token ids" if field.name == "prefix_block_size" else "bytes"
+                    raise ValueError("%s must be a positive integer (%s), not %r" % (field.name, unit, value))
             elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ValueError("%s must be a positive number of seconds, not %r" % (field.name, value))
+        # The mode's block must fit in the bytes of a prompt that are hashed (4 per token id), as
+        # the gateway checks.
+        if self.prefix_blocks == "text" and self.prefix_block_bytes > self.prefix_max_bytes:
+            raise ValueError("prefix_block_bytes must be at most prefix_max_bytes (%d), got %d" % (self.prefix_max_bytes, self.prefix_block_bytes))
+        if self.prefix_blocks == "tokens" and self.prefix_block_size > self.prefix_max_bytes // 4:
+            raise ValueError(
+                "prefix_block_size must be at most prefix_max_bytes / 4 (%d token ids), got %d" % (self.prefix_max_bytes // 4, self.prefix_block_size)
+            )
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
