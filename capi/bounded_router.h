@@ -144,7 +144,9 @@ int32_t br_forget_load(uint64_t router, const char *url, size_t url_len);
 /* Feeds: the engines' own state brought into a router on the library's threads, off unless
  * started; each start stores a feed handle in *out_feed. br_load_poll_start polls the workers'
  * load endpoints and reports the loads; options_json: {"endpoints": {worker URL: endpoint URL},
- * "format": "sglang" (GET /get_load) or "vllm" (GET /metrics), "interval_ms": 200,
+ * "format": "sglang" (GET /get_load), "sglang_loads" (GET /v1/loads) or "vllm" (GET /metrics),
+ * "lease_weights": "requests" or "tokens" (the unit of the router's leases: with tokens the waiting
+ * tokens are reported, not the requests), "interval_ms": 200,
  * "timeout_ms": interval, "expiry_ms": 3 intervals} (0 or absent: the default); its counters
  * {"workers": [{"worker", "reports", "failures": {"unreachable", "status", "garbage"},
  * "expired", "standing"}]}. br_kv_events_start (cache_aware only) subscribes to the workers' KV

@@ -33,7 +33,12 @@ def main() -> int:
     )  # fmt: skip
     args = parser.parse_args()
     workload = dataclasses.replace(ReplicaSessions(), sessions=args.sessions, turns=args.turns, time_scale=args.time_scale, seed=args.seed)
-    modes = [MODES[int(n) - 1] for n in args.modes.split(",")]
+    numbers = args.modes.split(",")
+    if not all(n.isdigit() and 1 <= int(n) <= len(MODES) for n in numbers):
+        parser.error("--modes takes numbers from 1 to %d separated by commas, got %r" % (len(MODES), args.modes))
+    if args.sessions < 1 or args.turns < 1:
+        parser.error("--sessions and --turns must be at least 1, got %d and %d" % (args.sessions, args.turns))
+    modes = [MODES[int(n) - 1] for n in numbers]
     print(workload.describe())
     print("Sent as token ids (--prefix-blocks tokens), no routing key, each request to a random gateway.")
     started = time.monotonic()

@@ -41,6 +41,8 @@ raw = [
     ("the last of a repeated key", '{"prompt": [9, 9], "prompt": [1, 2]}', 2, 1 << 20, [1, 2]),
     ("not JSON as a whole", '{"prompt": [1, 2]} x', 1, 1 << 20, None),
     ("not an object", '[1, 2]', 1, 1 << 20, None),
+    ("NaN is not JSON", '{"prompt": [1, 2], "temperature": NaN}', 1, 1 << 20, None),
+    ("Infinity is not JSON", '{"prompt": [1, 2], "top_p": -Infinity}', 1, 1 << 20, None),
 ]
 for name, body, bs, max_bytes, ids in raw:
     blocks = None if ids is None else ["%016x" % b for b in prefix_blocks(ids, bs)]

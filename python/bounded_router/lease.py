@@ -162,6 +162,8 @@ class Lease:
             return False
         if self.__class__ is _HeldLease:  # not released meanwhile by another thread
             self.__class__ = _StartedLease
+            if not self._id:  # released between the check and the change: no safety net left
+                self.__class__ = Lease  # type: ignore[assignment]  # (mypy narrowed self to _HeldLease)
         return True
 
     def fail(self) -> bool:

@@ -181,6 +181,26 @@ static void check_first_token(void) {
 	CHECK(br_router_free(router) == BR_OK, "free");
 }
 
+// docs/contract.md, "Engine load reports": while a report stands a worker's routing load is the
+// report plus the leases taken since; -1 leaves a figure unreported, below -1 is refused.
+static void check_report_load(void) {
+	const char *config = "{\"worker_urls\": [\"http://127.0.0.1:9\", \"http://127.0.0.1:10\"], \"policy\": {\"type\": \"least_load\"}}";
+	uint64_t router = 0, out[2];
+	CHECK(br_router_new(config, strlen(config), &router) == BR_OK, "router_new for load reports");
+	CHECK(br_report_load(router, "http://127.0.0.1:9", 18, 5, -1, -1) == BR_OK, "report_load");
+	CHECK(route(router, "k", out) >= 0 && chosen(out) == 2, "the reported 5 on :9 (id 1): :10 (id 2) is least loaded");
+	CHECK(br_report_load(router, "http://127.0.0.1:10", 19, 9, 0, -1) == BR_OK, "report_load with waiting");
+	CHECK(br_release(router, out[0]) == 1, "release");
+	CHECK(route(router, "k", out) >= 0 && chosen(out) == 1, "5 against 9: :9");
+	CHECK(br_release(router, out[0]) == 1, "release");
+	CHECK(br_report_load(router, "http://127.0.0.1:9", 18, -2, -1, -1) == BR_ERR_INVALID_ARGUMENT, "a load below -1");
+	CHECK(br_report_load(router, "http://127.0.0.1:11", 19, 1, -1, -1) == BR_ERR_UNKNOWN_WORKER, "not a member");
+	CHECK(br_forget_load(router, "http://127.0.0.1:9", 18) == BR_OK, "forget_load");
+	CHECK(route(router, "k", out) >= 0 && chosen(out) == 1, "0 against 9: :9");
+	CHECK(br_release(router, out[0]) == 1, "release");
+	CHECK(br_router_free(router) == BR_OK, "free");
+}
+
 int main(void) {
 	CHECK(br_abi_version() == BR_ABI_VERSION, "abi version %u", br_abi_version());
 	char constants[4096];
@@ -299,6 +319,7 @@ int main(void) {
 	check_weighted_requests();
 	check_worker_failures();
 	check_first_token();
+	check_report_load();
 	// manual with routing_key_headers through the JSON config: a key read from X-Session-Id keeps
 	// its worker; its branch code (above 15) survives the packed decision's branch bits.
 	const char *manual_config =

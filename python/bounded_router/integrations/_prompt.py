@@ -34,10 +34,16 @@ INLINE_BODY_LIMIT = 64 * 1024
 def _json_object(body: bytes) -> Optional[Dict[str, Any]]:
     """The body as a JSON object, or None."""
     try:
-        document = json.loads(body)
+        # UTF-8 only and no NaN or Infinity, as the gateway's scanner reads JSON (RFC 8259), so
+        # both edges find the same prompt in the same body.
+        document = json.loads(body.decode("utf-8"), parse_constant=_not_json)
     except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
         return None
     return document if isinstance(document, dict) else None
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError("%s is not JSON" % name)
 
 
 def prompt_text(body: bytes) -> Optional[str]:
@@ -114,7 +120,8 @@ async def request_prefix_blocks(
     body: bytes, options: ProxyOptions, run_in_thread: Callable[..., Awaitable[Optional[List[int]]]]
 ) -> Optional[List[int]]:
     """The ``prefix_blocks`` argument of :meth:`Router.route` for a body: None when the option is
-    off or the body has no prompt. :func:`body_prefix_blocks` runs in a worker thread
+    off or the body has no prompt. The blocks (of the text, :func:`body_prefix_blocks`, or of
+    the token ids, :func:`body_token_blocks`) are computed in a worker thread
     (``run_in_thread(function, *args)``, the framework's) when the body is larger than
     :data:`INLINE_BODY_LIMIT`."""
     if options.prefix_blocks == "off":

@@ -16,7 +16,7 @@ Install with ``pip install 'bounded-router[aiohttp]'``. :meth:`AiohttpProxy.hand
 Per request the handler checks the request (path, header size, body size; see
 :class:`~bounded_router.integrations.options.ProxyOptions`), reads the whole body, then routes
 from the incoming headers (docs/contract.md, "Inputs and precedence"; with ``prefix_blocks="text"``
-also from the prompt in the body, see :class:`ProxyOptions`) and sends the request to the chosen
+or ``"tokens"`` also from the body's prompt or token ids, see :class:`ProxyOptions`) and sends the request to the chosen
 worker: the raw path and query byte for byte, the client's headers minus hop-by-hop ones, nothing
 added but ``Host`` and ``Content-Length``. The client session keeps no cookies. The worker's
 status, headers and body are streamed back as they arrive. The lease is held until the body has

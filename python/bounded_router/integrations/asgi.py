@@ -21,7 +21,7 @@ it::
 Per request the helper checks the request (path, header size, body size; see
 :class:`~bounded_router.integrations.options.ProxyOptions`), reads the whole body, then routes
 from the incoming headers (docs/contract.md, "Inputs and precedence"; with ``prefix_blocks="text"``
-also from the prompt in the body, see :class:`ProxyOptions`) and sends the request to the chosen
+or ``"tokens"`` also from the body's prompt or token ids, see :class:`ProxyOptions`) and sends the request to the chosen
 worker: the raw path and query byte for byte (relative to the mount path), the client's headers
 minus hop-by-hop ones, nothing added but ``Host`` and ``Content-Length``. No state is kept
 between clients (no cookie jar). The worker's status, headers and body are streamed back as they

@@ -700,7 +700,10 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.kv_events_replay_port is not None and args.kv_events_port is None:
+        parser.error("--kv-events-replay-port needs --kv-events-port")
     try:
         asyncio.run(_serve(args))
     except KeyboardInterrupt:

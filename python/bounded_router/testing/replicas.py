@@ -37,7 +37,7 @@ from ..metrics import parse as parse_metrics
 from .e2e import RequestRecord, _get_json, _post, stream_completion
 from .fleet import ServerProcess, kv_event_endpoints, start_mock_worker, start_proxy
 from .mock_worker import expected_text, prompt_token_ids
-from .sessions import Outcome, Policy, Run
+from .sessions import Outcome, Policy, Run, _words
 
 __all__ = [
     "Mode", "MODES", "ModeResult", "ReplicaSessions", "await_events", "complete", "format_table", "indexed_blocks", "run",
@@ -121,10 +121,6 @@ def session_token_prompts(workload: ReplicaSessions, session: int, document_toke
         history = history + prompt_token_ids(_words("s%d.q%d." % (session, turn), workload.question_tokens))
         prompts.append(history)
     return prompts
-
-
-def _words(prefix: str, n: int) -> str:
-    return " ".join("%s%d" % (prefix, i) for i in range(n))
 
 
 @contextlib.contextmanager
