@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -68,23 +69,28 @@ func idsJSON(ids []uint32) string {
 }
 
 // A prompt over MaxPrefixBlocks blocks is routed by its first MaxPrefixBlocks, and the blocks
-// are all a large body costs: no copy of the body (642 KB) or of its ids (262 KB); the slack is
-// for what other goroutines of the test binary allocate meanwhile.
+// are all a large body costs: no copy of the body (642 KB) or of its ids (262 KB). The counter is
+// the process's, so other goroutines of the test binary only add to it: the least of five runs
+// is the call's own, within the slack.
 func TestALongTokenPromptIsCutToMaxPrefixBlocksInPlace(t *testing.T) {
 	ids := make([]uint32, core.MaxPrefixBlocks+100)
 	for i := range ids {
 		ids[i] = uint32(i * 7919)
 	}
 	body := []byte(`{"prompt": ` + idsJSON(ids) + `}`)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	got := bodyTokenBlocks(body, 1, 1<<30)
-	runtime.ReadMemStats(&after)
-	if !slices.Equal(got, tokenHashes(t, ids[:core.MaxPrefixBlocks], 1)) {
-		t.Fatalf("%d blocks, want the first %d", len(got), core.MaxPrefixBlocks)
+	allocated := uint64(math.MaxUint64)
+	for range 5 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		got := bodyTokenBlocks(body, 1, 1<<30)
+		runtime.ReadMemStats(&after)
+		if !slices.Equal(got, tokenHashes(t, ids[:core.MaxPrefixBlocks], 1)) {
+			t.Fatalf("%d blocks, want the first %d", len(got), core.MaxPrefixBlocks)
+		}
+		allocated = min(allocated, after.TotalAlloc-before.TotalAlloc)
 	}
-	if allocated, blocks := after.TotalAlloc-before.TotalAlloc, uint64(8*core.MaxPrefixBlocks); allocated > blocks+64<<10 {
+	if blocks := uint64(8 * core.MaxPrefixBlocks); allocated > blocks+64<<10 {
 		t.Fatalf("%d bytes allocated for a %d-byte body, %d of them blocks", allocated, len(body), blocks)
 	}
 }
