@@ -8,7 +8,6 @@ import asyncio
 import time
 from typing import Any, Callable, Dict
 
-import pytest
 
 # requirements-dev.txt installs the kv-events extra: without it these tests fail, not skip.
 import msgpack  # noqa: E402, F401
