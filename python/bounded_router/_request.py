@@ -127,15 +127,20 @@ def packed_blocks(packed: bytes) -> PrefixBlocks:
 
 def prefix_block_array(blocks: Any, what: str = "prefix_blocks") -> "array[int]":
     """``blocks`` (in one of the module docstring's forms: ints from 0 to 2**64-1, at most
-    :data:`MAX_PREFIX_BLOCKS`) as an array of uint64s.
+    :data:`MAX_PREFIX_BLOCKS`) as an array of uint64s, converted as :func:`prefix_block_bytes`
+    converts them.
 
     Raises:
         TypeError: not a sequence of integers (a str, bytes or a bool among the blocks included),
             or a memoryview of items that are not uint64s.
         ValueError: a block out of range, or too many blocks.
     """
-    if type(blocks) is PrefixBlocks and blocks._packed is not None:
-        return array(_U64, blocks._packed)
+    return array(_U64, prefix_block_bytes(blocks, what))
+
+
+def _block_array(blocks: Any, what: str) -> "array[int]":
+    """:func:`prefix_block_array` of the forms :func:`prefix_block_bytes` has no shortcut for, and
+    of every form whose shortcut did not apply."""
     if type(blocks) is array and blocks.typecode in _U64_CODES:
         packed: Optional["array[int]"] = array(_U64, blocks.tobytes())  # a copy, in one step
     elif type(blocks) in (list, tuple, PrefixBlocks):
@@ -214,7 +219,7 @@ def prefix_block_bytes(blocks: Any, what: str = "prefix_blocks") -> bytes:
             return raw
     elif kind is array and blocks.typecode in _U64_CODES and len(blocks) <= MAX_PREFIX_BLOCKS:
         return blocks.tobytes()  # type: ignore[no-any-return]  # no conversion, no bool
-    return prefix_block_array(blocks, what).tobytes()
+    return _block_array(blocks, what).tobytes()
 
 
 _SEVEN_ZEROS = bytes(7)
