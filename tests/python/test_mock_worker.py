@@ -21,11 +21,16 @@ def worker() -> Iterator[ServerProcess]:
         yield w
 
 
-@pytest.fixture
-def client(worker: ServerProcess) -> Iterator[httpx.Client]:
+def _emptied(worker: ServerProcess) -> Iterator[httpx.Client]:
+    """A client of ``worker``, its cache and counters emptied first."""
     with httpx.Client(base_url=worker.url, trust_env=False, timeout=60.0) as c:
         c.post("/reset").raise_for_status()
         yield c
+
+
+@pytest.fixture
+def client(worker: ServerProcess) -> Iterator[httpx.Client]:
+    yield from _emptied(worker)
 
 
 def _stream(client: httpx.Client, body: Any) -> Any:
@@ -314,9 +319,7 @@ def client_clock_worker() -> Iterator[ServerProcess]:
 
 @pytest.fixture
 def clocked(client_clock_worker: ServerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=client_clock_worker.url, trust_env=False, timeout=60.0) as c:
-        c.post("/reset").raise_for_status()
-        yield c
+    yield from _emptied(client_clock_worker)
 
 
 def test_on_the_client_clock_a_stream_waits_for_the_clock_and_its_head_says_when_it_ends(clocked: httpx.Client) -> None:
