@@ -19,7 +19,7 @@ from bounded_router.testing.sessions import COLUMNS, POLICIES, Outcome, Run, Ses
 
 SMALL = Sessions(
     workers=2, sessions=6, turns=3, arrival_s=0.2, think_s=0.05, document_tokens=(64,), fanouts=(1, 3), question_tokens=16,
-    own_tokens=8, time_scale=0.01, worker_ports=(0,),
+    own_tokens=8, time_scale=0.01, worker_ports=(0,), draws=2,
 )  # fmt: skip
 
 
@@ -45,12 +45,13 @@ def test_the_schedule_is_seeded_and_every_seed_sends_as_many_requests() -> None:
     assert SMALL.requests == 3 * (1 + 1 + 1 + 3 + 3 + 3)
     other = replace(SMALL, seed=7)
     assert other.schedule() != SMALL.schedule() and other.requests == SMALL.requests
+    assert SMALL.draw(1) == replace(SMALL, seed=1, draws=1) and SMALL.draw(1).schedule() != SMALL.schedule()
 
 
 def test_every_request_succeeds_and_affinity_caches_the_history(outcomes: Dict[str, Outcome]) -> None:
     assert problems(list(outcomes.values())) == []
     for o in outcomes.values():
-        assert len(o.records) == SMALL.requests
+        assert len(o.records) == SMALL.draws * SMALL.requests and len(o.runs) == SMALL.draws
         assert all(r.worker_ttft_ms >= 0 for r in o.records)
     strict = outcomes["consistent_hashing"]
     # Turns after the first find the session's history cached on the worker they return to.
@@ -111,7 +112,16 @@ def _run(ttfts: List[float], cached: int, branches: Optional[Dict[str, int]] = N
 
 
 def _outcome(policy: str, ttfts: List[float], cached: int, branches: Optional[Dict[str, int]] = None) -> Outcome:
-    return Outcome(next(p for p in POLICIES if p.policy == policy), _run(ttfts, cached, branches))
+    return Outcome(next(p for p in POLICIES if p.policy == policy), [_run(ttfts, cached, branches)])
+
+
+def test_the_figures_pool_the_draws() -> None:
+    bounded = next(p for p in POLICIES if p.policy == "bounded_consistent_hashing")
+    o = Outcome(bounded, [_run([10.0, 30.0], 50, {"explicit_routing_key_spillover": 1}), _run([100.0, 900.0], 90)])
+    # Four requests of 100 prompt tokens: mean (10 + 30 + 100 + 900) / 4 = 260; p99 the largest;
+    # the client 1 ms later each; cached (2 x 50 + 2 x 90) / 400; spilled 1 of 4.
+    assert o.figures == (260.0, 900.0, 261.0, 0.7, 0.25) and o.spill == 0.25
+    assert len(o.records) == 4
 
 
 @pytest.mark.parametrize(

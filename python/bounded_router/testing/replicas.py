@@ -246,7 +246,7 @@ def run_mode(mode: Mode, workload: ReplicaSessions, workers: Sequence[ServerProc
         records = asyncio.run(asyncio.wait_for(_send_sessions([g.url for g in gateways], workload), lifetime - 30.0))
         wall = time.monotonic() - started
     stats = [_get_json(w.url + "/stats") for w in workers]
-    outcome = Outcome(Policy(mode.label, "cache_aware"), Run(records, {}, wall))
+    outcome = Outcome(Policy(mode.label, "cache_aware"), [Run(records, {}, wall)])
     return ModeResult(mode, outcome, sum(s["prompt_tokens"] for s in stats), sum(s["cached_tokens"] for s in stats))
 
 

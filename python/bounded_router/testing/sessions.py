@@ -30,7 +30,7 @@ import heapq
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..metrics import parse as parse_metrics
@@ -82,8 +82,10 @@ class Sessions:
     come later. A session's document length is a seeded draw from ``document_tokens``; the
     fan-outs (siblings per turn)
     are those of ``fanouts`` repeated over the sessions in a seeded order, so every seed sends as
-    many requests. ``worker_ports`` are tried in turn as the first of ``workers`` consecutive
-    ports (0: any free ports, a ring of its own each run).
+    many requests. The schedule is drawn ``draws`` times (seeds ``seed``, ``seed + 1``, ...),
+    each draw replayed through every policy, and the figures pool them: a table of one draw
+    would show that draw's luck. ``worker_ports`` are tried in turn as the first of ``workers``
+    consecutive ports (0: any free ports, a ring of its own each run).
     """
 
     workers: int = 4
@@ -99,8 +101,13 @@ class Sessions:
     cost: CostModel = CostModel(prefill_ms_per_token=2.5, decode_ms_per_token=20.0, block_size=4, cache_tokens=1 << 18)
     time_scale: float = 0.1
     seed: int = 0
+    draws: int = 2
     worker_ports: Tuple[int, ...] = (28431, 28531, 28631)
     request_timeout: float = 120.0
+
+    def draw(self, n: int) -> "Sessions":
+        """Draw ``n`` (from 0) of the schedule: the workload of one replay."""
+        return replace(self, seed=self.seed + n, draws=1)
 
     def schedule(self) -> List[Session]:
         """Each session's start, document length and fan-out, seeded."""
@@ -111,6 +118,7 @@ class Sessions:
 
     @property
     def requests(self) -> int:
+        """Requests of one draw (every draw sends as many)."""
         return self.turns * sum(s.fanout for s in self.schedule())
 
     def describe(self) -> str:
@@ -118,12 +126,13 @@ class Sessions:
         fanouts = sorted(set(self.fanouts))
         wide = sum(1 for s in self.schedule() if s.fanout == fanouts[-1])
         return (
-            "%d chat sessions (%d requests) of %d turns, starting within %g s, a turn every %g s.\n"
+            "%d chat sessions (%d requests) of %d turns, starting within %g s, a turn every %g s,\n"
+            "drawn %d times (seeds %d-%d), the figures pooled.\n"
             "A session: a document of %s tokens, then %d-token questions and %d-token answers;\n"
             "each turn sends %s siblings at once (%d sessions %d), %d tokens of each its own.\n"
             "%d mock workers: prefill %g ms/token, decode %g ms/token, times x%g, on the replay's clock."
             % (
-                self.sessions, self.requests, self.turns, self.arrival_s, self.think_s,
+                self.sessions, self.requests, self.turns, self.arrival_s, self.think_s, self.draws, self.seed, self.seed + self.draws - 1,
                 "/".join(str(d) for d in self.document_tokens), self.question_tokens, self.answer_tokens,
                 "/".join(str(f) for f in fanouts), wide, fanouts[-1], self.own_tokens,
                 self.workers, self.cost.prefill_ms_per_token, self.cost.decode_ms_per_token, self.time_scale,
@@ -198,18 +207,22 @@ class Run:
 
 @dataclass
 class Outcome:
-    """One policy's run."""
+    """One policy's runs, one per draw of the schedule; the figures pool them."""
 
     policy: Policy
-    run: Run
+    runs: List[Run]
 
     @property
     def figures(self) -> Figures:
-        return self.run.figures
+        branches: Dict[str, int] = {}
+        for r in self.runs:
+            for branch, n in r.branches.items():
+                branches[branch] = branches.get(branch, 0) + n
+        return Run(self.records, branches, sum(r.wall_s for r in self.runs)).figures
 
     @property
     def records(self) -> List[RequestRecord]:
-        return self.run.records
+        return [r for run in self.runs for r in run.records]
 
     @property
     def spill(self) -> Optional[float]:
@@ -249,9 +262,11 @@ class _Replay:
         answers' ends up to ``t`` (not beyond, so no later answer slips out before a request due at ``t``)."""
         landing = [a for a in self.flying if a.ends_at <= t]
         self.flying = [a for a in self.flying if a.ends_at > t]
-        for worker in sorted({a.worker for a in landing}):
-            now = max(a.ends_at for a in landing if a.worker == worker)
-            (await self.client.post(self.worker_urls[worker] + "/clock", json={"now": now})).raise_for_status()
+        clocks = {a.worker: max(b.ends_at for b in landing if b.worker == a.worker) for a in landing}
+        # The workers' clocks in any order: releases between two arrivals at the gateway commute.
+        moved = await asyncio.gather(*(self.client.post(self.worker_urls[w] + "/clock", json={"now": now}) for w, now in clocks.items()))
+        for response in moved:
+            response.raise_for_status()
         self.records += await asyncio.gather(*(a.stream for a in landing))
 
     async def send(self, prompt: str, key: str, record: RequestRecord, due: float) -> float:
@@ -291,7 +306,10 @@ async def _replay(proxy_url: str, worker_urls: Dict[str, str], workload: Session
     import httpx
 
     timeout = httpx.Timeout(workload.request_timeout, connect=10.0)
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=None), timeout=timeout, trust_env=False) as client:
+    # httpcore scans every connection of its pool for each request: a pool kept at the peak in
+    # flight costs the client more CPU than a few idle connections and new ones on loopback.
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=8)
+    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
         return await _Replay(client, proxy_url, worker_urls, workload).sessions()
 
 
@@ -344,9 +362,9 @@ def start_workers(workload: Sessions, lifetime: float) -> List[ServerProcess]:
 
 
 def run(workload: Sessions = Sessions(), policies: Sequence[Policy] = POLICIES, progress: Optional[Callable[[str], None]] = None) -> List[Outcome]:
-    """Start the mock workers and run every policy through its own gateway; ``progress(text)``
-    is told what starts."""
-    lifetime = 120.0 + len(policies) * (60.0 + workload.requests * 0.5)
+    """Start the mock workers and run every draw of the workload through every policy, each
+    run through a gateway of its own; ``progress(text)`` is told what starts."""
+    lifetime = 120.0 + len(policies) * workload.draws * (60.0 + workload.requests * 0.5)
     workers = start_workers(workload, lifetime)
     outcomes = []
     try:
@@ -354,8 +372,8 @@ def run(workload: Sessions = Sessions(), policies: Sequence[Policy] = POLICIES, 
             progress("mock workers at %s" % " ".join(w.url for w in workers))
         for policy in policies:
             if progress:
-                progress("%s: %d requests ..." % (policy.label, workload.requests))
-            outcomes.append(Outcome(policy, run_policy(policy, workload, workers)))
+                progress("%s: %d draws of %d requests ..." % (policy.label, workload.draws, workload.requests))
+            outcomes.append(Outcome(policy, [run_policy(policy, workload.draw(n), workers) for n in range(workload.draws)]))
     finally:
         for worker in workers:
             worker.stop()
