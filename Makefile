@@ -86,7 +86,8 @@ test-python: install
 	cd tests && ../$(VPY) -m pytest -q
 
 # The build's output goes to a log file; the screen shows the demo's progress and its table.
-# DEMO_SEED=1 replays another seeded draw of sessions (each seed prints the same figures every run).
+# DEMO_SEED=2 replays other seeded draws of the sessions (seeds 2 and 3); each seed prints the same
+# table on every run.
 DEMO_SEED ?= 0
 demo:
 	@mkdir -p build

@@ -10,7 +10,7 @@ every streamed answer, and prints one table:
 round robin and least load (no affinity), strict hashing (affinity without a bound), bounded
 hashing (affinity with a load bound) and cache_aware (routing by the prompt's prefix blocks).
 The workers keep the replay's clock, not the machine's, so every run of a seed prints the same
-figures. The workload and its model: bounded_router/testing/sessions.py.
+table. The workload and its model: bounded_router/testing/sessions.py.
 """
 
 import argparse
@@ -23,7 +23,7 @@ from bounded_router.testing.sessions import Sessions, conclusion, format_table, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="scripts/demo.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seed", type=int, default=0, help="the workload's seed: another draw of sessions (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="the first draw's seed; the table pools the draws from it (default %(default)s)")
     args = parser.parse_args()
     workload = replace(Sessions(), seed=args.seed)
     print(__doc__.split("\n\n")[0].split(": ", 1)[1])
