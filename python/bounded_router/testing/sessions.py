@@ -234,7 +234,7 @@ class Outcome:
         return [r for r in self.records if not r.ok]
 
 
-class _Answer(NamedTuple):
+class _InFlight(NamedTuple):
     """A request in flight: when its answer ends on the workers' clock, where, and its stream."""
 
     ends_at: float
@@ -255,7 +255,7 @@ class _Replay:
     def __init__(self, client: Any, proxy_url: str, worker_urls: Dict[str, str], workload: Sessions) -> None:
         self.client, self.proxy_url, self.worker_urls, self.workload = client, proxy_url, worker_urls, workload
         self.records: List[RequestRecord] = []
-        self.flying: List[_Answer] = []
+        self.flying: List[_InFlight] = []
 
     async def land(self, t: float) -> None:
         """Every answer that ends by ``t`` ends: each worker's clock moves to the last of its
@@ -280,7 +280,7 @@ class _Replay:
             self.records.append(await stream)
             return due
         ends_at = float(head.result()["x-mock-ends-at"])
-        self.flying.append(_Answer(ends_at, record.worker, stream))
+        self.flying.append(_InFlight(ends_at, record.worker, stream))
         return ends_at
 
     async def sessions(self) -> List[RequestRecord]:
