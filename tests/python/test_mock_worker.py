@@ -366,6 +366,7 @@ def test_the_client_clock_never_goes_back_and_reset_restarts_it(clocked: httpx.C
 def test_client_clock_refusals_name_the_field(clocked: httpx.Client, path: str, body: Any, message: str) -> None:
     r = clocked.post(path, json=body)
     assert r.status_code == 400 and message in r.json()["error"]
+    assert clocked.get("/stats").json()["requests"] == 0, "a refused request is not counted"
 
 
 def test_a_wall_clock_worker_refuses_the_clock(client: httpx.Client) -> None:

@@ -223,7 +223,7 @@ class MockWorker:
 
     def reset(self) -> None:
         self.cache.clear()
-        if self.clock == "client":  # a new replay starts its clock from 0 (the wall clock's prefills run on)
+        if self.clock == "client":  # a new replay starts its clock from 0 (the wall clock runs on)
             self.now = self._free_at = 0.0
         if self.kv_events is not None:
             self.kv_events.publish([AllBlocksCleared()])
@@ -577,14 +577,14 @@ class MockWorker:
 
     async def _completion(self, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str) -> bool:
         prompt, max_tokens, stream, fail_after, scheduled_at = self._parse_completion(body, kind)
-        assert self._queue is not None
+        arrival = self._arrival(scheduled_at)  # before the counters: a refusal is not a request
         stats = self.stats
         stats["requests"] += 1
         stats["active"] += 1
         ids = prompt_token_ids(prompt)
         outcome = "cancelled"
         try:
-            job = _Job(text_block_keys(ids, self.cost.block_size), len(ids), reader, ids, self._arrival(scheduled_at))
+            job = _Job(text_block_keys(ids, self.cost.block_size), len(ids), reader, ids, arrival)
             ends = self._fix_prefill(job, max_tokens)
             if stream:
                 writer.write(self._head(200, "text/event-stream", "cache-control: no-cache\r\ntransfer-encoding: chunked\r\n" + ends))
