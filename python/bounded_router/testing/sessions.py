@@ -32,6 +32,7 @@ import random
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from urllib.parse import urlsplit
 
 from ..metrics import parse as parse_metrics
 from ..simulate.model import CostModel
@@ -369,7 +370,7 @@ def run(workload: Sessions = Sessions(), policies: Sequence[Policy] = POLICIES, 
     outcomes = []
     try:
         if progress:
-            progress("mock workers at %s" % " ".join(w.url for w in workers))
+            progress("mock workers on 127.0.0.1, ports %s" % " ".join(str(urlsplit(w.url).port) for w in workers))
         for policy in policies:
             if progress:
                 progress("%s: %d draws of %d requests ..." % (policy.label, workload.draws, workload.requests))
