@@ -21,11 +21,16 @@ def worker() -> Iterator[ServerProcess]:
         yield w
 
 
-@pytest.fixture
-def client(worker: ServerProcess) -> Iterator[httpx.Client]:
+def _emptied(worker: ServerProcess) -> Iterator[httpx.Client]:
+    """A client of ``worker``, its cache and counters emptied first."""
     with httpx.Client(base_url=worker.url, trust_env=False, timeout=60.0) as c:
         c.post("/reset").raise_for_status()
         yield c
+
+
+@pytest.fixture
+def client(worker: ServerProcess) -> Iterator[httpx.Client]:
+    yield from _emptied(worker)
 
 
 def _stream(client: httpx.Client, body: Any) -> Any:
@@ -303,3 +308,67 @@ def test_load_reports_count_the_prefill_queue() -> None:
     load, get_load = asyncio.run(scenario())
     assert (load["num_waiting_reqs"], load["num_waiting_uncached_tokens"], load["num_running_reqs"]) == (1, (6 - 4) + (10 - 4), 1)
     assert (get_load["num_reqs"], get_load["num_waiting_reqs"]) == (2, 1)
+
+
+@pytest.fixture(scope="module")
+def client_clock_worker() -> Iterator[ServerProcess]:
+    cost = CostModel(prefill_ms_per_token=10.0, decode_ms_per_token=5.0, block_size=4)
+    with start_mock_worker("c", cost, time_scale=1.0, lifetime=300, clock="client") as w:
+        yield w
+
+
+@pytest.fixture
+def clocked(client_clock_worker: ServerProcess) -> Iterator[httpx.Client]:
+    yield from _emptied(client_clock_worker)
+
+
+def test_on_the_client_clock_a_stream_waits_for_the_clock_and_its_head_says_when_it_ends(clocked: httpx.Client) -> None:
+    # Prefill 10 ms a token, decode 5 ms, blocks of 4, time scale 1. Both arrive at 1.0 s on the
+    # client's clock: A (8 new tokens) is prefilled from 1.0 to 1.08, its 3 tokens at 1.08,
+    # 1.085 and 1.09; B, queued behind it, finds A's first block cached (4 tokens) and computes
+    # the other 4 from 1.08 to 1.12, its 2 tokens ending at 1.125.
+    a_prompt, b_prompt = "a0 a1 a2 a3 a4 a5 a6 a7", "a0 a1 a2 a3 b4 b5 b6 b7"
+    with clocked.stream("POST", "/v1/completions", json=completion(a_prompt, 3, scheduled_at=1.0)) as a:
+        with clocked.stream("POST", "/v1/completions", json=completion(b_prompt, 2, scheduled_at=1.0)) as b:
+            assert float(a.headers["x-mock-ends-at"]) == pytest.approx(1.09)
+            assert float(b.headers["x-mock-ends-at"]) == pytest.approx(1.125)
+            assert clocked.post("/clock", json={"now": 1.088}).json()["now"] == 1.088
+            # A's last token is due at 1.09: by this clock neither answer can have ended.
+            assert clocked.get("/stats").json()["completed"] == 0
+            assert clocked.post("/clock", json={"now": 1.09}).json()["now"] == 1.09
+            a_lines = list(a.iter_lines())
+            clocked.post("/clock", json={"now": 2.0}).raise_for_status()
+            b_lines = list(b.iter_lines())
+    assert streamed_text(a_lines) == expected_text(a_prompt, 3) and streamed_text(b_lines) == expected_text(b_prompt, 2)
+    a_usage, b_usage = events(a_lines)[-2], events(b_lines)[-2]
+    assert a_usage["ttft_ms"] == pytest.approx(80.0) and a_usage["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert b_usage["ttft_ms"] == pytest.approx(120.0) and b_usage["usage"]["prompt_tokens_details"]["cached_tokens"] == 4
+
+
+def test_the_client_clock_never_goes_back_and_reset_restarts_it(clocked: httpx.Client) -> None:
+    clocked.post("/clock", json={"now": 5.0}).raise_for_status()
+    assert clocked.post("/clock", json={"now": 1.0}).json()["now"] == 5.0
+    clocked.post("/reset").raise_for_status()
+    # From 0 again, with an empty cache and an idle engine: 2 tokens prefilled by 0.02 s.
+    with clocked.stream("POST", "/v1/completions", json=completion("x y", 1, scheduled_at=0.0)) as r:
+        assert float(r.headers["x-mock-ends-at"]) == pytest.approx(0.02)
+        clocked.post("/clock", json={"now": 0.02}).raise_for_status()
+        assert events(list(r.iter_lines()))[-2]["ttft_ms"] == pytest.approx(20.0)
+
+
+@pytest.mark.parametrize(
+    "path, body, message",
+    [("/v1/completions", completion("a", 1), "'scheduled_at' is required with --clock client"),
+     ("/clock", {"now": "soon"}, 'POST /clock takes {"now": a finite number of seconds >= 0}'),
+     ("/clock", {"now": -1}, 'POST /clock takes {"now": a finite number of seconds >= 0}'),
+     ("/clock", [], 'POST /clock takes {"now": a finite number of seconds >= 0}')],
+)  # fmt: skip
+def test_client_clock_refusals_name_the_field(clocked: httpx.Client, path: str, body: Any, message: str) -> None:
+    r = clocked.post(path, json=body)
+    assert r.status_code == 400 and message in r.json()["error"]
+    assert clocked.get("/stats").json()["requests"] == 0, "a refused request is not counted"
+
+
+def test_a_wall_clock_worker_refuses_the_clock(client: httpx.Client) -> None:
+    r = client.post("/clock", json={"now": 1.0})
+    assert r.status_code == 400 and "POST /clock needs --clock client" in r.json()["error"]

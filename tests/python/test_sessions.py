@@ -1,21 +1,25 @@
 """The demo's workload (bounded_router.testing.sessions) at a small size, over real HTTP: mock
-worker processes, a native gateway per policy, multi-turn sessions. No timing is asserted:
-what the workload must show is in the caches and the routing, which the schedule fixes."""
+worker processes on the replay's clock, a native gateway per policy, multi-turn sessions. No
+timing is asserted: what the workload must show is in the caches and the routing, which the
+schedule and the replay's clock fix."""
 
 from __future__ import annotations
 
+import asyncio
+import random
 from dataclasses import replace
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
+import bounded_router.testing.sessions as sessions
 from bounded_router.testing.e2e import RequestRecord
 from bounded_router.testing.mock_worker import expected_text
-from bounded_router.testing.sessions import COLUMNS, POLICIES, Outcome, Run, Sessions, caveats, conclusion, format_table, problems, run, session_prompts
+from bounded_router.testing.sessions import COLUMNS, POLICIES, Outcome, Run, Sessions, conclusion, format_table, problems, run, session_prompts
 
 SMALL = Sessions(
     workers=2, sessions=6, turns=3, arrival_s=0.2, think_s=0.05, document_tokens=(64,), fanouts=(1, 3), question_tokens=16,
-    own_tokens=8, time_scale=0.01, worker_ports=(0,),
+    own_tokens=8, time_scale=0.01, worker_ports=(0,), draws=2,
 )  # fmt: skip
 
 
@@ -41,12 +45,13 @@ def test_the_schedule_is_seeded_and_every_seed_sends_as_many_requests() -> None:
     assert SMALL.requests == 3 * (1 + 1 + 1 + 3 + 3 + 3)
     other = replace(SMALL, seed=7)
     assert other.schedule() != SMALL.schedule() and other.requests == SMALL.requests
+    assert SMALL.draw(1) == replace(SMALL, seed=1, draws=1) and SMALL.draw(1).schedule() != SMALL.schedule()
 
 
 def test_every_request_succeeds_and_affinity_caches_the_history(outcomes: Dict[str, Outcome]) -> None:
     assert problems(list(outcomes.values())) == []
     for o in outcomes.values():
-        assert len(o.records) == SMALL.requests
+        assert len(o.records) == SMALL.draws * SMALL.requests and len(o.runs) == SMALL.draws
         assert all(r.worker_ttft_ms >= 0 for r in o.records)
     strict = outcomes["consistent_hashing"]
     # Turns after the first find the session's history cached on the worker they return to.
@@ -67,6 +72,40 @@ def test_the_table_fits_and_defines_every_column(outcomes: Dict[str, Outcome]) -
     assert max(len(affinity), len(bound)) <= 100
 
 
+def _placements(r: Run) -> List[Tuple[Any, ...]]:
+    """Each request's session, turn, worker, model TTFT and cached tokens, in one order."""
+    return sorted((x.group, x.sibling, x.worker, x.worker_ttft_ms, x.cached_tokens) for x in r.records)
+
+
+def test_the_replay_routes_alike_however_late_the_client_sends(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Least load and the bound decide on the requests in flight at each arrival: the two
+    # policies a busy machine moved before the replay kept the clock. Run again on the same
+    # workers (the same ring), every request leaving the client up to 20 ms late at seeded
+    # random, each request lands where it did, with the same time to first token. Turns of 8
+    # siblings make the bound spill.
+    workload = replace(SMALL, fanouts=(1, 8))
+    late = random.Random(1)
+    stream = sessions.stream_completion
+
+    async def delayed(*args: Any, **kwargs: Any) -> RequestRecord:
+        await asyncio.sleep(late.uniform(0.0, 0.02))
+        return await stream(*args, **kwargs)
+
+    workers = sessions.start_workers(workload, 300.0)
+    try:
+        for policy in (p for p in POLICIES if p.policy in ("least_load", "bounded_consistent_hashing")):
+            first = sessions.run_policy(policy, workload, workers)
+            with monkeypatch.context() as patch:
+                patch.setattr(sessions, "stream_completion", delayed)
+                again = sessions.run_policy(policy, workload, workers)
+            assert _placements(again) == _placements(first) and again.branches == first.branches
+            assert len({x.worker for x in first.records}) == workload.workers
+    finally:
+        for worker in workers:
+            worker.stop()
+    assert first.branches.get("explicit_routing_key_spillover", 0) > 0, "the bound spilled: the loads it saw mattered"
+
+
 def _run(ttfts: List[float], cached: int, branches: Optional[Dict[str, int]] = None) -> Run:
     records = [RequestRecord(0, 0, ok=True, worker_ttft_ms=t, ttft_ms=t + 1, prompt_tokens=100, cached_tokens=cached) for t in ttfts]
     return Run(records, branches or {}, 1.0)
@@ -76,14 +115,13 @@ def _outcome(policy: str, ttfts: List[float], cached: int, branches: Optional[Di
     return Outcome(next(p for p in POLICIES if p.policy == policy), [_run(ttfts, cached, branches)])
 
 
-def test_each_figure_is_the_median_of_the_runs() -> None:
+def test_the_figures_pool_the_draws() -> None:
     bounded = next(p for p in POLICIES if p.policy == "bounded_consistent_hashing")
-    runs = [_run([10.0, 30.0], 50, {"explicit_routing_key_spillover": 1}), _run([100.0, 900.0], 90), _run([20.0, 40.0], 70)]
-    o = Outcome(bounded, runs)
-    # Means 20, 500, 30 -> 30; p99 (the larger of two) 30, 900, 40 -> 40; client +1 ms; cached
-    # 50%, 90%, 70% -> 70%; spill 1/2, 0, 0 -> 0.
-    assert o.figures == (30.0, 40.0, 31.0, 0.7, 0.0) and o.spill == 0.0
-    assert len(o.records) == 6
+    o = Outcome(bounded, [_run([10.0, 30.0], 50, {"explicit_routing_key_spillover": 1}), _run([100.0, 900.0], 90)])
+    # Four requests of 100 prompt tokens: mean (10 + 30 + 100 + 900) / 4 = 260; p99 the largest;
+    # the client 1 ms later each; cached (2 x 50 + 2 x 90) / 400; spilled 1 of 4.
+    assert o.figures == (260.0, 900.0, 261.0, 0.7, 0.25) and o.spill == 0.25
+    assert len(o.records) == 4
 
 
 @pytest.mark.parametrize(
@@ -102,18 +140,3 @@ def test_the_conclusion_follows_the_figures(bounded_tail: float, verdict: str) -
     speedup = "1.3x sooner" if bounded_tail == 300.0 else "1.2x later"
     assert affinity == "Affinity: bounded hashing caches 75%% of prompt tokens (round robin 50%%), first tokens %s." % speedup
     assert bound == verdict
-
-
-def test_caveats_name_the_policies_the_machine_slowed() -> None:
-    # SMALL.slowed_ms is 50: a run is slowed when its 90th percentile of lateness exceeds it.
-    calm, late = Run([], {}, 1.0, [1.0] * 10), Run([], {}, 1.0, [1.0] * 8 + [400.0] * 2)
-    policies = {p.policy: p for p in POLICIES}
-    outcomes = [
-        Outcome(policies["round_robin"], [calm]),
-        Outcome(policies["consistent_hashing"], [calm], repeated=1),
-        Outcome(policies["least_load"], [late, calm], repeated=2),
-    ]
-    assert caveats(outcomes, SMALL) == [
-        "strict hashing: run again 1 time(s), slowed by other load on this machine",
-        "least_load: 1 of 2 runs slowed by other load on this machine, retries spent: less reliable",
-    ]

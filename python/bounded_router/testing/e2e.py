@@ -22,7 +22,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..metrics import parse as parse_metrics
 from ..simulate.engine import PolicySpec, Result, placement_label
@@ -123,11 +123,14 @@ async def stream_completion(
     routing_key: Optional[str],
     record: RequestRecord,
     scheduled_at: Optional[float] = None,
+    on_head: Optional[Callable[[Any], None]] = None,
 ) -> RequestRecord:
     """Stream one completion of ``prompt`` (text or token ids) through the proxy with
     ``routing_key`` (None: no key), filling in and checking ``record``: status, worker, time to
     first token, usage, the text against what the mock worker must have sent. ``scheduled_at``
-    (``time.monotonic()``) tells the mock worker when a replay meant to send it."""
+    (``time.monotonic()``, or the client's clock of a mock worker on ``--clock client``) tells
+    the mock worker when a replay meant to send it; ``on_head(headers)`` is told a 200 response's
+    headers as they arrive (the proxy has routed the request, the worker has it)."""
     body: Dict[str, Any] = {"prompt": prompt, "max_tokens": max_tokens, "stream": True}
     if scheduled_at is not None:
         body["scheduled_at"] = scheduled_at
@@ -142,6 +145,8 @@ async def stream_completion(
             if response.status_code != 200:
                 record.error = "HTTP %d: %s" % (response.status_code, (await response.aread())[:300].decode("utf-8", "replace"))
                 return record
+            if on_head is not None:
+                on_head(response.headers)
             async for line in response.aiter_lines():
                 if not line.startswith("data: "):
                     continue

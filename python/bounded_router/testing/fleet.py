@@ -107,10 +107,11 @@ def start_mock_worker(
     model_name: str = DEFAULT_MODEL_NAME,
     kv_events: bool = False,
     port: int = 0,
+    clock: str = "wall",
 ) -> ServerProcess:
     """A mock worker process (see :mod:`bounded_router.testing.mock_worker`) on 127.0.0.1, on
     ``port`` (0: any free port; a port in use makes the start fail); ``kv_events`` publishes its
-    cache's KV events on free ports (:func:`kv_event_endpoints`)."""
+    cache's KV events on free ports (:func:`kv_event_endpoints`); ``clock`` is its ``--clock``."""
     args = [
         "--name", name,
         "--model-name", model_name,
@@ -122,6 +123,7 @@ def start_mock_worker(
         "--decode-ms-per-token", repr(cost.decode_ms_per_token),
         "--block-size", str(cost.block_size),
         "--cache-tokens", str(cost.cache_tokens),
+        "--clock", clock,
     ]  # fmt: skip
     if kv_events:
         args += ["--kv-events-port", "0", "--kv-events-replay-port", "0"]

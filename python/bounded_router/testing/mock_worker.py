@@ -22,7 +22,8 @@ Endpoints:
   optionally ``"fail_after_tokens": n`` to abort the connection after n tokens (to test
   failures) and ``"scheduled_at": t``, when a replaying client meant to send it (seconds on this
   machine's monotonic clock, Python's ``time.monotonic()``): the model queues the request from
-  then, not from its late delivery on a busy machine. The stream is server-sent events: one
+  then, not from its late delivery on a busy machine (with ``--clock client``, on the client's
+  clock, and required). The stream is server-sent events: one
   ``{"choices": [{"text": ...}]}`` per token,
   then one with ``"usage"`` (``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
   ``prompt_tokens_details.cached_tokens``), the worker's name and its time to first token as its
@@ -41,7 +42,15 @@ Endpoints:
   "finish_reason"}}``, streamed as events that each carry the whole text so far.
 * ``GET /stats`` -- counters: requests, completed, failed, cancelled (client gone), active,
   prompt/cached/computed prompt tokens.
-* ``POST /reset`` -- empty the prefix cache and zero the counters.
+* ``POST /reset`` -- empty the prefix cache and zero the counters (and the client's clock).
+* ``POST /clock`` -- JSON ``{"now": t}``, with ``--clock client`` only: the model's time is then
+  the client's, not the wall clock's. A request's ``scheduled_at`` is its arrival on that clock;
+  the model fixes its prefill as it arrives (FIFO, so the requests before it fix its queueing
+  and what the cache holds), answers with the response head at once, ``X-Mock-Ends-At`` saying
+  when on that clock its answer ends, and streams its tokens only as ``POST /clock`` moves the
+  clock past each one's time. A replaying client that sends requests and moves the clock in the
+  order of the model's time then gets the same answers, in the same order, however busy the
+  machine (``make demo`` does). Load reports see no prefill queue in this mode.
 * ``GET /health``, ``GET /health_generate`` -- 200.
 * ``POST /fault`` -- JSON ``{"mode": ...}``, the fault switch the tests and
   ``scripts/bench_faults.py`` share: ``"unavailable"`` answers 503 to every other request,
@@ -111,6 +120,8 @@ def make_prompt(group: int, sibling: int, shared_tokens: int, own_tokens: int, t
 
 #: The modes of the fault switch (``POST /fault``, :meth:`MockWorker.set_fault`).
 FAULT_MODES = ("ok", "unavailable", "hang")
+#: Whose clock the model's time is: the wall clock (the event loop's), or the client's (``POST /clock``).
+CLOCKS = ("wall", "client")
 
 
 class _HttpError(Exception):
@@ -157,11 +168,8 @@ def cache_events(keys: Sequence[Any], ids: Sequence[int], block_size: int, store
 class _Job:
     __slots__ = ("keys", "prompt_tokens", "reader", "done", "cached", "ids", "arrival", "prefilled_at")
 
-    def __init__(
-        self, keys: List[Any], prompt_tokens: int, reader: asyncio.StreamReader, ids: Sequence[int] = (), scheduled_at: Optional[float] = None
-    ) -> None:
-        now = asyncio.get_running_loop().time()  # time.monotonic(), as the event loop's clock is
-        self.arrival = now if scheduled_at is None else min(now, scheduled_at)
+    def __init__(self, keys: List[Any], prompt_tokens: int, reader: asyncio.StreamReader, ids: Sequence[int], arrival: float) -> None:
+        self.arrival = arrival
         self.keys = keys
         self.ids = ids
         self.prompt_tokens = prompt_tokens
@@ -176,12 +184,25 @@ class MockWorker:
     """The server. ``await start()`` binds it (port 0 = any free port), ``await close()`` stops it."""
 
     def __init__(
-        self, name: str = "mock", cost: CostModel = CostModel(), time_scale: float = 1.0, model_name: str = DEFAULT_MODEL_NAME
+        self,
+        name: str = "mock",
+        cost: CostModel = CostModel(),
+        time_scale: float = 1.0,
+        model_name: str = DEFAULT_MODEL_NAME,
+        clock: str = "wall",
     ) -> None:
         if not (time_scale > 0):
             raise ValueError("time_scale must be > 0, got %r" % (time_scale,))
         if not model_name:
             raise ValueError("model_name must not be empty")
+        if clock not in CLOCKS:
+            raise ValueError("clock must be one of %s, got %r" % (", ".join(CLOCKS), clock))
+        self.clock = clock
+        #: The client's clock (``clock="client"``), seconds; moved by :meth:`advance`.
+        self.now = 0.0
+        # When the last prefill the model fixed ends, on the model's clock.
+        self._free_at = 0.0
+        self._ticked: Optional[asyncio.Event] = None
         self.name = name
         self.model_name = model_name
         self.cost = cost
@@ -202,6 +223,8 @@ class MockWorker:
 
     def reset(self) -> None:
         self.cache.clear()
+        if self.clock == "client":  # a new replay starts its clock from 0 (the wall clock runs on)
+            self.now = self._free_at = 0.0
         if self.kv_events is not None:
             self.kv_events.publish([AllBlocksCleared()])
         self.stats = dict.fromkeys(
@@ -223,8 +246,25 @@ class MockWorker:
             else:
                 self._recovered.set()
 
+    def advance(self, now: float) -> None:
+        """Move the client's clock to ``now`` (never back): every token due by then goes out."""
+        if now > self.now and self._ticked is not None:
+            self.now, ticked, self._ticked = now, self._ticked, asyncio.Event()
+            ticked.set()
+
+    async def _until(self, at: float) -> None:
+        """Wait until the model's clock reads ``at``: the loop's (time.monotonic()) or the client's."""
+        if self.clock == "wall":
+            delay = at - asyncio.get_running_loop().time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            return
+        while self.now < at and self._ticked is not None:
+            await self._ticked.wait()
+
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         self._recovered = asyncio.Event()
+        self._ticked = asyncio.Event()
         self.set_fault(self.fault)
         self._queue = asyncio.Queue()
         self._engine = asyncio.get_running_loop().create_task(self._prefill_engine())
@@ -245,28 +285,66 @@ class MockWorker:
 
     # -- the model ---------------------------------------------------------------------------
 
+    def _begin_prefill(self, job: _Job) -> None:
+        """Fix the next prefill of the FIFO engine: the tokens the cache holds and when it ends.
+        It starts when the job arrived or the previous one ended, whichever is later, by the
+        model's clock: a late wake-up of this process (a busy machine) does not push back every
+        prefill queued behind it."""
+        job.cached = min(self.cache.lookup(job.keys), job.prompt_tokens)
+        self._free_at = max(job.arrival, self._free_at) + self._seconds(self.cost.prefill_ms(job.prompt_tokens - job.cached))
+        job.prefilled_at = self._free_at
+
+    def _end_prefill(self, job: _Job) -> None:
+        """The prefilled prompt enters the cache (and its KV events go out)."""
+        stored, evicted = self.cache.insert(job.keys)
+        if self.kv_events is not None:
+            self.kv_events.publish(cache_events(job.keys, job.ids, self.cost.block_size, set(stored), evicted))
+
     async def _prefill_engine(self) -> None:
         assert self._queue is not None
         loop = asyncio.get_running_loop()
-        free_at = 0.0  # when the last prefill ends, on the loop's clock
         while True:
             job = await self._queue.get()
             if job.reader.at_eof():  # the client left while queued: drop it, as engines do
                 self._prefilling.popleft()
                 job.done.set_result(None)
                 continue
-            cached = min(self.cache.lookup(job.keys), job.prompt_tokens)
-            # A prefill starts when the job arrived or the previous one ended, whichever is later,
-            # by the clock: a late wake-up of this process (a busy machine) does not push back
-            # every prefill queued behind it.
-            free_at = max(job.arrival, free_at) + self._seconds(self.cost.prefill_ms(job.prompt_tokens - cached))
-            job.prefilled_at = free_at
-            await asyncio.sleep(max(0.0, free_at - loop.time()))
-            stored, evicted = self.cache.insert(job.keys)
+            self._begin_prefill(job)
+            await asyncio.sleep(max(0.0, job.prefilled_at - loop.time()))
+            self._end_prefill(job)
             self._prefilling.popleft()
-            if self.kv_events is not None:
-                self.kv_events.publish(cache_events(job.keys, job.ids, self.cost.block_size, set(stored), evicted))
-            job.done.set_result(cached)
+            job.done.set_result(job.cached)
+
+    def _arrival(self, scheduled_at: Optional[float]) -> float:
+        """When a request arrived, by the model's clock: when it was scheduled on the client's
+        clock; on the wall clock now, or when it was scheduled if that is earlier."""
+        if self.clock == "client":
+            if scheduled_at is None:
+                raise _HttpError(400, "'scheduled_at' is required with --clock client: the request's time on the client's clock")
+            return scheduled_at
+        now = asyncio.get_running_loop().time()  # time.monotonic(), as the event loop's clock is
+        return now if scheduled_at is None else min(now, scheduled_at)
+
+    def _fix_prefill(self, job: _Job, max_tokens: int) -> str:
+        """On the client's clock the model fixes a prefill as its job arrives (the engine would
+        come to the same figures, the jobs before it being the same) and tells the client when a
+        stream of ``max_tokens`` ends (its last token, one decode step after another): the
+        header to send. Nothing on the wall clock."""
+        if self.clock == "wall":
+            return ""
+        self._begin_prefill(job)
+        self._end_prefill(job)
+        return "x-mock-ends-at: %r\r\n" % (job.prefilled_at + (max_tokens - 1) * self._seconds(self.cost.decode_ms_per_token))
+
+    async def _prefilled(self, job: _Job) -> Optional[int]:
+        """The job's cached tokens once its prefill ends (None: dropped, its client gone)."""
+        if self.clock == "client":
+            await self._until(job.prefilled_at)
+            return job.cached
+        assert self._queue is not None
+        self._queue.put_nowait(job)
+        self._prefilling.append(job)
+        return await job.done
 
     # -- HTTP --------------------------------------------------------------------------------
 
@@ -353,7 +431,10 @@ class MockWorker:
             if method != "POST":
                 raise _HttpError(405, "use POST for %s" % path)
             return await self._completion(body, reader, writer, _ENDPOINTS[path])
-        if path == "/stats" and method == "GET":
+        if path == "/clock" and method == "POST":
+            self.advance(self._clock_time(body))
+            await self._send_json(writer, 200, {"now": self.now, "worker": self.name})
+        elif path == "/stats" and method == "GET":
             await self._send_json(writer, 200, dict(self.stats, worker=self.name, cached_blocks=len(self.cache)))
         elif path == "/reset" and method == "POST":
             self.reset()
@@ -367,6 +448,17 @@ class MockWorker:
         else:
             raise _HttpError(404, "no endpoint %s %s on the mock worker" % (method, path))
         return True
+
+    def _clock_time(self, body: bytes) -> float:
+        if self.clock != "client":
+            raise _HttpError(400, "POST /clock needs --clock client: this mock worker keeps the wall clock's time")
+        try:
+            now = json.loads(body or b"{}").get("now")
+        except (ValueError, AttributeError):
+            now = None
+        if isinstance(now, bool) or not isinstance(now, (int, float)) or not 0 <= now < math.inf:
+            raise _HttpError(400, 'POST /clock takes {"now": a finite number of seconds >= 0}')
+        return float(now)
 
     @staticmethod
     def _fault_mode(body: bytes) -> str:
@@ -485,20 +577,19 @@ class MockWorker:
 
     async def _completion(self, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, kind: str) -> bool:
         prompt, max_tokens, stream, fail_after, scheduled_at = self._parse_completion(body, kind)
-        assert self._queue is not None
+        arrival = self._arrival(scheduled_at)  # before the counters: a refusal is not a request
         stats = self.stats
         stats["requests"] += 1
         stats["active"] += 1
         ids = prompt_token_ids(prompt)
         outcome = "cancelled"
         try:
+            job = _Job(text_block_keys(ids, self.cost.block_size), len(ids), reader, ids, arrival)
+            ends = self._fix_prefill(job, max_tokens)
             if stream:
-                writer.write(self._head(200, "text/event-stream", "cache-control: no-cache\r\ntransfer-encoding: chunked\r\n"))
+                writer.write(self._head(200, "text/event-stream", "cache-control: no-cache\r\ntransfer-encoding: chunked\r\n" + ends))
                 await writer.drain()
-            job = _Job(text_block_keys(ids, self.cost.block_size), len(ids), reader, ids, scheduled_at)
-            self._queue.put_nowait(job)
-            self._prefilling.append(job)
-            cached = await job.done
+            cached = await self._prefilled(job)
             if cached is None:
                 return False
             stats["prompt_tokens"] += len(ids)
@@ -508,14 +599,13 @@ class MockWorker:
             # The model's time (queueing and prefill since arrival, or since the client's schedule
             # said to send), not this process's wake-up: a busy machine delays the stream, not the figure.
             answer = _Answer(kind, self, len(ids), cached, max_tokens, (job.prefilled_at - job.arrival) * 1000.0)
+            step = self._seconds(self.cost.decode_ms_per_token)
+            deadline = job.prefilled_at if self.clock == "client" else asyncio.get_running_loop().time()
             if not stream:
-                await asyncio.sleep(self._seconds(self.cost.decode_ms_per_token * max_tokens))
+                await self._until(deadline + max_tokens * step)
                 await self._send_json(writer, 200, answer.whole("".join(tokens)))
                 outcome = "completed"
                 return True
-            loop = asyncio.get_running_loop()
-            step = self._seconds(self.cost.decode_ms_per_token)
-            deadline = loop.time()
             for i, token in enumerate(tokens):
                 if fail_after is not None and i >= fail_after:
                     outcome = "failed"
@@ -525,9 +615,8 @@ class MockWorker:
                     return False
                 await self._send_event(writer, answer.event(token))
                 deadline += step
-                delay = deadline - loop.time()
-                if delay > 0 and i < max_tokens - 1:
-                    await asyncio.sleep(delay)
+                if i < max_tokens - 1:
+                    await self._until(deadline)
             closing = answer.closing()
             if closing is not None:
                 await self._send_event(writer, closing)
@@ -668,6 +757,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port (printed on start)")
     parser.add_argument("--time-scale", type=float, default=1.0, help="multiply every modelled time by this")
+    parser.add_argument(
+        "--clock", choices=CLOCKS, default="wall", help="the model's clock: the wall clock, or the client's (POST /clock; default %(default)s)"
+    )
     parser.add_argument("--lifetime", type=float, default=None, help="exit after this many seconds")
     parser.add_argument(
         "--kv-events-port", type=int, default=None, help="publish KV cache events on tcp://HOST:PORT (0: any free port; needs pyzmq, msgpack)"
@@ -679,7 +771,7 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _serve(args: argparse.Namespace) -> None:
     cost = CostModel.from_args(args)
-    worker = MockWorker(args.name, cost, args.time_scale, args.model_name)
+    worker = MockWorker(args.name, cost, args.time_scale, args.model_name, args.clock)
     port = await worker.start(args.host, args.port)
     if args.kv_events_port is not None:
         replay = None if args.kv_events_replay_port is None else "tcp://%s:%d" % (args.host, args.kv_events_replay_port)
