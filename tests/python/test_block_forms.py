@@ -6,6 +6,7 @@ and every bad form is refused with an error naming the argument."""
 from __future__ import annotations
 
 import pickle
+import struct
 from array import array
 from typing import Any, Callable, List
 
@@ -161,3 +162,51 @@ def test_prefix_blocks_checks_what_it_is_given() -> None:
         PrefixBlocks([1, 2, -1])
     with pytest.raises(TypeError, match=r"prefix_blocks\[0\] must be an integer"):
         PrefixBlocks([True])
+
+
+# Real block hashes with the edge values a list may hold: 0 and 1 (whose 7 zero bytes send the
+# conversion to its exact test) and 2**64-1.
+HASHES = list(prefix_blocks(range(16 * 128)))
+EDGES = [HASHES[:1], [0], [1], [0, 1], HASHES + [0], [2**64 - 1] + HASHES, HASHES[:64] + [1] + HASHES[64:]]
+
+
+@pytest.mark.parametrize("blocks", EDGES, ids=["one", "zero", "one_value", "zero_one", "hashes_zero", "max_hashes", "hashes_one_inside"])
+def test_a_list_converts_to_the_uint64s_of_its_blocks(blocks) -> None:
+    # The expected bytes come from struct, not from the array conversion under test.
+    expected = struct.pack("<%dQ" % len(blocks), *blocks)
+    for form in (list(blocks), PrefixBlocks(blocks)):
+        assert pack(form) == expected
+    changed = PrefixBlocks(blocks)
+    changed.append(5)  # a PrefixBlocks without its packed copy takes the list's conversion
+    assert pack(changed) == expected + struct.pack("<Q", 5)
+
+
+@pytest.mark.parametrize(
+    "bad, error, message",
+    [
+        (True, TypeError, "prefix_blocks[128] must be an integer from 0 to 2**64-1, got True"),
+        (False, TypeError, "prefix_blocks[128] must be an integer from 0 to 2**64-1, got False"),
+        (-1, ValueError, "prefix_blocks[128] must be an integer from 0 to 2**64-1, got -1"),
+        (2**64, ValueError, "prefix_blocks[128] must be an integer from 0 to 2**64-1, got 18446744073709551616"),
+        ("7", TypeError, "prefix_blocks[128] must be an integer from 0 to 2**64-1, got '7'"),
+        (None, TypeError, "prefix_blocks[128] must be an integer from 0 to 2**64-1, got None"),
+    ],
+)
+def test_a_bad_block_after_many_good_ones_is_named(make_router, bad, error, message) -> None:
+    # The conversion fails (or, for a bool, passes) after 128 blocks it has already written.
+    router = make_router(2, policy="cache_aware")
+    for blocks in (HASHES + [bad], HASHES + [bad] + HASHES[:3]):
+        for form in (list, PrefixBlocks):
+            with pytest.raises(error) as raised:
+                router.route("k", prefix_blocks=form(blocks) if form is list else _unchecked(blocks))
+            assert message in str(raised.value)
+    assert router.active_leases() == 0
+
+
+def _unchecked(blocks: List[Any]) -> PrefixBlocks:
+    """A PrefixBlocks holding ``blocks`` without their packed copy (as after a change in place),
+    which PrefixBlocks(blocks) would refuse to build."""
+    made = PrefixBlocks()
+    list.extend(made, blocks)
+    made._packed = None
+    return made
