@@ -184,7 +184,24 @@ func TestCacheAwareByPrefillLoad(t *testing.T) {
 		holdQueues(t, r, []int{0, 3, 0, 0}, []int{1, 0, 0, 0})
 		d := r.Select(prefixRequest("", 1, 2, 3))
 		assert.Equal(t, BranchCacheAwareBalance, d.Branch)
-		assert.Contains(t, []string{urls[2], urls[3]}, d.WorkerURL, "the least prefill, then the fewest in flight: not w0")
+		ref := newRefRing(urls, DefaultVirtualNodes)
+		want := ref.firstFrom(murmurFinalizer(1), func(u string) bool { return u != urls[1] })
+		assert.Equal(t, want, d.WorkerURL, "a miss: clockwise from its first unmatched block among the least prefill loads")
+	})
+	t.Run("a miss walks clockwise among the least prefill loads, whatever their leases", func(t *testing.T) {
+		r := newTestRouter(t, prefillCache(1.0, 2), urls)
+		ref := newRefRing(urls, DefaultVirtualNodes)
+		key := ref.keyPreferring(t, urls[1])
+		// Prefill [1,0,0,1]: w1 and w2 tie at 0; w1 decodes 3 answers, w2 none. Ranking the tie by
+		// leases would take w2 for every such miss; the walk starts at the key's worker, w1.
+		holdQueues(t, r, []int{1, 0, 0, 1}, []int{0, 3, 0, 0})
+		d := r.Select(prefixRequest(string(key), 40, 41))
+		assert.Equal(t, urls[1], d.WorkerURL)
+		assert.Equal(t, BranchCacheAwareKeyHit, d.Branch)
+		for _, b := range []uint64{40, 7, 1 << 33} {
+			want := ref.firstFrom(murmurFinalizer(b), func(u string) bool { return u == urls[1] || u == urls[2] })
+			assert.Equal(t, want, r.Select(prefixRequest("", b, 99)).WorkerURL, "block %d", b)
+		}
 	})
 	t.Run("below the threshold a key takes the least prefill load", func(t *testing.T) {
 		r := newTestRouter(t, prefillCache(1.0, 2), urls)
