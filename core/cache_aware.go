@@ -28,7 +28,8 @@ package core
 //   - With balance_by prefill (docs/contract.md, "Prefill load") the test reads the prefill
 //     loads, the candidates are ranked by prefill load, then the fewest leases in flight, and
 //     without a hit the request goes to the first worker clockwise from the same position (the
-//     key's, else the first unmatched block's) among those with the least prefill load.
+//     key's, else the first unmatched block's) among those with the least prefill load and no
+//     more leases in flight than their mean.
 //
 // Cost: a step along a recency list per leading block held by a passing worker, and an index
 // lookup only where the blocks leave the list's run (blockIndex.nextOnPath), plus one; a walk of
@@ -156,15 +157,22 @@ func (c *cacheChoice) missFrom(position uint64, m LoadMeasure) int {
 	return c.ringUnderMean(position)
 }
 
-// leastPrefillClockwise is the first spillable worker clockwise from position whose prefill load
-// is the least. Replicas that share one view (engine reports, peer routes) then send a burst of
-// misses where their prefixes point; ranking the tied workers by their leases in flight would
-// send the whole burst to one worker.
+// leastPrefillClockwise is the first spillable worker clockwise from position among those with
+// the least prefill load and no more leases in flight than their mean. Replicas that share one
+// view (engine reports, peer routes) then send a burst of misses where their keys and prefixes
+// point; taking the one with the fewest leases would send the whole burst there, and leaving the
+// leases out would start prompts behind long decodes.
 func (c *cacheChoice) leastPrefillClockwise(position uint64) int {
 	least, _, _ := c.v.leastRanked(LoadPrefill)
+	var leases, tied int64
+	for _, i := range c.v.spillable {
+		if w := c.v.workers[i]; w.prefillLoad == least.load {
+			leases, tied = leases+w.requests, tied+1
+		}
+	}
 	return c.v.ring.first(position, func(owner uint32) bool {
 		w := c.v.workers[owner]
-		return w.spillable && w.prefillLoad == least.load
+		return w.spillable && w.prefillLoad == least.load && w.requests*tied <= leases
 	})
 }
 

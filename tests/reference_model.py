@@ -582,8 +582,11 @@ class ReferenceRouter:
             if self.balance_by == "in_flight":  # step 4: a ring, among workers not above the mean
                 mean = sum(loads) / len(loads)
                 return next(url for url in order if url in available and self._workers[url].routing_load <= mean), branch
-            # "Prefill load", rule 3: the same walk, among the least prefill loads
-            return next(url for url in order if url in available and self._measured(url) == least), branch
+            # "Prefill load", rule 3: the same walk, among the least prefill loads with no more
+            # leases in flight than their mean
+            tied = [self._workers[url] for url in available if self._measured(url) == least]
+            mean = sum(w.requests for w in tied) / len(tied)
+            return next(url for url in order if url in available and self._measured(url) == least and self._workers[url].requests <= mean), branch
         low = min(self._rank(url) for url in candidates)  # "Prefill load": below the threshold too
         tied = [url for url in candidates if self._rank(url) == low]
         if len(tied) > 1 and key is not None:
