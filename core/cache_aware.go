@@ -33,7 +33,8 @@ package core
 //
 // Cost: a step along a recency list per leading block held by a passing worker, and an index
 // lookup only where the blocks leave the list's run (blockIndex.nextOnPath), plus one; a walk of
-// one holder list, and a ring walk only when several candidates tie under a key.
+// one holder list, and a ring walk only when several candidates tie under a key or a request
+// misses (under prefill, after two scans of the spillable workers).
 
 // selectCacheAware is the cache_aware rule; v.blocks is the router's index. It changes nothing
 // but the index's decision scratch (its epoch and depth).
@@ -149,7 +150,7 @@ func (c *cacheChoice) amongCandidates(block uint64) int {
 
 // missFrom is where a request without a hit goes, walking clockwise from position: under
 // in_flight the first worker not above the mean load, under prefill the first with the least
-// prefill load.
+// prefill load and no more leases than those workers' mean.
 func (c *cacheChoice) missFrom(position uint64, m LoadMeasure) int {
 	if m == LoadPrefill {
 		return c.leastPrefillClockwise(position)

@@ -37,8 +37,7 @@ func (r *Router) PeerRoute(url string, weight int64, blocks []uint64) error {
 			}
 		}
 		if x := r.view.blocks; x != nil && len(blocks) > 0 {
-			x.depth = 0 // the latest decision's path belongs to its request, not to this route
-			x.record(w, blocks)
+			x.recordReport(w, blocks)
 		}
 	})
 }
@@ -54,4 +53,11 @@ func (r *Router) ObserveRoutes(o RouteObserver) {
 	r.mu.Lock()
 	r.routeObserver = o
 	r.mu.Unlock()
+}
+
+// tell passes a lease just taken on w to the route observer, if there is one; r.mu is held.
+func (r *Router) tell(w *worker, weight int64, blocks []uint64) {
+	if r.routeObserver != nil {
+		r.routeObserver(w.url, weight, blocks)
+	}
 }

@@ -71,7 +71,8 @@ func TestPeerRouteErrors(t *testing.T) {
 	assert.ErrorContains(t, r.PeerRoute(urls[0], MaxLeaseWeight+1, nil), "weight must be an integer from 1 to")
 	assert.ErrorContains(t, r.PeerRoute(urls[0], 1, make([]uint64, MaxPrefixBlocks+1)), "prefix")
 	assert.True(t, errors.Is(r.PeerRoute("http://127.0.0.1:9", 1, nil), ErrUnknownWorker))
-	require.NoError(t, r.PeerRoute(urls[0], 1, []uint64{1}), "blocks without cache_aware are ignored")
+	require.NoError(t, r.PeerRoute(urls[0], 1, []uint64{1}))
+	assert.Equal(t, []int{0}, indexedBlocks(r), "blocks without cache_aware are ignored")
 }
 
 func TestObserveRoutesSeesEveryLease(t *testing.T) {
@@ -92,8 +93,11 @@ func TestObserveRoutesSeesEveryLease(t *testing.T) {
 	r.Select(prefixRequest("", 9)) // a selection takes no lease
 	miss := r.Route(&Request{HasTarget: true, TargetIndex: 9})
 	require.Equal(t, BranchTargetWorkerMiss, miss.Branch)
+	retry := r.RouteAvoiding(&Request{RoutingKey: []byte("k"), Weight: 2}, []uint32{r.Workers()[0].ID})
+	require.Equal(t, BranchFailover, retry.Branch)
 	r.ObserveRoutes(nil)
 	r.Route(prefixRequest("", 1))
-	assert.Equal(t, []seen{{urls[1], 7, []uint64{5, 6}}, {urls[2], 3, nil}}, got)
+	assert.Equal(t, []seen{{urls[1], 7, []uint64{5, 6}}, {urls[2], 3, nil}, {retry.WorkerURL, 2, nil}}, got)
 	r.Release(d.Lease, false)
+	r.Release(retry.Lease, false)
 }

@@ -162,9 +162,7 @@ func (r *Router) route(req *Request, key explicitKey, weight int64) Decision {
 		if r.view.blocks != nil && len(req.PrefixBlocks) > 0 {
 			r.recordPrefix(chosen, req.PrefixBlocks)
 		}
-		if r.routeObserver != nil {
-			r.routeObserver(chosen.url, weight, req.PrefixBlocks)
-		}
+		r.tell(chosen, weight, req.PrefixBlocks)
 	}
 	return d
 }
@@ -230,9 +228,7 @@ func (r *Router) AcquireWeighted(url string, routingKey []byte, weight int64) (L
 		return 0, WorkerState{}, unknownWorker(url)
 	}
 	id := r.take(w, w, key, weight)
-	if r.routeObserver != nil {
-		r.routeObserver(w.url, weight, nil)
-	}
+	r.tell(w, weight, nil)
 	return id, w.state(), nil
 }
 

@@ -584,8 +584,8 @@ class ReferenceRouter:
                 return next(url for url in order if url in available and self._workers[url].routing_load <= mean), branch
             # "Prefill load", rule 3: the same walk, among the least prefill loads with no more
             # leases in flight than their mean
-            tied = [self._workers[url] for url in available if self._measured(url) == least]
-            mean = sum(w.requests for w in tied) / len(tied)
+            at_least = [self._workers[url] for url in available if self._measured(url) == least]
+            mean = sum(w.requests for w in at_least) / len(at_least)
             return next(url for url in order if url in available and self._measured(url) == least and self._workers[url].requests <= mean), branch
         low = min(self._rank(url) for url in candidates)  # "Prefill load": below the threshold too
         tied = [url for url in candidates if self._rank(url) == low]

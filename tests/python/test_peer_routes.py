@@ -10,16 +10,21 @@ from support import W
 
 def test_a_peer_route_adds_to_a_standing_report_until_the_next(make_router):
     router = make_router(2, policy="least_load")
+    held = router.acquire(W[1])  # w0 0, w1 1: no tie for least_load to break at random
     router.peer_route(W[0], weight=5)
     assert router.select().worker_url == W[0], "no report stands: the peer's route adds nothing"
     router.report_load(W[0], 0)
-    router.report_load(W[1], 1)
+    router.report_load(W[1], 1)  # counts the lease held
     router.peer_route(W[0])  # weight 1
     router.peer_route(W[0])
     assert router.select().worker_url == W[1], "0 + 2 from peers on w0 against 1 on w1"
     router.report_load(W[0], 0)  # the engine counts every replica's requests: the additions go
     assert router.select().worker_url == W[0]
-    assert router.loads() == {W[0]: 0, W[1]: 0}, "loads() counts this router's leases alone"
+    router.peer_route(W[0], weight=2)
+    router.forget_load(W[0])
+    assert router.select().worker_url == W[0], "forgetting the report drops the peers' weight"
+    assert router.loads() == {W[0]: 0, W[1]: 1}, "loads() counts this router's leases alone"
+    held.release()
 
 
 def test_a_peer_routes_blocks_join_the_index(make_router):

@@ -617,7 +617,9 @@ def test_cli_replicas_and_events(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv + ["--peer-routes-ms", "5", "--limit", "10"]) == 0
     assert {r["config"]["peer_routes_ms"] for r in json.loads(capsys.readouterr().out)} == {5.0}
     with pytest.raises(ValueError, match="peer_routes_ms"):
-        ReplayConfig(peer_routes_ms=-1.0)
+        ReplayConfig(replicas=2, peer_routes_ms=-1.0)
+    with pytest.raises(ValueError, match="peer_routes_ms needs replicas > 1"):
+        ReplayConfig(peer_routes_ms=5.0)
     with pytest.raises(ValueError, match="apply only to cache_aware"):
         ReplayPolicy("random", events=True)
 

@@ -98,6 +98,8 @@ class ReplayConfig:
             _check_number("load_interval_ms", self.load_interval_ms, 0.0, strict=True)
         if self.peer_routes_ms is not None:
             _check_number("peer_routes_ms", self.peer_routes_ms, 0.0)
+            if self.replicas == 1:
+                raise ValueError("peer_routes_ms needs replicas > 1: one router has no peers")
         if self.events_at not in EVENTS_AT:
             raise ValueError("events_at must be one of %s, got %r" % (", ".join(EVENTS_AT), self.events_at))
         if self.load_waiting not in LOAD_WAITING:
