@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 /* The version of this API; br_abi_version() returns the one the library implements. */
-#define BR_ABI_VERSION 7
+#define BR_ABI_VERSION 8
 
 /* Status codes: 0 or more is success. */
 #define BR_OK 0
@@ -141,6 +141,11 @@ int32_t br_set_healthy(uint64_t router, const char *url, size_t url_len, int32_t
 int32_t br_report_load(uint64_t router, const char *url, size_t url_len, int64_t load, int64_t waiting,
                        int64_t waiting_requests);
 int32_t br_forget_load(uint64_t router, const char *url, size_t url_len);
+/* Peer routes (docs/contract.md, "Peer routes"): another router replica sent a request of weight
+ * (1 to 2^30; 0 means 1) and n prefix blocks (NULL when n is 0) to the worker. While an engine
+ * report stands for the worker the weight adds to its routing loads until the next report; the
+ * blocks join its cache_aware index as this router's own routes do. */
+int32_t br_peer_route(uint64_t router, const char *url, size_t url_len, int64_t weight, const uint64_t *blocks, size_t n);
 /* Feeds: the engines' own state brought into a router on the library's threads, off unless
  * started; each start stores a feed handle in *out_feed. br_load_poll_start polls the workers'
  * load endpoints and reports the loads; options_json: {"endpoints": {worker URL: endpoint URL},

@@ -61,6 +61,20 @@ func br_store_blocks(router C.uint64_t, url *C.char, urlLen C.size_t, blocks *C.
 	})
 }
 
+// br_peer_route records a route another router replica took (core.Router.PeerRoute).
+//
+//export br_peer_route
+func br_peer_route(router C.uint64_t, url *C.char, urlLen C.size_t, weight C.int64_t, blocks *C.uint64_t, n C.size_t) (status C.int32_t) {
+	defer guard(&status)
+	return withWorker(router, url, urlLen, func(r *core.Router, u string) error {
+		b, err := reportedBlocks(blocks, n, "blocks")
+		if err != nil {
+			return err
+		}
+		return r.PeerRoute(u, int64(weight), b)
+	})
+}
+
 // br_remove_blocks reports that the engine of a worker evicted the blocks it names
 // engine_hashes (core.Router.RemoveBlocks).
 //

@@ -15,13 +15,19 @@ package core
 
 // storeReported makes w hold blocks as a route does (record), and names blocks[i] engine[i].
 func (x *blockIndex) storeReported(w *worker, blocks, engine []uint64) {
-	x.depth = 0 // the latest decision's path belongs to its request, not to this report
-	x.record(w, blocks)
+	x.recordReport(w, blocks)
 	for i, b := range blocks {
 		if n, ok := w.blocks.nodes[b]; ok { // not when a report longer than the index pushed it out
 			x.name(w, n, engine[i])
 		}
 	}
+}
+
+// recordReport makes w hold blocks as a route does, outside a routing decision (an engine's report,
+// a peer's route).
+func (x *blockIndex) recordReport(w *worker, blocks []uint64) {
+	x.depth = 0 // the latest decision's path belongs to its request, not to this report
+	x.record(w, blocks)
 }
 
 // name makes e the engine's name of node n of w, taking it from the node it named before, if

@@ -27,12 +27,14 @@ package core
 //     branch is cache_aware_balance instead, whichever worker was chosen.
 //   - With balance_by prefill (docs/contract.md, "Prefill load") the test reads the prefill
 //     loads, the candidates are ranked by prefill load, then the fewest leases in flight, and
-//     without a hit the request goes to the least ranked passing worker, keyed or not, ties
-//     broken as above.
+//     without a hit the request goes to the first worker clockwise from the same position (the
+//     key's, else the first unmatched block's) among those with the least prefill load and no
+//     more leases in flight than their mean.
 //
 // Cost: a step along a recency list per leading block held by a passing worker, and an index
 // lookup only where the blocks leave the list's run (blockIndex.nextOnPath), plus one; a walk of
-// one holder list, and a ring walk only when several candidates tie under a key.
+// one holder list, and a ring walk only when several candidates tie under a key or a request
+// misses (under prefill, after two scans of the spillable workers).
 
 // selectCacheAware is the cache_aware rule; v.blocks is the router's index. It changes nothing
 // but the index's decision scratch (its epoch and depth).
@@ -60,15 +62,11 @@ func selectCacheAware(v *view, req *Request, keyPos uint64, p *Policy) (int, Bra
 	switch {
 	case x.depth > 0 && float64(x.depth) > p.CacheThreshold*float64(len(blocks)):
 		chosen, branch = c.amongCandidates(blocks[x.depth-1]), BranchCacheAwarePrefixHit
-	case p.BalanceBy == LoadPrefill && c.keyed:
-		chosen, branch = c.leastLoaded(), BranchCacheAwareKeyHit
-	case p.BalanceBy == LoadPrefill:
-		chosen, branch = c.leastLoaded(), BranchCacheAwareNoMatch
 	case c.keyed:
-		chosen, branch = c.ringUnderMean(c.position), BranchCacheAwareKeyHit
+		chosen, branch = c.missFrom(c.position, p.BalanceBy), BranchCacheAwareKeyHit
 	case len(blocks) > 0:
 		// The first block the match did not reach stands for a key: its own prefix's.
-		chosen, branch = c.ringUnderMean(mixBlock(blocks[min(x.depth, len(blocks)-1)])), BranchCacheAwareNoMatch
+		chosen, branch = c.missFrom(mixBlock(blocks[min(x.depth, len(blocks)-1)]), p.BalanceBy), BranchCacheAwareNoMatch
 	default:
 		chosen, branch = c.leastLoaded(), BranchCacheAwareNoMatch
 	}
@@ -147,6 +145,35 @@ func (c *cacheChoice) amongCandidates(block uint64) int {
 	return c.v.ring.first(c.position, func(owner uint32) bool {
 		w := c.v.workers[owner]
 		return w.candidate == x.epoch && w.rank(by) == least
+	})
+}
+
+// missFrom is where a request without a hit goes, walking clockwise from position: under
+// in_flight the first worker not above the mean load, under prefill the first with the least
+// prefill load and no more leases than those workers' mean.
+func (c *cacheChoice) missFrom(position uint64, m LoadMeasure) int {
+	if m == LoadPrefill {
+		return c.leastPrefillClockwise(position)
+	}
+	return c.ringUnderMean(position)
+}
+
+// leastPrefillClockwise is the first spillable worker clockwise from position among those with
+// the least prefill load and no more leases in flight than their mean. Replicas that share one
+// view (engine reports, peer routes) then send a burst of misses where their keys and prefixes
+// point; taking the one with the fewest leases would send the whole burst there, and leaving the
+// leases out would start prompts behind long decodes.
+func (c *cacheChoice) leastPrefillClockwise(position uint64) int {
+	least, _, _ := c.v.leastRanked(LoadPrefill)
+	var leases, tied int64
+	for _, i := range c.v.spillable {
+		if w := c.v.workers[i]; w.prefillLoad == least.load {
+			leases, tied = leases+w.requests, tied+1
+		}
+	}
+	return c.v.ring.first(position, func(owner uint32) bool {
+		w := c.v.workers[owner]
+		return w.spillable && w.prefillLoad == least.load && w.requests*tied <= leases
 	})
 }
 

@@ -57,7 +57,8 @@ func (r *Router) ReportLoad(url string, e EngineLoad) error {
 		return err
 	}
 	return r.changeWorker(url, func(w *worker) {
-		w.reports++ // every lease held is now one taken before the standing report
+		w.reports++      // every lease held is now one taken before the standing report
+		w.peerWeight = 0 // and every peer route is in the report
 		w.reported, w.prefillReported = e.Requests != Unreported, false
 		requests := w.held
 		if w.reported {
@@ -93,6 +94,7 @@ func (r *Router) waitingWeight(e EngineLoad) int64 {
 // its routing loads are again this process's leases alone. Nothing when no report stands.
 func (r *Router) ForgetLoad(url string) error {
 	return r.changeWorker(url, func(w *worker) {
+		w.peerWeight = 0
 		if w.reported {
 			w.reported = false
 			r.addLoad(w, w.held-w.load)

@@ -32,7 +32,9 @@ func (r *Router) RouteAvoiding(req *Request, tried []uint32) Decision {
 	}
 	w := r.members.workers[r.view.preferred(position)]
 	r.branches[BranchFailover]++
-	return Decision{Branch: BranchFailover, WorkerURL: w.url, WorkerID: w.id, PreferredURL: w.url, PreferredID: w.id, Lease: r.take(w, w, key, weight)}
+	lease := r.take(w, w, key, weight)
+	r.tell(w, weight, nil) // a retry records no blocks here, so it tells none
+	return Decision{Branch: BranchFailover, WorkerURL: w.url, WorkerID: w.id, PreferredURL: w.url, PreferredID: w.id, Lease: lease}
 }
 
 // setAside makes the available members among tried unavailable for one decision and returns

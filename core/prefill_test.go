@@ -184,7 +184,28 @@ func TestCacheAwareByPrefillLoad(t *testing.T) {
 		holdQueues(t, r, []int{0, 3, 0, 0}, []int{1, 0, 0, 0})
 		d := r.Select(prefixRequest("", 1, 2, 3))
 		assert.Equal(t, BranchCacheAwareBalance, d.Branch)
-		assert.Contains(t, []string{urls[2], urls[3]}, d.WorkerURL, "the least prefill, then the fewest in flight: not w0")
+		ref := newRefRing(urls, DefaultVirtualNodes)
+		// w0, w2 and w3 tie at prefill 0 with 1, 0 and 0 leases (mean 1/3): w0 is above the mean.
+		want := ref.firstFrom(murmurFinalizer(1), func(u string) bool { return u == urls[2] || u == urls[3] })
+		assert.Equal(t, want, d.WorkerURL, "a miss: clockwise from its first unmatched block among the least prefill loads")
+	})
+	t.Run("a miss walks clockwise among the least prefill loads with no more leases than their mean", func(t *testing.T) {
+		r := newTestRouter(t, prefillCache(1.0, 2), urls)
+		ref := newRefRing(urls, DefaultVirtualNodes)
+		key := ref.keyPreferring(t, urls[1])
+		// Prefill [1,0,0,0]: w1, w2 and w3 tie at 0 with 2, 1 and 3 leases (mean 2): w1 and w2
+		// qualify. The walk from the key meets w1; the fewest leases would take w2 for every miss.
+		holdQueues(t, r, []int{1, 0, 0, 0}, []int{0, 2, 1, 3})
+		d := r.Select(prefixRequest(string(key), 40, 41))
+		assert.Equal(t, urls[1], d.WorkerURL)
+		assert.Equal(t, BranchCacheAwareKeyHit, d.Branch)
+		busy := ref.keyPreferring(t, urls[3]) // at prefill 0, but 3 leases: passed over
+		want := ref.firstWhere(busy, func(u string) bool { return u == urls[1] || u == urls[2] })
+		assert.Equal(t, want, r.Select(prefixRequest(string(busy), 40, 41)).WorkerURL)
+		for _, b := range []uint64{40, 7, 1 << 33} {
+			want := ref.firstFrom(murmurFinalizer(b), func(u string) bool { return u == urls[1] || u == urls[2] })
+			assert.Equal(t, want, r.Select(prefixRequest("", b, 99)).WorkerURL, "block %d", b)
+		}
 	})
 	t.Run("below the threshold a key takes the least prefill load", func(t *testing.T) {
 		r := newTestRouter(t, prefillCache(1.0, 2), urls)

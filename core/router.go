@@ -42,6 +42,8 @@ type Router struct {
 	heldWeight int64
 	// prefix counts the prefix blocks of routed requests and those their worker held.
 	prefix prefixCounts
+	// routeObserver, when set, is told every lease taken (peer_routes.go).
+	routeObserver RouteObserver
 }
 
 // NewRouter validates the configuration and builds a router with its workers.
@@ -160,6 +162,7 @@ func (r *Router) route(req *Request, key explicitKey, weight int64) Decision {
 		if r.view.blocks != nil && len(req.PrefixBlocks) > 0 {
 			r.recordPrefix(chosen, req.PrefixBlocks)
 		}
+		r.tell(chosen, weight, req.PrefixBlocks)
 	}
 	return d
 }
@@ -224,7 +227,9 @@ func (r *Router) AcquireWeighted(url string, routingKey []byte, weight int64) (L
 	if !ok {
 		return 0, WorkerState{}, unknownWorker(url)
 	}
-	return r.take(w, w, key, weight), w.state(), nil
+	id := r.take(w, w, key, weight)
+	r.tell(w, weight, nil)
+	return id, w.state(), nil
 }
 
 // take counts a request of the given weight on w under a new lease; the caller holds r.mu.

@@ -38,6 +38,8 @@ type worker struct {
 	// the prefill load stands; reports counts the reports received.
 	reported, prefillReported bool
 	reports                   uint32
+	// peerWeight is the weight of the peer routes recorded since the last report (peer_routes.go).
+	peerWeight int64
 	// activeKeys is the number of distinct explicit routing keys among the worker's leases
 	// (the router's keyCounts counts the leases of each key).
 	activeKeys int

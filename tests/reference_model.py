@@ -146,21 +146,23 @@ class ModelWorker:
     reported_requests: Optional[int] = None
     reported_waiting: Optional[int] = None
     since: Dict[int, "ModelLease"] = field(default_factory=dict)
+    peer: int = 0  # contract: "Peer routes": the peers' weight since the standing report
 
     @property
     def routing_load(self) -> int:
-        """The load the policies compare: the report plus the leases taken since, else the leases."""
+        """The load the policies compare: the report plus the leases taken since and the peers'
+        routes since, else the leases."""
         if self.reported_requests is None:
             return self.load
-        return self.reported_requests + sum(lease.weight for lease in self.since.values())
+        return self.reported_requests + sum(lease.weight for lease in self.since.values()) + self.peer
 
     @property
     def routing_prefill(self) -> int:
         """The prefill load the policies compare: the report plus the leases taken since and not
-        past their first token, else the leases not past it."""
+        past their first token and the peers' routes since, else the leases not past it."""
         if self.reported_waiting is None:
             return self.prefill_load
-        return self.reported_waiting + sum(lease.weight for lease in self.since.values() if lease.waiting)
+        return self.reported_waiting + sum(lease.weight for lease in self.since.values() if lease.waiting) + self.peer
 
     @property
     def active_keys(self) -> int:
@@ -575,10 +577,16 @@ class ReferenceRouter:
             branch = "cache_aware_balance"
         # A prefix hit's candidates hold the first depth blocks; _record looks any other worker up.
         self._depth, self._candidates = (depth, candidates) if hit else (0, [])
-        if not hit and self.balance_by == "in_flight" and (key is not None or blocks):  # step 4: a ring, among workers not above the mean
-            mean = sum(loads) / len(loads)
+        if not hit and (key is not None or blocks):
             order = self.clockwise(key) if key is not None else self.clockwise_from(fmix64(blocks[min(depth, len(blocks) - 1)]))
-            return next(url for url in order if url in available and self._workers[url].routing_load <= mean), branch
+            if self.balance_by == "in_flight":  # step 4: a ring, among workers not above the mean
+                mean = sum(loads) / len(loads)
+                return next(url for url in order if url in available and self._workers[url].routing_load <= mean), branch
+            # "Prefill load", rule 3: the same walk, among the least prefill loads with no more
+            # leases in flight than their mean
+            at_least = [self._workers[url] for url in available if self._measured(url) == least]
+            mean = sum(w.requests for w in at_least) / len(at_least)
+            return next(url for url in order if url in available and self._measured(url) == least and self._workers[url].requests <= mean), branch
         low = min(self._rank(url) for url in candidates)  # "Prefill load": below the threshold too
         tied = [url for url in candidates if self._rank(url) == low]
         if len(tied) > 1 and key is not None:
@@ -846,11 +854,22 @@ class ReferenceRouter:
             held = list(self._leases.values())
             mean = sum(lease.weight for lease in held) // len(held) if held else 1
             waiting = min(waiting_requests * mean, MAX_ENGINE_LOAD)
-        worker.reported_requests, worker.reported_waiting, worker.since = load, waiting, {}
+        worker.reported_requests, worker.reported_waiting, worker.since, worker.peer = load, waiting, {}, 0
 
     def forget_load(self, url: str) -> None:
         worker = self._workers[self._member(url)]
         worker.reported_requests = worker.reported_waiting = None
+        worker.peer = 0
+
+    def peer_route(self, url: str, weight: Optional[int] = None, blocks: Sequence[int] = ()) -> None:
+        """contract: "Peer routes": the weight joins a standing report's figures (at most 2^40
+        per worker between reports); the blocks join a cache_aware index as a route's do."""
+        if weight is not None:
+            _check_weight(weight)
+        worker = self._workers[self._member(url)]
+        worker.peer = min(worker.peer + (1 if weight is None else weight), MAX_ENGINE_LOAD)
+        if self.policy == "cache_aware" and blocks:
+            self._touch_all(worker, blocks)
 
 
 def _check_weight(weight: object) -> None:

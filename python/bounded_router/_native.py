@@ -38,7 +38,7 @@ __all__ = ["ABI_VERSION", "LIBRARY_ENV", "LIBRARY_NAME", "BrRequest", "Library",
 
 #: The ABI version this binding implements (``BR_ABI_VERSION`` of the header): the one constant
 #: a binding must hold itself, to know whether it can read the others.
-ABI_VERSION = 7
+ABI_VERSION = 8
 #: Environment variable naming another build of the library to load.
 LIBRARY_ENV = "BOUNDED_ROUTER_LIBRARY"
 #: File name of the library inside the package.
@@ -369,6 +369,11 @@ class Library:
     @_export(c_int32, c_uint64, c_char_p, c_size_t)
     def br_forget_load(self, router: int, url: bytes, url_len: int) -> int:
         """Drop the worker's standing engine load report."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, c_int64, _u64p, c_size_t)
+    def br_peer_route(self, router: int, url: bytes, url_len: int, weight: int, blocks: Any, n: int) -> int:
+        """Another router replica sent a request of weight and n prefix blocks to the worker."""
         raise NotImplementedError
 
     @_export(c_int32, c_uint64, c_char_p, c_size_t, _u64p, c_size_t, _u64p)

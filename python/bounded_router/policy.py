@@ -414,8 +414,8 @@ class CacheAwareConfig:
         hash_ring: ``"xxh64"`` (default) or ``"smg"`` (see :data:`HASH_RINGS`).
         cache_threshold: SMG's name and default (0.3): a prefix hit needs more than this
             fraction of the request's blocks matched, a number from 0.0 to 1.0.
-        balance_by: ``"in_flight"`` (default) or ``"prefill"``: the load the bound and the
-            least-loaded choices weigh (see :data:`BALANCE_BY`). With ``"prefill"`` and prompt
+        balance_by: ``"in_flight"`` (default) or ``"prefill"``: the load the bound, the choice
+            among holders and the walk of a miss weigh (see :data:`BALANCE_BY`). With ``"prefill"`` and prompt
             tokens as lease weights, ``min_load_gap=131072, max_load_skew=1.0`` are the settings
             measured in docs/trace-replay.md.
 

@@ -658,6 +658,24 @@ class Router:
         raw = url_bytes(url)
         self._native.call("br_report_load", raw, len(raw), *figures)
 
+    def peer_route(self, url: str, *, weight: Optional[int] = None, prefix_blocks: Optional[Sequence[int]] = None) -> None:
+        """Another router replica sent a request to worker ``url`` (contract: "Peer routes").
+
+        While an engine load report stands for the worker (:meth:`report_load`), ``weight`` (the
+        lease weight in this router's unit; None means 1) adds to its routing loads until the
+        next report, which counts the request itself; ``prefix_blocks`` join its ``cache_aware``
+        index as this router's own routes do. Nothing this router counts or reports changes.
+
+        Raises:
+            KeyError: the URL is not a member.
+            TypeError, ValueError: the weight is not an integer from 1 to 2**30, or a block is
+                out of range.
+        """
+        checked = 1 if weight is None else check_weight(weight)
+        packed = prefix_block_array(() if prefix_blocks is None else prefix_blocks, "prefix_blocks")
+        raw = url_bytes(url)
+        self._native.call("br_peer_route", raw, len(raw), checked, _uint64s(packed), len(packed))
+
     def poll_loads(
         self,
         endpoints: Mapping[str, str],

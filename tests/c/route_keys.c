@@ -201,6 +201,21 @@ static void check_report_load(void) {
 	CHECK(br_router_free(router) == BR_OK, "free");
 }
 
+// docs/contract.md, "Peer routes": a peer's route adds to a standing report until the next one.
+static void check_peer_route(void) {
+	const char *config = "{\"worker_urls\": [\"http://127.0.0.1:9\", \"http://127.0.0.1:10\"], \"policy\": {\"type\": \"least_load\"}}";
+	uint64_t router = 0, out[2];
+	CHECK(br_router_new(config, strlen(config), &router) == BR_OK, "router_new for peer routes");
+	CHECK(br_report_load(router, "http://127.0.0.1:9", 18, 0, -1, -1) == BR_OK, "report 0 on :9");
+	CHECK(br_report_load(router, "http://127.0.0.1:10", 19, 1, -1, -1) == BR_OK, "report 1 on :10");
+	CHECK(br_peer_route(router, "http://127.0.0.1:9", 18, 2, NULL, 0) == BR_OK, "peer_route");
+	CHECK(route(router, "k", out) >= 0 && chosen(out) == 2, "0 + 2 from a peer on :9 against 1: :10");
+	CHECK(br_release(router, out[0]) == 1, "release");
+	CHECK(br_peer_route(router, "http://127.0.0.1:9", 18, -1, NULL, 0) == BR_ERR_INVALID_ARGUMENT, "a weight below 0");
+	CHECK(br_peer_route(router, "http://127.0.0.1:11", 19, 1, NULL, 0) == BR_ERR_UNKNOWN_WORKER, "not a member");
+	CHECK(br_router_free(router) == BR_OK, "free");
+}
+
 int main(void) {
 	CHECK(br_abi_version() == BR_ABI_VERSION, "abi version %u", br_abi_version());
 	char constants[4096];
@@ -320,6 +335,7 @@ int main(void) {
 	check_worker_failures();
 	check_first_token();
 	check_report_load();
+	check_peer_route();
 	// manual with routing_key_headers through the JSON config: a key read from X-Session-Id keeps
 	// its worker; its branch code (above 15) survives the packed decision's branch bits.
 	const char *manual_config =

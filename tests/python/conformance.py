@@ -27,6 +27,7 @@ Operations are plain tuples so that hypothesis can generate and shrink them and 
     ("clear", url)                   clear_blocks(url)
     ("report", url, load, waiting, waiting_requests)   report_load(url, ...), None: a figure left out
     ("forget", url)                  forget_load(url)
+    ("peer", url, weight, blocks)    peer_route(url, weight=weight, prefix_blocks=blocks)
 
 A configuration is (worker_urls, policy, max_load_skew, min_load_gap, virtual_nodes) and, for
 the options, (hash_ring, spill_target, key_memory), each passed only to the policies that have
@@ -250,6 +251,8 @@ class Differential:
             self._both(lambda r: r.report_load(op[1], **figures), lambda m: m.report_load(op[1], **figures))
         elif kind == "forget":
             self._both(lambda r: r.forget_load(op[1]), lambda m: m.forget_load(op[1]))
+        elif kind == "peer":
+            self._both(lambda r: r.peer_route(op[1], weight=op[2], prefix_blocks=op[3]), lambda m: m.peer_route(op[1], op[2], op[3]))
         else:  # pragma: no cover
             raise ValueError("unknown operation %r" % (op,))
         self.compare_state()
@@ -388,8 +391,8 @@ def random_headers(rng: random.Random) -> list:
 def random_operation(rng: random.Random) -> Tuple[Any, ...]:
     kind = rng.choices(
         ["route", "route_h", "route_many", "select", "release", "release_many", "rerelease", "acquire", "add", "remove", "set", "health",
-         "route_p", "route_many_p", "select_p", "store", "unstore", "clear", "first_token", "report", "forget"],
-        weights=[30, 12, 4, 8, 24, 3, 2, 3, 4, 3, 2, 8, 40, 4, 6, 8, 5, 1, 30, 8, 1],
+         "route_p", "route_many_p", "select_p", "store", "unstore", "clear", "first_token", "report", "forget", "peer"],
+        weights=[30, 12, 4, 8, 24, 3, 2, 3, 4, 3, 2, 8, 40, 4, 6, 8, 5, 1, 30, 8, 1, 8],
     )[0]
     key = rng.choice(KEYS + [None])
     url = rng.choice(URLS + [""] + SPELLINGS)  # "" is never a member: an error everywhere
@@ -411,6 +414,8 @@ def random_operation(rng: random.Random) -> Tuple[Any, ...]:
         return ("report", url) + tuple(rng.choice(REPORTED) for _ in range(3))
     if kind == "forget":
         return ("forget", url)
+    if kind == "peer":
+        return ("peer", url, rng.choice([None, 1, 3]), rng.choice(PREFIXES + [()]))
     if kind == "route_h":
         return ("route_h", rng.choice([None, None, key]), random_headers(rng))
     if kind == "select":

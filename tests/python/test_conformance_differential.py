@@ -76,6 +76,7 @@ operations = st.one_of(
     st.tuples(st.just("clear"), urls),
     st.tuples(st.just("report"), urls, st.sampled_from(REPORTED), st.sampled_from(REPORTED), st.sampled_from(REPORTED)),
     st.tuples(st.just("forget"), urls),
+    st.tuples(st.just("peer"), urls, st.one_of(st.none(), weights), prefixes),
 )
 configs = st.tuples(
     st.lists(st.sampled_from(URLS), max_size=6, unique=True),

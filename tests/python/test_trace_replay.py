@@ -578,6 +578,27 @@ def test_with_events_every_replica_learns_each_workers_cache() -> None:
         router.close()
 
 
+@pytest.mark.parametrize("delay", [0.0, 5.0])
+def test_with_peer_routes_every_replica_learns_every_route(delay: float) -> None:
+    from bounded_router.simulate.replay import _Run
+
+    trace = load_trace(FIXTURE, 512)
+    # No events, an index larger than every route: a replica's index of a worker is then the
+    # blocks routed there, by any replica (docs/contract.md, "Peer routes"), once all arrived.
+    config = ReplayConfig(workers=3, load=0.8, cache_blocks=40, replicas=3, peer_routes_ms=delay, load_interval_ms=100.0)
+    state = _Run(ReplayPolicy("cache_aware", 8, 1.0, blocks_per_worker=4000), trace, config)
+    state.run()
+    routed: List[set] = [set() for _ in state.workers]
+    for request, worker in zip(trace.requests, state.placements):
+        routed[worker].update(request.blocks)
+    assert all(routed)
+    for router in state.routing.routers:
+        assert [w.indexed_blocks for w in router.workers()] == [len(blocks) for blocks in routed]
+        assert sum(router.branch_counts().values()) < len(trace.requests), "each routed its share alone"
+        router.close()
+    assert config.to_dict()["peer_routes_ms"] == delay
+
+
 def test_cli_replicas_and_events(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--trace", FIXTURE, "--workers", "3", "--cache-blocks", "40", "--cache-aware", "--replicas", "2", "--events-delay-ms", "20", "--json"]
     assert main(argv) == 0
@@ -593,6 +614,12 @@ def test_cli_replicas_and_events(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--trace", FIXTURE, "--replicas", "0"])
     assert "replicas" in capsys.readouterr().err
+    assert main(argv + ["--peer-routes-ms", "5", "--limit", "10"]) == 0
+    assert {r["config"]["peer_routes_ms"] for r in json.loads(capsys.readouterr().out)} == {5.0}
+    with pytest.raises(ValueError, match="peer_routes_ms"):
+        ReplayConfig(replicas=2, peer_routes_ms=-1.0)
+    with pytest.raises(ValueError, match="peer_routes_ms needs replicas > 1"):
+        ReplayConfig(peer_routes_ms=5.0)
     with pytest.raises(ValueError, match="apply only to cache_aware"):
         ReplayPolicy("random", events=True)
 

@@ -202,7 +202,10 @@ class PeerPolicy(ReplayPolicy):
     def make_router(self, urls: List[str], cache_blocks: int) -> Optional[Router]:
         return None  # nothing for the library to judge
 
-    def make_routing(self, urls: List[str], workers: "Sequence[BatchingWorker]", seed: int, cache_blocks: int, replicas: int = 1) -> Routing:
+    def make_routing(
+        self, urls: List[str], workers: "Sequence[BatchingWorker]", seed: int, cache_blocks: int, replicas: int = 1, peer_routes_ms: Optional[float] = None
+    ) -> Routing:
+        """The peer's rule (``peer_routes_ms`` is the library's feed: the peers' replicas share nothing)."""
         router = Router(urls, policy="consistent_hashing")
         rng = random.Random(seed * 1000003 + 29)
         view = WorkerView(workers, cache_blocks, self.report_ms)

@@ -64,6 +64,9 @@ class ReplayConfig:
             requests waiting for their first token; ``"uncached"``, those not in the cache (SGLang's
             ``num_waiting_uncached_tokens``); ``"requests"``, their number alone (vLLM's
             ``num_requests_waiting``; the router weighs each as its mean lease).
+        peer_routes_ms: when set (with ``replicas`` > 1), each route a replica takes reaches the
+            other replicas this many ms later (``Router.peer_route``, docs/contract.md "Peer
+            routes"), as a peer-route feed between them would; None: replicas share nothing.
     """
 
     workers: int = 8
@@ -78,6 +81,7 @@ class ReplayConfig:
     load_interval_ms: Optional[float] = None
     events_at: str = EVENTS_AT[0]
     load_waiting: str = "uncached"
+    peer_routes_ms: Optional[float] = None
 
     def __post_init__(self) -> None:
         _check_number("workers", self.workers, 1, integer=True)
@@ -92,6 +96,10 @@ class ReplayConfig:
         _check_number("events_delay_ms", self.events_delay_ms, 0.0)
         if self.load_interval_ms is not None:
             _check_number("load_interval_ms", self.load_interval_ms, 0.0, strict=True)
+        if self.peer_routes_ms is not None:
+            _check_number("peer_routes_ms", self.peer_routes_ms, 0.0)
+            if self.replicas == 1:
+                raise ValueError("peer_routes_ms needs replicas > 1: one router has no peers")
         if self.events_at not in EVENTS_AT:
             raise ValueError("events_at must be one of %s, got %r" % (", ".join(EVENTS_AT), self.events_at))
         if self.load_waiting not in LOAD_WAITING:
@@ -117,6 +125,7 @@ class ReplayConfig:
             "load_interval_ms": self.load_interval_ms,
             "events_at": self.events_at,
             "load_waiting": self.load_waiting,
+            "peer_routes_ms": self.peer_routes_ms,
         }
 
     def worker_urls(self) -> List[str]:
@@ -251,7 +260,7 @@ class _Run:
         self.events = [((r.timestamp_ms - start) * self.scale, i, _ARRIVE, i, 0) for i, r in enumerate(trace.requests)]
         heapq.heapify(self.events)
         self.order = len(self.events)
-        self.routing = policy.make_routing(urls, self.workers, config.seed, self.capacity, config.replicas)
+        self.routing = policy.make_routing(urls, self.workers, config.seed, self.capacity, config.replicas, config.peer_routes_ms)
         self.urls = urls
         self.events_delay_ms = config.events_delay_ms
         # The KV cache events in flight to the routers: (worker, stored, evicted), by number.

@@ -115,6 +115,14 @@ def _parser() -> argparse.ArgumentParser:
         "polling the engines' load endpoints would (default: no reports)",
     )
     fl.add_argument(
+        "--peer-routes-ms",
+        type=float,
+        default=None,
+        metavar="P",
+        help="with --replicas, each route a replica takes reaches the other replicas P ms later, as a "
+        "peer-route feed between them would (docs/contract.md, \"Peer routes\"; default: replicas share nothing)",
+    )
+    fl.add_argument(
         "--load-waiting",
         choices=LOAD_WAITING,
         default=r.load_waiting,
@@ -366,6 +374,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             load_interval_ms=args.load_interval_ms,
             events_at=args.events_at,
             load_waiting=args.load_waiting,
+            peer_routes_ms=args.peer_routes_ms,
         )
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be >= 1, got %d" % args.limit)

@@ -20,9 +20,10 @@ lease's first token (``Lease.first_token``) when its request gets its first toke
 
 from __future__ import annotations
 
+import collections
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Hashable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Deque, Hashable, List, Optional, Sequence, Tuple
 
 from ..lease import Lease
 from ..policy import CacheAwareConfig
@@ -116,9 +117,11 @@ class ReplayPolicy:
         spec = self.library_spec()
         return spec.make_router(urls) if spec is not None else None
 
-    def make_routing(self, urls: List[str], workers: "Sequence[BatchingWorker]", seed: int, cache_blocks: int, replicas: int = 1) -> "Routing":
+    def make_routing(
+        self, urls: List[str], workers: "Sequence[BatchingWorker]", seed: int, cache_blocks: int, replicas: int = 1, peer_routes_ms: Optional[float] = None
+    ) -> "Routing":
         """How this row routes over ``urls`` (see :func:`make_routing`); a row of another kind overrides it."""
-        return make_routing(self, urls, workers, seed, cache_blocks, replicas)
+        return make_routing(self, urls, workers, seed, cache_blocks, replicas, peer_routes_ms)
 
     @property
     def label(self) -> str:
@@ -223,15 +226,35 @@ class _OracleRouting(Routing):
 class _Replicas(Routing):
     """R independent routings of one library row, as R router processes in front of the same
     workers: each request goes to one of them drawn uniformly (from the replay's seed), and each
-    counts only its own leases and records only its own routes."""
+    counts only its own leases and records only its own routes, unless ``peer_routes_ms`` is set:
+    then each route reaches the other replicas that many ms later (``Router.peer_route``)."""
 
-    def __init__(self, parts: List[Routing], seed: int) -> None:
+    def __init__(self, parts: List[Routing], seed: int, peer_routes_ms: Optional[float] = None) -> None:
         super().__init__(parts[0].router, parts[0].urls)
         self.parts = parts
         self.rng = random.Random(seed * 7919 + 5)
+        self.peer_routes_ms = peer_routes_ms
+        self.now = 0.0
+        # Routes on their way to the other replicas, in the order they were taken (one delay for
+        # all, so also in the order they arrive): (arrival, sender, worker URL, weight, blocks).
+        self.peer_routes: Deque[Tuple[float, Routing, str, int, Sequence[Hashable]]] = collections.deque()
 
     def route(self, key: str, blocks: Sequence[Hashable], input_tokens: int) -> Tuple[Lease, bool]:
-        return self.parts[self.rng.randrange(len(self.parts))].route(key, blocks, input_tokens)
+        part = self.parts[self.rng.randrange(len(self.parts))]
+        lease, spilled = part.route(key, blocks, input_tokens)
+        if self.peer_routes_ms is not None:
+            assert lease.worker_url is not None
+            weight = input_tokens if part.token_weights else 1
+            self.peer_routes.append((self.now + self.peer_routes_ms, part, lease.worker_url, weight, blocks))
+        return lease, spilled
+
+    def observe(self, now: float) -> None:
+        self.now = now
+        while self.peer_routes and self.peer_routes[0][0] <= now:
+            _, sender, url, weight, blocks = self.peer_routes.popleft()
+            for part in self.parts:
+                if part is not sender:
+                    part.router.peer_route(url, weight=weight, prefix_blocks=blocks or None)  # type: ignore[arg-type]  # trace ids are ints
 
     @property
     def routers(self) -> List[Router]:
@@ -247,15 +270,22 @@ def _library_routing(policy: ReplayPolicy, urls: List[str], cache_blocks: int) -
 
 
 def make_routing(
-    policy: ReplayPolicy, urls: List[str], workers: "Sequence[BatchingWorker]", seed: int, cache_blocks: int, replicas: int = 1
+    policy: ReplayPolicy,
+    urls: List[str],
+    workers: "Sequence[BatchingWorker]",
+    seed: int,
+    cache_blocks: int,
+    replicas: int = 1,
+    peer_routes_ms: Optional[float] = None,
 ) -> Routing:
     """The routing of a row over ``urls`` whose simulated caches hold ``cache_blocks`` blocks each,
-    by ``replicas`` independent routers for the library's rows (the caller closes ``routing.routers``).
+    by ``replicas`` independent routers for the library's rows (the caller closes ``routing.routers``),
+    which hear each other's routes ``peer_routes_ms`` later when set.
     The oracle and ``random`` see no router state, so they are never replicated."""
     if policy.policy not in ("oracle", "random"):
         if replicas == 1:
             return _library_routing(policy, urls, cache_blocks)
-        return _Replicas([_library_routing(policy, urls, cache_blocks) for _ in range(replicas)], seed)
+        return _Replicas([_library_routing(policy, urls, cache_blocks) for _ in range(replicas)], seed, peer_routes_ms)
     router = Router(urls, policy="consistent_hashing")
     if policy.policy == "random":
         return _RandomRouting(router, urls, seed)

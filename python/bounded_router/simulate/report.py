@@ -172,7 +172,8 @@ def _replicas(config: "ReplayConfig") -> str:
     loads = "" if config.load_interval_ms is None else ", engine loads every %g ms (waiting %s)" % (config.load_interval_ms, config.load_waiting)
     if config.replicas == 1:
         return loads
-    return ", %d router replicas (events after %g ms)%s" % (config.replicas, config.events_delay_ms, loads)
+    peers = "" if config.peer_routes_ms is None else ", peer routes after %g ms" % config.peer_routes_ms
+    return ", %d router replicas (events after %g ms%s)%s" % (config.replicas, config.events_delay_ms, peers, loads)
 
 
 def format_replay_table(results: Sequence["ReplayResult"]) -> str:
