@@ -4,13 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"net"
 	"runtime"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/bounded-router/bounded-router/core"
+	"github.com/bounded-router/bounded-router/internal/loopback"
 	"github.com/go-zeromq/zmq4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -36,27 +35,6 @@ func newRouter(t *testing.T, kind core.PolicyKind, extra ...string) *core.Router
 	return r
 }
 
-// freeEndpoint is a loopback TCP endpoint nothing listens on yet.
-func freeEndpoint(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return "tcp://" + l.Addr().String()
-}
-
-// waitFor polls cond every 10 ms, at most 1000 times.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for range 1000 {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 // running starts a feed for r and stops it (waiting for Run to return) at the test's end.
 func running(t *testing.T, r *core.Router, o Options, logf func(string, ...any)) *Feed {
 	t.Helper()
@@ -75,7 +53,7 @@ func peer(f *Feed) PeerStats { return f.Stats().Peers[0] }
 // connects late misses what was published before (ZeroMQ's slow joiner).
 func joined(t *testing.T, a *core.Router, b *Feed) {
 	t.Helper()
-	waitFor(t, "the subscriber to join", func() bool {
+	loopback.WaitFor(t, "the subscriber to join", func() bool {
 		_, _, err := a.Acquire(warmUp, nil)
 		require.NoError(t, err)
 		return peer(b).UnknownWorker > 0
@@ -94,7 +72,7 @@ func TestAPeersRoutesAddToAStandingReport(t *testing.T) {
 		_, _, err := a.Acquire(workers[0], nil)
 		require.NoError(t, err)
 	}
-	waitFor(t, "a's two routes", func() bool { return peer(sub).Routes == 2 })
+	loopback.WaitFor(t, "a's two routes", func() bool { return peer(sub).Routes == 2 })
 	assert.Equal(t, workers[1], b.Select(&core.Request{}).WorkerURL, "loads 2 (the peer's routes) and 1")
 	require.NoError(t, b.ReportLoad(workers[0], core.RequestsReport(0)))
 	assert.Equal(t, workers[0], b.Select(&core.Request{}).WorkerURL, "the next report counts them")
@@ -112,7 +90,7 @@ func TestAPeersBlocksJoinTheIndex(t *testing.T) {
 	blocks := []uint64{101, 102, 103}
 	d := a.Route(&core.Request{HasTarget: true, TargetIndex: 2, PrefixBlocks: blocks})
 	require.Equal(t, workers[1], d.WorkerURL)
-	waitFor(t, "the blocks", func() bool { return b.Workers()[1].IndexedBlocks == 3 })
+	loopback.WaitFor(t, "the blocks", func() bool { return b.Workers()[1].IndexedBlocks == 3 })
 	got := b.Select(&core.Request{PrefixBlocks: blocks})
 	assert.Equal(t, workers[1], got.WorkerURL)
 	assert.Equal(t, core.BranchCacheAwarePrefixHit, got.Branch)
@@ -120,10 +98,10 @@ func TestAPeersBlocksJoinTheIndex(t *testing.T) {
 
 func TestARouterSkipsItsOwnRoutes(t *testing.T) {
 	a := newRouter(t, core.PolicyLeastLoad)
-	endpoint := freeEndpoint(t)
+	endpoint := loopback.FreeEndpoint(t)
 	f := running(t, a, Options{Publish: endpoint, Peers: []string{endpoint}}, nil)
 	require.NoError(t, a.ReportLoad(workers[0], core.RequestsReport(0)))
-	waitFor(t, "its own batch", func() bool {
+	loopback.WaitFor(t, "its own batch", func() bool {
 		_, _, err := a.Acquire(workers[0], nil)
 		require.NoError(t, err)
 		return peer(f).Own > 0
@@ -139,7 +117,7 @@ func TestBadInputIsCountedAndLoggedOnce(t *testing.T) {
 	b := newRouter(t, core.PolicyLeastLoad)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	endpoint := freeEndpoint(t)
+	endpoint := loopback.FreeEndpoint(t)
 	pub := zmq4.NewPub(ctx)
 	defer pub.Close()
 	require.NoError(t, pub.Listen(endpoint))
@@ -157,14 +135,14 @@ func TestBadInputIsCountedAndLoggedOnce(t *testing.T) {
 		seq++
 	}
 	valid := Route{URL: workers[0], Weight: 1}
-	waitFor(t, "the subscriber to join", func() bool { batch(); return peer(sub).Batches > 0 }) // no route
+	loopback.WaitFor(t, "the subscriber to join", func() bool { batch(); return peer(sub).Batches > 0 }) // no route
 	batch(valid, Route{URL: "http://127.0.0.1:9", Weight: 1}, Route{URL: workers[1], Weight: 1 << 31}, Route{URL: workers[1], Weight: -2})
 	send([]byte("two frames"), []byte{0})
 	send([]byte{}, binary.BigEndian.AppendUint64(nil, seq), []byte{0xc1}) // 0xc1 is never used in msgpack
 	seq += 2                                                              // a message lost
 	batch(valid)
 	batch(Route{URL: "http://127.0.0.1:8", Weight: 1})
-	waitFor(t, "the last message", func() bool { return peer(sub).UnknownWorker == 2 }) // messages arrive in order
+	loopback.WaitFor(t, "the last message", func() bool { return peer(sub).UnknownWorker == 2 }) // messages arrive in order
 	st := peer(sub)
 	assert.Equal(t, uint64(2), st.Routes)
 	assert.Equal(t, uint64(2), st.Malformed)
@@ -228,7 +206,7 @@ func TestStopLeaksNoGoroutine(t *testing.T) {
 	a, b := newRouter(t, core.PolicyLeastLoad, warmUp), newRouter(t, core.PolicyLeastLoad)
 	pub, err := Start(a, Options{Publish: "tcp://127.0.0.1:0"}, nil)
 	require.NoError(t, err)
-	sub, err := Start(b, Options{Peers: []string{pub.Stats().Publish, freeEndpoint(t)}}, nil)
+	sub, err := Start(b, Options{Peers: []string{pub.Stats().Publish, loopback.FreeEndpoint(t)}}, nil)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	var all sync.WaitGroup
@@ -241,7 +219,7 @@ func TestStopLeaksNoGoroutine(t *testing.T) {
 	all.Wait()
 	// One goroutine stays: go-zeromq/zmq4 (v0.17.0 and its master) starts a writer per PUB
 	// socket (pubMWriter.run) that its Close never stops. It is parked, one per publisher started.
-	waitFor(t, "the goroutines to end", func() bool { return runtime.NumGoroutine() <= before+1 })
+	loopback.WaitFor(t, "the goroutines to end", func() bool { return runtime.NumGoroutine() <= before+1 })
 	published := pub.Stats().Published
 	_, _, err = a.Acquire(workers[0], nil)
 	require.NoError(t, err)

@@ -6,10 +6,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"sync"
-	"time"
 
 	"github.com/bounded-router/bounded-router/core"
-	"github.com/go-zeromq/zmq4"
+	"github.com/bounded-router/bounded-router/internal/zmqsub"
 )
 
 // Applier is what peers' routes are applied to: core.Router satisfies it.
@@ -34,9 +33,6 @@ type PeerStats struct {
 	Malformed     uint64 `json:"malformed"`
 	Gaps          uint64 `json:"gaps"`
 }
-
-// RedialInterval is how long a subscriber waits before dialling a peer again.
-const RedialInterval = time.Second
 
 // subscriber follows one peer's PUB endpoint. One socket per peer, not one for all: the SUB
 // socket of go-zeromq/zmq4 does not say which connection a failure came from, and its automatic
@@ -67,36 +63,12 @@ func (s *subscriber) snapshot() PeerStats {
 	return s.stats
 }
 
-// run follows the peer until ctx is done, dialling it again every RedialInterval while it is
-// not up (or gone).
+// run follows the peer until ctx is done, dialling it again every zmqsub.RedialInterval while it
+// is not up (or gone).
 func (s *subscriber) run(ctx context.Context) {
-	for ctx.Err() == nil {
-		if err := s.follow(ctx); err != nil && ctx.Err() == nil {
-			s.logOnce("connect", "peer routes from %s: %v", s.endpoint, err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(RedialInterval):
-		}
-	}
-}
-
-func (s *subscriber) follow(ctx context.Context) error {
-	sub := zmq4.NewSub(ctx)
-	defer sub.Close()
-	if err := sub.Dial(s.endpoint); err != nil {
-		return err
-	}
-	if err := sub.SetOption(zmq4.OptionSubscribe, s.topic); err != nil {
-		return err
-	}
-	for {
-		msg, err := sub.Recv()
-		if err != nil {
-			return err
-		}
-		s.receive(msg.Frames)
-	}
+	zmqsub.Run(ctx, s.endpoint, s.topic, s.receive, func(err error) {
+		s.logOnce("connect", "peer routes from %s: %v", s.endpoint, err)
+	})
 }
 
 // receive handles one published message.
