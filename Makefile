@@ -69,7 +69,7 @@ test-go:
 
 # Each Go fuzz target for FUZZTIME (their seed corpora also run in test-go).
 FUZZTIME ?= 20s
-FUZZ_TARGETS := FuzzRequestFromHeaders FuzzParseConfig FuzzRouterOperations FuzzCacheAware ./gateway:FuzzPromptTextMatchesEncodingJSON ./gateway:FuzzTokenBlocksMatchEncodingJSON ./kvevents:FuzzDecode
+FUZZ_TARGETS := FuzzRequestFromHeaders FuzzParseConfig FuzzRouterOperations FuzzCacheAware ./gateway:FuzzPromptTextMatchesEncodingJSON ./gateway:FuzzTokenBlocksMatchEncodingJSON ./kvevents:FuzzDecode ./peerroutes:FuzzDecode
 test-fuzz:
 	GO=$(GO) bash scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
 

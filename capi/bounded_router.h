@@ -159,11 +159,18 @@ int32_t br_peer_route(uint64_t router, const char *url, size_t url_len, int64_t 
  * "tcp://host:port"}, "replay_endpoints": {worker URL: "tcp://host:port"}, "topic": "",
  * "stale_after_ms": 10000}; its counters {"workers": [{"worker", "batches", "stored", "removed",
  * "cleared", "unknown_parent", "adapter", "unknown_tag", "gaps", "replayed", "lost",
- * "malformed", "restarts", "stale"}]}. Every worker named must be a member. br_feed_stats_json
- * writes a feed's counters; br_feed_stop ends it and waits (a load poll forgets the reports
- * that stand). */
+ * "malformed", "restarts", "stale"}]}. Every worker named must be a member.
+ * br_peer_routes_start shares routes with other router replicas (docs/contract.md, "Sharing
+ * routes over the wire"): it publishes each lease this router takes and applies the peers' as
+ * br_peer_route does; options_json: {"publish": "tcp://host:port" (bound; port 0 picks one),
+ * "peers": ["tcp://host:port", ...], "topic": ""}, one of publish and peers at least, one
+ * publishing feed per router; its counters {"publish" (the endpoint bound), "published",
+ * "dropped", "peers": [{"peer", "batches", "routes", "own", "unknown_worker", "invalid",
+ * "malformed", "gaps"}]}. br_feed_stats_json writes a feed's counters; br_feed_stop ends it and
+ * waits (a load poll forgets the reports that stand). */
 int32_t br_load_poll_start(uint64_t router, const char *options_json, size_t options_len, uint64_t *out_feed);
 int32_t br_kv_events_start(uint64_t router, const char *options_json, size_t options_len, uint64_t *out_feed);
+int32_t br_peer_routes_start(uint64_t router, const char *options_json, size_t options_len, uint64_t *out_feed);
 int64_t br_feed_stats_json(uint64_t feed, char *buf, size_t capacity);
 int32_t br_feed_stop(uint64_t feed);
 

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bounded-router/bounded-router/internal/zmqsub"
 	"github.com/go-zeromq/zmq4"
 )
 
@@ -69,38 +70,13 @@ func (s *Subscriber) Run(ctx context.Context) {
 	s.stats.last = -1
 	s.logged = map[string]bool{}
 	s.mu.Unlock()
-	for ctx.Err() == nil {
-		if err := s.follow(ctx); err != nil && ctx.Err() == nil {
-			s.problem("connect", "KV events of worker %s from %s: %v", s.Worker, s.Endpoint, err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(RedialInterval):
-		}
-	}
+	zmqsub.Run(ctx, s.Endpoint, s.Topic, func(frames [][]byte) { s.receive(ctx, frames) }, func(err error) {
+		s.problem("connect", "KV events of worker %s from %s: %v", s.Worker, s.Endpoint, err)
+	})
 }
 
 // RedialInterval is how long a subscriber waits before dialling an engine again.
-const RedialInterval = time.Second
-
-// follow dials the endpoint and applies what arrives until the connection or ctx ends.
-func (s *Subscriber) follow(ctx context.Context) error {
-	sub := zmq4.NewSub(ctx)
-	defer sub.Close()
-	if err := sub.Dial(s.Endpoint); err != nil {
-		return err
-	}
-	if err := sub.SetOption(zmq4.OptionSubscribe, s.Topic); err != nil {
-		return err
-	}
-	for {
-		msg, err := sub.Recv()
-		if err != nil {
-			return err
-		}
-		s.receive(ctx, msg.Frames)
-	}
-}
+const RedialInterval = zmqsub.RedialInterval
 
 // receive handles one published message.
 func (s *Subscriber) receive(ctx context.Context, frames [][]byte) {

@@ -4,25 +4,16 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/bounded-router/bounded-router/core"
+	"github.com/bounded-router/bounded-router/internal/loopback"
 	"github.com/go-zeromq/zmq4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vmihailenco/msgpack/v5"
 )
-
-// freeEndpoint is a loopback TCP endpoint nothing listens on yet.
-func freeEndpoint(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return "tcp://" + l.Addr().String()
-}
 
 // storedPayload is a KVEventBatch storing one block of two tokens, in vLLM's field order.
 func storedPayload(t *testing.T, hash uint64, parent any, tokens ...uint32) []byte {
@@ -35,18 +26,6 @@ func storedPayload(t *testing.T, hash uint64, parent any, tokens ...uint32) []by
 
 func seqFrame(seq int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(seq)) }
 
-// waitFor polls cond every 10 ms, at most 1000 times.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for range 1000 {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 // A publisher and a replay ROUTER on loopback, as vLLM's ZmqEventPublisher: batches in order,
 // a gap recovered by replay, garbage counted.
 func TestSubscriberFollowsAStreamAndReplaysAGap(t *testing.T) {
@@ -55,7 +34,7 @@ func TestSubscriberFollowsAStreamAndReplaysAGap(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pubEndpoint, replayEndpoint := freeEndpoint(t), freeEndpoint(t)
+	pubEndpoint, replayEndpoint := loopback.FreeEndpoint(t), loopback.FreeEndpoint(t)
 	pub := zmq4.NewPub(ctx)
 	defer pub.Close()
 	require.NoError(t, pub.Listen(pubEndpoint))
@@ -89,14 +68,14 @@ func TestSubscriberFollowsAStreamAndReplaysAGap(t *testing.T) {
 	go func() { s.Run(ctx); close(done) }()
 	send := func(frames ...[]byte) { require.NoError(t, pub.SendMulti(zmq4.NewMsgFrom(frames...))) }
 	// A subscriber joins late (ZeroMQ's slow joiner): send the first batch until it is seen.
-	waitFor(t, "the first batch", func() bool { send([]byte{}, seqFrame(0), batches[0]); return s.Stats().Batches > 0 })
+	loopback.WaitFor(t, "the first batch", func() bool { send([]byte{}, seqFrame(0), batches[0]); return s.Stats().Batches > 0 })
 	send([]byte{}, seqFrame(1), batches[1])
-	waitFor(t, "batch 1", func() bool { return s.Stats().Batches == 2 })
+	loopback.WaitFor(t, "batch 1", func() bool { return s.Stats().Batches == 2 })
 	send([]byte{}, seqFrame(3), batches[3]) // 2 is missed: replayed before 3 is applied
-	waitFor(t, "batch 3", func() bool { return s.Stats().Batches == 4 })
+	loopback.WaitFor(t, "batch 3", func() bool { return s.Stats().Batches == 4 })
 	send([]byte("only two frames"), seqFrame(4))
 	send([]byte{}, seqFrame(4), []byte{0xc1}) // 0xc1 is never used in msgpack
-	waitFor(t, "the garbage", func() bool { return s.Stats().Malformed == 2 })
+	loopback.WaitFor(t, "the garbage", func() bool { return s.Stats().Malformed == 2 })
 	st := s.Stats()
 	assert.Equal(t, uint64(1), st.Gaps)
 	assert.Equal(t, uint64(1), st.Replayed)
@@ -127,7 +106,7 @@ func TestAFloodingPublisherLeavesTheIndexBounded(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	endpoint := freeEndpoint(t)
+	endpoint := loopback.FreeEndpoint(t)
 	pub := zmq4.NewPub(ctx)
 	defer pub.Close()
 	require.NoError(t, pub.Listen(endpoint))
@@ -138,11 +117,11 @@ func TestAFloodingPublisherLeavesTheIndexBounded(t *testing.T) {
 		payload := storedPayload(t, uint64(1000+seq), nil, uint32(2*seq), uint32(2*seq+1))
 		require.NoError(t, pub.SendMulti(zmq4.NewMsgFrom([]byte{}, seqFrame(seq), payload)))
 	}
-	waitFor(t, "the first batch", func() bool { send(0); return s.Stats().Batches > 0 })
+	loopback.WaitFor(t, "the first batch", func() bool { send(0); return s.Stats().Batches > 0 })
 	for seq := int64(1); seq <= flood; seq++ {
 		send(seq)
 	}
-	waitFor(t, "the last batch", func() bool { st := s.Stats(); return st.Batches+st.Lost >= flood+1 })
+	loopback.WaitFor(t, "the last batch", func() bool { st := s.Stats(); return st.Batches+st.Lost >= flood+1 })
 	st := s.Stats()
 	assert.Equal(t, uint64(flood+1), st.Batches+st.Lost, "each batch applied once or counted lost")
 	assert.Equal(t, uint64(0), st.Malformed)

@@ -3,10 +3,10 @@
 publishing KV events, 4 native gateway processes (cache_aware, token prefix blocks) sharing them,
 multi-turn sessions sent as token ids, each request to a random gateway; events off, then on.
 
-Prints, for one gateway (the reference), the replicas without events, with events, and with
-events and engine loads: the workers' cache hits and the client's mean and p99 time to first
-token, with the ratio to the replicas without events. Takes 1-2 minutes; every process it starts
-is stopped by PID. The workload and modes: bounded_router/testing/replicas.py.
+Prints, for one gateway (the reference), the replicas without events, with events, with events
+and engine loads, and both again with the gateways sharing their routes (peer routes): the
+workers' cache hits and the client's mean and p99 time to first token, with the ratio to the
+replicas without events. Takes 1-2 minutes; every process it starts is stopped by PID. The workload and modes: bounded_router/testing/replicas.py.
 
     .venv/bin/python scripts/e2e_replicas.py
     .venv/bin/python scripts/e2e_replicas.py --sessions 32 --modes 2,3   # a quick one

@@ -72,6 +72,21 @@ def _parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         help="poll every worker's load: sglang (GET /get_load), sglang_loads (GET /v1/loads) or vllm (GET /metrics); off by default",
     )
     feeds.add_argument("--load-poll-interval-secs", type=positive_seconds, default=None, help="seconds between polls (default 0.2)")
+    peers = serve.add_argument_group("router replicas (docs/contract.md, \"Sharing routes over the wire\")")
+    peers.add_argument(
+        "--peer-routes-publish",
+        metavar="tcp://HOST:PORT",
+        default=None,
+        help="publish every route this gateway takes on this endpoint, for its peers (bind a private interface); off by default",
+    )
+    peers.add_argument(
+        "--peer-routes",
+        metavar="tcp://HOST:PORT",
+        nargs="+",
+        default=[],
+        help="apply the routes these peers publish (their --peer-routes-publish endpoints; this gateway's own is skipped); "
+        "they count while engine load reports stand (--load-poll)",
+    )
     return parser, serve
 
 
@@ -97,6 +112,11 @@ def _start_feeds(router: Router, args: argparse.Namespace) -> List[Feed]:
     if args.load_poll:
         endpoints = {w.url: w.url.rstrip("/") + _LOAD_PATHS[args.load_poll] for w in router.workers()}
         started.append(router.poll_loads(endpoints, format=args.load_poll, interval_secs=args.load_poll_interval_secs))
+    if args.peer_routes_publish or args.peer_routes:
+        try:
+            started.append(router.share_routes(args.peer_routes_publish, args.peer_routes))
+        except ValueError as e:
+            raise ValueError("--peer-routes-publish / --peer-routes: %s" % e) from None
     return started
 
 

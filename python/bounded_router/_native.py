@@ -401,9 +401,14 @@ class Library:
         """Start a feed subscribing to the workers' KV event streams (options as JSON)."""
         raise NotImplementedError
 
+    @_export(c_int32, c_uint64, c_char_p, c_size_t, _u64p)
+    def br_peer_routes_start(self, router: int, options_json: bytes, options_len: int, out_feed: Any) -> int:
+        """Start a feed sharing routes with other router replicas (options as JSON)."""
+        raise NotImplementedError
+
     @_export(c_int64, c_uint64, _buf, c_size_t)
     def br_feed_stats_json(self, feed: int, buf: Any, capacity: int) -> int:
-        """A feed's counters per worker, as JSON."""
+        """A feed's counters, as JSON."""
         raise NotImplementedError
 
     @_export(c_int32, c_uint64)

@@ -20,8 +20,19 @@ router sent there since. A worker from which no batch came for ``stale_after_sec
 reported ``stale``: its index then rests on this router's routes alone. ``Router(...,
 kv_events={url: endpoint})`` starts one with the router and stops it with :meth:`Router.close`.
 
-Either returns a :class:`Feed`; :meth:`Feed.statistics` gives its counters per worker, and
-:meth:`Feed.stop` (or leaving a ``with`` block) ends it.
+:meth:`Router.share_routes <bounded_router.Router.share_routes>` shares routes with other router
+replicas in front of the same workers (docs/contract.md, "Sharing routes over the wire"): it
+publishes each lease this router takes on a ZeroMQ PUB endpoint (``publish``, a private
+``tcp://host:port``; port 0 picks one, see :attr:`PeerRoutesFeed.endpoint`) and applies the
+routes the ``peers`` publish, as :meth:`Router.peer_route <bounded_router.Router.peer_route>`
+does. Off unless started::
+
+    with router.poll_loads(...), router.share_routes(publish="tcp://10.0.0.5:5601",
+                                                     peers=["tcp://10.0.0.6:5601"]):
+        ...   # the peers' routes count until the engines' next reports
+
+Each returns a :class:`Feed`; :meth:`Feed.statistics` gives its counters per worker (per peer
+endpoint for shared routes), and :meth:`Feed.stop` (or leaving a ``with`` block) ends it.
 """
 
 from __future__ import annotations
@@ -30,11 +41,11 @@ import json
 import threading
 from ctypes import byref, c_uint64
 from types import TracebackType
-from typing import Any, Dict, Mapping, Optional, Type
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Type
 
 from ._native_router import NativeRouter
 
-__all__ = ["Feed", "LOAD_FORMATS"]
+__all__ = ["Feed", "PeerRoutesFeed", "LOAD_FORMATS"]
 
 #: The load endpoint formats a load poll reads.
 LOAD_FORMATS = ("sglang", "sglang_loads", "vllm")
@@ -48,14 +59,21 @@ def _milliseconds(name: str, seconds: Optional[float]) -> int:
     return max(1, int(round(seconds * 1000)))
 
 
+#: The kind of feed each start export makes.
+_KINDS = {"br_load_poll_start": "load_poll", "br_kv_events_start": "kv_events", "br_peer_routes_start": "peer_routes"}
+
+
 class Feed:
-    """A running feed (see the module documentation); made by :meth:`Router.poll_loads` or
-    :meth:`Router.subscribe_kv_events`."""
+    """A running feed (see the module documentation); made by :meth:`Router.poll_loads`,
+    :meth:`Router.subscribe_kv_events` or :meth:`Router.share_routes`."""
+
+    #: The list of rows in the feed's counters, and the field naming each row.
+    _rows = ("workers", "worker")
 
     def __init__(self, native: NativeRouter, export: str, options: Dict[str, Any]) -> None:
         self._handle = 0
-        #: "load_poll" or "kv_events".
-        self.kind = "load_poll" if export == "br_load_poll_start" else "kv_events"
+        #: "load_poll", "kv_events" or "peer_routes".
+        self.kind = _KINDS[export]
         native.check_open()
         text = json.dumps(options).encode()
         self._lib = native.lib
@@ -104,6 +122,12 @@ class Feed:
         }
         return cls(native, "br_kv_events_start", options)
 
+    @classmethod
+    def peer_routes(cls, native: NativeRouter, publish: Optional[str], peers: Iterable[str], topic: str) -> PeerRoutesFeed:
+        if isinstance(peers, str):
+            raise TypeError("peers must be a list of tcp://host:port endpoints, not one str")
+        return PeerRoutesFeed(native, "br_peer_routes_start", {"publish": publish or "", "peers": list(peers), "topic": topic})
+
     @property
     def running(self) -> bool:
         """Whether :meth:`stop` has not been called."""
@@ -113,11 +137,22 @@ class Feed:
         """The feed's counters, per worker URL (empty once stopped). A load poll: ``reports``,
         ``failures`` by kind, ``expired``, ``standing``. KV events: ``batches``, ``stored``,
         ``removed``, ``cleared``, ``unknown_parent``, ``adapter``, ``unknown_tag``, ``gaps``,
-        ``replayed``, ``lost``, ``malformed``, ``restarts``, ``stale``."""
+        ``replayed``, ``lost``, ``malformed``, ``restarts``, ``stale``. Shared routes: per peer
+        endpoint, ``batches``, ``routes``, ``own``, ``unknown_worker``, ``invalid``,
+        ``malformed``, ``gaps``."""
+        rows, name = self._rows
+        return {row[name]: {k: v for k, v in row.items() if k != name} for row in self._read().get(rows, [])}
+
+    def _read(self) -> Dict[str, Any]:
+        """The counters as the library writes them (empty once stopped)."""
         if not self.running:
             return {}
-        answer = self._lib.read_json("br_feed_stats_json", self._handle)
-        return {w["worker"]: {k: v for k, v in w.items() if k != "worker"} for w in answer["workers"]}
+        answer: Dict[str, Any] = self._lib.read_json("br_feed_stats_json", self._handle)
+        return answer
+
+    def metric_rows(self) -> List[Tuple[str, Dict[str, Dict[str, Any]]]]:
+        """``(kind, statistics)`` pairs for the metrics: the feed's :meth:`statistics`."""
+        return [(self.kind, self.statistics())]
 
     def stop(self) -> None:
         """End the feed and wait for it (a load poll forgets the reports that stand)."""
@@ -133,3 +168,28 @@ class Feed:
         self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
     ) -> None:
         self.stop()
+
+
+class PeerRoutesFeed(Feed):
+    """A feed sharing routes with other router replicas (:meth:`Router.share_routes`)."""
+
+    _rows = ("peers", "peer")
+
+    def __init__(self, native: NativeRouter, export: str, options: Dict[str, Any]) -> None:
+        super().__init__(native, export, options)
+        #: The endpoint this router publishes on, as bound (the port the system picked for
+        #: port 0), or None when it only applies the peers' routes.
+        self.endpoint: Optional[str] = self._read()["publish"] or None
+
+    def publisher_statistics(self) -> Dict[str, int]:
+        """``published``: the routes sent to the peers; ``dropped``: those the queue had no room
+        for. Both 0 when the feed does not publish (or was stopped)."""
+        answer = self._read()
+        return {"published": answer.get("published", 0), "dropped": answer.get("dropped", 0)}
+
+    def metric_rows(self) -> List[Tuple[str, Dict[str, Dict[str, Any]]]]:
+        """The peers' counters and, when publishing, the publisher's (kind ``peer_routes_publisher``)."""
+        rows = super().metric_rows()
+        if self.endpoint is not None:
+            rows.append(("peer_routes_publisher", {self.endpoint: dict(self.publisher_statistics())}))
+        return rows

@@ -30,7 +30,7 @@ needs).
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from .stats import Statistics
 
@@ -97,8 +97,17 @@ _FEED_FAMILIES: Tuple[Tuple[str, str, str], ...] = (
     ("engine_load_reports_total", "counter", "Polls of the worker's load endpoint whose load was reported to the router."),
     ("engine_load_failures_total", "counter", "Polls of the worker's load endpoint that gave no load, by kind: unreachable, status, garbage."),
     ("engine_load_standing", "gauge", "1 if a load report of the worker's engine stands, 0 if none (or it expired)."),
+    ("peer_routes_published_total", "counter", "Routes this router took and sent to its peers."),
+    ("peer_routes_dropped_total", "counter", "Routes this router took that its publisher's queue had no room for."),
+    ("peer_routes_received_total", "counter", "Routes of the peer applied to this router's loads and index."),
+    (
+        "peer_routes_problems_total",
+        "counter",
+        "Routes or messages of the peer not applied, by kind: unknown_worker, invalid, malformed; gaps of its sequence.",
+    ),
 )
 _KV_PROBLEMS = ("malformed", "unknown_tag", "unknown_parent", "adapter", "gaps", "lost", "restarts")
+_PEER_PROBLEMS = ("unknown_worker", "invalid", "malformed", "gaps")
 
 Sample = Tuple[Dict[str, str], float]
 
@@ -128,7 +137,7 @@ def _check_labels(labels: Optional[Mapping[str, str]]) -> Dict[str, str]:
     for name, value in (labels or {}).items():
         if not isinstance(name, str) or not _NAME.match(name) or name.startswith("__"):
             raise ValueError("metric label name %r is not a valid Prometheus label name" % (name,))
-        if name in ("branch", "worker", "outcome", "condition", "result", "kind"):
+        if name in ("branch", "worker", "outcome", "condition", "result", "kind", "peer"):
             raise ValueError("metric label name %r is used by the router's own metrics; choose another" % name)
         if not isinstance(value, str):
             raise TypeError("metric label %r must have a str value, got %s" % (name, type(value).__name__))
@@ -167,20 +176,47 @@ def _collect(stats: Statistics, labels: Dict[str, str]) -> Dict[str, List[Sample
 def _collect_feeds(router: HasStatistics, labels: Dict[str, str]) -> Dict[str, List[Sample]]:
     samples: Dict[str, List[Sample]] = {suffix: [] for suffix, _, _ in _FEED_FAMILIES}
     feed_statistics = getattr(router, "feed_statistics", None)
-    for kind, workers in feed_statistics() if feed_statistics is not None else []:
-        for url, counts in workers.items():
-            worker = dict(labels, worker=url)
-            if kind == "kv_events":
-                samples["kv_events_batches_total"].append((worker, counts["batches"]))
-                for problem in _KV_PROBLEMS:
-                    samples["kv_events_problems_total"].append((dict(worker, kind=problem), counts[problem]))
-                samples["kv_events_stale"].append((worker, 1 if counts["stale"] else 0))
-            else:
-                samples["engine_load_reports_total"].append((worker, counts["reports"]))
-                for failure in ("unreachable", "status", "garbage"):
-                    samples["engine_load_failures_total"].append((dict(worker, kind=failure), counts["failures"].get(failure, 0)))
-                samples["engine_load_standing"].append((worker, 1 if counts["standing"] else 0))
+    for kind, rows in feed_statistics() if feed_statistics is not None else []:
+        for key, counts in rows.items():
+            _FEED_SAMPLES[kind](samples, labels, key, counts)
     return samples
+
+
+def _kv_event_samples(samples: Dict[str, List[Sample]], labels: Dict[str, str], url: str, counts: Dict[str, Any]) -> None:
+    worker = dict(labels, worker=url)
+    samples["kv_events_batches_total"].append((worker, counts["batches"]))
+    for problem in _KV_PROBLEMS:
+        samples["kv_events_problems_total"].append((dict(worker, kind=problem), counts[problem]))
+    samples["kv_events_stale"].append((worker, 1 if counts["stale"] else 0))
+
+
+def _load_poll_samples(samples: Dict[str, List[Sample]], labels: Dict[str, str], url: str, counts: Dict[str, Any]) -> None:
+    worker = dict(labels, worker=url)
+    samples["engine_load_reports_total"].append((worker, counts["reports"]))
+    for failure in ("unreachable", "status", "garbage"):
+        samples["engine_load_failures_total"].append((dict(worker, kind=failure), counts["failures"].get(failure, 0)))
+    samples["engine_load_standing"].append((worker, 1 if counts["standing"] else 0))
+
+
+def _peer_samples(samples: Dict[str, List[Sample]], labels: Dict[str, str], endpoint: str, counts: Dict[str, Any]) -> None:
+    peer = dict(labels, peer=endpoint)
+    samples["peer_routes_received_total"].append((peer, counts["routes"]))
+    for problem in _PEER_PROBLEMS:
+        samples["peer_routes_problems_total"].append((dict(peer, kind=problem), counts[problem]))
+
+
+def _publisher_samples(samples: Dict[str, List[Sample]], labels: Dict[str, str], endpoint: str, counts: Dict[str, Any]) -> None:
+    samples["peer_routes_published_total"].append((labels, counts["published"]))
+    samples["peer_routes_dropped_total"].append((labels, counts["dropped"]))
+
+
+# The samples of each kind of feed row (bounded_router.feeds, Router.feed_statistics).
+_FEED_SAMPLES: Dict[str, Callable[[Dict[str, List[Sample]], Dict[str, str], str, Dict[str, Any]], None]] = {
+    "kv_events": _kv_event_samples,
+    "load_poll": _load_poll_samples,
+    "peer_routes": _peer_samples,
+    "peer_routes_publisher": _publisher_samples,
+}
 
 
 def render_all(routers: Iterable[Tuple[HasStatistics, Optional[Mapping[str, str]]]], namespace: str = "bounded_router") -> str:
@@ -193,8 +229,8 @@ def render_all(routers: Iterable[Tuple[HasStatistics, Optional[Mapping[str, str]
 
     Raises:
         ValueError: a label or namespace is not a valid Prometheus name, a label is named
-            ``branch`` or ``worker`` (the router's own labels), or two routers have the same
-            labels.
+            as one of the router's own (``branch``, ``worker``, ``kind``, ``peer``, ...), or two
+            routers have the same labels.
         RouterClosedError: a router is closed.
     """
     if not _NAME.match(namespace):

@@ -24,7 +24,7 @@ from .errors import NoWorkerAvailableError
 from .gateway import Gateway
 from .health import CircuitBreakerConfig, HealthCheckConfig, circuit_breaker_setting, health_check_setting
 from .lease import Lease, _HeldLease
-from .feeds import Feed
+from .feeds import Feed, PeerRoutesFeed
 from .metrics import render
 from .policy import DEFAULT_VIRTUAL_NODES, PolicyConfig, PolicyType, resolve_policy
 from .stats import Statistics, WorkerInfo
@@ -268,7 +268,7 @@ class Router:
 
         In a process forked after the router was created, this only marks the inherited copy
         closed (the parent's router is untouched). Stops the feeds it started first
-        (``kv_events``, :meth:`poll_loads`, :meth:`subscribe_kv_events`).
+        (``kv_events``, :meth:`poll_loads`, :meth:`subscribe_kv_events`, :meth:`share_routes`).
         """
         for feed in self._feeds:
             feed.stop()
@@ -712,13 +712,33 @@ class Router:
         """
         return self._started(Feed.kv_events(self._native, endpoints, replay_endpoints, topic, stale_after_secs))
 
+    def share_routes(self, publish: Optional[str] = None, peers: Iterable[str] = (), topic: str = "") -> PeerRoutesFeed:
+        """Share routes with other router replicas in front of the same workers (contract:
+        "Sharing routes over the wire"): publish each lease this router takes on ``publish``
+        (``tcp://host:port`` bound on a private interface: the feed carries worker URLs and block
+        hashes and changes where traffic goes; port 0 picks one, see
+        :attr:`PeerRoutesFeed.endpoint`) and apply what the ``peers`` (their ``tcp://host:port``
+        publish endpoints) publish, as :meth:`peer_route` does: their routes count while engine
+        load reports stand (:meth:`poll_loads`). Routes of this router's own endpoint are skipped,
+        so every replica may be given the same list. Stop the feed to end it.
+
+        Raises:
+            ValueError: neither ``publish`` nor ``peers`` is given, an endpoint is not
+                ``tcp://host:port``, this router publishes already, or the endpoint cannot be bound.
+            TypeError: ``peers`` is one str, not a list of them.
+        """
+        feed = Feed.peer_routes(self._native, publish, peers, topic)
+        self._started(feed)
+        return feed
+
     def _started(self, feed: Feed) -> Feed:
         self._feeds = [f for f in self._feeds if f.running] + [feed]
         return feed
 
     def feed_statistics(self) -> List[Tuple[str, Dict[str, Dict[str, Any]]]]:
-        """``(kind, statistics)`` of each running feed this router started (see :mod:`bounded_router.feeds`)."""
-        return [(feed.kind, feed.statistics()) for feed in self._feeds if feed.running]
+        """``(kind, statistics)`` of each running feed this router started (see :mod:`bounded_router.feeds`;
+        a route sharing feed adds its publisher's counters as kind ``peer_routes_publisher``)."""
+        return [row for feed in self._feeds if feed.running for row in feed.metric_rows()]
 
     def forget_load(self, url: str) -> None:
         """Drop worker ``url``'s standing load report (it expired): its load for routing is this

@@ -216,6 +216,31 @@ static void check_peer_route(void) {
 	CHECK(br_router_free(router) == BR_OK, "free");
 }
 
+// docs/contract.md, "Sharing routes over the wire": a feed that publishes on a port the system
+// picks, refused twice on one router and for a bad endpoint; its counters; stopped once.
+static void check_peer_routes_feed(void) {
+	const char *config = "{\"worker_urls\": [\"http://127.0.0.1:9\"], \"policy\": {\"type\": \"least_load\"}}";
+	const char *options = "{\"publish\": \"tcp://127.0.0.1:0\"}";
+	const char *bad = "{\"peers\": [\"udp://127.0.0.1:5\"]}";
+	uint64_t router = 0, feed = 0, second = 0, out[2];
+	char json[512];
+	CHECK(br_router_new(config, strlen(config), &router) == BR_OK, "router_new for the peer routes feed");
+	CHECK(br_peer_routes_start(router, options, strlen(options), &feed) == BR_OK && feed != 0, "peer_routes_start");
+	CHECK(br_peer_routes_start(router, options, strlen(options), &second) == BR_ERR_INVALID_ARGUMENT, "a second publisher");
+	CHECK(strstr(br_last_error(), "publishes its routes already") != NULL, "the error says why");
+	CHECK(br_peer_routes_start(router, bad, strlen(bad), &second) == BR_ERR_INVALID_ARGUMENT, "a udp:// peer");
+	CHECK(strstr(br_last_error(), "peers must be tcp://host:port") != NULL, "the error names the field");
+	CHECK(route(router, "k", out) >= 0, "a route to publish");
+	int64_t n = br_feed_stats_json(feed, json, sizeof json - 1);
+	CHECK(n > 0 && n < (int64_t)sizeof json, "feed_stats_json: %lld", (long long)n);
+	json[n > 0 && n < (int64_t)sizeof json ? n : 0] = '\0';
+	CHECK(strstr(json, "\"publish\":\"tcp://127.0.0.1:") != NULL && strstr(json, "\"peers\":[]") != NULL, "stats %s", json);
+	CHECK(br_feed_stop(feed) == BR_OK, "feed_stop");
+	CHECK(br_feed_stop(feed) == BR_ERR_INVALID_ARGUMENT, "stopped once: the handle is gone");
+	CHECK(br_release(router, out[0]) == 1, "release");
+	CHECK(br_router_free(router) == BR_OK, "free");
+}
+
 int main(void) {
 	CHECK(br_abi_version() == BR_ABI_VERSION, "abi version %u", br_abi_version());
 	char constants[4096];
@@ -336,6 +361,7 @@ int main(void) {
 	check_first_token();
 	check_report_load();
 	check_peer_route();
+	check_peer_routes_feed();
 	// manual with routing_key_headers through the JSON config: a key read from X-Session-Id keeps
 	// its worker; its branch code (above 15) survives the packed decision's branch bits.
 	const char *manual_config =

@@ -22,7 +22,8 @@ import zmq  # noqa: E402, F401
 from bounded_router.simulate.model import CostModel  # noqa: E402
 from bounded_router.testing.fleet import ServerProcess  # noqa: E402
 from bounded_router.testing.replicas import (  # noqa: E402
-    Mode, ReplicaSessions, await_events, complete, indexed_blocks, session_token_prompts, start_gateways, start_workers,
+    Mode, ReplicaSessions, await_events, complete, indexed_blocks, peer_route_flags, session_token_prompts, start_gateways,
+    start_workers,
 )  # fmt: skip
 
 BLOCK = 16
@@ -78,3 +79,25 @@ def test_the_gateway_is_started_with_each_workers_event_endpoints_once(fleet: Tu
     assert args.count("--kv-events") == args.count("--kv-events-replay") == len(workers)
     assert args.count("--prefix-blocks") == 1
 
+
+
+def test_each_gateway_publishes_on_its_own_endpoint_and_follows_the_others() -> None:
+    endpoints = ["tcp://127.0.0.1:1", "tcp://127.0.0.1:2", "tcp://127.0.0.1:3"]
+    assert peer_route_flags(endpoints, 1) == ["--peer-routes-publish", endpoints[1], "--peer-routes", endpoints[0], endpoints[2]]
+    assert peer_route_flags(endpoints[:1], 0) == ["--peer-routes-publish", endpoints[0]]
+
+
+def test_a_route_through_one_gateway_reaches_the_others_index() -> None:
+    """docs/contract.md, "Sharing routes over the wire": no KV events, so the second gateway can
+    learn the first's route only from the feed."""
+    with start_workers(WORKLOAD, lifetime=120) as workers:
+        with start_gateways(Mode("2 gateways, peer routes", 2, peer_routes=True), workers, BLOCK, lifetime=120) as (first, second):
+            prompt = session_token_prompts(WORKLOAD, 5, WORKLOAD.document_tokens)[0]  # 80 ids: 5 blocks
+            complete(first.url, prompt)
+            routed = {url: n for url, n in indexed_blocks(first).items() if n}
+            assert list(routed.values()) == [5], routed
+            for _ in range(500):  # bounded: until the route reached the second gateway
+                if indexed_blocks(second) == indexed_blocks(first):
+                    break
+                time.sleep(0.01)
+            assert indexed_blocks(second) == indexed_blocks(first)

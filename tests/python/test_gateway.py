@@ -225,6 +225,10 @@ def _run_cli(*args: str) -> "subprocess.CompletedProcess[str]":
         (["--kv-events", "http://127.0.0.1:9=tcp://127.0.0.1:7"], "--kv-events apply only to cache_aware"),
         (["--kv-events-replay", "http://127.0.0.1:9=tcp://127.0.0.1:7"], "--kv-events-replay needs --kv-events"),
         (["--load-poll", "triton"], "--load-poll"),
+        # contract: "Sharing routes over the wire"
+        (["--peer-routes-publish", "udp://127.0.0.1:5601"], '--peer-routes-publish / --peer-routes: invalid argument: peer routes options: publish must be tcp://host:port, got "udp://127.0.0.1:5601"'),
+        (["--peer-routes", "tcp://127.0.0.1"], 'peer routes options: peers must be tcp://host:port, got "tcp://127.0.0.1"'),
+        (["--peer-routes"], "argument --peer-routes: expected at least one argument"),
         # contract: "Workers and membership"
         (["--worker-urls", "127.0.0.1:18101"], '"127.0.0.1:18101" has no scheme: write it as http://127.0.0.1:18101'),
         (["--worker-urls", "http://127.0.0.1:1,http://127.0.0.1:2"], "contains a comma"),

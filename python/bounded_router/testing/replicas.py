@@ -13,7 +13,10 @@ counters emptied first:
 * one gateway, which sees every request (what the replicas lose);
 * the replicas without events: each knows only what it routed itself;
 * the replicas with events: each learns what every worker really holds;
-* the same with engine loads polled (``--load-poll sglang``).
+* the same with engine loads polled (``--load-poll sglang``);
+* events with each gateway's routes shared with the others as it takes them
+  (``--peer-routes-publish`` on a loopback port of its own, ``--peer-routes`` the other three;
+  docs/contract.md, "Sharing routes over the wire"), without and with engine loads.
 
 Cache hits are the workers' own counters (``GET /stats``: cached prompt tokens over prompt
 tokens); time to first token is the workers' model's (queueing and prefill from each request's
@@ -27,6 +30,7 @@ import asyncio
 import contextlib
 import math
 import random
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -40,8 +44,8 @@ from .mock_worker import expected_text, prompt_token_ids
 from .sessions import Outcome, Policy, Run, _words
 
 __all__ = [
-    "Mode", "MODES", "ModeResult", "ReplicaSessions", "await_events", "complete", "format_table", "indexed_blocks", "run",
-    "run_mode", "session_token_prompts", "start_gateways", "start_workers",
+    "Mode", "MODES", "ModeResult", "ReplicaSessions", "await_events", "complete", "format_table", "indexed_blocks",
+    "peer_route_flags", "run", "run_mode", "session_token_prompts", "start_gateways", "start_workers",
 ]  # fmt: skip
 
 
@@ -94,12 +98,14 @@ class ReplicaSessions:
 
 @dataclass(frozen=True)
 class Mode:
-    """How many gateways, and whether they take the workers' KV events and loads."""
+    """How many gateways, and whether they take the workers' KV events and loads and share
+    their routes with each other."""
 
     label: str
     gateways: int
     events: bool = False
     loads: bool = False
+    peer_routes: bool = False
 
 
 MODES: Tuple[Mode, ...] = (
@@ -107,6 +113,8 @@ MODES: Tuple[Mode, ...] = (
     Mode("4 gateways, no events", 4),
     Mode("4 gateways, KV events", 4, events=True),
     Mode("4 gateways, events + loads", 4, events=True, loads=True),
+    Mode("4 gateways, events + peer routes", 4, events=True, peer_routes=True),
+    Mode("4 gateways, events+loads+peers", 4, events=True, loads=True, peer_routes=True),
 )
 
 
@@ -145,15 +153,44 @@ def gateway_flags(mode: Mode, workers: Sequence[ServerProcess], block_size: int)
     return flags
 
 
+def peer_route_flags(endpoints: Sequence[str], gateway: int) -> List[str]:
+    """Gateway ``gateway``'s flags sharing routes: it publishes on its own endpoint and applies
+    the others'."""
+    others = [e for i, e in enumerate(endpoints) if i != gateway]
+    return ["--peer-routes-publish", endpoints[gateway]] + (["--peer-routes"] + others if others else [])
+
+
+def _free_endpoints(n: int) -> List[str]:
+    """n loopback tcp:// endpoints nothing listens on yet (each port held until all are found,
+    so that they differ)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return ["tcp://127.0.0.1:%d" % s.getsockname()[1] for s in sockets]
+
+
+#: How long a gateway may take to connect to a peer started after it: zmq4 dials every 250 ms
+#: for 2.5 s, then the feed dials again every second (peerroutes, RedialInterval).
+PEER_CONNECT_S = 1.5
+
+
 @contextlib.contextmanager
 def start_gateways(mode: Mode, workers: Sequence[ServerProcess], block_size: int, lifetime: float) -> Iterator[List[ServerProcess]]:
     """A mode's gateway processes, stopped on exit."""
     flags = gateway_flags(mode, workers, block_size)
+    endpoints = _free_endpoints(mode.gateways) if mode.peer_routes else []
     with contextlib.ExitStack() as stack:
-        yield [
-            stack.enter_context(start_proxy([w.url for w in workers], "cache_aware", lifetime=lifetime, flags=flags))
-            for _ in range(mode.gateways)
-        ]
+        gateways = []
+        for i in range(mode.gateways):
+            own = flags + (peer_route_flags(endpoints, i) if endpoints else [])
+            gateways.append(stack.enter_context(start_proxy([w.url for w in workers], "cache_aware", lifetime=lifetime, flags=own)))
+        if endpoints:
+            # Every publisher is bound once its gateway listens; the last gateway's peers dial it
+            # again within PEER_CONNECT_S. The gateways' metrics do not show the feeds, so this
+            # waits rather than watches (a route lost meanwhile only misses one peer's count).
+            time.sleep(PEER_CONNECT_S)
+        yield gateways
 
 
 def indexed_blocks(gateway: ServerProcess) -> Dict[str, float]:
@@ -265,11 +302,11 @@ def run(workload: ReplicaSessions, modes: Sequence[Mode] = MODES, progress: Any 
 def format_table(results: Sequence[ModeResult], baseline: Optional[str] = "4 gateways, no events") -> str:
     """The modes side by side, mean TTFT also as a ratio to ``baseline``'s."""
     base = next((r.outcome.figures.mean_ttft for r in results if r.mode.label == baseline), math.nan)
-    lines = ["%-28s %10s %10s %11s %9s %10s" % ("mode", "mean TTFT", "p99 TTFT", "cache hits", "vs no ev.", "client")]
+    lines = ["%-32s %10s %10s %11s %9s %10s" % ("mode", "mean TTFT", "p99 TTFT", "cache hits", "vs no ev.", "client")]
     for r in results:
         f = r.outcome.figures
         lines.append(
-            "%-28s %7.0f ms %7.0f ms %10.1f%% %9s %7.0f ms"
+            "%-32s %7.0f ms %7.0f ms %10.1f%% %9s %7.0f ms"
             % (r.mode.label, f.mean_ttft, f.p99_ttft, 100 * r.cache_hits, "x%.2f" % (f.mean_ttft / base), f.client_mean_ttft)
         )
     lines += [

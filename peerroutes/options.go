@@ -1,0 +1,66 @@
+package peerroutes
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+)
+
+// Options is the JSON form of a route sharing feed, as bindings pass it: {"publish":
+// "tcp://host:port" (bound; "" for none), "peers": ["tcp://host:port", ...] (connected), "topic":
+// ""}. At least one of publish and peers is given.
+type Options struct {
+	Publish string   `json:"publish"`
+	Peers   []string `json:"peers"`
+	Topic   string   `json:"topic"`
+}
+
+// MaxPeers bounds the peers one feed follows (each has its own connection and counters).
+const MaxPeers = 256
+
+// ParseOptions reads Options, refusing unknown fields, and checks every endpoint.
+func ParseOptions(data []byte) (Options, error) {
+	var o Options
+	decoder := json.NewDecoder(bytes.NewReader(data))
+	decoder.DisallowUnknownFields()
+	if err := decoder.Decode(&o); err != nil {
+		return Options{}, fmt.Errorf("peer routes options: %w", err)
+	}
+	if o.Publish == "" && len(o.Peers) == 0 {
+		return Options{}, fmt.Errorf("peer routes options: give publish, peers or both")
+	}
+	if len(o.Peers) > MaxPeers {
+		return Options{}, fmt.Errorf("peer routes options: peers may name at most %d endpoints, got %d", MaxPeers, len(o.Peers))
+	}
+	if o.Publish != "" {
+		if err := CheckEndpoint(o.Publish, true); err != nil {
+			return Options{}, fmt.Errorf("peer routes options: publish %w", err)
+		}
+	}
+	seen := map[string]bool{}
+	for _, p := range o.Peers {
+		if err := CheckEndpoint(p, false); err != nil {
+			return Options{}, fmt.Errorf("peer routes options: peers %w", err)
+		}
+		if seen[p] {
+			return Options{}, fmt.Errorf("peer routes options: peers names %q twice", p)
+		}
+		seen[p] = true
+	}
+	return o, nil
+}
+
+// CheckEndpoint refuses an endpoint that is not tcp://host:port with a port from 1 to 65535;
+// one to bind may give port 0, for a port the system picks (the feed's stats show it).
+func CheckEndpoint(endpoint string, bind bool) error {
+	hostPort, ok := strings.CutPrefix(endpoint, "tcp://")
+	host, port, err := net.SplitHostPort(hostPort)
+	n, perr := strconv.Atoi(port)
+	if !ok || err != nil || host == "" || perr != nil || n < 1 && !(bind && n == 0) || n > 65535 {
+		return fmt.Errorf("must be tcp://host:port, got %q", endpoint)
+	}
+	return nil
+}
