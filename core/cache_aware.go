@@ -28,8 +28,8 @@ package core
 //   - With balance_by prefill (docs/contract.md, "Prefill load") the test reads the prefill
 //     loads, the candidates are ranked by prefill load, then the fewest leases in flight, and
 //     without a hit the request goes to the first worker clockwise from the same position (the
-//     key's, else the first unmatched block's) among those with the least prefill load and no
-//     more leases in flight than their mean.
+//     key's, else the first unmatched block's) among those within half a mean lease of the
+//     least prefill load with no more leases in flight than their mean.
 //
 // Cost: a step along a recency list per leading block held by a passing worker, and an index
 // lookup only where the blocks leave the list's run (blockIndex.nextOnPath), plus one; a walk of
@@ -149,8 +149,8 @@ func (c *cacheChoice) amongCandidates(block uint64) int {
 }
 
 // missFrom is where a request without a hit goes, walking clockwise from position: under
-// in_flight the first worker not above the mean load, under prefill the first with the least
-// prefill load and no more leases than those workers' mean.
+// in_flight the first worker not above the mean load, under prefill the first near the least
+// prefill load with no more leases than those workers' mean (leastPrefillClockwise).
 func (c *cacheChoice) missFrom(position uint64, m LoadMeasure) int {
 	if m == LoadPrefill {
 		return c.leastPrefillClockwise(position)
@@ -158,22 +158,30 @@ func (c *cacheChoice) missFrom(position uint64, m LoadMeasure) int {
 	return c.ringUnderMean(position)
 }
 
-// leastPrefillClockwise is the first spillable worker clockwise from position among those with
-// the least prefill load and no more leases in flight than their mean. Replicas that share one
-// view (engine reports, peer routes) then send a burst of misses where their keys and prefixes
-// point; taking the one with the fewest leases would send the whole burst there, and leaving the
-// leases out would start prompts behind long decodes.
+// leastPrefillClockwise is the first spillable worker clockwise from position among those near
+// the least prefill load (within half a mean lease of it) with no more leases in flight than
+// their mean. Replicas that share one view (engine reports, peer routes) then send a burst of
+// misses where their keys and prefixes point; taking the one least loaded worker would send the
+// whole burst there, and leaving the leases out would start prompts behind long decodes.
 func (c *cacheChoice) leastPrefillClockwise(position uint64) int {
 	least, _, _ := c.v.leastRanked(LoadPrefill)
-	var leases, tied int64
+	var held, leases, near, nearLeases int64
 	for _, i := range c.v.spillable {
-		if w := c.v.workers[i]; w.prefillLoad == least.load {
-			leases, tied = leases+w.requests, tied+1
+		w := c.v.workers[i]
+		held, leases = held+w.held, leases+w.requests
+	}
+	bound := least.load
+	if leases > 0 {
+		bound += held / leases / 2
+	}
+	for _, i := range c.v.spillable {
+		if w := c.v.workers[i]; w.prefillLoad <= bound {
+			near, nearLeases = near+1, nearLeases+w.requests
 		}
 	}
 	return c.v.ring.first(position, func(owner uint32) bool {
 		w := c.v.workers[owner]
-		return w.spillable && w.prefillLoad == least.load && w.requests*tied <= leases
+		return w.spillable && w.prefillLoad <= bound && w.requests*near <= nearLeases
 	})
 }
 

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -205,6 +206,39 @@ func TestCacheAwareByPrefillLoad(t *testing.T) {
 		for _, b := range []uint64{40, 7, 1 << 33} {
 			want := ref.firstFrom(murmurFinalizer(b), func(u string) bool { return u == urls[1] || u == urls[2] })
 			assert.Equal(t, want, r.Select(prefixRequest("", b, 99)).WorkerURL, "block %d", b)
+		}
+	})
+	t.Run("with token weights a miss may take a worker within half a mean lease of the least", func(t *testing.T) {
+		ref := newRefRing(urls, DefaultVirtualNodes)
+		for _, c := range []struct {
+			w0       int64
+			accepted []string
+		}{
+			// Leases held: 470 or 490 in 6, mean 78 or 81, half 39 or 40; prefill [w0,0,10,0].
+			// Within the bound: w0 (30 <= 39), w1, w2, w3, leases [1,1,1,3], mean 1.5: w3 is out.
+			{30, []string{urls[0], urls[1], urls[2]}},
+			// w0 (50 > 40) is out; w1, w2, w3, leases [1,1,3], mean 1.67: w3 is out again.
+			{50, []string{urls[1], urls[2]}},
+		} {
+			r := newTestRouter(t, prefillCache(1.0, 1<<20), urls)
+			take := func(i int, weight int64, started bool) {
+				id, _, err := r.AcquireWeighted(urls[i], nil, weight)
+				require.NoError(t, err)
+				if started {
+					require.True(t, r.FirstToken(id))
+				}
+			}
+			take(0, c.w0, false)
+			take(1, 100, true)
+			take(2, 10, false)
+			for range 3 {
+				take(3, 110, true)
+			}
+			for _, u := range urls {
+				key := ref.keyPreferring(t, u)
+				want := ref.firstWhere(key, func(v string) bool { return slices.Contains(c.accepted, v) })
+				assert.Equal(t, want, r.Select(prefixRequest(string(key), 40, 41)).WorkerURL, "w0 waiting %d, key of %s", c.w0, u)
+			}
 		}
 	})
 	t.Run("below the threshold a key takes the least prefill load", func(t *testing.T) {

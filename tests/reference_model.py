@@ -582,11 +582,14 @@ class ReferenceRouter:
             if self.balance_by == "in_flight":  # step 4: a ring, among workers not above the mean
                 mean = sum(loads) / len(loads)
                 return next(url for url in order if url in available and self._workers[url].routing_load <= mean), branch
-            # "Prefill load", rule 3: the same walk, among the least prefill loads with no more
-            # leases in flight than their mean
-            at_least = [self._workers[url] for url in available if self._measured(url) == least]
-            mean = sum(w.requests for w in at_least) / len(at_least)
-            return next(url for url in order if url in available and self._measured(url) == least and self._workers[url].requests <= mean), branch
+            # "Prefill load", rule 3: the same walk, among the workers within half a mean lease of
+            # the least prefill load with no more leases in flight than their mean
+            workers = [self._workers[url] for url in available]
+            held, leases = sum(w.load for w in workers), sum(w.requests for w in workers)
+            bound = least + (held // leases // 2 if leases else 0)
+            near = [w for w in workers if self._measured(w.url) <= bound]
+            mean = sum(w.requests for w in near) / len(near)
+            return next(url for url in order if url in available and self._measured(url) <= bound and self._workers[url].requests <= mean), branch
         low = min(self._rank(url) for url in candidates)  # "Prefill load": below the threshold too
         tied = [url for url in candidates if self._rank(url) == low]
         if len(tied) > 1 and key is not None:
