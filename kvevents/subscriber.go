@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bounded-router/bounded-router/internal/zmqguard"
 	"github.com/bounded-router/bounded-router/internal/zmqsub"
 	"github.com/go-zeromq/zmq4"
 )
@@ -121,9 +122,9 @@ func (s *Subscriber) replay(ctx context.Context, first, next int64) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	dealer := zmq4.NewDealer(ctx)
+	dealer := zmq4.NewDealer(ctx, zmqguard.Quiet())
 	defer dealer.Close()
-	if err := dealer.Dial(s.ReplayEndpoint); err != nil {
+	if err := dealer.Dial(zmqguard.Endpoint(s.ReplayEndpoint)); err != nil {
 		s.problem("replay", "replay from %s: %v", s.ReplayEndpoint, err)
 		return
 	}

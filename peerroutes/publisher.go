@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bounded-router/bounded-router/core"
+	"github.com/bounded-router/bounded-router/internal/zmqguard"
 	"github.com/go-zeromq/zmq4"
 )
 
@@ -21,13 +22,15 @@ const (
 	// included: a route may carry 65,536 of them).
 	MaxQueuedRoutes = 4096
 	MaxQueuedBlocks = 1 << 20
-	// BatchRoutes is the most routes one message carries; FlushInterval how long the first
-	// route of a message waits for others to join it.
+	// BatchRoutes bounds the routes of one message; a message stops taking routes once it
+	// carries BatchBlocks blocks (so at most 2^17 blocks, about 1.2 MiB); FlushInterval is how
+	// long the first route of a message waits for others to join it.
 	BatchRoutes   = 1024
+	BatchBlocks   = 1 << 16
 	FlushInterval = time.Millisecond
 	// sendQueue bounds the messages the PUB socket holds for its peers (ZeroMQ's high-water
-	// mark; past it the socket drops them).
-	sendQueue = 1024
+	// mark; past it the socket drops them): with BatchBlocks, about 40 MiB at most.
+	sendQueue = 32
 )
 
 // publishing holds the origin of each router's publisher: a router has one at most, since it
@@ -69,8 +72,8 @@ func newPublisher(ctx context.Context, r *core.Router, endpoint, topic string) (
 	if _, ok := publishing.origins[r]; ok {
 		return nil, fmt.Errorf("peer routes: this router publishes its routes already (one publisher per router: stop the other feed first)")
 	}
-	p.socket = zmq4.NewPub(ctx)
-	if err := p.socket.Listen(endpoint); err != nil {
+	p.socket = zmq4.NewPub(ctx, zmqguard.Quiet())
+	if err := p.socket.Listen(zmqguard.Endpoint(endpoint)); err != nil {
 		p.socket.Close()
 		return nil, fmt.Errorf("peer routes: publish on %s: %w", endpoint, err)
 	}
@@ -107,12 +110,13 @@ func (p *publisher) run(ctx context.Context) {
 		case r := <-p.queue:
 			batch.Routes = append(batch.Routes[:0], r)
 		}
+		blocks := len(batch.Routes[0].Blocks)
 		timer.Reset(p.flush)
 	fill:
-		for len(batch.Routes) < BatchRoutes {
+		for len(batch.Routes) < BatchRoutes && blocks < BatchBlocks {
 			select {
 			case r := <-p.queue:
-				batch.Routes = append(batch.Routes, r)
+				batch.Routes, blocks = append(batch.Routes, r), blocks+len(r.Blocks)
 			case <-timer.C:
 				break fill
 			case <-ctx.Done():

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/bounded-router/bounded-router/internal/zmqguard"
 )
 
 // RedialInterval is how long Run waits before dialling the endpoint again.
@@ -29,9 +31,9 @@ func Run(ctx context.Context, endpoint, topic string, receive func(frames [][]by
 }
 
 func follow(ctx context.Context, endpoint, topic string, receive func(frames [][]byte)) error {
-	sub := zmq4.NewSub(ctx)
+	sub := zmq4.NewSub(ctx, zmqguard.Quiet())
 	defer sub.Close()
-	if err := sub.Dial(endpoint); err != nil {
+	if err := sub.Dial(zmqguard.Endpoint(endpoint)); err != nil {
 		return err
 	}
 	if err := sub.SetOption(zmq4.OptionSubscribe, topic); err != nil {

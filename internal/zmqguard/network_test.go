@@ -1,0 +1,83 @@
+package zmqguard_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bounded-router/bounded-router/internal/loopback"
+	"github.com/bounded-router/bounded-router/internal/zmqguard"
+	"github.com/bounded-router/bounded-router/internal/zmqsub"
+)
+
+// A client that claims a huge frame is cut off, and the publisher goes on serving the others.
+func TestAHugeFrameLeavesThePublisherServing(t *testing.T) {
+	endpoint := loopback.FreeEndpoint(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pub := zmq4.NewPub(ctx, zmqguard.Quiet())
+	defer pub.Close()
+	require.NoError(t, pub.Listen(zmqguard.Endpoint(endpoint)))
+
+	attacker, err := net.Dial("tcp", strings.TrimPrefix(endpoint, "tcp://"))
+	require.NoError(t, err)
+	defer attacker.Close()
+	_, err = attacker.Write(append(zmqguard.Greeting(), zmqguard.LongHeader(zmqguard.FlagCommand, 1<<50)...))
+	require.NoError(t, err)
+	require.NoError(t, attacker.SetReadDeadline(time.Now().Add(10*time.Second)))
+	buf := make([]byte, 256)
+	for {
+		if _, err := attacker.Read(buf); err != nil {
+			break // the publisher closed it (or the deadline passed: the wait below then fails)
+		}
+	}
+
+	var got atomic.Int64
+	subCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		zmqsub.Run(subCtx, endpoint, "t", func([][]byte) { got.Add(1) }, func(error) {})
+	}()
+	loopback.WaitFor(t, "a message through the publisher", func() bool {
+		_ = pub.Send(zmq4.NewMsgFrom([]byte("t"), []byte("x")))
+		return got.Load() > 0
+	})
+	stop()
+	<-done
+}
+
+// A peer that accepts and never speaks does not hold a subscriber past its context.
+func TestASilentPeerDoesNotHoldAStop(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, silent, until the test ends
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		zmqsub.Run(ctx, "tcp://"+ln.Addr().String(), "", func([][]byte) {}, func(error) {})
+	}()
+	time.Sleep(50 * time.Millisecond) // let the dial reach the handshake
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(zmqguard.HandshakeTimeout + 5*time.Second):
+		t.Fatal("the subscriber did not stop: its handshake held it")
+	}
+}

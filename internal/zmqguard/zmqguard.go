@@ -1,0 +1,222 @@
+// Package zmqguard is the TCP transport of every ZeroMQ socket this module opens (kvevents,
+// peerroutes): plain TCP underneath, with the bounds go-zeromq/zmq4 does not keep itself
+// (docs/contract.md, "Sharing routes over the wire", "Bounds"). zmq4 allocates whatever size a
+// frame header claims and puts no deadline on its handshake or its writes, so one connection
+// could end the process (a header claiming 2^50 bytes), hang a Stop (a peer that accepts and
+// never speaks) or stall a publisher for every subscriber (one that stops reading).
+//
+// A guarded connection reads the ZMTP 3 stream as it passes (a 64-byte greeting, then frames: a
+// flags byte, a size of 1 byte or, with the long flag, 8 bytes big-endian, the body) and fails
+// at a frame or a message over MaxMessageBytes or a message of more than MaxMessageFrames
+// frames, before zmq4 sees its header. Its handshake must end within HandshakeTimeout, each
+// write within WriteTimeout, and a dialled connection closes when its socket's context ends.
+package zmqguard
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/transport"
+)
+
+// Scheme is the transport's name in a zmq4 endpoint ("brtcp://host:port").
+const Scheme = "brtcp"
+
+const (
+	// MaxMessageBytes bounds a frame and the sum of a message's frames: the largest payload
+	// either feed decodes (16 MiB) and room for its other frames.
+	MaxMessageBytes = 16<<20 + 64<<10
+	// MaxMessageFrames bounds the frames of one message (the feeds send 3).
+	MaxMessageFrames = 16
+	// HandshakeTimeout bounds the greeting and handshake of a connection.
+	HandshakeTimeout = 5 * time.Second
+	// WriteTimeout bounds one write: a subscriber that stops reading is dropped after it.
+	WriteTimeout = 5 * time.Second
+)
+
+// ErrTooLarge is a frame or message over the bounds.
+var ErrTooLarge = errors.New("zmq frame or message over the bound")
+
+func init() {
+	if err := zmq4.RegisterTransport(Scheme, guarded{}); err != nil {
+		panic(err) // registered once per process, at init: a second registration is a bug
+	}
+}
+
+// Endpoint is a "tcp://host:port" endpoint on the guarded transport; any other is unchanged.
+func Endpoint(tcp string) string {
+	if rest, ok := strings.CutPrefix(tcp, "tcp://"); ok {
+		return Scheme + "://" + rest
+	}
+	return tcp
+}
+
+// TCP is the "tcp://host:port" form of a guarded endpoint (for what a feed reports).
+func TCP(endpoint string) string {
+	if rest, ok := strings.CutPrefix(endpoint, Scheme+"://"); ok {
+		return "tcp://" + rest
+	}
+	return endpoint
+}
+
+// Quiet is the option every socket takes: zmq4 would log each failed handshake (a scanner, a
+// probe, a client the bounds cut off) to stderr itself; the feeds count and log their own.
+func Quiet() zmq4.Option { return zmq4.WithLogger(log.New(io.Discard, "", 0)) }
+
+type guarded struct{}
+
+var tcp = transport.New("tcp")
+
+func (guarded) Dial(ctx context.Context, dialer transport.Dialer, addr string) (net.Conn, error) {
+	conn, err := dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	c := guard(conn)
+	c.stop = context.AfterFunc(ctx, func() { conn.Close() })
+	return c, nil
+}
+
+func (guarded) Listen(ctx context.Context, addr string) (net.Listener, error) {
+	ln, err := tcp.Listen(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return listener{ln}, nil
+}
+
+func (guarded) Addr(ep string) (string, error) { return tcp.Addr(ep) }
+
+type listener struct{ net.Listener }
+
+func (l listener) Accept() (net.Conn, error) {
+	conn, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return guard(conn), nil
+}
+
+// conn is a guarded connection; Read is called by one goroutine at a time (zmq4's reader).
+type conn struct {
+	net.Conn
+	stop     func() bool
+	stream   frames
+	handshed bool
+}
+
+func guard(c net.Conn) *conn {
+	_ = c.SetDeadline(time.Now().Add(HandshakeTimeout))
+	return &conn{Conn: c, stream: frames{greeting: 64}}
+}
+
+func (c *conn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		handshake, bad := c.stream.inspect(p[:n])
+		if bad != nil {
+			c.Conn.Close()
+			return 0, bad
+		}
+		if handshake && !c.handshed { // the peer's first command (READY) has passed
+			c.handshed = true
+			_ = c.Conn.SetReadDeadline(time.Time{})
+		}
+	}
+	return n, err
+}
+
+func (c *conn) Write(p []byte) (int, error) {
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(WriteTimeout))
+	return c.Conn.Write(p)
+}
+
+func (c *conn) Close() error {
+	if c.stop != nil {
+		c.stop()
+	}
+	return c.Conn.Close()
+}
+
+// frames follows a ZMTP 3 byte stream: the greeting's bytes left, then the frame being read.
+type frames struct {
+	greeting int
+	header   [9]byte
+	have     int    // bytes of the current header read
+	body     uint64 // bytes of the current frame's body left
+	command  bool   // the current frame is a command
+	commands int    // commands completed
+	message  struct{ frames, bytes uint64 }
+}
+
+const (
+	flagMore    = 0x01
+	flagLong    = 0x02
+	flagCommand = 0x04
+)
+
+// inspect advances over b and says whether a command has been completed so far (the
+// handshake's), or why the stream breaks the bounds.
+func (f *frames) inspect(b []byte) (handshake bool, err error) {
+	for len(b) > 0 {
+		switch {
+		case f.greeting > 0:
+			n := min(f.greeting, len(b))
+			f.greeting, b = f.greeting-n, b[n:]
+		case f.body > 0:
+			n := min(f.body, uint64(len(b)))
+			f.body, b = f.body-n, b[n:]
+			if f.body == 0 && f.command {
+				f.commands++
+			}
+		default:
+			f.header[f.have], f.have, b = b[0], f.have+1, b[1:]
+			if err := f.headerRead(); err != nil {
+				return false, err
+			}
+		}
+	}
+	return f.commands > 0, nil
+}
+
+// headerRead starts the frame once its header is whole.
+func (f *frames) headerRead() error {
+	flags := f.header[0]
+	want := 2
+	if flags&flagLong != 0 {
+		want = 9
+	}
+	if f.have < want {
+		return nil
+	}
+	size := uint64(f.header[1])
+	if want == 9 {
+		size = binary.BigEndian.Uint64(f.header[1:9])
+	}
+	f.have, f.command = 0, flags&flagCommand != 0
+	if !f.command {
+		f.message.frames++
+		f.message.bytes += min(size, MaxMessageBytes+1)
+		if f.message.frames > MaxMessageFrames || f.message.bytes > MaxMessageBytes {
+			return fmt.Errorf("%w: %d frames, %d bytes", ErrTooLarge, f.message.frames, f.message.bytes)
+		}
+		if flags&flagMore == 0 {
+			f.message.frames, f.message.bytes = 0, 0
+		}
+	} else if size > MaxMessageBytes {
+		return fmt.Errorf("%w: a command of %d bytes", ErrTooLarge, size)
+	}
+	f.body = size
+	if size == 0 && f.command {
+		f.commands++
+	}
+	return nil
+}

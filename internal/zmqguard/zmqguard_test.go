@@ -1,0 +1,85 @@
+package zmqguard
+
+import (
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The ZMTP 3 wire format, written out by hand (rfc.zeromq.org/spec/23): the greeting, then
+// frames of a flags byte (0x01 more, 0x02 long, 0x04 command), a 1- or 8-byte size, the body.
+func greeting() []byte {
+	g := make([]byte, 64)
+	g[0], g[9], g[10] = 0xff, 0x7f, 3
+	copy(g[12:], "NULL")
+	return g
+}
+
+func shortFrame(flags byte, body string) []byte {
+	return append([]byte{flags, byte(len(body))}, body...)
+}
+
+func longHeader(flags byte, size uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{flags | flagLong}, size)
+}
+
+func TestFramesFollowAStreamInAnyPieces(t *testing.T) {
+	ready := shortFrame(flagCommand, "\x05READY\x0bSocket-Type\x00\x00\x00\x03PUB")
+	stream := append(greeting(), ready...)
+	stream = append(stream, shortFrame(flagMore, "topic")...)
+	stream = append(stream, shortFrame(flagMore, "12345678")...)
+	stream = append(stream, longHeader(0, 300)...)
+	stream = append(stream, strings.Repeat("x", 300)...)
+	stream = append(stream, shortFrame(0, "")...) // an empty one-frame message
+	for _, piece := range []int{1, 7, 64, len(stream)} {
+		var f frames
+		f.greeting = 64
+		handshakeAt := -1
+		for i := 0; i < len(stream); i += piece {
+			handshake, err := f.inspect(stream[i:min(i+piece, len(stream))])
+			require.NoError(t, err, "pieces of %d", piece)
+			if handshake && handshakeAt < 0 {
+				handshakeAt = min(i+piece, len(stream))
+			}
+		}
+		assert.GreaterOrEqual(t, handshakeAt, 64+len(ready), "the handshake ends with the READY command (pieces of %d)", piece)
+		assert.LessOrEqual(t, handshakeAt, 64+len(ready)+piece)
+		assert.Zero(t, f.body)
+		assert.Zero(t, f.message.frames, "the last message ended")
+	}
+}
+
+func TestFramesRefuseWhatZmq4WouldAllocate(t *testing.T) {
+	ready := shortFrame(flagCommand, "\x05READY")
+	for name, tail := range map[string][]byte{
+		"a frame claiming 2^50 bytes":     longHeader(0, 1<<50),
+		"a command claiming 2^62 bytes":   longHeader(flagCommand, 1<<62),
+		"a frame just over the bound":     longHeader(0, MaxMessageBytes+1),
+		"frames summing over the bound":   append(shortFrame(flagMore, "0123456789"), longHeader(0, MaxMessageBytes-9)...),
+		"a message of 17 frames":          []byte(strings.Repeat("\x01\x00", 16) + "\x00\x00"),
+		"a header claiming 2^64-1 bytes":  longHeader(0, 1<<64-1),
+		"more frames after a long header": append(longHeader(flagMore, 1<<40), 0),
+	} {
+		var f frames
+		f.greeting = 64
+		_, err := f.inspect(append(append(greeting(), ready...), tail...))
+		assert.True(t, errors.Is(err, ErrTooLarge), "%s: %v", name, err)
+	}
+	var f frames
+	f.greeting = 64
+	_, err := f.inspect(append(append(greeting(), ready...), longHeader(0, MaxMessageBytes)...))
+	assert.NoError(t, err, "a frame of exactly the bound passes")
+	f = frames{greeting: 64}
+	_, err = f.inspect(append(append(greeting(), ready...), strings.Repeat("\x01\x00", 15)+"\x00\x00"...))
+	assert.NoError(t, err, "a message of 16 frames passes")
+}
+
+func TestEndpoints(t *testing.T) {
+	assert.Equal(t, "brtcp://127.0.0.1:5557", Endpoint("tcp://127.0.0.1:5557"))
+	assert.Equal(t, "ipc:///tmp/x", Endpoint("ipc:///tmp/x"))
+	assert.Equal(t, "tcp://127.0.0.1:5557", TCP("brtcp://127.0.0.1:5557"))
+}
