@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -136,7 +137,8 @@ func TestBadInputIsCountedAndLoggedOnce(t *testing.T) {
 	}
 	valid := Route{URL: workers[0], Weight: 1}
 	loopback.WaitFor(t, "the subscriber to join", func() bool { batch(); return peer(sub).Batches > 0 }) // no route
-	batch(valid, Route{URL: "http://127.0.0.1:9", Weight: 1}, Route{URL: workers[1], Weight: 1 << 31}, Route{URL: workers[1], Weight: -2})
+	long := "http://127.0.0.1:9/" + strings.Repeat("x", 1<<16)                                           // logged cut short
+	batch(valid, Route{URL: long, Weight: 1}, Route{URL: workers[1], Weight: 1 << 31}, Route{URL: workers[1], Weight: -2})
 	send([]byte("two frames"), []byte{0})
 	send([]byte{}, binary.BigEndian.AppendUint64(nil, seq), []byte{0xc1}) // 0xc1 is never used in msgpack
 	seq += 2                                                              // a message lost
@@ -152,6 +154,9 @@ func TestBadInputIsCountedAndLoggedOnce(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.Len(t, logs, 4, "malformed, unknown_worker, invalid, gaps, once each: %v", logs)
+	for _, line := range logs {
+		assert.Less(t, len(line), 1024, "a logged problem is bounded")
+	}
 }
 
 // A publisher whose queue is full drops the routes past it and counts them; the routes are

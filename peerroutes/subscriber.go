@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/bounded-router/bounded-router/core"
@@ -145,10 +146,17 @@ func (s *subscriber) logOnce(kind, format string, args ...any) {
 	s.logOnceLocked(kind, format, args...)
 }
 
+// maxLogged bounds a logged problem: a peer's worker URL may be megabytes long.
+const maxLogged = 512
+
 // logOnceLocked logs the first problem of each kind; the caller holds s.mu.
 func (s *subscriber) logOnceLocked(kind, format string, args ...any) {
 	if s.logf != nil && !s.logged[kind] {
 		s.logged[kind] = true
-		s.logf(format+" (further problems of this kind are counted, not logged)", args...)
+		msg := fmt.Sprintf(format, args...)
+		if len(msg) > maxLogged {
+			msg = msg[:maxLogged] + "..."
+		}
+		s.logf("%s (further problems of this kind are counted, not logged)", msg)
 	}
 }
