@@ -144,11 +144,14 @@ class Feed:
         return {row[name]: {k: v for k, v in row.items() if k != name} for row in self._read().get(rows, [])}
 
     def _read(self) -> Dict[str, Any]:
-        """The counters as the library writes them (empty once stopped)."""
-        if not self.running:
-            return {}
-        answer: Dict[str, Any] = self._lib.read_json("br_feed_stats_json", self._handle)
-        return answer
+        """The counters as the library writes them (empty once stopped). The lock keeps a
+        concurrent :meth:`stop` (a router closed during a metrics scrape) from freeing the
+        handle while it is read."""
+        with self._lock:
+            if not self.running:
+                return {}
+            answer: Dict[str, Any] = self._lib.read_json("br_feed_stats_json", self._handle)
+            return answer
 
     def metric_rows(self) -> List[Tuple[str, Dict[str, Dict[str, Any]]]]:
         """``(kind, statistics)`` pairs for the metrics: the feed's :meth:`statistics`."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable, List
 
@@ -129,3 +130,26 @@ def test_serve_shares_routes() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "gateway listening on" in done.stdout and "Traceback" not in done.stderr
+
+
+def test_statistics_read_while_the_feed_stops_are_the_last_or_empty() -> None:
+    # A stop that lands while the counters are read (a router closed during a scrape) waits
+    # for the read; before, it freed the handle under it and the read failed.
+    router = Router([W0, W1])
+    feed = router.share_routes(publish="tcp://127.0.0.1:0")
+    real = feed._lib.read_json
+    stopper = threading.Thread(target=feed.stop)
+
+    def read_while_stopping(export: str, handle: int) -> object:
+        stopper.start()
+        stopper.join(0.5)  # with the read holding the feed's lock, stop waits
+        return real(export, handle)
+
+    feed._lib.read_json = read_while_stopping  # type: ignore[method-assign]  # the process's library: put back below
+    try:
+        assert feed.publisher_statistics() == {"published": 0, "dropped": 0}
+    finally:
+        del feed._lib.read_json
+    stopper.join(10)
+    assert not stopper.is_alive() and not feed.running and feed.statistics() == {}
+    router.close()
