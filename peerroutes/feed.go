@@ -3,6 +3,7 @@ package peerroutes
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/bounded-router/bounded-router/core"
 )
@@ -14,6 +15,7 @@ type Feed struct {
 	subs   []*subscriber
 	ctx    context.Context
 	cancel context.CancelFunc
+	ran    atomic.Bool
 }
 
 // Stats are a feed's counters, as br_feed_stats_json gives them.
@@ -47,8 +49,11 @@ func Start(r *core.Router, o Options, logf func(format string, args ...any)) (*F
 }
 
 // Run sends this router's routes and applies the peers' until ctx is done, then stops
-// observing the router and closes every socket. Call it once.
+// observing the router and closes every socket. A second call does nothing.
 func (f *Feed) Run(ctx context.Context) {
+	if f.ran.Swap(true) {
+		return // a second Run would close again, and unregister a newer publisher of the router
+	}
 	defer f.cancel()
 	stop := context.AfterFunc(ctx, f.cancel)
 	defer stop()

@@ -231,3 +231,22 @@ func TestStopLeaksNoGoroutine(t *testing.T) {
 	assert.Equal(t, published, pub.Stats().Published)
 	assert.Equal(t, uint64(0), pub.Stats().Dropped, "no observer: the route is not queued")
 }
+
+// Run runs a feed once: a second call does nothing, so it cannot unregister a newer publisher.
+func TestASecondRunLeavesANewerPublisherObserving(t *testing.T) {
+	a := newRouter(t, core.PolicyCacheAware)
+	f, err := Start(a, Options{Publish: "tcp://127.0.0.1:0"}, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	f.Run(ctx)
+	g, err := Start(a, Options{Publish: "tcp://127.0.0.1:0"}, nil) // not run: its queue fills
+	require.NoError(t, err)
+	f.Run(ctx)
+	for range MaxQueuedRoutes + 1 {
+		_, _, err := a.Acquire(workers[0], nil)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, uint64(1), g.Stats().Dropped, "g still observes the router")
+	g.Run(ctx)
+}
