@@ -81,3 +81,41 @@ func TestASilentPeerDoesNotHoldAStop(t *testing.T) {
 		t.Fatal("the subscriber did not stop: its handshake held it")
 	}
 }
+
+// A subscriber that stops reading is cut off after WriteTimeout; the others go on receiving.
+func TestAStalledSubscriberDoesNotStallTheOthers(t *testing.T) {
+	endpoint := loopback.FreeEndpoint(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pub := zmq4.NewPub(ctx, zmqguard.Quiet())
+	defer pub.Close()
+	require.NoError(t, pub.Listen(zmqguard.Endpoint(endpoint)))
+	var got atomic.Int64
+	subCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		zmqsub.Run(subCtx, endpoint, "", func([][]byte) { got.Add(1) }, func(error) {})
+	}()
+	small := zmq4.NewMsgFrom([]byte("t"), []byte("x"))
+	loopback.WaitFor(t, "the healthy subscriber", func() bool { _ = pub.Send(small); return got.Load() > 0 })
+
+	// A SUB by hand (ZMTP 3: greeting, READY with Socket-Type SUB, a subscription to every
+	// topic), then never read again.
+	stalled, err := net.Dial("tcp", strings.TrimPrefix(endpoint, "tcp://"))
+	require.NoError(t, err)
+	defer stalled.Close()
+	require.NoError(t, stalled.(*net.TCPConn).SetReadBuffer(4096))
+	ready := append([]byte{zmqguard.FlagCommand, 25, 5}, "READY\x0bSocket-Type\x00\x00\x00\x03SUB"...)
+	_, err = stalled.Write(append(append(zmqguard.Greeting(), ready...), 0x00, 0x01, 0x01))
+	require.NoError(t, err)
+
+	big := zmq4.NewMsgFrom([]byte("t"), make([]byte, 1<<20))
+	before := got.Load()
+	loopback.WaitFor(t, "200 messages past the stalled subscriber", func() bool {
+		_ = pub.Send(big)
+		return got.Load()-before >= 200
+	})
+	stop()
+	<-done
+}

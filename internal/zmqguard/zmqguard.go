@@ -38,8 +38,9 @@ const (
 	MaxMessageFrames = 16
 	// HandshakeTimeout bounds the greeting and handshake of a connection.
 	HandshakeTimeout = 5 * time.Second
-	// WriteTimeout bounds one write: a subscriber that stops reading is dropped after it.
-	WriteTimeout = 5 * time.Second
+	// WriteTimeout bounds one write: a subscriber that stops reading is dropped after it (a
+	// write of the largest message to a reading peer takes milliseconds).
+	WriteTimeout = time.Second
 )
 
 // ErrTooLarge is a frame or message over the bounds.
@@ -134,9 +135,15 @@ func (c *conn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Write fails past WriteTimeout and then closes the connection: zmq4 goes on writing every
+// message to a connection whose write failed, and each would wait WriteTimeout again.
 func (c *conn) Write(p []byte) (int, error) {
 	_ = c.Conn.SetWriteDeadline(time.Now().Add(WriteTimeout))
-	return c.Conn.Write(p)
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		c.Conn.Close()
+	}
+	return n, err
 }
 
 func (c *conn) Close() error {
