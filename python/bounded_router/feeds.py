@@ -124,8 +124,6 @@ class Feed:
 
     @classmethod
     def peer_routes(cls, native: NativeRouter, publish: Optional[str], peers: Iterable[str], topic: str) -> PeerRoutesFeed:
-        if isinstance(peers, str):
-            raise TypeError("peers must be a list of tcp://host:port endpoints, not one str")
         return PeerRoutesFeed(native, "br_peer_routes_start", {"publish": publish or "", "peers": list(peers), "topic": topic})
 
     @property

@@ -724,9 +724,17 @@ class Router:
 
         Raises:
             ValueError: neither ``publish`` nor ``peers`` is given, an endpoint is not
-                ``tcp://host:port``, this router publishes already, or the endpoint cannot be bound.
+                ``tcp://host:port``, this router publishes already or follows a peer already
+                (its counters would be two series of one metric), or the endpoint cannot be bound.
             TypeError: ``peers`` is one str, not a list of them.
         """
+        if isinstance(peers, str):
+            raise TypeError("peers must be a list of tcp://host:port endpoints, not one str")
+        peers = list(peers)
+        followed = {peer for feed in self._feeds if feed.running and feed.kind == "peer_routes" for peer in feed.statistics()}
+        again = [peer for peer in peers if peer in followed]
+        if again:
+            raise ValueError("peer routes: this router follows %s already (one feed per peer: stop the other first)" % again[0])
         feed = Feed.peer_routes(self._native, publish, peers, topic)
         self._started(feed)
         return feed

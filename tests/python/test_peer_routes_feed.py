@@ -153,3 +153,19 @@ def test_statistics_read_while_the_feed_stops_are_the_last_or_empty() -> None:
     stopper.join(10)
     assert not stopper.is_alive() and not feed.running and feed.statistics() == {}
     router.close()
+
+
+def test_a_router_follows_each_peer_on_one_feed() -> None:
+    # Two feeds following one peer would write two series of each of its metrics.
+    router = Router([W0, W1])
+    first, second = _free_endpoint(), _free_endpoint()
+    with pytest.raises(TypeError, match="not one str"):
+        router.share_routes(peers=first)  # type: ignore[arg-type]  # the mistake under test
+    feed = router.share_routes(peers=[first])
+    with pytest.raises(ValueError, match="follows %s already" % first):
+        router.share_routes(peers=[second, first])
+    other = router.share_routes(peers=[second])
+    feed.stop()
+    again = router.share_routes(peers=[first])
+    assert {peer for f in (other, again) for peer in f.statistics()} == {first, second}
+    router.close()
