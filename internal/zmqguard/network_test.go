@@ -16,14 +16,32 @@ import (
 	"github.com/bounded-router/bounded-router/internal/zmqsub"
 )
 
-// A client that claims a huge frame is cut off, and the publisher goes on serving the others.
-func TestAHugeFrameLeavesThePublisherServing(t *testing.T) {
+// guardedPublisher is a PUB socket on the guarded transport at a free loopback endpoint; the
+// test's cleanup closes it.
+func guardedPublisher(t *testing.T) (zmq4.Socket, string) {
 	endpoint := loopback.FreeEndpoint(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	pub := zmq4.NewPub(ctx, zmqguard.Quiet())
-	defer pub.Close()
+	t.Cleanup(func() { pub.Close(); cancel() })
 	require.NoError(t, pub.Listen(zmqguard.Endpoint(endpoint)))
+	return pub, endpoint
+}
+
+// subscribed follows endpoint on a guarded SUB until the returned stop, counting messages.
+func subscribed(endpoint string) (got *atomic.Int64, stop func()) {
+	got = new(atomic.Int64)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		zmqsub.Run(ctx, endpoint, "", func([][]byte) { got.Add(1) }, func(error) {})
+	}()
+	return got, func() { cancel(); <-done }
+}
+
+// A client that claims a huge frame is cut off, and the publisher goes on serving the others.
+func TestAHugeFrameLeavesThePublisherServing(t *testing.T) {
+	pub, endpoint := guardedPublisher(t)
 
 	attacker, err := net.Dial("tcp", strings.TrimPrefix(endpoint, "tcp://"))
 	require.NoError(t, err)
@@ -38,19 +56,12 @@ func TestAHugeFrameLeavesThePublisherServing(t *testing.T) {
 		}
 	}
 
-	var got atomic.Int64
-	subCtx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		zmqsub.Run(subCtx, endpoint, "t", func([][]byte) { got.Add(1) }, func(error) {})
-	}()
+	got, stop := subscribed(endpoint)
+	defer stop()
 	loopback.WaitFor(t, "a message through the publisher", func() bool {
 		_ = pub.Send(zmq4.NewMsgFrom([]byte("t"), []byte("x")))
 		return got.Load() > 0
 	})
-	stop()
-	<-done
 }
 
 // A peer that accepts and never speaks does not hold a subscriber past its context.
@@ -84,19 +95,9 @@ func TestASilentPeerDoesNotHoldAStop(t *testing.T) {
 
 // A subscriber that stops reading is cut off after WriteTimeout; the others go on receiving.
 func TestAStalledSubscriberDoesNotStallTheOthers(t *testing.T) {
-	endpoint := loopback.FreeEndpoint(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pub := zmq4.NewPub(ctx, zmqguard.Quiet())
-	defer pub.Close()
-	require.NoError(t, pub.Listen(zmqguard.Endpoint(endpoint)))
-	var got atomic.Int64
-	subCtx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		zmqsub.Run(subCtx, endpoint, "", func([][]byte) { got.Add(1) }, func(error) {})
-	}()
+	pub, endpoint := guardedPublisher(t)
+	got, stop := subscribed(endpoint)
+	defer stop()
 	small := zmq4.NewMsgFrom([]byte("t"), []byte("x"))
 	loopback.WaitFor(t, "the healthy subscriber", func() bool { _ = pub.Send(small); return got.Load() > 0 })
 
@@ -116,6 +117,4 @@ func TestAStalledSubscriberDoesNotStallTheOthers(t *testing.T) {
 		_ = pub.Send(big)
 		return got.Load()-before >= 200
 	})
-	stop()
-	<-done
 }
