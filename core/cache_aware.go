@@ -1,5 +1,7 @@
 package core
 
+import "math"
+
 // cache_aware sends a request to the worker most likely to hold its prefix in its KV cache, as
 // long as that worker is not clearly overloaded (docs/contract.md, "cache_aware"). The input is
 // the request's prefix as chained block hashes (Request.PrefixBlocks); the router remembers, per
@@ -164,13 +166,13 @@ func (c *cacheChoice) missFrom(position uint64, m LoadMeasure) int {
 // misses where their keys and prefixes point; taking the one least loaded worker would send the
 // whole burst there, and leaving the leases out would start prompts behind long decodes.
 func (c *cacheChoice) leastPrefillClockwise(position uint64) int {
-	least, _, _ := c.v.leastRanked(LoadPrefill)
+	least := int64(math.MaxInt64)
 	var held, leases, near, nearLeases int64
 	for _, i := range c.v.spillable {
 		w := c.v.workers[i]
-		held, leases = held+w.held, leases+w.requests
+		least, held, leases = min(least, w.prefillLoad), held+w.held, leases+w.requests
 	}
-	bound := least.load
+	bound := least
 	if leases > 0 {
 		bound += held / leases / 2
 	}

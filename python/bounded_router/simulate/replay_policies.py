@@ -161,8 +161,12 @@ class Routing:
         self.token_weights = token_weights
 
     def route(self, key: str, blocks: Sequence[Hashable], input_tokens: int) -> Tuple[Lease, bool]:
-        lease = self.router.route(key, weight=input_tokens if self.token_weights else None)
+        lease = self.router.route(key, weight=self.weight(input_tokens))
         return lease, lease.spilled
+
+    def weight(self, input_tokens: int) -> Optional[int]:
+        """The lease weight of a request of ``input_tokens`` (None: the default, 1)."""
+        return input_tokens if self.token_weights else None
 
     def observe(self, now: float) -> None:
         """The replay's clock reached ``now`` (ms), before the event at that time is handled."""
@@ -191,7 +195,7 @@ class _CacheAwareRouting(Routing):
         self.keyed = keyed
 
     def route(self, key: str, blocks: Sequence[Hashable], input_tokens: int) -> Tuple[Lease, bool]:
-        weight = input_tokens if self.token_weights else None
+        weight = self.weight(input_tokens)
         lease = self.router.route(key if self.keyed else None, prefix_blocks=blocks, weight=weight)  # type: ignore[arg-type]  # trace ids are ints
         return lease, lease.spilled
 
@@ -237,14 +241,14 @@ class _Replicas(Routing):
         self.now = 0.0
         # Routes on their way to the other replicas, in the order they were taken (one delay for
         # all, so also in the order they arrive): (arrival, sender, worker URL, weight, blocks).
-        self.peer_routes: Deque[Tuple[float, Routing, str, int, Sequence[Hashable]]] = collections.deque()
+        self.peer_routes: Deque[Tuple[float, Routing, str, Optional[int], Sequence[Hashable]]] = collections.deque()
 
     def route(self, key: str, blocks: Sequence[Hashable], input_tokens: int) -> Tuple[Lease, bool]:
         part = self.parts[self.rng.randrange(len(self.parts))]
         lease, spilled = part.route(key, blocks, input_tokens)
         if self.peer_routes_ms is not None:
             assert lease.worker_url is not None
-            weight = input_tokens if part.token_weights else 1
+            weight = part.weight(input_tokens)
             self.peer_routes.append((self.now + self.peer_routes_ms, part, lease.worker_url, weight, blocks))
         return lease, spilled
 
