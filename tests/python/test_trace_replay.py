@@ -25,7 +25,7 @@ from bounded_router.simulate import (
 from bounded_router.simulate.__main__ import main
 from bounded_router.simulate.batching import BatchingWorker, Job
 from bounded_router.simulate.oracle import oracle_choice
-from bounded_router.simulate.replay import arrival_scale
+from bounded_router.simulate.replay import arrival_scale, arrival_times
 from bounded_router.simulate.trace import Trace, build_trace, parse_trace, routing_keys, shared_leading_blocks
 
 FIXTURE = str(pathlib.Path(__file__).resolve().parent.parent / "testdata" / "conversation_trace_sample.jsonl")
@@ -195,6 +195,33 @@ def test_arrivals_are_scaled_to_the_offered_load() -> None:
     assert replay(ReplayPolicy("round_robin"), trace, config).arrival_span_ms == pytest.approx(10.0)
     with pytest.raises(ValueError, match="all arrive at the same time"):
         arrival_scale(_trace([_line(0, 4, 1, [1, 2])]), config)
+
+
+def test_spread_ticks_place_a_ticks_requests_between_it_and_the_next_in_order() -> None:
+    # Three requests at 100, one at 130, two at 190 (the last tick): scaled by 0.5 from the first.
+    stamps = [100, 100, 100, 130, 190, 190]
+    trace = _trace([_line(t, 4, 1, [2 * i, 2 * i + 1]) for i, t in enumerate(stamps)])
+    assert arrival_times(trace, 0.5) == [0.0, 0.0, 0.0, 15.0, 45.0, 45.0]
+    spread = arrival_times(trace, 0.5, spread_ticks=True, seed=7)
+    assert spread == sorted(spread)  # the trace's order stays
+    assert all(0.0 <= at < 15.0 for at in spread[:3]) and len(set(spread[:3])) == 3
+    assert 15.0 <= spread[3] < 45.0
+    assert spread[4:] == [45.0, 45.0]  # no next timestamp to spread them to
+    assert arrival_times(trace, 0.5, spread_ticks=True, seed=7) == spread
+    assert arrival_times(trace, 0.5, spread_ticks=True, seed=8) != spread
+
+
+def test_a_replay_with_spread_ticks_serves_every_request_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    trace = load_trace(FIXTURE)
+    together = ReplayConfig(workers=4, load=0.8, cache_blocks=64)
+    spread = ReplayConfig(workers=4, load=0.8, cache_blocks=64, spread_ticks=True)
+    a, b = replay(ReplayPolicy("round_robin"), trace, together), replay(ReplayPolicy("round_robin"), trace, spread)
+    assert a.requests == b.requests == len(trace.requests)
+    assert a.ttft_ms != b.ttft_ms
+    with pytest.raises(ValueError, match="spread_ticks must be True or False"):
+        ReplayConfig(spread_ticks=1)  # type: ignore[arg-type]
+    assert main(["--trace", FIXTURE, "--workers", "4", "--spread-ticks"]) == 0
+    assert ", ticks spread" in capsys.readouterr().out
 
 
 def test_replay_is_repeatable_for_a_seed() -> None:

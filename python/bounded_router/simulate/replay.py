@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import math
+import random
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -67,6 +68,9 @@ class ReplayConfig:
         peer_routes_ms: when set (with ``replicas`` > 1), each route a replica takes reaches the
             other replicas this many ms later (``Router.peer_route``, docs/contract.md "Peer
             routes"), as a peer-route feed between them would; None: replicas share nothing.
+        spread_ticks: requests that share a timestamp arrive at random times (from ``seed``)
+            between it and the trace's next timestamp, in their order, as they would have before
+            a trace rounded them to its ticks (see ``arrival_times``); False: together.
     """
 
     workers: int = 8
@@ -82,6 +86,7 @@ class ReplayConfig:
     events_at: str = EVENTS_AT[0]
     load_waiting: str = "uncached"
     peer_routes_ms: Optional[float] = None
+    spread_ticks: bool = False
 
     def __post_init__(self) -> None:
         _check_number("workers", self.workers, 1, integer=True)
@@ -100,6 +105,8 @@ class ReplayConfig:
             _check_number("peer_routes_ms", self.peer_routes_ms, 0.0)
             if self.replicas == 1:
                 raise ValueError("peer_routes_ms needs replicas > 1: one router has no peers")
+        if not isinstance(self.spread_ticks, bool):
+            raise ValueError("spread_ticks must be True or False, got %r" % (self.spread_ticks,))
         if self.events_at not in EVENTS_AT:
             raise ValueError("events_at must be one of %s, got %r" % (", ".join(EVENTS_AT), self.events_at))
         if self.load_waiting not in LOAD_WAITING:
@@ -126,6 +133,7 @@ class ReplayConfig:
             "events_at": self.events_at,
             "load_waiting": self.load_waiting,
             "peer_routes_ms": self.peer_routes_ms,
+            "spread_ticks": self.spread_ticks,
         }
 
     def worker_urls(self) -> List[str]:
@@ -142,6 +150,32 @@ def arrival_scale(trace: Trace, config: ReplayConfig) -> float:
         raise ValueError("the trace's requests all arrive at the same time: --load needs a span of arrivals")
     offered_ms = config.costs.prefill_ms_at_capacity(trace.prompt_tokens)
     return offered_ms / (config.workers * config.load * trace.span_ms)
+
+
+def arrival_times(trace: Trace, scale: float, spread_ticks: bool = False, seed: int = 1) -> List[float]:
+    """Each request's arrival in the replay, in ms from the first: its timestamp, scaled. With
+    ``spread_ticks`` the requests at one timestamp are spread over the time to the next one (drawn
+    uniformly, then sorted so the trace's order stays), since a trace that records arrivals in
+    ticks (the Mooncake conversation trace's 3 s) puts at one instant requests that came apart;
+    the requests at the last timestamp keep it, having no next one."""
+    stamps = [r.timestamp_ms for r in trace.requests]
+    start = stamps[0] if stamps else 0.0
+    times = [(t - start) * scale for t in stamps]
+    if not spread_ticks:
+        return times
+    rng = random.Random(seed * 104729 + 3)
+    first = 0
+    while first < len(stamps):
+        end = first
+        while end < len(stamps) and stamps[end] == stamps[first]:
+            end += 1
+        if end < len(stamps):
+            tick = (stamps[end] - stamps[first]) * scale
+            offsets = sorted(rng.random() * tick for _ in range(end - first))
+            for i, offset in zip(range(first, end), offsets):
+                times[i] += offset
+        first = end
+    return times
 
 
 @dataclass
@@ -255,9 +289,9 @@ class _Run:
         self.capacity = config.cache_capacity(trace)
         self.workers = [BatchingWorker(config.costs, self.capacity, trace.block_size) for _ in urls]
         self.scale = arrival_scale(trace, config)
-        start = trace.requests[0].timestamp_ms
+        arrivals = arrival_times(trace, self.scale, config.spread_ticks, config.seed)
         # (time, order, kind, subject, version): the order keeps ties first come, first served.
-        self.events = [((r.timestamp_ms - start) * self.scale, i, _ARRIVE, i, 0) for i, r in enumerate(trace.requests)]
+        self.events = [(at, i, _ARRIVE, i, 0) for i, at in enumerate(arrivals)]
         heapq.heapify(self.events)
         self.order = len(self.events)
         self.routing = policy.make_routing(urls, self.workers, config.seed, self.capacity, config.replicas, config.peer_routes_ms)

@@ -73,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
         "timing, scaled to it (default %g)" % DEFAULT_LOAD,
     )
     fl.add_argument("--as-recorded", action="store_true", help="keep the trace's timestamps unscaled (ignores --load)")
+    fl.add_argument(
+        "--spread-ticks",
+        action="store_true",
+        help="spread the requests that share a timestamp at random (seeded) over the time to the next one, as "
+        "they came before a trace rounded them to its ticks (default: they arrive together)",
+    )
     cache = fl.add_mutually_exclusive_group()
     cache.add_argument("--cache-blocks", type=int, default=None, metavar="N", help="block-cache capacity of each worker")
     cache.add_argument(
@@ -375,6 +381,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             events_at=args.events_at,
             load_waiting=args.load_waiting,
             peer_routes_ms=args.peer_routes_ms,
+            spread_ticks=args.spread_ticks,
         )
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be >= 1, got %d" % args.limit)

@@ -157,7 +157,9 @@ def describe_replay(path: str, trace: "Trace", result: "ReplayResult") -> str:
             result.arrival_span_ms / 1000.0,
             result.cache_blocks,
             config.seed,
-            (", ring layout %d" % config.ring_layout if config.ring_layout else "") + _replicas(config),
+            (", ring layout %d" % config.ring_layout if config.ring_layout else "")
+            + (", ticks spread" if config.spread_ticks else "")
+            + _replicas(config),
             costs.step_ms,
             costs.prefill_ms_per_token,
             costs.chunk_tokens,
