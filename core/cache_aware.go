@@ -62,7 +62,7 @@ func selectCacheAware(v *view, req *Request, keyPos uint64, p *Policy) (int, Bra
 	var chosen int
 	var branch Branch
 	switch {
-	case x.depth > 0 && float64(x.depth) > p.CacheThreshold*float64(len(blocks)):
+	case x.depth > 0 && float64(x.depth) > p.CacheAware.CacheThreshold*float64(len(blocks)):
 		chosen, branch = c.amongCandidates(blocks[x.depth-1]), BranchCacheAwarePrefixHit
 	case c.keyed:
 		chosen, branch = c.missFrom(c.position, p.BalanceBy), BranchCacheAwareKeyHit

@@ -10,7 +10,7 @@ import (
 )
 
 func cachePolicy(skew float64, gap int64, blocks int) Policy {
-	return Policy{Kind: PolicyCacheAware, MaxLoadSkew: skew, MinLoadGap: gap, BlocksPerWorker: blocks, CacheThreshold: DefaultCacheThreshold}
+	return Policy{Kind: PolicyCacheAware, MaxLoadSkew: skew, MinLoadGap: gap, CacheAware: CacheAwareSettings{BlocksPerWorker: blocks, CacheThreshold: DefaultCacheThreshold}}
 }
 
 // prefixRequest is a request with the blocks and, when key is not empty, an explicit key.
@@ -338,7 +338,7 @@ func TestCacheAwareAPrefixEveryWorkerSoonHoldsDoesNotStarveTheOthers(t *testing.
 	// workers pull down) a worker that had received nothing was never chosen.
 	urls := workerURLs(8)
 	starving := cachePolicy(1.5, 2, 1024)
-	starving.CacheThreshold = 0
+	starving.CacheAware.CacheThreshold = 0
 	r := newTestRouter(t, starving, urls)
 	assert.Contains(t, newConversations(r, 64), 0, "without a threshold some worker receives nothing")
 

@@ -164,11 +164,11 @@ func (p *Policy) Validate() error {
 		return invalid("balance_by must be one of %s, got %d", balanceByRule, p.BalanceBy)
 	}
 	if p.Kind == PolicyCacheAware {
-		if p.BlocksPerWorker < 1 || p.BlocksPerWorker > MaxBlocksPerWorker {
-			return invalid("blocks_per_worker must be an integer %s, got %d", blocksRule, p.BlocksPerWorker)
+		if p.CacheAware.BlocksPerWorker < 1 || p.CacheAware.BlocksPerWorker > MaxBlocksPerWorker {
+			return invalid("blocks_per_worker must be an integer %s, got %d", blocksRule, p.CacheAware.BlocksPerWorker)
 		}
-		if !(p.CacheThreshold >= 0 && p.CacheThreshold <= 1) {
-			return invalid("cache_threshold must be a number from 0.0 to 1.0, got %v", p.CacheThreshold)
+		if !(p.CacheAware.CacheThreshold >= 0 && p.CacheAware.CacheThreshold <= 1) {
+			return invalid("cache_threshold must be a number from 0.0 to 1.0, got %v", p.CacheAware.CacheThreshold)
 		}
 		return nil
 	}
@@ -347,12 +347,12 @@ func ParsePolicy(data []byte) (Policy, error) {
 		return Policy{}, err
 	}
 	if kind == PolicyCacheAware {
-		if policy.BlocksPerWorker, err = intSetting("blocks_per_worker", blocksRule, raw.Blocks, DefaultBlocksPerWorker); err != nil {
+		if policy.CacheAware.BlocksPerWorker, err = intSetting("blocks_per_worker", blocksRule, raw.Blocks, DefaultBlocksPerWorker); err != nil {
 			return Policy{}, err
 		}
-		policy.CacheThreshold = DefaultCacheThreshold
+		policy.CacheAware.CacheThreshold = DefaultCacheThreshold
 		// Unmarshalling null into a float64 is a silent no-op; null is not a number.
-		if raw.CacheThreshold != nil && (isNull(raw.CacheThreshold) || json.Unmarshal(raw.CacheThreshold, &policy.CacheThreshold) != nil) {
+		if raw.CacheThreshold != nil && (isNull(raw.CacheThreshold) || json.Unmarshal(raw.CacheThreshold, &policy.CacheAware.CacheThreshold) != nil) {
 			return Policy{}, invalid("cache_threshold must be a number from 0.0 to 1.0, got %s", raw.CacheThreshold)
 		}
 	}
@@ -622,7 +622,7 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 		}
 	}
 	if p.Kind == PolicyCacheAware {
-		out["blocks_per_worker"], out["cache_threshold"] = p.BlocksPerWorker, p.CacheThreshold
+		out["blocks_per_worker"], out["cache_threshold"] = p.CacheAware.BlocksPerWorker, p.CacheAware.CacheThreshold
 	}
 	if p.Kind == PolicyBoundedConsistentHashing {
 		if p.SpillTarget != SpillClockwise {

@@ -473,12 +473,12 @@ func TestParseManualSettingsErrors(t *testing.T) {
 func TestParseConfigCacheAware(t *testing.T) {
 	cfg, err := ParseConfig([]byte(`{"worker_urls": ["http://a"], "policy": {"type": "cache_aware"}}`))
 	require.NoError(t, err)
-	assert.Equal(t, Policy{Kind: PolicyCacheAware, MaxLoadSkew: DefaultMaxLoadSkew, MinLoadGap: DefaultMinLoadGap, BlocksPerWorker: DefaultBlocksPerWorker, CacheThreshold: DefaultCacheThreshold}, cfg.Policy)
+	assert.Equal(t, Policy{Kind: PolicyCacheAware, MaxLoadSkew: DefaultMaxLoadSkew, MinLoadGap: DefaultMinLoadGap, CacheAware: CacheAwareSettings{BlocksPerWorker: DefaultBlocksPerWorker, CacheThreshold: DefaultCacheThreshold}}, cfg.Policy)
 
 	cfg, err = ParseConfig([]byte(`{"worker_urls": ["http://a"], "policy": {"type": "cache_aware", "max_load_skew": 1.25,
 		"min_load_gap": 64, "blocks_per_worker": 100, "hash_ring": "smg", "cache_threshold": 0}}`))
 	require.NoError(t, err)
-	want := Policy{Kind: PolicyCacheAware, MaxLoadSkew: 1.25, MinLoadGap: 64, BlocksPerWorker: 100, HashRing: HashRingSMG}
+	want := Policy{Kind: PolicyCacheAware, MaxLoadSkew: 1.25, MinLoadGap: 64, CacheAware: CacheAwareSettings{BlocksPerWorker: 100}, HashRing: HashRingSMG}
 	assert.Equal(t, want, cfg.Policy)
 	// What MarshalJSON writes, ParsePolicy reads back.
 	text, err := json.Marshal(cfg.Policy)
@@ -511,6 +511,6 @@ func TestParseConfigCacheAware(t *testing.T) {
 
 	p := cachePolicy(1.5, 2, 0)
 	require.ErrorContains(t, p.Validate(), "blocks_per_worker")
-	p.BlocksPerWorker = MaxBlocksPerWorker + 1
+	p.CacheAware.BlocksPerWorker = MaxBlocksPerWorker + 1
 	require.ErrorContains(t, p.Validate(), "blocks_per_worker")
 }

@@ -61,7 +61,7 @@ func (k PolicyKind) bounds() bool {
 
 // Policy is a policy kind with its settings. MaxLoadSkew and MinLoadGap are used by
 // bounded_consistent_hashing and cache_aware, SpillTarget and KeyMemory by
-// bounded_consistent_hashing only, BlocksPerWorker and CacheThreshold by cache_aware only, AssignmentMode and
+// bounded_consistent_hashing only, CacheAware by cache_aware only, AssignmentMode and
 // MaxKeys by manual only; other policies leave them zero. HashRing is set by the policies that
 // place keys on the ring only (the others keep the default, XXH64, which then places
 // only the keys the router counts).
@@ -81,14 +81,24 @@ type Policy struct {
 	AssignmentMode AssignmentMode
 	// MaxKeys is how many routing keys manual keeps the worker of (1..MaxManualKeys).
 	MaxKeys int
-	// BlocksPerWorker is how many prefix blocks cache_aware remembers per worker.
-	BlocksPerWorker int
 	// BalanceBy is the load the bound of bounded_consistent_hashing and cache_aware weighs
 	// (docs/contract.md, "Prefill load"); LoadInFlight, the zero value, is the default.
 	BalanceBy LoadMeasure
+	// CacheAware holds cache_aware's own settings.
+	CacheAware CacheAwareSettings
+}
+
+// CacheAwareSettings are the settings only cache_aware has.
+type CacheAwareSettings struct {
+	// BlocksPerWorker is how many prefix blocks cache_aware remembers per worker.
+	BlocksPerWorker int
 	// CacheThreshold is the fraction of a request's blocks cache_aware must find matched, strictly
 	// exceeded, for a prefix hit (SMG's cache_threshold).
 	CacheThreshold float64
+	// HitWaitFactor, under balance_by prefill, keeps a prefix hit on its worker only while that
+	// worker's prefill load exceeds the least by at most this many times the weight of the blocks
+	// found there (docs/contract.md, "Prefill load", rule 4); 0, the default, always keeps it.
+	HitWaitFactor float64
 }
 
 // selectWorker returns the index of the chosen worker (or -1) and the branch that chose it.

@@ -67,7 +67,7 @@ func NewRouter(cfg Config) (*Router, error) {
 		r.view.randomIndex = seededIndex(cfg.Policy.Seed)
 	}
 	if cfg.Policy.Kind == PolicyCacheAware {
-		r.view.blocks = newBlockIndex(cfg.Policy.BlocksPerWorker)
+		r.view.blocks = newBlockIndex(cfg.Policy.CacheAware.BlocksPerWorker)
 	}
 	r.install(rebuilt(r.newWorkers(urls, r.members), r.policy.HashRing, r.virtualNodes))
 	return r, nil

@@ -262,7 +262,7 @@ func cacheAwareRouter(t *testing.T, n int) (*core.Router, []string) {
 		urls = append(urls, worker(t, func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }).URL)
 	}
 	cfg := core.DefaultConfig(urls...)
-	cfg.Policy = core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, BlocksPerWorker: 1024}
+	cfg.Policy = core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: 1024}}
 	r, err := core.NewRouter(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -120,7 +120,7 @@ func tokenBytes(ids ...uint32) []byte {
 // a request routed by the prompt's blocks finds them.
 func TestApplyNamesBlocksByThePromptsPrefixHashes(t *testing.T) {
 	urls := []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}
-	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, BlocksPerWorker: 64, CacheThreshold: 0.3}, VirtualNodes: 150})
+	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: 64, CacheThreshold: 0.3}}, VirtualNodes: 150})
 	require.NoError(t, err)
 	prompt := make([]uint64, 3)
 	_, err = core.HashPrefixBlocks(tokenBytes(1, 2, 3, 4, 5, 6), 8, prompt)

@@ -30,7 +30,7 @@ func seqFrame(seq int64) []byte { return binary.BigEndian.AppendUint64(nil, uint
 // a gap recovered by replay, garbage counted.
 func TestSubscriberFollowsAStreamAndReplaysAGap(t *testing.T) {
 	urls := []string{"http://127.0.0.1:1"}
-	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, BlocksPerWorker: 64, CacheThreshold: 0.3}, VirtualNodes: 150})
+	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: 64, CacheThreshold: 0.3}}, VirtualNodes: 150})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -102,7 +102,7 @@ func TestSubscriberFollowsAStreamAndReplaysAGap(t *testing.T) {
 func TestAFloodingPublisherLeavesTheIndexBounded(t *testing.T) {
 	const flood, perWorker = 5000, 64
 	urls := []string{"http://127.0.0.1:1"}
-	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, BlocksPerWorker: perWorker, CacheThreshold: 0.3}, VirtualNodes: 150})
+	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: perWorker, CacheThreshold: 0.3}}, VirtualNodes: 150})
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -144,7 +144,7 @@ func TestEventsThatStopLeaveTheWorkerStaleAndItsIndexServing(t *testing.T) {
 	assert.True(t, st.Stale(applied.Add(10*time.Second+time.Millisecond), 10*time.Second))
 
 	urls := []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}
-	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, BlocksPerWorker: 64, CacheThreshold: 0.3}, VirtualNodes: 150})
+	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: 64, CacheThreshold: 0.3}}, VirtualNodes: 150})
 	require.NoError(t, err)
 	batch, err := Decode(storedPayload(t, 100, nil, 1, 2))
 	require.NoError(t, err)

@@ -29,7 +29,7 @@ func newRouter(t *testing.T, kind core.PolicyKind, extra ...string) *core.Router
 	t.Helper()
 	p := core.Policy{Kind: kind}
 	if kind == core.PolicyCacheAware {
-		p = core.Policy{Kind: kind, MaxLoadSkew: 1.5, MinLoadGap: 2, BlocksPerWorker: 64, CacheThreshold: 0.3}
+		p = core.Policy{Kind: kind, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: 64, CacheThreshold: 0.3}}
 	}
 	r, err := core.NewRouter(core.Config{WorkerURLs: append(extra, workers...), Policy: p, VirtualNodes: 150})
 	require.NoError(t, err)
