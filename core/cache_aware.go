@@ -26,12 +26,15 @@ import "math"
 //     position, else the request's first block's (membership order for a request with no
 //     blocks), so every process breaks them the same way.
 //   - When some available worker holds block depth (a longer prefix) but is overloaded, the
-//     branch is cache_aware_balance instead, whichever worker was chosen.
+//     branch is cache_aware_balance instead, whichever worker was chosen; so it is when
+//     hit_wait_factor turns a hit into a miss (below).
 //   - With balance_by prefill (docs/contract.md, "Prefill load") the test reads the prefill
 //     loads, the candidates are ranked by prefill load, then the fewest leases in flight, and
 //     without a hit the request goes to the first worker clockwise from the same position (the
 //     key's, else the first unmatched block's) among those within half a mean lease of the
-//     least prefill load with no more leases in flight than their mean.
+//     least prefill load with no more leases in flight than their mean. With hit_wait_factor F,
+//     a hit whose worker's prefill load exceeds the least by more than F times the weight of
+//     the blocks matched there is routed as a miss.
 //
 // Cost: a step along a recency list per leading block held by a passing worker, and an index
 // lookup only where the blocks leave the list's run (blockIndex.nextOnPath), plus one; a walk of
@@ -61,9 +64,14 @@ func selectCacheAware(v *view, req *Request, keyPos uint64, p *Policy) (int, Bra
 	}
 	var chosen int
 	var branch Branch
-	switch {
-	case x.depth > 0 && float64(x.depth) > p.CacheAware.CacheThreshold*float64(len(blocks)):
+	hit := x.depth > 0 && float64(x.depth) > p.CacheAware.CacheThreshold*float64(len(blocks))
+	declined := false
+	if hit {
 		chosen, branch = c.amongCandidates(blocks[x.depth-1]), BranchCacheAwarePrefixHit
+		declined = !c.hitWorthWaiting(chosen, req, p)
+	}
+	switch {
+	case hit && !declined:
 	case c.keyed:
 		chosen, branch = c.missFrom(c.position, p.BalanceBy), BranchCacheAwareKeyHit
 	case len(blocks) > 0:
@@ -72,7 +80,7 @@ func selectCacheAware(v *view, req *Request, keyPos uint64, p *Policy) (int, Bra
 	default:
 		chosen, branch = c.leastLoaded(), BranchCacheAwareNoMatch
 	}
-	if x.depth < len(blocks) && x.anyHolder(blocks[x.depth], isHealthy) {
+	if declined || x.depth < len(blocks) && x.anyHolder(blocks[x.depth], isHealthy) {
 		branch = BranchCacheAwareBalance
 	}
 	return chosen, branch
@@ -148,6 +156,19 @@ func (c *cacheChoice) amongCandidates(block uint64) int {
 		w := c.v.workers[owner]
 		return w.candidate == x.epoch && w.rank(by) == least
 	})
+}
+
+// hitWorthWaiting tells whether a prefix hit stays on its chosen worker under hit_wait_factor
+// (docs/contract.md, "Prefill load", rule 5): its prefill load may exceed the least by at most
+// the factor times the weight of the blocks found there. A hit saves the prefill of those blocks
+// and keeps the prefix warm for the next turn; a queue longer than several times that costs more.
+func (c *cacheChoice) hitWorthWaiting(chosen int, req *Request, p *Policy) bool {
+	factor := p.CacheAware.HitWaitFactor
+	if factor == 0 || p.BalanceBy != LoadPrefill {
+		return true
+	}
+	matched := float64(max(req.Weight, 1)) * float64(c.x.depth) / float64(len(req.PrefixBlocks))
+	return float64(c.v.workers[chosen].prefillLoad-c.test.leastPrefillLoad()) <= factor*matched
 }
 
 // missFrom is where a request without a hit goes, walking clockwise from position: under

@@ -170,13 +170,26 @@ func (p *Policy) Validate() error {
 		if !(p.CacheAware.CacheThreshold >= 0 && p.CacheAware.CacheThreshold <= 1) {
 			return invalid("cache_threshold must be a number from 0.0 to 1.0, got %v", p.CacheAware.CacheThreshold)
 		}
-		return nil
+		return p.CacheAware.validateHitWait(p.BalanceBy)
 	}
 	if int(p.SpillTarget) >= len(spillTargetNames) {
 		return invalid("spill_target must be one of %s, got %d", spillTargetRule, p.SpillTarget)
 	}
 	if p.KeyMemory < 0 || p.KeyMemory > MaxKeyMemory {
 		return invalid("key_memory must be an integer %s, got %d", keyMemoryRule, p.KeyMemory)
+	}
+	return nil
+}
+
+// validateHitWait checks hit_wait_factor, which weighs the prefill queue and so needs
+// balance_by prefill (docs/contract.md, "Prefill load", rule 5).
+func (s *CacheAwareSettings) validateHitWait(by LoadMeasure) error {
+	f := s.HitWaitFactor
+	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+		return invalid("hit_wait_factor must be a finite number >= 0, got %v", f)
+	}
+	if f != 0 && by != LoadPrefill {
+		return invalid("hit_wait_factor applies only with balance_by prefill, got balance_by %s", by)
 	}
 	return nil
 }
@@ -206,8 +219,9 @@ type policyJSON struct {
 	KeyMemory   json.RawMessage `json:"key_memory,omitempty"`
 	Seed        json.RawMessage `json:"seed,omitempty"`
 	Blocks      json.RawMessage `json:"blocks_per_worker,omitempty"`
-	// CacheThreshold is cache_aware's, named as SMG's.
+	// CacheThreshold is cache_aware's, named as SMG's; HitWaitFactor is cache_aware's too.
 	CacheThreshold json.RawMessage `json:"cache_threshold,omitempty"`
+	HitWaitFactor  json.RawMessage `json:"hit_wait_factor,omitempty"`
 	// AssignmentMode and MaxKeys are manual's.
 	AssignmentMode json.RawMessage `json:"assignment_mode,omitempty"`
 	MaxKeys        json.RawMessage `json:"max_keys,omitempty"`
@@ -316,8 +330,8 @@ func ParsePolicy(data []byte) (Policy, error) {
 	if kind != PolicyBoundedConsistentHashing && (raw.SpillTarget != nil || raw.KeyMemory != nil) {
 		return Policy{}, invalid("spill_target and key_memory apply only to bounded_consistent_hashing, not %s", kind)
 	}
-	if kind != PolicyCacheAware && (raw.Blocks != nil || raw.CacheThreshold != nil) {
-		return Policy{}, invalid("blocks_per_worker and cache_threshold apply only to cache_aware, not %s", kind)
+	if kind != PolicyCacheAware && (raw.Blocks != nil || raw.CacheThreshold != nil || raw.HitWaitFactor != nil) {
+		return Policy{}, invalid("blocks_per_worker, cache_threshold and hit_wait_factor apply only to cache_aware, not %s", kind)
 	}
 	if kind == PolicyManual {
 		return manualSettings(&raw)
@@ -354,6 +368,9 @@ func ParsePolicy(data []byte) (Policy, error) {
 		// Unmarshalling null into a float64 is a silent no-op; null is not a number.
 		if raw.CacheThreshold != nil && (isNull(raw.CacheThreshold) || json.Unmarshal(raw.CacheThreshold, &policy.CacheAware.CacheThreshold) != nil) {
 			return Policy{}, invalid("cache_threshold must be a number from 0.0 to 1.0, got %s", raw.CacheThreshold)
+		}
+		if raw.HitWaitFactor != nil && (isNull(raw.HitWaitFactor) || json.Unmarshal(raw.HitWaitFactor, &policy.CacheAware.HitWaitFactor) != nil) {
+			return Policy{}, invalid("hit_wait_factor must be a finite number >= 0, got %s", raw.HitWaitFactor)
 		}
 	}
 	return policy, policy.Validate()
@@ -623,6 +640,9 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 	}
 	if p.Kind == PolicyCacheAware {
 		out["blocks_per_worker"], out["cache_threshold"] = p.CacheAware.BlocksPerWorker, p.CacheAware.CacheThreshold
+		if p.CacheAware.HitWaitFactor != 0 {
+			out["hit_wait_factor"] = p.CacheAware.HitWaitFactor
+		}
 	}
 	if p.Kind == PolicyBoundedConsistentHashing {
 		if p.SpillTarget != SpillClockwise {
@@ -664,7 +684,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 // fieldNames are the object keys of every JSON form the core reads, spelled exactly.
 var fieldNames = map[string]bool{"worker_urls": true, "policy": true, "virtual_nodes": true, "type": true, "max_load_skew": true, "min_load_gap": true,
 	"spill_target": true, "balance_by": true, "key_memory": true, "seed": true, "assignment_mode": true, "max_keys": true, "routing_key_headers": true,
-	"blocks_per_worker": true, "cache_threshold": true, "health_check": true, "circuit_breaker": true, "endpoint": true, "interval_secs": true,
+	"blocks_per_worker": true, "cache_threshold": true, "hit_wait_factor": true, "health_check": true, "circuit_breaker": true, "endpoint": true, "interval_secs": true,
 	"timeout_secs": true, "failure_threshold": true, "success_threshold": true, "timeout_duration_secs": true}
 
 // checkFieldNames refuses object keys that differ from a field name only in case, which

@@ -502,12 +502,32 @@ func TestParseConfigCacheAware(t *testing.T) {
 			"cache_threshold must be a number from 0.0 to 1.0", bad)
 	}
 	for _, policy := range []string{"random", "round_robin", "consistent_hashing", "bounded_consistent_hashing"} {
-		for _, field := range []string{`"blocks_per_worker": 8`, `"cache_threshold": 0.5`} {
+		for _, field := range []string{`"blocks_per_worker": 8`, `"cache_threshold": 0.5`, `"hit_wait_factor": 6`} {
 			requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "`+policy+`", `+field+`}}`,
-				"blocks_per_worker and cache_threshold apply only to cache_aware, not "+policy)
+				"blocks_per_worker, cache_threshold and hit_wait_factor apply only to cache_aware, not "+policy)
 		}
 	}
 	requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "cache_aware", "Blocks_Per_Worker": 8}}`, "case-sensitive")
+
+	// hit_wait_factor (contract: Prefill load, rule 5) needs balance_by prefill and a finite number >= 0.
+	cfg, err = ParseConfig([]byte(`{"worker_urls": ["http://a"], "policy": {"type": "cache_aware", "balance_by": "prefill", "hit_wait_factor": 6}}`))
+	require.NoError(t, err)
+	assert.Equal(t, 6.0, cfg.Policy.CacheAware.HitWaitFactor)
+	text, err = json.Marshal(cfg.Policy)
+	require.NoError(t, err)
+	assert.Contains(t, string(text), `"hit_wait_factor":6`)
+	back, err = ParsePolicy(text)
+	require.NoError(t, err)
+	assert.Equal(t, cfg.Policy, back)
+	for _, bad := range []string{`-1`, `"6"`, `null`, `true`, `1e400`} {
+		requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "cache_aware", "balance_by": "prefill", "hit_wait_factor": `+bad+`}}`,
+			"hit_wait_factor must be a finite number >= 0", bad)
+	}
+	requireConfigError(t, `{"worker_urls": ["http://a"], "policy": {"type": "cache_aware", "hit_wait_factor": 6}}`,
+		"hit_wait_factor applies only with balance_by prefill, got balance_by in_flight")
+	text, err = json.Marshal(cachePolicy(1.5, 2, 8))
+	require.NoError(t, err)
+	assert.NotContains(t, string(text), "hit_wait_factor", "the default is written as before the setting existed")
 
 	p := cachePolicy(1.5, 2, 0)
 	require.ErrorContains(t, p.Validate(), "blocks_per_worker")

@@ -256,6 +256,56 @@ func TestCacheAwareByPrefillLoad(t *testing.T) {
 	})
 }
 
+// TestCacheAwareHitWaitFactor checks docs/contract.md, "Prefill load", rule 5, by hand: w1 holds
+// [1,2,3]; a request [1,2,3,4] matches 3 of its 4 blocks there.
+func TestCacheAwareHitWaitFactor(t *testing.T) {
+	urls := workerURLs(4)
+	ref := newRefRing(urls, DefaultVirtualNodes)
+	elsewhere := func(u string) bool { return u != urls[1] }
+	for _, c := range []struct {
+		name    string
+		factor  float64
+		weight  int64 // of the request; its blocks matched weigh weight * 3 / 4
+		waiting []int64
+		stays   bool
+	}{
+		{"token weights: 600 queued is 2 x 300 matched, kept", 2, 400, []int64{600}, true},
+		{"token weights: 601 queued is over 2 x 300, a miss", 2, 400, []int64{601}, false},
+		{"the factor off (0) keeps the documented rule", 0, 400, []int64{601}, true},
+		{"unit weights: 1 queued is under 2 x 0.75, kept", 2, 0, []int64{1}, true},
+		{"unit weights: 2 queued is over 2 x 0.75, a miss", 2, 0, []int64{1, 1}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := prefillCache(1.0, 1<<20)
+			p.CacheAware.HitWaitFactor = c.factor
+			r := newTestRouter(t, p, urls)
+			routeTo(t, r, 1, 1, 2, 3)
+			for _, weight := range c.waiting {
+				_, _, err := r.AcquireWeighted(urls[1], nil, weight)
+				require.NoError(t, err)
+			}
+			for _, key := range []string{"", string(ref.keyPreferring(t, urls[2]))} {
+				req := prefixRequest(key, 1, 2, 3, 4)
+				req.Weight = c.weight
+				d := r.Select(req)
+				if c.stays {
+					assert.Equal(t, urls[1], d.WorkerURL, "key %q", key)
+					assert.Equal(t, BranchCacheAwarePrefixHit, d.Branch)
+					continue
+				}
+				// A miss walks from the key, else from the first unmatched block (4), among the
+				// workers within half a mean lease of the least prefill load (0): w0, w2, w3.
+				want := ref.firstFrom(murmurFinalizer(4), elsewhere)
+				if key != "" {
+					want = ref.firstWhere([]byte(key), elsewhere)
+				}
+				assert.Equal(t, want, d.WorkerURL, "key %q", key)
+				assert.Equal(t, BranchCacheAwareBalance, d.Branch)
+			}
+		})
+	}
+}
+
 func TestBalanceBySetting(t *testing.T) {
 	p, err := ParsePolicy([]byte(`{"type": "cache_aware", "balance_by": "prefill", "min_load_gap": 131072, "max_load_skew": 1.0}`))
 	require.NoError(t, err)

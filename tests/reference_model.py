@@ -293,6 +293,7 @@ class ReferenceRouter:
         blocks_per_worker: int = 32768,
         cache_threshold: float = 0.3,
         balance_by: str = "in_flight",
+        hit_wait_factor: float = 0.0,
     ) -> None:
         policy = getattr(policy, "value", policy)  # accept a PolicyType too
         if policy not in POLICIES:
@@ -314,6 +315,11 @@ class ReferenceRouter:
         if balance_by not in BALANCE_BY:
             raise ValueError("balance_by must be one of %s, got %r" % (", ".join(BALANCE_BY), balance_by))
         self.balance_by = balance_by
+        if not (math.isfinite(hit_wait_factor) and hit_wait_factor >= 0):
+            raise ValueError("hit_wait_factor must be a finite number >= 0, got %r" % (hit_wait_factor,))
+        if hit_wait_factor and balance_by != "prefill":
+            raise ValueError("hit_wait_factor applies only with balance_by prefill")
+        self.hit_wait_factor = float(hit_wait_factor)
         self.position = RINGS[hash_ring]
         self.spill_target = spill_target
         # key position -> (worker, its outages then), least recently routed first
@@ -485,6 +491,7 @@ class ReferenceRouter:
         headers: Optional[HeadersLike] = None,
         random_choice: Optional[str] = None,
         prefix_blocks: Sequence[int] = (),
+        weight: int = 1,
     ) -> Tuple[Optional[str], Optional[str], str, Optional[bytes]]:
         """(worker, preferred, branch, explicit key) for a request, counting nothing."""
         key = _key_bytes(routing_key)
@@ -525,7 +532,7 @@ class ReferenceRouter:
             return None, None, "target_worker_miss", explicit
 
         if self.policy == "cache_aware":
-            url, branch = self._cache_aware(available, list(prefix_blocks), explicit or self._implicit_key(first))
+            url, branch = self._cache_aware(available, list(prefix_blocks), explicit or self._implicit_key(first), weight)
             return url, url, branch, explicit
 
         # 2. The explicit key: the only input that may spill.
@@ -556,7 +563,7 @@ class ReferenceRouter:
                 return value if valid_header_value(value) else None
         return None
 
-    def _cache_aware(self, available: Sequence[str], blocks: List[int], key: Optional[bytes]) -> Tuple[str, str]:
+    def _cache_aware(self, available: Sequence[str], blocks: List[int], key: Optional[bytes], weight: int = 1) -> Tuple[str, str]:
         """contract: "cache_aware", steps 1-5, with "Prefill load" under balance_by prefill."""
         loads = [self._measured(url) for url in available]
         least, bound = min(loads), sum(loads) / len(loads) * self.max_load_skew
@@ -577,6 +584,12 @@ class ReferenceRouter:
             branch = "cache_aware_balance"
         # A prefix hit's candidates hold the first depth blocks; _record looks any other worker up.
         self._depth, self._candidates = (depth, candidates) if hit else (0, [])
+        if hit and self.hit_wait_factor:
+            # "Prefill load", rule 5: a hit whose worker queues more than the factor times the
+            # weight of its matched blocks above the least prefill load is routed as a miss
+            chosen = self._among(candidates, blocks, key)
+            if self._measured(chosen) - least > self.hit_wait_factor * weight * depth / len(blocks):
+                hit, branch = False, "cache_aware_balance"
         if not hit and (key is not None or blocks):
             order = self.clockwise(key) if key is not None else self.clockwise_from(fmix64(blocks[min(depth, len(blocks) - 1)]))
             if self.balance_by == "in_flight":  # step 4: a ring, among workers not above the mean
@@ -590,13 +603,17 @@ class ReferenceRouter:
             near = [w for w in workers if self._measured(w.url) <= bound]
             mean = sum(w.requests for w in near) / len(near)
             return next(url for url in order if url in available and self._measured(url) <= bound and self._workers[url].requests <= mean), branch
+        return self._among(candidates, blocks, key), branch
+
+    def _among(self, candidates: Sequence[str], blocks: List[int], key: Optional[bytes]) -> str:
+        """The least ranked candidate, ties clockwise from the key, else from the first block."""
         low = min(self._rank(url) for url in candidates)  # "Prefill load": below the threshold too
         tied = [url for url in candidates if self._rank(url) == low]
         if len(tied) > 1 and key is not None:
-            return next(url for url in self.clockwise(key) if url in tied), branch
+            return next(url for url in self.clockwise(key) if url in tied)
         if len(tied) > 1 and blocks:
-            return next(url for url in self.clockwise_from(fmix64(blocks[0])) if url in tied), branch
-        return tied[0], branch  # candidates keep membership order
+            return next(url for url in self.clockwise_from(fmix64(blocks[0])) if url in tied)
+        return tied[0]  # candidates keep membership order
 
     def _record(self, worker: ModelWorker, blocks: Sequence[int]) -> None:
         """contract: "cache_aware", the index: count the matched blocks, then record them all."""
@@ -764,9 +781,10 @@ class ReferenceRouter:
         headers: Optional[HeadersLike] = None,
         random_choice: Optional[str] = None,
         prefix_blocks: Sequence[int] = (),
+        weight: int = 1,
     ) -> ModelDecision:
         """Choose without counting (never raises for want of a worker)."""
-        worker, preferred, branch, _ = self.decide(routing_key, headers, random_choice, prefix_blocks)
+        worker, preferred, branch, _ = self.decide(routing_key, headers, random_choice, prefix_blocks, weight)
         return ModelDecision(worker, preferred, branch)
 
     def route(
@@ -780,7 +798,7 @@ class ReferenceRouter:
         """Choose and count in one step; raises NoWorkerAvailableError (with .branch) if none."""
         _check_weight(weight)
         self._depth, self._candidates = 0, []
-        worker, preferred, branch, explicit = self.decide(routing_key, headers, random_choice, prefix_blocks)
+        worker, preferred, branch, explicit = self.decide(routing_key, headers, random_choice, prefix_blocks, weight)
         self.branch_counts[branch] += 1
         if worker is None:
             raise NoWorkerAvailableError(branch)

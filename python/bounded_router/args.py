@@ -77,7 +77,7 @@ class RouterArgs:
 
     ``max_load_skew`` and ``min_load_gap`` apply to ``bounded_consistent_hashing`` and
     ``cache_aware``, ``spill_target`` and ``key_memory`` to ``bounded_consistent_hashing`` only,
-    ``blocks_per_worker`` to ``cache_aware`` only, ``balance_by`` to both bounded policies, ``hash_ring`` to the policies that hash keys,
+    ``blocks_per_worker``, ``cache_threshold`` and ``hit_wait_factor`` to ``cache_aware`` only, ``balance_by`` to both bounded policies, ``hash_ring`` to the policies that hash keys,
     ``random_seed`` to ``random``, ``assignment_mode`` and ``max_keys`` to ``manual``; with
     another policy :meth:`Router.from_args <bounded_router.Router.from_args>` ignores them and
     warns about values that differ from the defaults (see
@@ -109,6 +109,7 @@ class RouterArgs:
     blocks_per_worker: int = DEFAULT_BLOCKS_PER_WORKER
     cache_threshold: float = DEFAULT_CACHE_THRESHOLD
     balance_by: str = BALANCE_BY[0]
+    hit_wait_factor: float = 0.0
     # Worker failures (docs/contract.md, "Worker failures"), SMG's names: probes, the circuit
     # breaker and the proxies' retries, all on unless disabled.
     health_check_endpoint: str = "/health"
@@ -280,6 +281,14 @@ class RouterArgs:
             choices=BALANCE_BY,
             help="bounded_consistent_hashing and cache_aware: the load the bound weighs, every lease "
             "in flight or only those waiting for their first token (default: %(default)s)",
+        )
+        add(
+            "hit-wait-factor",
+            type=float,
+            default=RouterArgs.hit_wait_factor,
+            help="cache_aware with --balance-by prefill: a prefix hit stays on its worker only while its "
+            "prefill load exceeds the least by at most this many times the weight of the blocks found there "
+            "(default: %(default)s, every hit stays)",
         )
         _add_failure_args(add)
 

@@ -188,6 +188,14 @@ def _check_cache_threshold(value: Any) -> float:
     return float(value)
 
 
+def _check_hit_wait_factor(value: Any, balance_by: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and value >= 0):
+        raise ValueError("hit_wait_factor must be a finite number >= 0, got %r" % (value,))
+    if value and balance_by != "prefill":
+        raise ValueError("hit_wait_factor applies only with balance_by prefill, got balance_by %s" % balance_by)
+    return float(value)
+
+
 def _check_key_memory(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= MAX_KEY_MEMORY:
         raise ValueError("key_memory must be an integer from 0 to %d, got %r" % (MAX_KEY_MEMORY, value))
@@ -416,8 +424,12 @@ class CacheAwareConfig:
             fraction of the request's blocks matched, a number from 0.0 to 1.0.
         balance_by: ``"in_flight"`` (default) or ``"prefill"``: the load the bound, the choice
             among holders and the walk of a miss weigh (see :data:`BALANCE_BY`). With ``"prefill"`` and prompt
-            tokens as lease weights, ``min_load_gap=131072, max_load_skew=1.0`` are the settings
-            measured in docs/trace-replay.md.
+            tokens as lease weights, ``min_load_gap=131072, max_load_skew=1.0, hit_wait_factor=6`` are
+            the settings measured in docs/trace-replay.md.
+        hit_wait_factor: with ``balance_by="prefill"``: a prefix hit stays on its worker only while
+            that worker's prefill load exceeds the least by at most this many times the weight of
+            the blocks it found there, else it is routed as a miss (docs/contract.md, "Prefill
+            load", rule 5); a finite number >= 0, 0 (the default) keeps every hit.
 
     Raises:
         ValueError: naming the field and its rule when a value breaks it.
@@ -429,6 +441,7 @@ class CacheAwareConfig:
     hash_ring: str = DEFAULT_HASH_RING
     cache_threshold: float = DEFAULT_CACHE_THRESHOLD
     balance_by: str = BALANCE_BY[0]
+    hit_wait_factor: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_load_skew", _check_max_load_skew(self.max_load_skew))
@@ -437,6 +450,7 @@ class CacheAwareConfig:
         _check_hash_ring(self.hash_ring)
         object.__setattr__(self, "cache_threshold", _check_cache_threshold(self.cache_threshold))
         _check_balance_by(self.balance_by)
+        object.__setattr__(self, "hit_wait_factor", _check_hit_wait_factor(self.hit_wait_factor, self.balance_by))
 
     @property
     def policy_type(self) -> PolicyType:
@@ -524,6 +538,7 @@ _SETTINGS: Dict[str, Tuple[Any, Tuple[PolicyType, ...]]] = {
     "max_keys": (DEFAULT_MAX_KEYS, (PolicyType.Manual,)),
     "blocks_per_worker": (DEFAULT_BLOCKS_PER_WORKER, (PolicyType.CacheAware,)),
     "cache_threshold": (DEFAULT_CACHE_THRESHOLD, (PolicyType.CacheAware,)),
+    "hit_wait_factor": (0.0, (PolicyType.CacheAware,)),
 }
 
 
@@ -531,7 +546,7 @@ def resolve_policy(policy: Any, **settings: Any) -> PolicyConfig:
     """The typed config of ``policy`` (a :class:`PolicyType`, a policy name or a typed config)
     with the settings given next to it (``max_load_skew``, ``min_load_gap``, ``hash_ring``,
     ``spill_target``, ``key_memory``, ``seed``, ``assignment_mode``, ``max_keys``,
-    ``blocks_per_worker``, ``cache_threshold``, ``balance_by``; None: the default).
+    ``blocks_per_worker``, ``cache_threshold``, ``balance_by``, ``hit_wait_factor``; None: the default).
 
     A setting the policy does not have is accepted and ignored, as ``sglang_router`` does, so
     that a launcher can switch ``--policy`` while passing the same flags; one

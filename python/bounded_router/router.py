@@ -137,6 +137,10 @@ class Router:
         balance_by: ``bounded_consistent_hashing`` and ``cache_aware``: the load the bound
             weighs, ``"in_flight"`` (default) or ``"prefill"``, the leases not yet past their
             first token (:meth:`Lease.first_token`; docs/contract.md, "Prefill load").
+        hit_wait_factor: ``cache_aware`` with ``balance_by="prefill"``: a prefix hit stays on its
+            worker only while that worker's prefill load exceeds the least by at most this many
+            times the weight of the blocks found there (default 0: always; docs/contract.md,
+            "Prefill load", rule 5).
         health_check: a :class:`HealthCheckConfig` (or True for its defaults) to probe the
             workers from the library's own threads; None (default) probes nothing.
         circuit_breaker: a :class:`CircuitBreakerConfig`; None (default) its defaults, False
@@ -170,6 +174,7 @@ class Router:
         blocks_per_worker: Optional[int] = None,
         cache_threshold: Optional[float] = None,
         balance_by: Optional[str] = None,
+        hit_wait_factor: Optional[float] = None,
         health_check: Union[HealthCheckConfig, bool, None] = None,
         circuit_breaker: Union[CircuitBreakerConfig, bool, None] = None,
         kv_events: Optional[Mapping[str, str]] = None,
@@ -188,6 +193,7 @@ class Router:
             blocks_per_worker=blocks_per_worker,
             cache_threshold=cache_threshold,
             balance_by=balance_by,
+            hit_wait_factor=hit_wait_factor,
         )
         if isinstance(virtual_nodes, bool) or not isinstance(virtual_nodes, int):
             raise ValueError("virtual_nodes must be an integer, got %r" % (virtual_nodes,))
@@ -242,6 +248,7 @@ class Router:
             blocks_per_worker=args.blocks_per_worker,
             cache_threshold=args.cache_threshold,
             balance_by=args.balance_by,
+            hit_wait_factor=args.hit_wait_factor,
             health_check=args.health_check_config() if probe else None,
             circuit_breaker=args.circuit_breaker_config(),
         )

@@ -86,10 +86,11 @@ HEADER_VALUES: List[Any] = [
 # A policy name, or name/assignment_mode/max_keys for manual; "+session" makes the router read
 # the key from X-Session-Id, then X-SMG-Routing-Key (routing_key_headers).
 # cache_aware/T sets its cache_threshold to T (else the default, 0.3); "@prefill" sets balance_by
-# to prefill (contract: "Prefill load").
+# to prefill (contract: "Prefill load"), "@prefill~F" its hit_wait_factor to F too (rule 5).
 POLICIES = ["bounded_consistent_hashing"] * 3 + ["cache_aware", "cache_aware/0", "cache_aware/0.6"] + [
     "bounded_consistent_hashing@prefill",
     "cache_aware@prefill",
+    "cache_aware@prefill~2",
     "consistent_hashing",
     "random",
     "round_robin",
@@ -158,8 +159,11 @@ class Differential:
         kwargs: dict = {}
         policy, _, session = policy.partition("+")
         policy, _, measure = policy.partition("@")
+        measure, _, hit_wait = measure.partition("~")
         if measure:
             kwargs["balance_by"] = measure
+        if hit_wait:
+            kwargs["hit_wait_factor"] = float(hit_wait)
         if session:
             kwargs["routing_key_headers"] = SESSION_HEADERS
         if policy == "bounded_consistent_hashing":

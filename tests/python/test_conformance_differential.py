@@ -163,11 +163,12 @@ def test_cache_aware_sequences_match_the_model():
     tree of shared prefixes (so matches of every depth happen), weights, releases, membership and
     health changes, against the model's plain per-worker OrderedDicts."""
     total, seen = 0, set()
-    for seed in range(6):
+    variants = ("cache_aware", "cache_aware/0", "cache_aware@prefill", "cache_aware@prefill~2")  # SMG's threshold, none, the prefill load, its hit wait
+    for seed in range(8):
         rng = random.Random(1000 + seed)
         workers, _, skew, gap, vnodes, ring, _, _ = random_config(rng)
         workers = workers or URLS[:3]
-        policy = ("cache_aware", "cache_aware/0", "cache_aware@prefill")[seed % 3]  # SMG's threshold, none, the prefill load
+        policy = variants[seed % len(variants)]
         config = (workers, policy, skew, gap, vnodes, ring, "clockwise", 0)
         operations, branches = run_sequence(config, [random_operation(rng) for _ in range(SEEDED_LENGTH)])
         total += operations

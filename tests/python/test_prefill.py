@@ -8,6 +8,7 @@ import asyncio
 from typing import AsyncIterator, List
 
 import pytest
+from reference_model import fmix64
 from support import model_of, parse_metrics, urls
 
 from bounded_router import BoundedConsistentHashingConfig, CacheAwareConfig, Router
@@ -136,6 +137,48 @@ def test_cache_aware_by_prefill_vectors() -> None:
         assert len(held) == 4 and router.leaked_leases() == 0
 
 
+@pytest.mark.parametrize(
+    "factor, weight, waiting, stays",
+    [
+        (2.0, 400, [600], True),  # 600 is not over 2 x 400 x 3/4
+        (2.0, 400, [601], False),
+        (0.0, 400, [601], True),  # off: the documented rule
+        (2.0, None, [1], True),  # no weight: 1: 2 x 1 x 3/4 = 1.5
+        (2.0, None, [1, 1], False),
+    ],
+)
+def test_hit_wait_vectors(factor: float, weight: object, waiting: List[int], stays: bool) -> None:
+    # docs/contract.md, "Prefill load", rule 5: w1 holds [1,2,3]; [1,2,3,4] matches 3 of 4 blocks.
+    w = urls(4)
+    config = CacheAwareConfig(max_load_skew=1.0, min_load_gap=1 << 20, blocks_per_worker=64, balance_by="prefill", hit_wait_factor=factor)
+    with Router(w, config) as router:
+        router.route(headers={"X-SMG-Target-Worker": "1"}, prefix_blocks=[1, 2, 3]).release()
+        held = [router.acquire(w[1], weight=n) for n in waiting]
+        decision = router.route(prefix_blocks=[1, 2, 3, 4], weight=weight)  # type: ignore[arg-type]
+        decision.release()
+        if stays:
+            assert (decision.branch, decision.worker_url) == ("cache_aware_prefix_hit", w[1])
+        else:
+            # A miss: the ring walk from fmix64 of the first unmatched block, among w0, w2, w3.
+            want = next(u for u in model_of(router).clockwise_from(fmix64(4)) if u != w[1])
+            assert (decision.branch, decision.worker_url) == ("cache_aware_balance", want)
+        for lease in held:
+            lease.release()
+
+
+def test_hit_wait_factor_is_validated() -> None:
+    assert CacheAwareConfig(balance_by="prefill", hit_wait_factor=6).to_dict()["hit_wait_factor"] == 6.0
+    with pytest.raises(ValueError, match="hit_wait_factor applies only with balance_by prefill, got balance_by in_flight"):
+        CacheAwareConfig(hit_wait_factor=6)
+    for bad in (-1, float("nan"), float("inf"), True, "6"):
+        with pytest.raises(ValueError, match="hit_wait_factor must be a finite number >= 0"):
+            CacheAwareConfig(balance_by="prefill", hit_wait_factor=bad)  # type: ignore[arg-type]
+    with Router(urls(2), "cache_aware", balance_by="prefill", hit_wait_factor=6) as router:
+        assert router.policy == CacheAwareConfig(balance_by="prefill", hit_wait_factor=6)
+    with pytest.warns(UserWarning, match="hit_wait_factor=6: no effect with policy least_load"):
+        Router(urls(2), "least_load", hit_wait_factor=6).close()
+
+
 def test_the_balance_by_flag() -> None:
     import argparse
 
@@ -148,3 +191,6 @@ def test_the_balance_by_flag() -> None:
         assert router.policy.balance_by == "prefill"
     with pytest.raises(SystemExit):
         parser.parse_args(["--balance-by", "waiting"])
+    flags = ["--worker-urls", urls(1)[0], "--policy", "cache_aware", "--balance-by", "prefill", "--hit-wait-factor", "6"]
+    with Router.from_args(RouterArgs.from_cli_args(parser.parse_args(flags))) as router:
+        assert router.policy == CacheAwareConfig(balance_by="prefill", hit_wait_factor=6)

@@ -227,6 +227,15 @@ def _parser() -> argparse.ArgumentParser:
         "(docs/contract.md, \"Prefill load\") (default %s)" % BALANCE_BY[0],
     )
     pol.add_argument(
+        "--cache-aware-hit-wait-factor",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="hit_wait_factor of the cache_aware rows (with --cache-aware-balance-by prefill): a prefix hit "
+        "stays only while its worker's prefill load exceeds the least by at most F times the weight of its "
+        "matched blocks (docs/contract.md, \"Prefill load\", rule 5; default 0: every hit stays)",
+    )
+    pol.add_argument(
         "--cache-aware-weights",
         choices=WEIGHTS,
         default="requests",
@@ -297,6 +306,7 @@ def replay_policies(
     cache_aware_skew: float = DEFAULT_CACHE_AWARE_SKEW,
     blocks_per_worker: Optional[int] = None,
     cache_aware_balance_by: str = BALANCE_BY[0],
+    cache_aware_hit_wait_factor: float = 0.0,
     cache_aware_weights: str = "requests",
     balance_by: str = BALANCE_BY[0],
     cache_aware_events: bool = False,
@@ -326,6 +336,7 @@ def replay_policies(
             keyed=keyed,
             events=events,
             balance_by=cache_aware_balance_by,
+            hit_wait_factor=cache_aware_hit_wait_factor,
             weights=cache_aware_weights,
         )
         for events in ([False, True] if cache_aware_events else [False])
@@ -402,6 +413,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             cache_aware_skew=args.cache_aware_skew,
             blocks_per_worker=args.blocks_per_worker,
             cache_aware_balance_by=args.cache_aware_balance_by,
+            cache_aware_hit_wait_factor=args.cache_aware_hit_wait_factor,
             cache_aware_weights=args.cache_aware_weights,
             balance_by=args.balance_by,
             cache_aware_events=args.events_delay_ms is not None,

@@ -51,8 +51,9 @@ class ReplayPolicy:
     ``bounded_consistent_hashing`` too) to ``cache_aware`` too, and ``blocks_per_worker`` and
     ``keyed`` (route with the routing key as well as the blocks) and ``events`` (each router also
     learns the blocks the simulated workers report storing and evicting, after
-    ``ReplayConfig.events_delay_ms``) to ``cache_aware`` only (``blocks_per_worker`` None: each
-    simulated worker's cache capacity); ``margin`` to the oracle.
+    ``ReplayConfig.events_delay_ms``) and ``hit_wait_factor`` (with ``balance_by="prefill"``) to
+    ``cache_aware`` only (``blocks_per_worker`` None: each simulated worker's cache capacity);
+    ``margin`` to the oracle.
     """
 
     policy: str
@@ -66,6 +67,7 @@ class ReplayPolicy:
     keyed: bool = False
     balance_by: str = "in_flight"
     events: bool = False
+    hit_wait_factor: float = 0.0
 
     def __post_init__(self) -> None:
         if self.policy not in _LIBRARY + ("oracle",):
@@ -79,8 +81,8 @@ class ReplayPolicy:
                 raise ValueError("the oracle's margin must be an integer >= 0, got %r" % (self.margin,))
         elif self.margin is not None:
             raise ValueError("margin applies only to the oracle, not %s" % self.policy)
-        if (self.blocks_per_worker is not None or self.keyed or self.events) and self.policy != "cache_aware":
-            raise ValueError("blocks_per_worker, keyed and events apply only to cache_aware, not %s" % self.policy)
+        if (self.blocks_per_worker is not None or self.keyed or self.events or self.hit_wait_factor) and self.policy != "cache_aware":
+            raise ValueError("blocks_per_worker, keyed, events and hit_wait_factor apply only to cache_aware, not %s" % self.policy)
         if self.balance_by != "in_flight" and self.policy not in ("bounded_consistent_hashing", "cache_aware"):
             raise ValueError("balance_by applies only to bounded_consistent_hashing and cache_aware, not %s" % self.policy)
         if self.policy == "cache_aware":
@@ -111,7 +113,11 @@ class ReplayPolicy:
             assert self.max_load_skew is not None and self.min_load_gap is not None
             blocks = cache_blocks if self.blocks_per_worker is None else self.blocks_per_worker
             config = CacheAwareConfig(
-                max_load_skew=self.max_load_skew, min_load_gap=self.min_load_gap, blocks_per_worker=blocks, balance_by=self.balance_by
+                max_load_skew=self.max_load_skew,
+                min_load_gap=self.min_load_gap,
+                blocks_per_worker=blocks,
+                balance_by=self.balance_by,
+                hit_wait_factor=self.hit_wait_factor,
             )
             return Router(urls, config)
         spec = self.library_spec()
@@ -130,6 +136,7 @@ class ReplayPolicy:
             extra += " keyed" if self.keyed else ""
             extra += " events" if self.events else ""
             extra += " load=prefill" if self.balance_by == "prefill" else ""
+            extra += " hit_wait=%g" % self.hit_wait_factor if self.hit_wait_factor else ""
             extra += " weights=tokens" if self.weights == "tokens" else ""
             return "cache_aware gap=%d skew=%g%s" % (self.min_load_gap or 0, self.max_load_skew or 0, extra)
         if self.policy == "oracle":

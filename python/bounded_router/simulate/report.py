@@ -211,6 +211,7 @@ def replay_options(p: "ReplayPolicy") -> List[str]:
     options = ([] if p.spill_target == "clockwise" else [p.spill_target]) + (["memory %d" % p.key_memory] if p.key_memory else [])
     options += ["token weights"] if p.weights == "tokens" else []
     options += ["prefill load"] if p.balance_by == "prefill" else []
+    options += ["hit wait %g" % p.hit_wait_factor] if p.hit_wait_factor else []
     options += ["blocks %d" % p.blocks_per_worker] if p.blocks_per_worker is not None else []
     return options + (["keyed"] if p.keyed else []) + (["events"] if p.events else [])
 
