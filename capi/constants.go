@@ -107,7 +107,7 @@ func constants() map[string]any {
 			"key_memory": defaults.Policy.KeyMemory, "assignment_mode": core.AssignRandom.String(),
 			"max_keys": core.DefaultMaxKeys, "routing_key_headers": core.DefaultRoutingKeyHeaders(),
 			"blocks_per_worker": core.DefaultBlocksPerWorker, "cache_threshold": core.DefaultCacheThreshold,
-			"balance_by": defaults.Policy.BalanceBy.String(),
+			"balance_by": defaults.Policy.BalanceBy.String(), "hit_wait_factor": defaults.Policy.CacheAware.HitWaitFactor,
 		},
 		"assignment_modes": core.AssignmentModeNames(),
 		"spill_targets":    core.SpillTargetNames(),

@@ -189,7 +189,7 @@ def _check_cache_threshold(value: Any) -> float:
 
 
 def _check_hit_wait_factor(value: Any, balance_by: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and value >= 0):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and float(value) >= 0):
         raise ValueError("hit_wait_factor must be a finite number >= 0, got %r" % (value,))
     if value and balance_by != "prefill":
         raise ValueError("hit_wait_factor applies only with balance_by prefill, got balance_by %s" % balance_by)

@@ -95,6 +95,7 @@ def test_python_defaults_are_the_library_defaults(constants):
     assert policy.SPILL_TARGETS[0] == defaults["spill_target"] and defaults["key_memory"] == 0
     assert policy.MAX_KEY_MEMORY == constants["limits"]["max_key_memory"]
     assert policy.BALANCE_BY == tuple(constants["balance_by"]) and policy.BALANCE_BY[0] == defaults["balance_by"]
+    assert policy.CacheAwareConfig().hit_wait_factor == defaults["hit_wait_factor"]
     assert BoundedConsistentHashingConfig() == BoundedConsistentHashingConfig(defaults["max_load_skew"], defaults["min_load_gap"])
     args = RouterArgs()
     assert (args.policy, args.max_load_skew, args.min_load_gap, args.virtual_nodes) == (
