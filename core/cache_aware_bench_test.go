@@ -54,6 +54,30 @@ func BenchmarkCacheAwareRouteRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkCacheAwareHitWait is BenchmarkCacheAwareRouteRelease's request under balance_by
+// prefill with hit_wait_factor off and at 6 (docs/contract.md, "Prefill load", rule 5): the
+// factor reads the least prefill load on every hit, a scan of the spillable workers the gap test
+// makes only when the relative test fires.
+func BenchmarkCacheAwareHitWait(b *testing.B) {
+	const conversations = 64
+	keys := benchKeys(conversations)
+	for _, n := range []int{8, 64, 1024} {
+		for _, factor := range []float64{0, 6} {
+			b.Run(fmt.Sprintf("workers=%d/hit_wait_factor=%g", n, factor), func(b *testing.B) {
+				policy := cachePolicy(1.0, 131072, DefaultBlocksPerWorker)
+				policy.BalanceBy, policy.CacheAware.HitWaitFactor = LoadPrefill, factor
+				r := newBenchRouterWith(b, policy, n, loadsIdle)
+				run := warmConversations(r, keys, benchConversations(conversations, 16))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					run(i)
+				}
+			})
+		}
+	}
+}
+
 // BenchmarkCacheAwareIndexMemory reports the heap bytes per indexed (worker, block) pair: 64
 // workers whose indexes are filled to blocks_per_worker with distinct blocks.
 func BenchmarkCacheAwareIndexMemory(b *testing.B) {
