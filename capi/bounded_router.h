@@ -119,7 +119,8 @@ int64_t br_constants_json(char *buf, size_t capacity);
  * "min_load_gap": 2}}, and stores its handle in *out_router. Other policies: "random" (setting
  * "seed"), "round_robin", "consistent_hashing", "power_of_two", "least_load", "manual" (settings
  * "assignment_mode", "max_keys"), "cache_aware" (settings "max_load_skew", "min_load_gap",
- * "blocks_per_worker", "cache_threshold" and "hash_ring"; docs/contract.md, "cache_aware"); SMG's "bucket",
+ * "blocks_per_worker", "cache_threshold", "hash_ring", "balance_by" and "hit_wait_factor";
+ * docs/contract.md, "cache_aware", "Prefill load"); SMG's "bucket",
  * "prefix_hash", "passthrough" are refused as not implemented. "routing_key_headers": [...] names
  * the headers of the routing key (docs/contract.md, "Inputs and precedence"). */
 int32_t br_router_new(const char *config_json, size_t config_len, uint64_t *out_router);

@@ -55,18 +55,27 @@ func BenchmarkCacheAwareRouteRelease(b *testing.B) {
 }
 
 // BenchmarkCacheAwareHitWait is BenchmarkCacheAwareRouteRelease's request under balance_by
-// prefill with hit_wait_factor off and at 6 (docs/contract.md, "Prefill load", rule 5): the
-// factor reads the least prefill load on every hit, a scan of the spillable workers the gap test
-// makes only when the relative test fires.
+// prefill with hit_wait_factor off and at 6 (docs/contract.md, "Prefill load", rule 5). Idle, a
+// hit is within its allowance and costs a comparison; queued (every worker holds a lease of 2^20
+// not started, the gap is out of reach), every hit's queue is over its allowance, so it reads the
+// least prefill load, a scan of the spillable workers (and stays: the queues are equal).
 func BenchmarkCacheAwareHitWait(b *testing.B) {
 	const conversations = 64
 	keys := benchKeys(conversations)
 	for _, n := range []int{8, 64, 1024} {
-		for _, factor := range []float64{0, 6} {
-			b.Run(fmt.Sprintf("workers=%d/hit_wait_factor=%g", n, factor), func(b *testing.B) {
-				policy := cachePolicy(1.0, 131072, DefaultBlocksPerWorker)
-				policy.BalanceBy, policy.CacheAware.HitWaitFactor = LoadPrefill, factor
+		for _, c := range []struct {
+			loads  string
+			factor float64
+		}{{"idle", 0}, {"idle", 6}, {"queued", 0}, {"queued", 6}} {
+			b.Run(fmt.Sprintf("workers=%d/%s/hit_wait_factor=%g", n, c.loads, c.factor), func(b *testing.B) {
+				policy := cachePolicy(1.0, 1<<40, DefaultBlocksPerWorker)
+				policy.BalanceBy, policy.CacheAware.HitWaitFactor = LoadPrefill, c.factor
 				r := newBenchRouterWith(b, policy, n, loadsIdle)
+				for i := 0; c.loads == "queued" && i < n; i++ {
+					if _, _, err := r.AcquireWeighted(r.Workers()[i].URL, nil, 1<<20); err != nil {
+						b.Fatal(err)
+					}
+				}
 				run := warmConversations(r, keys, benchConversations(conversations, 16))
 				b.ReportAllocs()
 				b.ResetTimer()

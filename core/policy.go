@@ -97,7 +97,7 @@ type CacheAwareSettings struct {
 	CacheThreshold float64
 	// HitWaitFactor, under balance_by prefill, keeps a prefix hit on its worker only while that
 	// worker's prefill load exceeds the least by at most this many times the weight of the blocks
-	// found there (docs/contract.md, "Prefill load", rule 4); 0, the default, always keeps it.
+	// found there (docs/contract.md, "Prefill load", rule 5); 0, the default, always keeps it.
 	HitWaitFactor float64
 }
 

@@ -267,13 +267,16 @@ func TestCacheAwareHitWaitFactor(t *testing.T) {
 		factor  float64
 		weight  int64 // of the request; its blocks matched weigh weight * 3 / 4
 		waiting []int64
+		others  int64 // one waiting lease of this weight on w0, w2 and w3 when not 0: the least
 		stays   bool
 	}{
-		{"token weights: 600 queued is 2 x 300 matched, kept", 2, 400, []int64{600}, true},
-		{"token weights: 601 queued is over 2 x 300, a miss", 2, 400, []int64{601}, false},
-		{"the factor off (0) keeps the documented rule", 0, 400, []int64{601}, true},
-		{"unit weights: 1 queued is under 2 x 0.75, kept", 2, 0, []int64{1}, true},
-		{"unit weights: 2 queued is over 2 x 0.75, a miss", 2, 0, []int64{1, 1}, false},
+		{"token weights: 600 queued is 2 x 300 matched, kept", 2, 400, []int64{600}, 0, true},
+		{"token weights: 601 queued is over 2 x 300, a miss", 2, 400, []int64{601}, 0, false},
+		{"the factor off (0) keeps the documented rule", 0, 400, []int64{601}, 0, true},
+		{"above a least of 100: 700 queued is 600 more, kept", 2, 400, []int64{700}, 100, true},
+		{"above a least of 100: 701 queued is 601 more, a miss", 2, 400, []int64{701}, 100, false},
+		{"unit weights: 1 queued is under 2 x 0.75, kept", 2, 0, []int64{1}, 0, true},
+		{"unit weights: 2 queued is over 2 x 0.75, a miss", 2, 0, []int64{1, 1}, 0, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := prefillCache(1.0, 1<<20)
@@ -283,6 +286,12 @@ func TestCacheAwareHitWaitFactor(t *testing.T) {
 			for _, weight := range c.waiting {
 				_, _, err := r.AcquireWeighted(urls[1], nil, weight)
 				require.NoError(t, err)
+			}
+			for i := 0; c.others > 0 && i < len(urls); i++ {
+				if i != 1 {
+					_, _, err := r.AcquireWeighted(urls[i], nil, c.others)
+					require.NoError(t, err)
+				}
 			}
 			for _, key := range []string{"", string(ref.keyPreferring(t, urls[2]))} {
 				req := prefixRequest(key, 1, 2, 3, 4)
@@ -294,7 +303,8 @@ func TestCacheAwareHitWaitFactor(t *testing.T) {
 					continue
 				}
 				// A miss walks from the key, else from the first unmatched block (4), among the
-				// workers within half a mean lease of the least prefill load (0): w0, w2, w3.
+				// workers within half a mean lease of the least prefill load: w0, w2, w3 (with a
+				// least of 100 the bound is 100 + 1001 / 4 / 2 = 225).
 				want := ref.firstFrom(murmurFinalizer(4), elsewhere)
 				if key != "" {
 					want = ref.firstWhere([]byte(key), elsewhere)

@@ -33,7 +33,8 @@ type Request struct {
 	// empty means absent.
 	ImplicitKey []byte
 	// Weight is what the request's lease counts on its worker's load (for example its prompt
-	// tokens), from 1 to MaxLeaseWeight; 0 means 1. It plays no part in choosing the worker.
+	// tokens), from 1 to MaxLeaseWeight; 0 means 1. It plays no part in choosing the worker,
+	// except under cache_aware's hit_wait_factor (docs/contract.md, "Prefill load", rule 5).
 	Weight int64
 	// PrefixBlocks is the request's prefix as block hashes in order, block i naming the whole
 	// prefix up to and including block i (chained hashes); at most MaxPrefixBlocks. Only

@@ -189,11 +189,15 @@ def _check_cache_threshold(value: Any) -> float:
 
 
 def _check_hit_wait_factor(value: Any, balance_by: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and float(value) >= 0):
+    try:
+        number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+    except OverflowError:  # an int too large for a float
+        number = math.inf
+    if not (math.isfinite(number) and number >= 0):
         raise ValueError("hit_wait_factor must be a finite number >= 0, got %r" % (value,))
     if value and balance_by != "prefill":
         raise ValueError("hit_wait_factor applies only with balance_by prefill, got balance_by %s" % balance_by)
-    return float(value)
+    return number
 
 
 def _check_key_memory(value: Any) -> int:

@@ -9,7 +9,7 @@ from typing import AsyncIterator, List
 
 import pytest
 from reference_model import fmix64
-from support import model_of, parse_metrics, urls
+from support import key_preferring, model_of, parse_metrics, urls
 
 from bounded_router import BoundedConsistentHashingConfig, CacheAwareConfig, Router
 
@@ -151,26 +151,30 @@ def test_hit_wait_vectors(factor: float, weight: object, waiting: List[int], sta
     # docs/contract.md, "Prefill load", rule 5: w1 holds [1,2,3]; [1,2,3,4] matches 3 of 4 blocks.
     w = urls(4)
     config = CacheAwareConfig(max_load_skew=1.0, min_load_gap=1 << 20, blocks_per_worker=64, balance_by="prefill", hit_wait_factor=factor)
-    with Router(w, config) as router:
-        router.route(headers={"X-SMG-Target-Worker": "1"}, prefix_blocks=[1, 2, 3]).release()
-        held = [router.acquire(w[1], weight=n) for n in waiting]
-        decision = router.route(prefix_blocks=[1, 2, 3, 4], weight=weight)  # type: ignore[arg-type]
-        decision.release()
-        if stays:
-            assert (decision.branch, decision.worker_url) == ("cache_aware_prefix_hit", w[1])
-        else:
-            # A miss: the ring walk from fmix64 of the first unmatched block, among w0, w2, w3.
-            want = next(u for u in model_of(router).clockwise_from(fmix64(4)) if u != w[1])
-            assert (decision.branch, decision.worker_url) == ("cache_aware_balance", want)
-        for lease in held:
-            lease.release()
+    for keyed in (False, True):
+        with Router(w, config) as router:
+            router.route(headers={"X-SMG-Target-Worker": "1"}, prefix_blocks=[1, 2, 3]).release()
+            held = [router.acquire(w[1], weight=n) for n in waiting]
+            key = key_preferring(router, w[2]) if keyed else None
+            decision = router.route(key, prefix_blocks=[1, 2, 3, 4], weight=weight)  # type: ignore[arg-type]
+            if stays:
+                assert (decision.branch, decision.worker_url) == ("cache_aware_prefix_hit", w[1])
+            else:
+                # A miss: the ring walk from the key, else from fmix64 of the first unmatched
+                # block, among w0, w2, w3.
+                model = model_of(router)
+                order = model.clockwise(key.encode()) if key else model.clockwise_from(fmix64(4))
+                want = next(u for u in order if u != w[1])
+                assert (decision.branch, decision.worker_url) == ("cache_aware_balance", want)
+            for lease in held + [decision]:
+                lease.release()
 
 
 def test_hit_wait_factor_is_validated() -> None:
     assert CacheAwareConfig(balance_by="prefill", hit_wait_factor=6).to_dict()["hit_wait_factor"] == 6.0
     with pytest.raises(ValueError, match="hit_wait_factor applies only with balance_by prefill, got balance_by in_flight"):
         CacheAwareConfig(hit_wait_factor=6)
-    for bad in (-1, float("nan"), float("inf"), True, "6"):
+    for bad in (-1, float("nan"), float("inf"), True, "6", 10**400):
         with pytest.raises(ValueError, match="hit_wait_factor must be a finite number >= 0"):
             CacheAwareConfig(balance_by="prefill", hit_wait_factor=bad)  # type: ignore[arg-type]
     with Router(urls(2), "cache_aware", balance_by="prefill", hit_wait_factor=6) as router:
