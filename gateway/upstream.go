@@ -25,7 +25,8 @@ import (
 // turns out closed before the worker read anything of it (shouldRetry). A cancelled try (the
 // client left, the waiting list, a timeout) closes its connection. What it does not take goes
 // through fallback, the Transport: https workers, a body over upstreamMaxBody, and a bound on
-// connections per worker (Options.MaxConnsPerHost).
+// connections per worker (Options.MaxConnsPerHost). Contract: Worker failures, "Deadlines and
+// connections".
 type upstream struct {
 	dial        func(ctx context.Context, network, address string) (net.Conn, error)
 	maxIdle     int
