@@ -414,3 +414,36 @@ func TestUpstreamClosesAConnectionIdleTooLong(t *testing.T) {
 		t.Fatal("an expired connection stayed in the pool")
 	}
 }
+
+func TestAWorkerClosingItsKeepAliveConnectionsCostsNoRetry(t *testing.T) {
+	// Contract: Worker failures, "Deadlines and connections": a pooled connection the worker
+	// closed is replaced before it is used; the request reaches the worker once, and no retry or
+	// failure is counted.
+	got, closed := make(chan []byte, 4), make(chan struct{}, 4)
+	addr, accepted := rawWorker(t, func(conn net.Conn) {
+		br := bufio.NewReader(conn)
+		if raw, err := readRaw(br); err == nil {
+			got <- raw
+			io.WriteString(conn, okAnswer) // keep-alive, then closed all the same
+		}
+		conn.Close()
+		closed <- struct{}{}
+	})
+	g := start(t, newRouter(t, "http://"+addr), Options{})
+	for i := 0; i < 3; i++ {
+		req, _ := http.NewRequest("POST", "http://"+g.Addr()+"/v1/completions", strings.NewReader(`{"prompt":"p"}`))
+		if res, body := do(t, req, nil); res.StatusCode != 200 || body != "ok" {
+			t.Fatalf("request %d: %d %q", i, res.StatusCode, body)
+		}
+		<-got
+		<-closed // on loopback the close has reached the gateway's socket when it returns
+	}
+	for reason := range g.retries {
+		if n := g.retries[reason].Load(); n != 0 {
+			t.Fatalf("%d retries for %s", n, retryReasonNames[reason])
+		}
+	}
+	if n := accepted.Load(); n != 3 || len(got) != 0 {
+		t.Fatalf("%d connections and %d more requests, want 3 and none", n, len(got))
+	}
+}
