@@ -102,9 +102,11 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		return res, err
 	}
 	if req.Body != nil {
-		if req.Body, err = req.GetBody(); err != nil {
+		again := *req // a RoundTripper leaves its request as it was given (the Transport copies too)
+		if again.Body, err = req.GetBody(); err != nil {
 			return nil, err
 		}
+		req = &again
 	}
 	if c, err = u.dial1(req.Context(), req.URL.Host); err != nil {
 		return nil, err
