@@ -447,3 +447,41 @@ func TestAWorkerClosingItsKeepAliveConnectionsCostsNoRetry(t *testing.T) {
 		t.Fatalf("%d connections and %d more requests, want 3 and none", n, len(got))
 	}
 }
+
+func TestUpstreamResendsAReplayableRequestTheWorkerDroppedUnanswered(t *testing.T) {
+	// Each connection answers its first request and drops its second one unanswered: a POST with
+	// an Idempotency-Key sent on the pooled connection is sent again, body and all, on a new one.
+	got := make(chan []byte, 4)
+	addr, accepted := rawWorker(t, func(conn net.Conn) {
+		br := bufio.NewReader(conn)
+		for i := 0; i < 2; i++ {
+			raw, err := readRaw(br)
+			if err != nil {
+				return
+			}
+			got <- raw
+			if i == 0 {
+				io.WriteString(conn, okAnswer)
+			}
+		}
+	})
+	u := newUpstream(4)
+	roundTrip(t, u, proxied(t, "GET", addr, ""))
+	<-got
+	req := proxied(t, "POST", addr, "again")
+	req.Header.Set("Idempotency-Key", "k1")
+	body := req.Body
+	if answer := roundTrip(t, u, req); answer != "200 OK ok" {
+		t.Fatal(answer)
+	}
+	first, second := <-got, <-got
+	if !bytes.Equal(first, second) || !bytes.HasSuffix(second, []byte("again")) {
+		t.Fatalf("the resent request differs:\n%q\n%q", first, second)
+	}
+	if n := accepted.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+	if req.Body != body {
+		t.Fatal("the caller's request was changed")
+	}
+}
