@@ -1,0 +1,356 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// upstream is the gateway's transport to its workers over plain HTTP/1.1: it writes a request
+// and reads its response on the calling goroutine, over a keep-alive connection from a bounded
+// pool per worker, where net/http's Transport hands each request to two goroutines of its own
+// (a write loop and a read loop). The bytes on the wire are Request.Write's, the function the
+// Transport writes with, and the rules it keeps are the Transport's: 1xx answers passed to the
+// request's trace (at most max1xx), a bounded response header, a connection given back only
+// after a clean end of its answer, a request retried once on a new connection when a pooled one
+// turns out closed before the worker read anything of it (shouldRetry). A cancelled try (the
+// client left, the waiting list, a timeout) closes its connection. What it does not take goes
+// through fallback, the Transport: https workers, a body over upstreamMaxBody, and a bound on
+// connections per worker (Options.MaxConnsPerHost). Contract: Worker failures, "Deadlines and
+// connections".
+type upstream struct {
+	dial        func(ctx context.Context, network, address string) (net.Conn, error)
+	maxIdle     int
+	idleTimeout time.Duration
+	fallback    *http.Transport
+
+	mu   sync.Mutex
+	idle map[string][]*upstreamConn // worker host:port -> idle connections, most recent last
+}
+
+// upstreamMaxBody is the largest request body upstream writes before it reads: a worker may
+// answer a larger one before reading it all, which the Transport, reading while it writes,
+// returns at once where writing first could block until the worker closes.
+const upstreamMaxBody = 64 << 10
+
+// max1xx bounds the informational responses before the final one, as net/http's Transport does.
+const max1xx = 5
+
+// maxResponseHeader bounds a response's header: the Transport's default MaxResponseHeaderBytes.
+const maxResponseHeader = 10 << 20
+
+// upstreamConn is one connection to a worker, used by one request at a time.
+type upstreamConn struct {
+	u     *upstream
+	host  string
+	conn  net.Conn
+	io    countedConn
+	br    *bufio.Reader
+	bw    *bufio.Writer
+	timer *time.Timer // closes the connection once idle for idleTimeout; nil until first pooled
+}
+
+// countedConn counts what a request wrote and read on its connection and bounds the reading
+// of a response header.
+type countedConn struct {
+	conn          net.Conn
+	written, read int64
+	left          int64 // bytes the header may still take; negative: no bound (the body)
+}
+
+func (c *countedConn) Read(p []byte) (int, error) {
+	if c.left == 0 {
+		return 0, fmt.Errorf("net/http: server response headers exceeded %d bytes; aborted", maxResponseHeader)
+	}
+	if c.left > 0 && int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.conn.Read(p)
+	c.read += int64(n)
+	if c.left > 0 {
+		c.left -= int64(n)
+	}
+	return n, err
+}
+
+func (c *countedConn) Write(p []byte) (int, error) {
+	n, err := c.conn.Write(p)
+	c.written += int64(n)
+	return n, err
+}
+
+func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "http" || req.ContentLength > upstreamMaxBody || u.fallback.MaxConnsPerHost > 0 {
+		return u.fallback.RoundTrip(req)
+	}
+	c, err := u.get(req.Context(), req.URL.Host)
+	if err != nil {
+		return nil, err
+	}
+	reused := c.timer != nil
+	res, err := c.roundTrip(req)
+	if err == nil || !reused || !c.shouldRetry(req) {
+		return res, err
+	}
+	if req.Body != nil {
+		again := *req // a RoundTripper leaves its request as it was given (the Transport copies too)
+		if again.Body, err = req.GetBody(); err != nil {
+			return nil, err
+		}
+		req = &again
+	}
+	if c, err = u.dial1(req.Context(), req.URL.Host); err != nil {
+		return nil, err
+	}
+	return c.roundTrip(req)
+}
+
+// shouldRetry is net/http's Transport's rule for a request that failed on a pooled
+// connection: again on a new one when nothing of it was written and its body can be sent again,
+// or when the worker answered nothing and the request may be replayed (no body or a rewindable
+// one, and an idempotent method or an Idempotency-Key).
+func (c *upstreamConn) shouldRetry(req *http.Request) bool {
+	if req.Context().Err() != nil || (req.Body != nil && req.GetBody == nil) {
+		return false
+	}
+	if c.io.written == 0 {
+		return true
+	}
+	if c.io.read > 0 {
+		return false
+	}
+	switch req.Method {
+	case "GET", "HEAD", "OPTIONS", "TRACE":
+		return true
+	}
+	return req.Header["Idempotency-Key"] != nil || req.Header["X-Idempotency-Key"] != nil
+}
+
+// roundTrip sends req on c and reads its response; the connection is closed on any error.
+func (c *upstreamConn) roundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	stop := context.AfterFunc(ctx, func() { c.conn.Close() })
+	c.io.written, c.io.read, c.io.left = 0, 0, maxResponseHeader
+	err := req.Write(c.bw)
+	if err == nil {
+		err = c.bw.Flush()
+	}
+	var res *http.Response
+	if err == nil {
+		res, err = c.readResponse(req)
+	}
+	if err != nil {
+		stop()
+		c.conn.Close()
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return nil, err
+	}
+	c.io.left = -1
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		res.Body = &switchedConn{c.br, c.conn, stop}
+		return res, nil
+	}
+	body := &upstreamBody{c: c, body: res.Body, stop: stop, keep: !res.Close && !req.Close}
+	if res.Body == http.NoBody {
+		body.done(true)
+	} else {
+		res.Body = body
+	}
+	return res, nil
+}
+
+// readResponse reads the final response, passing the 1xx before it to the request's trace
+// (the ReverseProxy forwards them to the client) as the Transport does.
+func (c *upstreamConn) readResponse(req *http.Request) (*http.Response, error) {
+	trace := httptrace.ContextClientTrace(req.Context())
+	for n := 0; ; n++ {
+		res, err := http.ReadResponse(c.br, req)
+		if err != nil {
+			return nil, err
+		}
+		if res.StatusCode < 100 || res.StatusCode > 199 || res.StatusCode == http.StatusSwitchingProtocols {
+			return res, nil
+		}
+		if n >= max1xx {
+			return nil, errors.New("net/http: too many 1xx informational responses")
+		}
+		c.io.left = maxResponseHeader
+		if trace != nil && trace.Got1xxResponse != nil {
+			if err := trace.Got1xxResponse(res.StatusCode, textproto.MIMEHeader(res.Header)); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// upstreamBody is a response's body: read to its end cleanly, it gives the connection back to
+// the pool; closed early or failed, it closes the connection.
+type upstreamBody struct {
+	c    *upstreamConn
+	body io.ReadCloser
+	stop func() bool // stops the try's cancellation from closing the connection
+	keep bool        // neither side asked to close the connection
+	over bool
+}
+
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	if b.over {
+		return 0, io.EOF
+	}
+	n, err := b.body.Read(p)
+	if err == io.EOF {
+		b.done(true)
+	} else if err != nil {
+		b.done(false)
+	}
+	return n, err
+}
+
+func (b *upstreamBody) Close() error {
+	if !b.over {
+		b.done(false)
+	}
+	return nil
+}
+
+// done gives the connection back after a clean end of the answer with nothing sent after it
+// (an unsolicited byte makes the Transport drop a connection too), else closes it.
+func (b *upstreamBody) done(clean bool) {
+	b.over = true
+	if b.stop() && clean && b.keep && b.c.br.Buffered() == 0 {
+		b.c.u.put(b.c)
+		return
+	}
+	b.c.conn.Close()
+}
+
+// switchedConn is the worker's side of an upgraded connection, which the ReverseProxy copies
+// both ways.
+type switchedConn struct {
+	br   *bufio.Reader
+	conn net.Conn
+	stop func() bool
+}
+
+func (s *switchedConn) Read(p []byte) (int, error)  { return s.br.Read(p) }
+func (s *switchedConn) Write(p []byte) (int, error) { return s.conn.Write(p) }
+func (s *switchedConn) Close() error {
+	s.stop()
+	return s.conn.Close()
+}
+
+// get takes the most recently pooled connection to host that the worker has not closed, or
+// dials one.
+func (u *upstream) get(ctx context.Context, host string) (*upstreamConn, error) {
+	for {
+		u.mu.Lock()
+		list := u.idle[host]
+		if len(list) == 0 {
+			u.mu.Unlock()
+			return u.dial1(ctx, host)
+		}
+		c := list[len(list)-1]
+		list[len(list)-1] = nil
+		u.idle[host] = list[:len(list)-1]
+		u.mu.Unlock()
+		c.timer.Stop()
+		if idleAndOpen(c.conn) {
+			return c, nil
+		}
+		c.conn.Close()
+	}
+}
+
+// idleAndOpen says whether a pooled connection is still open with nothing to read: the
+// Transport's read loop notices a worker closing an idle connection as it happens; without one,
+// a look at the socket (a peek that does not wait) notices it before the connection is used.
+func idleAndOpen(conn net.Conn) bool {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	open := false
+	var buf [1]byte
+	err = raw.Read(func(fd uintptr) bool {
+		_, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		open = err == syscall.EAGAIN // else closed (0 bytes), failed, or bytes nobody asked for
+		return true
+	})
+	return err == nil && open
+}
+
+// dial1 opens a new connection to host.
+func (u *upstream) dial1(ctx context.Context, host string) (*upstreamConn, error) {
+	conn, err := u.dial(ctx, "tcp", host)
+	if err != nil {
+		return nil, err
+	}
+	c := &upstreamConn{u: u, host: host, conn: conn}
+	c.io.conn = conn
+	c.br = bufio.NewReaderSize(&c.io, 4<<10)
+	c.bw = bufio.NewWriterSize(&c.io, 4<<10)
+	return c, nil
+}
+
+// put pools an idle connection, or closes it when the pool of its worker is full.
+func (u *upstream) put(c *upstreamConn) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	list := u.idle[c.host]
+	if len(list) >= u.maxIdle {
+		c.conn.Close()
+		return
+	}
+	if u.idle == nil {
+		u.idle = map[string][]*upstreamConn{}
+	}
+	u.idle[c.host] = append(list, c)
+	if c.timer == nil {
+		c.timer = time.AfterFunc(u.idleTimeout, func() { u.expire(c) })
+	} else {
+		c.timer.Reset(u.idleTimeout)
+	}
+}
+
+// expire closes c if it is still idle.
+func (u *upstream) expire(c *upstreamConn) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	list := u.idle[c.host]
+	for i, idle := range list {
+		if idle == c {
+			u.idle[c.host] = append(list[:i], list[i+1:]...)
+			c.conn.Close()
+			return
+		}
+	}
+}
+
+// CloseIdleConnections closes every idle connection.
+func (u *upstream) CloseIdleConnections() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for host, list := range u.idle {
+		for _, c := range list {
+			c.timer.Stop()
+			c.conn.Close()
+		}
+		delete(u.idle, host)
+	}
+	u.fallback.CloseIdleConnections()
+}

@@ -1,0 +1,487 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// rawWorker is a loopback TCP server whose connections serve handles, each on its own
+// goroutine; the test closes the listener at its end.
+func rawWorker(t *testing.T, serve func(conn net.Conn)) (addr string, accepted *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted = new(atomic.Int32)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			go func() {
+				defer conn.Close()
+				serve(conn)
+			}()
+		}
+	}()
+	return ln.Addr().String(), accepted
+}
+
+// readRaw reads one request's bytes as they arrived: the header, then Content-Length bytes.
+func readRaw(br *bufio.Reader) ([]byte, error) {
+	var raw bytes.Buffer
+	length := 0
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return nil, err
+		}
+		raw.WriteString(line)
+		if name, value, ok := strings.Cut(line, ":"); ok && strings.EqualFold(name, "Content-Length") {
+			length, _ = strconv.Atoi(strings.TrimSpace(value))
+		}
+		if line == "\r\n" {
+			break
+		}
+	}
+	body := make([]byte, length)
+	if _, err := io.ReadFull(br, body); err != nil {
+		return nil, err
+	}
+	raw.Write(body)
+	return raw.Bytes(), nil
+}
+
+// answering serves every request on a connection with answer, and sends what it read to got.
+func answering(answer string, got chan<- []byte) func(net.Conn) {
+	return func(conn net.Conn) {
+		br := bufio.NewReader(conn)
+		for {
+			raw, err := readRaw(br)
+			if err != nil {
+				return
+			}
+			if got != nil {
+				got <- raw
+			}
+			if _, err := io.WriteString(conn, answer); err != nil {
+				return
+			}
+		}
+	}
+}
+
+const okAnswer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+func newUpstream(maxIdle int) *upstream {
+	fallback := &http.Transport{Proxy: nil, DisableCompression: true}
+	return &upstream{dial: (&net.Dialer{Timeout: 5 * time.Second}).DialContext, maxIdle: maxIdle, idleTimeout: time.Minute, fallback: fallback}
+}
+
+// proxied is a request as the gateway's rewrite leaves it: an opaque raw path and query, the
+// client's headers with an empty User-Agent (the ReverseProxy's, so none is added), a body
+// from memory.
+func proxied(t *testing.T, method, addr, body string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+addr+"/", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body == "" {
+		req.Body, req.GetBody, req.ContentLength = nil, nil, 0
+	}
+	req.URL.Opaque, req.URL.RawQuery = "/v1/a%2Fb//c", "x=1&&y"
+	req.Header["User-Agent"] = []string{""}
+	req.Header["X-Smg-Routing-Key"] = []string{"user-1"}
+	req.Header["Content-Type"] = []string{"application/json"}
+	req.Header["X-Twice"] = []string{"a", "b"}
+	return req
+}
+
+func roundTrip(t *testing.T, rt http.RoundTripper, req *http.Request) string {
+	t.Helper()
+	res, err := rt.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Status + " " + string(body)
+}
+
+func TestUpstreamWritesWhatTheTransportWrites(t *testing.T) {
+	// The expected bytes are what net/http's Transport sends for the same request.
+	got := make(chan []byte, 4)
+	addr, _ := rawWorker(t, answering(okAnswer, got))
+	u := newUpstream(4)
+	for _, c := range []struct{ method, body string }{{"POST", `{"prompt":"hi"}`}, {"GET", ""}, {"DELETE", ""}} {
+		if answer := roundTrip(t, u.fallback, proxied(t, c.method, addr, c.body)); answer != "200 OK ok" {
+			t.Fatalf("Transport: %q", answer)
+		}
+		want := <-got
+		if answer := roundTrip(t, u, proxied(t, c.method, addr, c.body)); answer != "200 OK ok" {
+			t.Fatalf("upstream: %q", answer)
+		}
+		if sent := <-got; !bytes.Equal(sent, want) {
+			t.Fatalf("%s: upstream wrote\n%q\nthe Transport\n%q", c.method, sent, want)
+		}
+	}
+}
+
+func TestUpstreamKeepsAConnectionOnlyAfterACleanEnd(t *testing.T) {
+	addr, accepted := rawWorker(t, answering(okAnswer, nil))
+	u := newUpstream(4)
+	roundTrip(t, u, proxied(t, "GET", addr, ""))
+	roundTrip(t, u, proxied(t, "POST", addr, "body"))
+	if n := accepted.Load(); n != 1 {
+		t.Fatalf("two requests read to their end took %d connections, want 1", n)
+	}
+	res, err := u.RoundTrip(proxied(t, "GET", addr, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close() // before the end: the connection cannot be reused
+	roundTrip(t, u, proxied(t, "GET", addr, ""))
+	if n := accepted.Load(); n != 2 {
+		t.Fatalf("after an early close: %d connections, want 2", n)
+	}
+}
+
+func TestUpstreamGivesBackAConnectionOnlyWhenNothingFollowsTheAnswer(t *testing.T) {
+	for _, c := range []struct {
+		answer string
+		pooled int
+	}{
+		{"HTTP/1.1 204 No Content\r\n\r\n", 1}, // no body: back at once
+		{"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", 0},
+		{okAnswer + "HTTP/1.1 200 OK\r\n", 0}, // bytes nobody asked for
+		{"HTTP/1.0 200 OK\r\n\r\nok", 0},      // a body that ends with the connection
+	} {
+		addr, _ := rawWorker(t, func(conn net.Conn) {
+			br := bufio.NewReader(conn)
+			if _, err := readRaw(br); err == nil {
+				io.WriteString(conn, c.answer)
+			}
+			if strings.HasPrefix(c.answer, "HTTP/1.0") {
+				return
+			}
+			readRaw(br) // hold the connection open until the client closes it
+		})
+		u := newUpstream(4)
+		roundTrip(t, u, proxied(t, "GET", addr, ""))
+		u.mu.Lock()
+		pooled := len(u.idle[addr])
+		u.mu.Unlock()
+		if pooled != c.pooled {
+			t.Errorf("%q: %d pooled connections, want %d", c.answer, pooled, c.pooled)
+		}
+		u.CloseIdleConnections()
+	}
+}
+
+func TestUpstreamPoolsAtMostMaxIdleConnectionsPerWorker(t *testing.T) {
+	arrived, release := make(chan struct{}, 3), make(chan struct{})
+	addr, _ := rawWorker(t, func(conn net.Conn) {
+		br := bufio.NewReader(conn)
+		for {
+			if _, err := readRaw(br); err != nil {
+				return
+			}
+			arrived <- struct{}{}
+			<-release
+			io.WriteString(conn, okAnswer)
+		}
+	})
+	u := newUpstream(2)
+	done := make(chan string, 3)
+	for i := 0; i < 3; i++ {
+		go func() {
+			res, err := u.RoundTrip(proxied(t, "GET", addr, ""))
+			if err != nil {
+				done <- err.Error()
+				return
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			done <- string(body)
+		}()
+	}
+	for i := 0; i < 3; i++ {
+		<-arrived // three requests at once: three connections
+	}
+	close(release)
+	for i := 0; i < 3; i++ {
+		if got := <-done; got != "ok" {
+			t.Fatal(got)
+		}
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if n := len(u.idle[addr]); n != 2 {
+		t.Fatalf("%d idle connections pooled, want max_idle_conns_per_host = 2", n)
+	}
+}
+
+func TestUpstreamCancellingATryClosesItsConnection(t *testing.T) {
+	received, closed := make(chan struct{}), make(chan struct{})
+	addr, _ := rawWorker(t, func(conn net.Conn) {
+		br := bufio.NewReader(conn)
+		readRaw(br)
+		close(received)
+		br.ReadByte() // returns when the gateway closes the connection; no answer is ever sent
+		close(closed)
+	})
+	u := newUpstream(4)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	req := proxied(t, "POST", addr, "body").WithContext(ctx)
+	result := make(chan error, 1)
+	go func() {
+		_, err := u.RoundTrip(req)
+		result <- err
+	}()
+	<-received // the try waits for its answer
+	cancel(errWorkerDown)
+	if err := <-result; err != errWorkerDown {
+		t.Fatalf("a cancelled try returned %v, want its context's cause", err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second): // a bound on the wait, not a measurement
+		t.Fatal("the worker's connection stayed open after the try was cancelled")
+	}
+}
+
+func TestUpstreamDialsAgainWhenThePooledConnectionWasClosed(t *testing.T) {
+	// The worker answers one request per connection, keep-alive, then closes the connection:
+	// the next request, a POST (which the Transport does not resend once written), must go on a
+	// new connection and reach the worker once.
+	got := make(chan []byte, 4)
+	addr, accepted := rawWorker(t, func(conn net.Conn) {
+		br := bufio.NewReader(conn)
+		if raw, err := readRaw(br); err == nil {
+			got <- raw
+			io.WriteString(conn, okAnswer)
+		}
+	})
+	u := newUpstream(4)
+	roundTrip(t, u, proxied(t, "POST", addr, "first"))
+	<-got
+	// Wait (bounded) until the worker's close is visible on the pooled connection.
+	for i := 0; i < 1000; i++ {
+		u.mu.Lock()
+		c := u.idle[addr][0]
+		u.mu.Unlock()
+		if !idleAndOpen(c.conn) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if answer := roundTrip(t, u, proxied(t, "POST", addr, "second")); answer != "200 OK ok" {
+		t.Fatal(answer)
+	}
+	if raw := <-got; !bytes.HasSuffix(raw, []byte("second")) {
+		t.Fatalf("the worker got %q", raw)
+	}
+	if n := accepted.Load(); n != 2 || len(got) != 0 {
+		t.Fatalf("%d connections and %d more requests, want 2 and none", n, len(got))
+	}
+}
+
+func TestUpstreamRetriesAsTheTransportDoes(t *testing.T) {
+	// net/http's shouldRetryRequest for a request that failed on a reused connection.
+	withKey := func(req *http.Request) *http.Request { req.Header.Set("Idempotency-Key", "1"); return req }
+	noRewind := func(req *http.Request) *http.Request { req.GetBody = nil; return req }
+	for _, c := range []struct {
+		name          string
+		req           *http.Request
+		written, read int64
+		want          bool
+	}{
+		{"POST, nothing written", proxied(t, "POST", "w", "b"), 0, 0, true},
+		{"POST written, nothing read", proxied(t, "POST", "w", "b"), 100, 0, false},
+		{"POST with an Idempotency-Key, nothing read", withKey(proxied(t, "POST", "w", "b")), 100, 0, true},
+		{"GET written, nothing read", proxied(t, "GET", "w", ""), 100, 0, true},
+		{"GET, part of an answer read", proxied(t, "GET", "w", ""), 100, 5, false},
+		{"POST without GetBody, nothing written", noRewind(proxied(t, "POST", "w", "b")), 0, 0, false},
+	} {
+		conn := &upstreamConn{io: countedConn{written: c.written, read: c.read}}
+		if got := conn.shouldRetry(c.req); got != c.want {
+			t.Errorf("%s: retried %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestUpstreamPassesInformationalAnswersToTheTrace(t *testing.T) {
+	hints := "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+	for _, c := range []struct {
+		n1xx    int
+		wantErr string
+	}{{1, ""}, {5, ""}, {6, "too many 1xx informational responses"}} {
+		addr, _ := rawWorker(t, answering(strings.Repeat(hints, c.n1xx)+okAnswer, nil))
+		var seen []string
+		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			seen = append(seen, strconv.Itoa(code)+" "+h.Get("Link"))
+			return nil
+		}}
+		req := proxied(t, "GET", addr, "")
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
+		res, err := newUpstream(4).RoundTrip(req)
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Fatalf("%d 1xx: %v, want %q", c.n1xx, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != 200 || len(seen) != c.n1xx || seen[0] != "103 </style.css>; rel=preload" {
+			t.Fatalf("%d 1xx: status %d, trace saw %q", c.n1xx, res.StatusCode, seen)
+		}
+	}
+}
+
+func TestUpstreamBoundsTheResponseHeader(t *testing.T) {
+	huge := "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", maxResponseHeader) + "\r\n\r\n"
+	addr, _ := rawWorker(t, answering(huge, nil))
+	_, err := newUpstream(4).RoundTrip(proxied(t, "GET", addr, ""))
+	if err == nil || !strings.Contains(err.Error(), "server response headers exceeded 10485760 bytes") {
+		t.Fatalf("a header over the bound: %v", err)
+	}
+}
+
+func TestUpstreamHandsOverAnUpgradedConnection(t *testing.T) {
+	addr, _ := rawWorker(t, func(conn net.Conn) {
+		br := bufio.NewReader(conn)
+		if _, err := readRaw(br); err != nil {
+			return
+		}
+		io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		io.Copy(conn, br) // echoes until the gateway closes
+	})
+	req := proxied(t, "GET", addr, "")
+	req.Header["Connection"], req.Header["Upgrade"] = []string{"Upgrade"}, []string{"echo"}
+	res, err := newUpstream(4).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, ok := res.Body.(io.ReadWriteCloser)
+	if res.StatusCode != http.StatusSwitchingProtocols || !ok {
+		t.Fatalf("status %d, body %T: want 101 and an io.ReadWriteCloser", res.StatusCode, res.Body)
+	}
+	defer rw.Close()
+	io.WriteString(rw, "ping")
+	echo := make([]byte, 4)
+	if _, err := io.ReadFull(rw, echo); err != nil || string(echo) != "ping" {
+		t.Fatalf("echo %q, %v", echo, err)
+	}
+}
+
+func TestUpstreamClosesAConnectionIdleTooLong(t *testing.T) {
+	addr, _ := rawWorker(t, answering(okAnswer, nil))
+	u := newUpstream(4)
+	roundTrip(t, u, proxied(t, "GET", addr, ""))
+	u.mu.Lock()
+	c := u.idle[addr][0]
+	u.mu.Unlock()
+	u.expire(c) // what its idle timer calls
+	if _, err := c.conn.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("an expired connection reads %v, want it closed", err)
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.idle[addr]) != 0 {
+		t.Fatal("an expired connection stayed in the pool")
+	}
+}
+
+func TestAWorkerClosingItsKeepAliveConnectionsCostsNoRetry(t *testing.T) {
+	// Contract: Worker failures, "Deadlines and connections": a pooled connection the worker
+	// closed is replaced before it is used; the request reaches the worker once, and no retry or
+	// failure is counted.
+	got, closed := make(chan []byte, 4), make(chan struct{}, 4)
+	addr, accepted := rawWorker(t, func(conn net.Conn) {
+		br := bufio.NewReader(conn)
+		if raw, err := readRaw(br); err == nil {
+			got <- raw
+			io.WriteString(conn, okAnswer) // keep-alive, then closed all the same
+		}
+		conn.Close()
+		closed <- struct{}{}
+	})
+	g := start(t, newRouter(t, "http://"+addr), Options{})
+	for i := 0; i < 3; i++ {
+		req, _ := http.NewRequest("POST", "http://"+g.Addr()+"/v1/completions", strings.NewReader(`{"prompt":"p"}`))
+		if res, body := do(t, req, nil); res.StatusCode != 200 || body != "ok" {
+			t.Fatalf("request %d: %d %q", i, res.StatusCode, body)
+		}
+		<-got
+		<-closed // on loopback the close has reached the gateway's socket when it returns
+	}
+	for reason := range g.retries {
+		if n := g.retries[reason].Load(); n != 0 {
+			t.Fatalf("%d retries for %s", n, retryReasonNames[reason])
+		}
+	}
+	if n := accepted.Load(); n != 3 || len(got) != 0 {
+		t.Fatalf("%d connections and %d more requests, want 3 and none", n, len(got))
+	}
+}
+
+func TestUpstreamResendsAReplayableRequestTheWorkerDroppedUnanswered(t *testing.T) {
+	// Each connection answers its first request and drops its second one unanswered: a POST with
+	// an Idempotency-Key sent on the pooled connection is sent again, body and all, on a new one.
+	got := make(chan []byte, 4)
+	addr, accepted := rawWorker(t, func(conn net.Conn) {
+		br := bufio.NewReader(conn)
+		for i := 0; i < 2; i++ {
+			raw, err := readRaw(br)
+			if err != nil {
+				return
+			}
+			got <- raw
+			if i == 0 {
+				io.WriteString(conn, okAnswer)
+			}
+		}
+	})
+	u := newUpstream(4)
+	roundTrip(t, u, proxied(t, "GET", addr, ""))
+	<-got
+	req := proxied(t, "POST", addr, "again")
+	req.Header.Set("Idempotency-Key", "k1")
+	body := req.Body
+	if answer := roundTrip(t, u, req); answer != "200 OK ok" {
+		t.Fatal(answer)
+	}
+	first, second := <-got, <-got
+	if !bytes.Equal(first, second) || !bytes.HasSuffix(second, []byte("again")) {
+		t.Fatalf("the resent request differs:\n%q\n%q", first, second)
+	}
+	if n := accepted.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+	if req.Body != body {
+		t.Fatal("the caller's request was changed")
+	}
+}
