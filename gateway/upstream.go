@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"net/url"
 	"sync"
 	"syscall"
 	"time"
@@ -34,7 +35,7 @@ type upstream struct {
 	fallback    *http.Transport
 
 	mu   sync.Mutex
-	idle map[string][]*upstreamConn // worker host:port -> idle connections, most recent last
+	idle map[string][]*upstreamConn // worker host:port (dialAddress) -> idle connections, most recent last
 }
 
 // upstreamMaxBody is the largest request body upstream writes before it reads: a worker may
@@ -51,7 +52,7 @@ const maxResponseHeader = 10 << 20
 // upstreamConn is one connection to a worker, used by one request at a time.
 type upstreamConn struct {
 	u     *upstream
-	host  string
+	addr  string
 	conn  net.Conn
 	io    countedConn
 	br    *bufio.Reader
@@ -92,7 +93,8 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme != "http" || req.ContentLength > upstreamMaxBody || u.fallback.MaxConnsPerHost > 0 {
 		return u.fallback.RoundTrip(req)
 	}
-	c, err := u.get(req.Context(), req.URL.Host)
+	addr := dialAddress(req.URL)
+	c, err := u.get(req.Context(), addr)
 	if err != nil {
 		return nil, err
 	}
@@ -108,10 +110,19 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		req = &again
 	}
-	if c, err = u.dial1(req.Context(), req.URL.Host); err != nil {
+	if c, err = u.dial1(req.Context(), addr); err != nil {
 		return nil, err
 	}
 	return c.roundTrip(req)
+}
+
+// dialAddress is the host:port of an http:// worker URL: without a port (a normalised URL drops
+// the default one) it is port 80, as net/http's Transport reads it (canonicalAddr).
+func dialAddress(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	return net.JoinHostPort(u.Hostname(), "80")
 }
 
 // shouldRetry is net/http's Transport's rule for a request that failed on a pooled
@@ -250,19 +261,19 @@ func (s *switchedConn) Close() error {
 	return s.conn.Close()
 }
 
-// get takes the most recently pooled connection to host that the worker has not closed, or
+// get takes the most recently pooled connection to addr that the worker has not closed, or
 // dials one.
-func (u *upstream) get(ctx context.Context, host string) (*upstreamConn, error) {
+func (u *upstream) get(ctx context.Context, addr string) (*upstreamConn, error) {
 	for {
 		u.mu.Lock()
-		list := u.idle[host]
+		list := u.idle[addr]
 		if len(list) == 0 {
 			u.mu.Unlock()
-			return u.dial1(ctx, host)
+			return u.dial1(ctx, addr)
 		}
 		c := list[len(list)-1]
 		list[len(list)-1] = nil
-		u.idle[host] = list[:len(list)-1]
+		u.idle[addr] = list[:len(list)-1]
 		u.mu.Unlock()
 		c.timer.Stop()
 		if idleAndOpen(c.conn) {
@@ -294,13 +305,13 @@ func idleAndOpen(conn net.Conn) bool {
 	return err == nil && open
 }
 
-// dial1 opens a new connection to host.
-func (u *upstream) dial1(ctx context.Context, host string) (*upstreamConn, error) {
-	conn, err := u.dial(ctx, "tcp", host)
+// dial1 opens a new connection to addr.
+func (u *upstream) dial1(ctx context.Context, addr string) (*upstreamConn, error) {
+	conn, err := u.dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	c := &upstreamConn{u: u, host: host, conn: conn}
+	c := &upstreamConn{u: u, addr: addr, conn: conn}
 	c.io.conn = conn
 	c.br = bufio.NewReaderSize(&c.io, 4<<10)
 	c.bw = bufio.NewWriterSize(&c.io, 4<<10)
@@ -311,7 +322,7 @@ func (u *upstream) dial1(ctx context.Context, host string) (*upstreamConn, error
 func (u *upstream) put(c *upstreamConn) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	list := u.idle[c.host]
+	list := u.idle[c.addr]
 	if len(list) >= u.maxIdle {
 		c.conn.Close()
 		return
@@ -319,7 +330,7 @@ func (u *upstream) put(c *upstreamConn) {
 	if u.idle == nil {
 		u.idle = map[string][]*upstreamConn{}
 	}
-	u.idle[c.host] = append(list, c)
+	u.idle[c.addr] = append(list, c)
 	if c.timer == nil {
 		c.timer = time.AfterFunc(u.idleTimeout, func() { u.expire(c) })
 	} else {
@@ -331,10 +342,10 @@ func (u *upstream) put(c *upstreamConn) {
 func (u *upstream) expire(c *upstreamConn) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	list := u.idle[c.host]
+	list := u.idle[c.addr]
 	for i, idle := range list {
 		if idle == c {
-			u.idle[c.host] = append(list[:i], list[i+1:]...)
+			u.idle[c.addr] = append(list[:i], list[i+1:]...)
 			c.conn.Close()
 			return
 		}
@@ -345,12 +356,12 @@ func (u *upstream) expire(c *upstreamConn) {
 func (u *upstream) CloseIdleConnections() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for host, list := range u.idle {
+	for addr, list := range u.idle {
 		for _, c := range list {
 			c.timer.Stop()
 			c.conn.Close()
 		}
-		delete(u.idle, host)
+		delete(u.idle, addr)
 	}
 	u.fallback.CloseIdleConnections()
 }

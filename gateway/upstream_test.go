@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -483,5 +484,42 @@ func TestUpstreamResendsAReplayableRequestTheWorkerDroppedUnanswered(t *testing.
 	}
 	if req.Body != body {
 		t.Fatal("the caller's request was changed")
+	}
+}
+
+func TestUpstreamDialsTheDefaultPortOfAPortlessWorkerURL(t *testing.T) {
+	// A normalised worker URL drops the scheme's default port; net/http's Transport dials it
+	// (canonicalAddr), and so must upstream. No test may listen on port 80, so each dial is
+	// recorded and sent to a loopback worker instead; the Host header stays as the URL wrote it.
+	got := make(chan []byte, 1)
+	addr, _ := rawWorker(t, answering(okAnswer, got))
+	for _, c := range []struct{ url, dialed string }{
+		{"http://127.0.0.1", "127.0.0.1:80"},
+		{"http://127.0.0.1:", "127.0.0.1:80"},
+		{"http://[::1]", "[::1]:80"},
+		{"http://127.0.0.1:8080", "127.0.0.1:8080"},
+		{"http://[::1]:9", "[::1]:9"},
+	} {
+		var dialed []string
+		record := func(ctx context.Context, network, address string) (net.Conn, error) {
+			dialed = append(dialed, address)
+			return net.Dial("tcp", addr)
+		}
+		u := newUpstream(4)
+		u.dial, u.fallback.DialContext = record, record
+		for _, rt := range []http.RoundTripper{u.fallback, u} {
+			req := proxied(t, "GET", strings.TrimPrefix(c.url, "http://"), "")
+			req.Host = "" // as the gateway's rewrite leaves it: the URL's host is written
+			if answer := roundTrip(t, rt, req); answer != "200 OK ok" {
+				t.Fatalf("%s: %q", c.url, answer)
+			}
+			if raw := <-got; !bytes.Contains(raw, []byte("\r\nHost: "+req.URL.Host+"\r\n")) {
+				t.Fatalf("%s: the worker got %q", c.url, raw)
+			}
+		}
+		if want := []string{c.dialed, c.dialed}; !slices.Equal(dialed, want) {
+			t.Errorf("%s: the Transport, then upstream dialed %q, want %q", c.url, dialed, want)
+		}
+		u.CloseIdleConnections()
 	}
 }
