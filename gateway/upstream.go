@@ -19,14 +19,16 @@ import (
 // upstream is the gateway's transport to its workers over plain HTTP/1.1: it writes a request
 // and reads its response on the calling goroutine, over a keep-alive connection from a bounded
 // pool per worker, where net/http's Transport hands each request to two goroutines of its own
-// (a write loop and a read loop). The bytes on the wire are Request.Write's, the function the
+// (a write loop and a read loop); only a body over upstreamMaxBody is written by a goroutine
+// while the response is read. The bytes on the wire are Request.Write's, the function the
 // Transport writes with, and the rules it keeps are the Transport's: 1xx answers passed to the
 // request's trace (at most max1xx), a bounded response header, a connection given back only
 // after a clean end of its answer, a request retried once on a new connection when a pooled one
-// turns out closed before the worker read anything of it (shouldRetry). A cancelled try (the
+// turns out closed before the worker read anything of it (shouldRetry), an answer sent before
+// the body was read passed on even when the write failed (earlyAnswer). A cancelled try (the
 // client left, the waiting list, a timeout) closes its connection. What it does not take goes
-// through fallback, the Transport: https workers, a body over upstreamMaxBody, and a bound on
-// connections per worker (Options.MaxConnsPerHost). Contract: Worker failures, "Deadlines and
+// through fallback, the Transport: https workers and a bound on connections per worker
+// (Options.MaxConnsPerHost). Contract: Worker failures, "Deadlines and
 // connections".
 type upstream struct {
 	dial        func(ctx context.Context, network, address string) (net.Conn, error)
@@ -39,8 +41,8 @@ type upstream struct {
 }
 
 // upstreamMaxBody is the largest request body upstream writes before it reads: a worker may
-// answer a larger one before reading it all, which the Transport, reading while it writes,
-// returns at once where writing first could block until the worker closes.
+// answer a larger one before reading it all, and writing first could block until the worker
+// closes, where the Transport, reading while it writes, returns the answer at once.
 const upstreamMaxBody = 64 << 10
 
 // max1xx bounds the informational responses before the final one, as net/http's Transport does.
@@ -58,6 +60,7 @@ type upstreamConn struct {
 	br    *bufio.Reader
 	bw    *bufio.Writer
 	timer *time.Timer // closes the connection once idle for idleTimeout; nil until first pooled
+	wrote chan error  // the result of a write under way while the response is read; nil if none
 }
 
 // countedConn counts what a request wrote and read on its connection and bounds the reading
@@ -90,7 +93,7 @@ func (c *countedConn) Write(p []byte) (int, error) {
 }
 
 func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme != "http" || req.ContentLength > upstreamMaxBody || u.fallback.MaxConnsPerHost > 0 {
+	if req.URL.Scheme != "http" || u.fallback.MaxConnsPerHost > 0 {
 		return u.fallback.RoundTrip(req)
 	}
 	addr := dialAddress(req.URL)
@@ -151,17 +154,14 @@ func (c *upstreamConn) roundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	stop := context.AfterFunc(ctx, func() { c.conn.Close() })
 	c.io.written, c.io.read, c.io.left = 0, 0, maxResponseHeader
-	err := req.Write(c.bw)
-	if err == nil {
-		err = c.bw.Flush()
-	}
-	var res *http.Response
-	if err == nil {
-		res, err = c.readResponse(req)
-	}
+	res, wroteAll, err := c.exchange(req)
 	if err != nil {
 		stop()
 		c.conn.Close()
+		if c.wrote != nil { // the body is not read once RoundTrip has returned an error
+			<-c.wrote
+			c.wrote = nil
+		}
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
@@ -172,13 +172,85 @@ func (c *upstreamConn) roundTrip(req *http.Request) (*http.Response, error) {
 		res.Body = &switchedConn{c.br, c.conn, stop}
 		return res, nil
 	}
-	body := &upstreamBody{c: c, body: res.Body, stop: stop, keep: !res.Close && !req.Close}
+	body := &upstreamBody{c: c, body: res.Body, stop: stop, keep: wroteAll && !res.Close && !req.Close}
 	if res.Body == http.NoBody {
 		body.done(true)
 	} else {
 		res.Body = body
 	}
 	return res, nil
+}
+
+// exchange writes req and reads its response. A body of up to upstreamMaxBody is written
+// before the response is read; a larger one, or one of unknown length, is written by a
+// goroutine of its own while the response is read, as the Transport writes every request, so
+// that a worker answering before it has read the body (and not reading it) is heard at once.
+// wroteAll is false when the write failed: the connection cannot be used again.
+func (c *upstreamConn) exchange(req *http.Request) (res *http.Response, wroteAll bool, err error) {
+	if req.Body == nil || req.Body == http.NoBody || (req.ContentLength > 0 && req.ContentLength <= upstreamMaxBody) {
+		if err := c.write(req); err != nil {
+			res, err = c.earlyAnswer(req, err)
+			return res, false, err
+		}
+		res, err = c.readResponse(req)
+		return res, true, err
+	}
+	wrote := make(chan error, 1)
+	c.wrote = wrote
+	go func() { wrote <- c.write(req) }()
+	res, err = c.readResponse(req)
+	return res, true, err // the body's end waits for the write (wroteOK)
+}
+
+func (c *upstreamConn) write(req *http.Request) error {
+	if err := req.Write(c.bw); err != nil {
+		return err
+	}
+	return c.bw.Flush()
+}
+
+// earlyAnswerWait bounds the read of an answer after a failed write: net/http's Transport
+// waits as long for a write's result before it reuses a connection (maxWriteWaitBeforeConnReuse).
+const earlyAnswerWait = 50 * time.Millisecond
+
+// earlyAnswer is the answer a worker sent before its connection failed the write of the
+// request, or the write's error when there is none: a worker may answer a POST before reading
+// its body (a 401 for a missing key) and close, and the body it left unread resets the
+// connection while its answer waits in the gateway's socket.
+func (c *upstreamConn) earlyAnswer(req *http.Request, writeErr error) (*http.Response, error) {
+	if req.Context().Err() != nil || c.conn.SetReadDeadline(time.Now().Add(earlyAnswerWait)) != nil {
+		return nil, writeErr
+	}
+	res, err := c.readResponse(req)
+	if err != nil {
+		return nil, writeErr
+	}
+	c.conn.SetReadDeadline(time.Time{}) // the body is read within the gateway's own timeouts
+	return res, nil
+}
+
+// wroteOK waits for a write still under way (a large body) and says whether it succeeded; a
+// write that has not ended earlyAnswerWait after its answer leaves the connection unusable, as
+// the Transport decides (wroteRequest).
+func (c *upstreamConn) wroteOK() bool {
+	wrote := c.wrote
+	if wrote == nil {
+		return true
+	}
+	c.wrote = nil
+	select {
+	case err := <-wrote:
+		return err == nil
+	default:
+	}
+	t := time.NewTimer(earlyAnswerWait)
+	defer t.Stop()
+	select {
+	case err := <-wrote:
+		return err == nil
+	case <-t.C:
+		return false
+	}
 }
 
 // readResponse reads the final response, passing the 1xx before it to the request's trace
@@ -239,7 +311,7 @@ func (b *upstreamBody) Close() error {
 // (an unsolicited byte makes the Transport drop a connection too), else closes it.
 func (b *upstreamBody) done(clean bool) {
 	b.over = true
-	if b.stop() && clean && b.keep && b.c.br.Buffered() == 0 {
+	if b.stop() && clean && b.keep && b.c.br.Buffered() == 0 && b.c.wroteOK() {
 		b.c.u.put(b.c)
 		return
 	}

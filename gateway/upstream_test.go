@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bounded-router/bounded-router/core"
 )
 
 // rawWorker is a loopback TCP server whose connections serve handles, each on its own
@@ -521,5 +523,56 @@ func TestUpstreamDialsTheDefaultPortOfAPortlessWorkerURL(t *testing.T) {
 			t.Errorf("%s: the Transport, then upstream dialed %q, want %q", c.url, dialed, want)
 		}
 		u.CloseIdleConnections()
+	}
+}
+
+// earlyAnswerer is a worker that reads a request's header only, answers 401 with Connection:
+// close and closes: the body it leaves unread makes the kernel reset the connection, so a
+// gateway still writing the body gets a write error while the answer waits in its socket.
+func earlyAnswerer(conn net.Conn) {
+	br := bufio.NewReader(conn)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return
+		}
+		if line == "\r\n" {
+			break
+		}
+	}
+	io.WriteString(conn, "HTTP/1.1 401 Unauthorized\r\nConnection: close\r\nContent-Length: 6\r\n\r\nno key")
+}
+
+func TestAnAnswerBeforeTheBodyWasReadReachesTheClient(t *testing.T) {
+	// A worker may answer a POST before reading its body (a 401 for a missing key) and close;
+	// the gateway passes that answer on, whatever its write of the body met (contract: Worker
+	// failures, "Deadlines and connections"). The breaker is off so that each try is counted
+	// on its own; 200 tries per size.
+	addr, _ := rawWorker(t, earlyAnswerer)
+	config := core.DefaultConfig("http://" + addr)
+	config.Breaker = &core.BreakerConfig{Disabled: true}
+	router, err := core.NewRouter(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, router, Options{})
+	c := client()
+	for _, size := range []int{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20} {
+		body := strings.Repeat("x", size)
+		lost := map[int]int{}
+		for try := 0; try < 200; try++ {
+			res, err := c.Post("http://"+g.Addr()+"/v1/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			answer, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusUnauthorized || string(answer) != "no key" {
+				lost[res.StatusCode]++
+			}
+		}
+		if len(lost) > 0 {
+			t.Errorf("a %d-byte body: of 200 early 401s, lost (by the status the client got instead): %v", size, lost)
+		}
 	}
 }
