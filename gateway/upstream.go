@@ -159,6 +159,7 @@ func (c *upstreamConn) roundTrip(req *http.Request) (*http.Response, error) {
 		stop()
 		c.conn.Close()
 		if c.wrote != nil { // the body is not read once RoundTrip has returned an error
+			req.Body.Close() // a RoundTripper closes the body; a read of it blocked ends
 			<-c.wrote
 			c.wrote = nil
 		}
@@ -345,7 +346,7 @@ func (u *upstream) get(ctx context.Context, addr string) (*upstreamConn, error) 
 		}
 		c := list[len(list)-1]
 		list[len(list)-1] = nil
-		u.idle[addr] = list[:len(list)-1]
+		u.setIdle(addr, list[:len(list)-1])
 		u.mu.Unlock()
 		c.timer.Stop()
 		if idleAndOpen(c.conn) {
@@ -410,6 +411,16 @@ func (u *upstream) put(c *upstreamConn) {
 	}
 }
 
+// setIdle stores the idle connections of a worker, and forgets a worker with none: workers
+// come and go (the worker API), and the pool holds only what is idle, as the Transport's does.
+func (u *upstream) setIdle(addr string, list []*upstreamConn) {
+	if len(list) == 0 {
+		delete(u.idle, addr)
+		return
+	}
+	u.idle[addr] = list
+}
+
 // expire closes c if it is still idle.
 func (u *upstream) expire(c *upstreamConn) {
 	u.mu.Lock()
@@ -417,7 +428,7 @@ func (u *upstream) expire(c *upstreamConn) {
 	list := u.idle[c.addr]
 	for i, idle := range list {
 		if idle == c {
-			u.idle[c.addr] = append(list[:i], list[i+1:]...)
+			u.setIdle(c.addr, append(list[:i], list[i+1:]...))
 			c.conn.Close()
 			return
 		}

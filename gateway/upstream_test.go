@@ -413,8 +413,25 @@ func TestUpstreamClosesAConnectionIdleTooLong(t *testing.T) {
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if len(u.idle[addr]) != 0 {
-		t.Fatal("an expired connection stayed in the pool")
+	if len(u.idle) != 0 {
+		t.Fatalf("an expired connection, or its worker, stayed in the pool: %v", u.idle)
+	}
+}
+
+func TestUpstreamForgetsAWorkerWithNoIdleConnection(t *testing.T) {
+	// Workers come and go; the pool must not keep an entry for each worker it ever reached.
+	addr, _ := rawWorker(t, answering(okAnswer, nil))
+	u := newUpstream(4)
+	roundTrip(t, u, proxied(t, "GET", addr, ""))
+	res, err := u.RoundTrip(proxied(t, "GET", addr, "")) // takes the pooled connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.idle) != 0 {
+		t.Fatalf("the pool kept %v while the worker's only connection was in use", u.idle)
 	}
 }
 
@@ -574,5 +591,178 @@ func TestAnAnswerBeforeTheBodyWasReadReachesTheClient(t *testing.T) {
 		if len(lost) > 0 {
 			t.Errorf("a %d-byte body: of 200 early 401s, lost (by the status the client got instead): %v", size, lost)
 		}
+	}
+}
+
+// answeringThenClosing serves each request on a connection with answer, and closes the
+// connection after it when closes.
+func answeringThenClosing(answer string, closes bool) func(net.Conn) {
+	if !closes {
+		return answering(answer, nil)
+	}
+	return func(conn net.Conn) {
+		if _, err := readRaw(bufio.NewReader(conn)); err == nil {
+			io.WriteString(conn, answer)
+		}
+	}
+}
+
+func TestUpstreamEndsAnswersAndReusesConnectionsAsTheTransportDoes(t *testing.T) {
+	// Two requests in a row through each transport: the answers the caller reads (status, body,
+	// trailers) and the connections the worker accepted must be the Transport's; the counts are
+	// HTTP/1.1's rules (RFC 9112 6.3, 9.3), written by hand.
+	chunked := "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n2\r\nok\r\n0\r\nX-Sum: 7\r\n\r\n"
+	for _, c := range []struct {
+		name, method, answer string
+		closes, reqClose     bool
+		conns                int32
+	}{
+		{"a HEAD answered with a length and no body", "HEAD", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", false, false, 1},
+		{"a 304 with a length and no body", "GET", "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n", false, false, 1},
+		{"a 204", "GET", "HTTP/1.1 204 No Content\r\n\r\n", false, false, 1},
+		{"a chunked body with a trailer", "GET", chunked, false, false, 1},
+		{"a body without a length, ended by the close", "GET", "HTTP/1.1 200 OK\r\n\r\nok", true, false, 2},
+		{"Connection: close from the worker", "GET", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", true, false, 2},
+		{"Request.Close", "GET", okAnswer, false, true, 2},
+	} {
+		var answers [2]string
+		for i, rt := range []func(u *upstream) http.RoundTripper{
+			func(u *upstream) http.RoundTripper { return u.fallback },
+			func(u *upstream) http.RoundTripper { return u },
+		} {
+			addr, accepted := rawWorker(t, answeringThenClosing(c.answer, c.closes))
+			u := newUpstream(4)
+			for try := 0; try < 2; try++ {
+				req := proxied(t, c.method, addr, "")
+				req.Close = c.reqClose
+				res, err := rt(u).RoundTrip(req)
+				if err != nil {
+					t.Fatalf("%s, try %d: %v", c.name, try, err)
+				}
+				body, err := io.ReadAll(res.Body)
+				res.Body.Close()
+				answers[i] += strings.Join([]string{res.Status, string(body), res.Trailer.Get("X-Sum"), errString(err)}, "|") + "; "
+			}
+			if n := accepted.Load(); n != c.conns {
+				t.Errorf("%s: transport %d took %d connections, want %d", c.name, i, n, c.conns)
+			}
+			u.CloseIdleConnections()
+		}
+		if answers[0] != answers[1] {
+			t.Errorf("%s: the Transport read %q, upstream %q", c.name, answers[0], answers[1])
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// opaqueBody hides its reader's type, so that net/http does not know the body's length.
+type opaqueBody struct{ io.Reader }
+
+func (opaqueBody) Close() error { return nil }
+
+func TestUpstreamWritesAChunkedUploadAsTheTransportDoes(t *testing.T) {
+	// A body of unknown length goes chunked, with its trailers; Request.Close asks the worker
+	// to close. The expected bytes are the Transport's for the same request.
+	got := make(chan []byte, 1)
+	addr, _ := rawWorker(t, func(conn net.Conn) {
+		var raw bytes.Buffer
+		br := bufio.NewReader(io.TeeReader(conn, &raw))
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, req.Body) // through the trailer
+		got <- raw.Bytes()
+		io.WriteString(conn, okAnswer)
+	})
+	var sent [2][]byte
+	u := newUpstream(4)
+	for i, rt := range []http.RoundTripper{u.fallback, u} {
+		req := proxied(t, "POST", addr, "")
+		req.Body, req.ContentLength, req.Close = opaqueBody{strings.NewReader(`{"prompt":"p"}`)}, -1, true
+		req.Trailer = http.Header{"X-Sum": {"7"}}
+		if answer := roundTrip(t, rt, req); answer != "200 OK ok" {
+			t.Fatal(answer)
+		}
+		sent[i] = <-got
+	}
+	if !bytes.Equal(sent[0], sent[1]) || !bytes.Contains(sent[1], []byte("\r\nX-Sum: 7\r\n\r\n")) {
+		t.Fatalf("upstream wrote\n%q\nthe Transport\n%q", sent[1], sent[0])
+	}
+}
+
+func TestUpstreamHearsAnAnswerWhileABodyOfUnknownLengthIsStillComing(t *testing.T) {
+	// The worker answers after the header and reads nothing more, keeping the connection open;
+	// the body never ends. The Transport returns the answer while it writes, and so must
+	// upstream (writing first would wait for the body forever).
+	addr, _ := rawWorker(t, func(conn net.Conn) {
+		earlyAnswerer(conn)
+		io.Copy(io.Discard, conn) // open until the gateway closes it
+	})
+	u := newUpstream(4)
+	for i, rt := range []http.RoundTripper{u.fallback, u} {
+		pr, pw := io.Pipe()
+		req := proxied(t, "POST", addr, "")
+		req.Body, req.ContentLength = pr, -1
+		answered := make(chan string, 1)
+		go func() {
+			res, err := rt.RoundTrip(req)
+			if err != nil {
+				answered <- err.Error()
+				return
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			answered <- res.Status + " " + string(body)
+		}()
+		io.WriteString(pw, "the start of a body")
+		select {
+		case answer := <-answered:
+			if answer != "401 Unauthorized no key" {
+				t.Errorf("transport %d: %q", i, answer)
+			}
+		case <-time.After(10 * time.Second): // a bound on the wait, not a measurement
+			t.Errorf("transport %d: no answer while the body was still coming", i)
+		}
+		pw.Close()
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.idle) != 0 {
+		t.Fatalf("a connection whose body was never written in full was pooled: %v", u.idle)
+	}
+}
+
+func TestMaxConnsPerHostBoundsTheConnectionsToAWorker(t *testing.T) {
+	// max_conns_per_host = 1 (contract: Deadlines and connections): eight requests at once share
+	// one connection, one after the other; upstream leaves the bound to the Transport.
+	addr, accepted := rawWorker(t, answering(okAnswer, nil))
+	g := start(t, newRouter(t, "http://"+addr), Options{MaxConnsPerHost: 1})
+	done := make(chan string, 8)
+	for i := 0; i < 8; i++ {
+		go func() {
+			res, err := client().Post("http://"+g.Addr()+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"p"}`))
+			if err != nil {
+				done <- err.Error()
+				return
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			done <- string(body)
+		}()
+	}
+	for i := 0; i < 8; i++ {
+		if got := <-done; got != "ok" {
+			t.Fatal(got)
+		}
+	}
+	if n := accepted.Load(); n != 1 {
+		t.Fatalf("eight requests at once took %d connections, want max_conns_per_host = 1", n)
 	}
 }
