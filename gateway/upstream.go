@@ -14,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // upstream is the gateway's transport to its workers over plain HTTP/1.1: it writes a request
@@ -27,8 +28,8 @@ import (
 // turns out closed before the worker read anything of it (shouldRetry), an answer sent before
 // the body was read passed on even when the write failed (earlyAnswer). A cancelled try (the
 // client left, the waiting list, a timeout) closes its connection. What it does not take goes
-// through fallback, the Transport: https workers and a bound on connections per worker
-// (Options.MaxConnsPerHost). Contract: Worker failures, "Deadlines and
+// through fallback, the Transport: https workers, a bound on connections per worker
+// (Options.MaxConnsPerHost) and internationalised host names. Contract: Worker failures, "Deadlines and
 // connections".
 type upstream struct {
 	dial        func(ctx context.Context, network, address string) (net.Conn, error)
@@ -93,13 +94,13 @@ func (c *countedConn) Write(p []byte) (int, error) {
 }
 
 func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme != "http" || u.fallback.MaxConnsPerHost > 0 {
+	if req.URL.Scheme != "http" || u.fallback.MaxConnsPerHost > 0 || !asciiHost(req.URL.Host) {
 		return u.fallback.RoundTrip(req)
 	}
 	addr := dialAddress(req.URL)
 	c, err := u.get(req.Context(), addr)
 	if err != nil {
-		return nil, err
+		return unsent(req, err)
 	}
 	reused := c.timer != nil
 	res, err := c.roundTrip(req)
@@ -114,9 +115,29 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		req = &again
 	}
 	if c, err = u.dial1(req.Context(), addr); err != nil {
-		return nil, err
+		return unsent(req, err)
 	}
 	return c.roundTrip(req)
+}
+
+// unsent closes the body of a request that could not be sent: a RoundTripper closes the body
+// whatever happens (Request.Write does once it has written it).
+func unsent(req *http.Request, err error) (*http.Response, error) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+	return nil, err
+}
+
+// asciiHost says whether host needs no IDNA conversion (RFC 5891) before it is dialed; the
+// Transport converts the others.
+func asciiHost(host string) bool {
+	for i := 0; i < len(host); i++ {
+		if host[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // dialAddress is the host:port of an http:// worker URL: without a port (a normalised URL drops

@@ -508,16 +508,18 @@ func TestUpstreamResendsAReplayableRequestTheWorkerDroppedUnanswered(t *testing.
 
 func TestUpstreamDialsTheDefaultPortOfAPortlessWorkerURL(t *testing.T) {
 	// A normalised worker URL drops the scheme's default port; net/http's Transport dials it
-	// (canonicalAddr), and so must upstream. No test may listen on port 80, so each dial is
-	// recorded and sent to a loopback worker instead; the Host header stays as the URL wrote it.
+	// (canonicalAddr), and so must upstream; an internationalised name is dialed and written in
+	// its ASCII form (IDNA, RFC 5891). No test may listen on port 80 or resolve a name, so each
+	// dial is recorded and sent to a loopback worker instead.
 	got := make(chan []byte, 1)
 	addr, _ := rawWorker(t, answering(okAnswer, got))
-	for _, c := range []struct{ url, dialed string }{
-		{"http://127.0.0.1", "127.0.0.1:80"},
-		{"http://127.0.0.1:", "127.0.0.1:80"},
-		{"http://[::1]", "[::1]:80"},
-		{"http://127.0.0.1:8080", "127.0.0.1:8080"},
-		{"http://[::1]:9", "[::1]:9"},
+	for _, c := range []struct{ host, dialed, hostHeader string }{
+		{"127.0.0.1", "127.0.0.1:80", "127.0.0.1"},
+		{"127.0.0.1:", "127.0.0.1:80", "127.0.0.1"}, // an empty port is no port
+		{"[::1]", "[::1]:80", "[::1]"},
+		{"127.0.0.1:8080", "127.0.0.1:8080", "127.0.0.1:8080"},
+		{"[::1]:9", "[::1]:9", "[::1]:9"},
+		{"bücher.example", "xn--bcher-kva.example:80", "xn--bcher-kva.example"},
 	} {
 		var dialed []string
 		record := func(ctx context.Context, network, address string) (net.Conn, error) {
@@ -527,19 +529,19 @@ func TestUpstreamDialsTheDefaultPortOfAPortlessWorkerURL(t *testing.T) {
 		u := newUpstream(4)
 		u.dial, u.fallback.DialContext = record, record
 		for _, rt := range []http.RoundTripper{u.fallback, u} {
-			req := proxied(t, "GET", strings.TrimPrefix(c.url, "http://"), "")
+			req := proxied(t, "GET", c.host, "")
 			req.Host = "" // as the gateway's rewrite leaves it: the URL's host is written
 			if answer := roundTrip(t, rt, req); answer != "200 OK ok" {
-				t.Fatalf("%s: %q", c.url, answer)
+				t.Fatalf("%s: %q", c.host, answer)
 			}
-			if raw := <-got; !bytes.Contains(raw, []byte("\r\nHost: "+req.URL.Host+"\r\n")) {
-				t.Fatalf("%s: the worker got %q", c.url, raw)
+			if raw := <-got; !bytes.Contains(raw, []byte("\r\nHost: "+c.hostHeader+"\r\n")) {
+				t.Fatalf("%s: the worker got %q", c.host, raw)
 			}
+			u.CloseIdleConnections() // each transport dials
 		}
 		if want := []string{c.dialed, c.dialed}; !slices.Equal(dialed, want) {
-			t.Errorf("%s: the Transport, then upstream dialed %q, want %q", c.url, dialed, want)
+			t.Errorf("%s: the Transport, then upstream dialed %q, want %q", c.host, dialed, want)
 		}
-		u.CloseIdleConnections()
 	}
 }
 
@@ -764,5 +766,36 @@ func TestMaxConnsPerHostBoundsTheConnectionsToAWorker(t *testing.T) {
 	}
 	if n := accepted.Load(); n != 1 {
 		t.Fatalf("eight requests at once took %d connections, want max_conns_per_host = 1", n)
+	}
+}
+
+// closeCounter is a request body that counts its closes.
+type closeCounter struct {
+	io.Reader
+	closes *atomic.Int32
+}
+
+func (b closeCounter) Close() error { b.closes.Add(1); return nil }
+
+func TestUpstreamClosesTheBodyOfARequestItCouldNotSend(t *testing.T) {
+	// A RoundTripper closes the request's body, even when it fails (net/http's rule): here the
+	// worker's port refuses the connection.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := ln.Addr().String()
+	ln.Close()
+	u := newUpstream(4)
+	for i, rt := range []http.RoundTripper{u.fallback, u} {
+		closes := new(atomic.Int32)
+		req := proxied(t, "POST", refused, "body")
+		req.Body = closeCounter{strings.NewReader("body"), closes}
+		if _, err := rt.RoundTrip(req); err == nil {
+			t.Fatalf("transport %d: a refused connection answered", i)
+		}
+		if n := closes.Load(); n != 1 {
+			t.Errorf("transport %d closed the body %d times, want 1", i, n)
+		}
 	}
 }
