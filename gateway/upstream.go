@@ -29,8 +29,8 @@ import (
 // the body was read passed on even when the write failed (earlyAnswer). A cancelled try (the
 // client left, the waiting list, a timeout) closes its connection. What it does not take goes
 // through fallback, the Transport: https workers, a bound on connections per worker
-// (Options.MaxConnsPerHost) and internationalised host names. Contract: Worker failures, "Deadlines and
-// connections".
+// (Options.MaxConnsPerHost) and internationalised host names. Contract: Worker failures,
+// "Deadlines and connections".
 type upstream struct {
 	dial        func(ctx context.Context, network, address string) (net.Conn, error)
 	maxIdle     int
