@@ -178,7 +178,7 @@ func (c *upstreamConn) roundTrip(req *http.Request) (*http.Response, error) {
 	res, wroteAll, err := c.exchange(req)
 	if err != nil {
 		stop()
-		c.conn.Close()
+		c.u.discard(c)
 		if c.wrote != nil { // the body is not read once RoundTrip has returned an error
 			req.Body.Close() // a RoundTripper closes the body; a read of it blocked ends
 			<-c.wrote
@@ -191,7 +191,7 @@ func (c *upstreamConn) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 	c.io.left = -1
 	if res.StatusCode == http.StatusSwitchingProtocols {
-		res.Body = &switchedConn{c.br, c.conn, stop}
+		res.Body = &switchedConn{c, stop}
 		return res, nil
 	}
 	body := &upstreamBody{c: c, body: res.Body, stop: stop, keep: wroteAll && !res.Close && !req.Close}
@@ -337,22 +337,21 @@ func (b *upstreamBody) done(clean bool) {
 		b.c.u.put(b.c)
 		return
 	}
-	b.c.conn.Close()
+	b.c.u.discard(b.c)
 }
 
 // switchedConn is the worker's side of an upgraded connection, which the ReverseProxy copies
 // both ways.
 type switchedConn struct {
-	br   *bufio.Reader
-	conn net.Conn
+	c    *upstreamConn
 	stop func() bool
 }
 
-func (s *switchedConn) Read(p []byte) (int, error)  { return s.br.Read(p) }
-func (s *switchedConn) Write(p []byte) (int, error) { return s.conn.Write(p) }
+func (s *switchedConn) Read(p []byte) (int, error)  { return s.c.br.Read(p) }
+func (s *switchedConn) Write(p []byte) (int, error) { return s.c.conn.Write(p) }
 func (s *switchedConn) Close() error {
 	s.stop()
-	return s.conn.Close()
+	return s.c.u.discard(s.c)
 }
 
 // get takes the most recently pooled connection to addr that the worker has not closed, or
@@ -367,13 +366,13 @@ func (u *upstream) get(ctx context.Context, addr string) (*upstreamConn, error) 
 		}
 		c := list[len(list)-1]
 		list[len(list)-1] = nil
-		u.setIdle(addr, list[:len(list)-1])
+		u.idle[addr] = list[:len(list)-1] // kept when empty: a put usually follows (see discard)
 		u.mu.Unlock()
 		c.timer.Stop()
 		if idleAndOpen(c.conn) {
 			return c, nil
 		}
-		c.conn.Close()
+		u.discard(c)
 	}
 }
 
@@ -432,14 +431,18 @@ func (u *upstream) put(c *upstreamConn) {
 	}
 }
 
-// setIdle stores the idle connections of a worker, and forgets a worker with none: workers
-// come and go (the worker API), and the pool holds only what is idle, as the Transport's does.
-func (u *upstream) setIdle(addr string, list []*upstreamConn) {
-	if len(list) == 0 {
-		delete(u.idle, addr)
-		return
+// discard closes a connection that is not given back, and forgets its worker when no idle
+// connection to it is left: workers come and go (the worker API), and the pool keeps an entry
+// only for a worker with idle connections or one in use, whose end gives it back or comes here
+// (get leaves the entry empty, so that the put that usually follows does not allocate again).
+func (u *upstream) discard(c *upstreamConn) error {
+	err := c.conn.Close()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if list, ok := u.idle[c.addr]; ok && len(list) == 0 {
+		delete(u.idle, c.addr)
 	}
-	u.idle[addr] = list
+	return err
 }
 
 // expire closes c if it is still idle.
@@ -449,7 +452,11 @@ func (u *upstream) expire(c *upstreamConn) {
 	list := u.idle[c.addr]
 	for i, idle := range list {
 		if idle == c {
-			u.setIdle(c.addr, append(list[:i], list[i+1:]...))
+			if list = append(list[:i], list[i+1:]...); len(list) > 0 {
+				u.idle[c.addr] = list
+			} else {
+				delete(u.idle, c.addr)
+			}
 			c.conn.Close()
 			return
 		}

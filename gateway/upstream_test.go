@@ -427,11 +427,11 @@ func TestUpstreamForgetsAWorkerWithNoIdleConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer res.Body.Close()
+	res.Body.Close() // before the end: the connection is closed, not given back
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if len(u.idle) != 0 {
-		t.Fatalf("the pool kept %v while the worker's only connection was in use", u.idle)
+		t.Fatalf("the pool kept %v after the worker's only connection was closed", u.idle)
 	}
 }
 
