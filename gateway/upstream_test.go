@@ -117,6 +117,16 @@ func proxied(t *testing.T, method, addr, body string) *http.Request {
 	return req
 }
 
+// answerText is an answer's body, read to its end, or the error that came instead.
+func answerText(res *http.Response, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	return string(body)
+}
+
 func roundTrip(t *testing.T, rt http.RoundTripper, req *http.Request) string {
 	t.Helper()
 	res, err := rt.RoundTrip(req)
@@ -217,16 +227,7 @@ func TestUpstreamPoolsAtMostMaxIdleConnectionsPerWorker(t *testing.T) {
 	u := newUpstream(2)
 	done := make(chan string, 3)
 	for i := 0; i < 3; i++ {
-		go func() {
-			res, err := u.RoundTrip(proxied(t, "GET", addr, ""))
-			if err != nil {
-				done <- err.Error()
-				return
-			}
-			body, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			done <- string(body)
-		}()
+		go func() { done <- answerText(u.RoundTrip(proxied(t, "GET", addr, ""))) }()
 	}
 	for i := 0; i < 3; i++ {
 		<-arrived // three requests at once: three connections
@@ -411,11 +412,16 @@ func TestUpstreamClosesAConnectionIdleTooLong(t *testing.T) {
 	if _, err := c.conn.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("an expired connection reads %v, want it closed", err)
 	}
+	if n := poolEntries(u); n != 0 {
+		t.Fatalf("an expired connection, or its worker, stayed in the pool: %d entries", n)
+	}
+}
+
+// poolEntries is how many workers upstream's idle pool holds an entry for.
+func poolEntries(u *upstream) int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if len(u.idle) != 0 {
-		t.Fatalf("an expired connection, or its worker, stayed in the pool: %v", u.idle)
-	}
+	return len(u.idle)
 }
 
 func TestUpstreamForgetsAWorkerWithNoIdleConnection(t *testing.T) {
@@ -428,10 +434,8 @@ func TestUpstreamForgetsAWorkerWithNoIdleConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	res.Body.Close() // before the end: the connection is closed, not given back
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if len(u.idle) != 0 {
-		t.Fatalf("the pool kept %v after the worker's only connection was closed", u.idle)
+	if n := poolEntries(u); n != 0 {
+		t.Fatalf("the pool kept %d entries after the worker's only connection was closed", n)
 	}
 }
 
@@ -713,20 +717,11 @@ func TestUpstreamHearsAnAnswerWhileABodyOfUnknownLengthIsStillComing(t *testing.
 		req := proxied(t, "POST", addr, "")
 		req.Body, req.ContentLength = pr, -1
 		answered := make(chan string, 1)
-		go func() {
-			res, err := rt.RoundTrip(req)
-			if err != nil {
-				answered <- err.Error()
-				return
-			}
-			body, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			answered <- res.Status + " " + string(body)
-		}()
+		go func() { answered <- answerText(rt.RoundTrip(req)) }()
 		io.WriteString(pw, "the start of a body")
 		select {
 		case answer := <-answered:
-			if answer != "401 Unauthorized no key" {
+			if answer != "no key" { // the 401's body
 				t.Errorf("transport %d: %q", i, answer)
 			}
 		case <-time.After(10 * time.Second): // a bound on the wait, not a measurement
@@ -734,10 +729,8 @@ func TestUpstreamHearsAnAnswerWhileABodyOfUnknownLengthIsStillComing(t *testing.
 		}
 		pw.Close()
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if len(u.idle) != 0 {
-		t.Fatalf("a connection whose body was never written in full was pooled: %v", u.idle)
+	if n := poolEntries(u); n != 0 {
+		t.Fatalf("a connection whose body was never written in full was pooled (%d entries)", n)
 	}
 }
 
@@ -749,14 +742,7 @@ func TestMaxConnsPerHostBoundsTheConnectionsToAWorker(t *testing.T) {
 	done := make(chan string, 8)
 	for i := 0; i < 8; i++ {
 		go func() {
-			res, err := client().Post("http://"+g.Addr()+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"p"}`))
-			if err != nil {
-				done <- err.Error()
-				return
-			}
-			body, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			done <- string(body)
+			done <- answerText(client().Post("http://"+g.Addr()+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"p"}`)))
 		}()
 	}
 	for i := 0; i < 8; i++ {
