@@ -630,6 +630,8 @@ func TestUpstreamEndsAnswersAndReusesConnectionsAsTheTransportDoes(t *testing.T)
 		{"a body without a length, ended by the close", "GET", "HTTP/1.1 200 OK\r\n\r\nok", true, false, 2},
 		{"Connection: close from the worker", "GET", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", true, false, 2},
 		{"Request.Close", "GET", okAnswer, false, true, 2},
+		{"a body cut short by the close", "GET", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nok", true, false, 2},
+		{"HTTP/1.0 with keep-alive", "GET", "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok", false, false, 1},
 	} {
 		var answers [2]string
 		for i, rt := range []func(u *upstream) http.RoundTripper{
