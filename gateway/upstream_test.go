@@ -553,6 +553,11 @@ func TestUpstreamDialsTheDefaultPortOfAPortlessWorkerURL(t *testing.T) {
 // close and closes: the body it leaves unread makes the kernel reset the connection, so a
 // gateway still writing the body gets a write error while the answer waits in its socket.
 func earlyAnswerer(conn net.Conn) {
+	answerAfterTheHeader(conn, "HTTP/1.1 401 Unauthorized\r\nConnection: close\r\nContent-Length: 6\r\n\r\nno key")
+}
+
+// answerAfterTheHeader reads a request's header, none of its body, and writes answer.
+func answerAfterTheHeader(conn net.Conn, answer string) {
 	br := bufio.NewReader(conn)
 	for {
 		line, err := br.ReadString('\n')
@@ -563,7 +568,7 @@ func earlyAnswerer(conn net.Conn) {
 			break
 		}
 	}
-	io.WriteString(conn, "HTTP/1.1 401 Unauthorized\r\nConnection: close\r\nContent-Length: 6\r\n\r\nno key")
+	io.WriteString(conn, answer)
 }
 
 func TestAnAnswerBeforeTheBodyWasReadReachesTheClient(t *testing.T) {
@@ -785,5 +790,35 @@ func TestUpstreamClosesTheBodyOfARequestItCouldNotSend(t *testing.T) {
 		if n := closes.Load(); n != 1 {
 			t.Errorf("transport %d closed the body %d times, want 1", i, n)
 		}
+	}
+}
+
+func TestALargeBodyAnsweredEarlyWith503IsRetriedWhole(t *testing.T) {
+	// The first try's worker answers 503 after the header of a 1 MiB body and closes while the
+	// body is still being written; the retry goes to the other worker, which must get the whole
+	// body (a fresh reader, while the first try's write may still be ending).
+	var first atomic.Bool
+	got := make(chan []byte, 2)
+	serve := func(conn net.Conn) {
+		if first.CompareAndSwap(false, true) {
+			answerAfterTheHeader(conn, "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 4\r\n\r\nbusy")
+			return
+		}
+		answering(okAnswer, got)(conn)
+	}
+	a, _ := rawWorker(t, serve)
+	b, _ := rawWorker(t, serve)
+	g := start(t, newRouter(t, "http://"+a, "http://"+b), Options{})
+	body := strings.Repeat("x", 1<<20)
+	req, _ := http.NewRequest("POST", "http://"+g.Addr()+"/v1/completions", strings.NewReader(body))
+	res, answer := do(t, req, nil)
+	if res.StatusCode != 200 || answer != "ok" {
+		t.Fatalf("%d %q", res.StatusCode, answer)
+	}
+	if raw := <-got; !bytes.HasSuffix(raw, []byte("\r\n\r\n"+body)) {
+		t.Fatalf("the retry's worker got %d bytes, not the header and the whole body", len(raw))
+	}
+	if n := g.retries[retryStatus].Load(); n != 1 {
+		t.Fatalf("%d retries for status, want 1", n)
 	}
 }
