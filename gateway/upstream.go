@@ -23,7 +23,7 @@ import (
 // (a write loop and a read loop); only a body over upstreamMaxBody is written by a goroutine
 // while the response is read. The bytes on the wire are Request.Write's, the function the
 // Transport writes with, and the rules it keeps are the Transport's: 1xx answers passed to the
-// request's trace (at most max1xx), a bounded response header, a connection given back only
+// request's trace (any number, as Go 1.26's), a bounded response header, a connection given back only
 // after a clean end of its answer, a request retried once on a new connection when a pooled one
 // turns out closed before the worker read anything of it (shouldRetry), an answer sent before
 // the body was read passed on even when the write failed (earlyAnswer). A cancelled try (the
@@ -45,9 +45,6 @@ type upstream struct {
 // answer a larger one before reading it all, and writing first could block until the worker
 // closes, where the Transport, reading while it writes, returns the answer at once.
 const upstreamMaxBody = 64 << 10
-
-// max1xx bounds the informational responses before the final one, as net/http's Transport does.
-const max1xx = 5
 
 // maxResponseHeader bounds a response's header: the Transport's default MaxResponseHeaderBytes.
 const maxResponseHeader = 10 << 20
@@ -194,9 +191,9 @@ func (c *upstreamConn) roundTrip(req *http.Request) (*http.Response, error) {
 		res.Body = &switchedConn{c, stop}
 		return res, nil
 	}
-	body := &upstreamBody{c: c, body: res.Body, stop: stop, keep: wroteAll && !res.Close && !req.Close}
+	body := &upstreamBody{c: c, ctx: ctx, body: res.Body, stop: stop, keep: wroteAll && !res.Close && !req.Close}
 	if res.Body == http.NoBody {
-		body.done(true)
+		body.end(io.EOF)
 	} else {
 		res.Body = body
 	}
@@ -279,7 +276,7 @@ func (c *upstreamConn) wroteOK() bool {
 // (the ReverseProxy forwards them to the client) as the Transport does.
 func (c *upstreamConn) readResponse(req *http.Request) (*http.Response, error) {
 	trace := httptrace.ContextClientTrace(req.Context())
-	for n := 0; ; n++ {
+	for {
 		res, err := http.ReadResponse(c.br, req)
 		if err != nil {
 			return nil, err
@@ -287,52 +284,72 @@ func (c *upstreamConn) readResponse(req *http.Request) (*http.Response, error) {
 		if res.StatusCode < 100 || res.StatusCode > 199 || res.StatusCode == http.StatusSwitchingProtocols {
 			return res, nil
 		}
-		if n >= max1xx {
-			return nil, errors.New("net/http: too many 1xx informational responses")
-		}
-		c.io.left = maxResponseHeader
+		// A 1xx the trace takes is the taker's to bound, so the header bound starts afresh;
+		// otherwise every header read counts against one bound.
 		if trace != nil && trace.Got1xxResponse != nil {
 			if err := trace.Got1xxResponse(res.StatusCode, textproto.MIMEHeader(res.Header)); err != nil {
 				return nil, err
 			}
+			c.io.left = maxResponseHeader
 		}
 	}
 }
 
 // upstreamBody is a response's body: read to its end cleanly, it gives the connection back to
-// the pool; closed early or failed, it closes the connection.
+// the pool; closed early or failed, it closes the connection. As net/http's bodies, it takes a
+// Close while a Read waits (the Close closes the connection, which ends the Read), and after
+// its end every Read returns the same error.
 type upstreamBody struct {
 	c    *upstreamConn
+	ctx  context.Context // the try's: a read its cancellation cut fails with its cause
 	body io.ReadCloser
 	stop func() bool // stops the try's cancellation from closing the connection
 	keep bool        // neither side asked to close the connection
-	over bool
+	mu   sync.Mutex
+	err  error // set at the end: io.EOF, the read's failure, or errBodyClosed
 }
 
+var errBodyClosed = errors.New("http: read on closed response body")
+
 func (b *upstreamBody) Read(p []byte) (int, error) {
-	if b.over {
-		return 0, io.EOF
+	if err := b.ended(); err != nil {
+		return 0, err
 	}
 	n, err := b.body.Read(p)
-	if err == io.EOF {
-		b.done(true)
-	} else if err != nil {
-		b.done(false)
+	if err != nil && err != io.EOF && b.ctx.Err() != nil {
+		err = context.Cause(b.ctx) // as the Transport: the try was cancelled, not the worker's fault
+	}
+	if err != nil {
+		err = b.end(err)
 	}
 	return n, err
 }
 
 func (b *upstreamBody) Close() error {
-	if !b.over {
-		b.done(false)
-	}
+	b.end(errBodyClosed)
 	return nil
+}
+
+func (b *upstreamBody) ended() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+// end records the body's end once and settles the connection; it returns the recorded end.
+func (b *upstreamBody) end(err error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err == nil {
+		b.err = err
+		b.done(err == io.EOF)
+	}
+	return b.err
 }
 
 // done gives the connection back after a clean end of the answer with nothing sent after it
 // (an unsolicited byte makes the Transport drop a connection too), else closes it.
 func (b *upstreamBody) done(clean bool) {
-	b.over = true
 	if b.stop() && clean && b.keep && b.c.br.Buffered() == 0 && b.c.wroteOK() {
 		b.c.u.put(b.c)
 		return

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -339,7 +340,7 @@ func TestUpstreamPassesInformationalAnswersToTheTrace(t *testing.T) {
 	for _, c := range []struct {
 		n1xx    int
 		wantErr string
-	}{{1, ""}, {5, ""}, {6, "too many 1xx informational responses"}} {
+	}{{1, ""}, {5, ""}, {6, ""}, {40, ""}} { // no bound once a trace takes them (Go 1.26's Transport)
 		addr, _ := rawWorker(t, answering(strings.Repeat(hints, c.n1xx)+okAnswer, nil))
 		var seen []string
 		trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
@@ -820,5 +821,93 @@ func TestALargeBodyAnsweredEarlyWith503IsRetriedWhole(t *testing.T) {
 	}
 	if n := g.retries[retryStatus].Load(); n != 1 {
 		t.Fatalf("%d retries for status, want 1", n)
+	}
+}
+
+// TestUpstreamBoundsTheHeadersOf1xxNobodyTakes: without a trace the 1xx and the final header
+// share one bound, as the Transport's (it resets the bound only for a 1xx a trace took).
+func TestUpstreamBoundsTheHeadersOf1xxNobodyTakes(t *testing.T) {
+	hint := "HTTP/1.1 103 Early Hints\r\nLink: " + strings.Repeat("a", maxResponseHeader/4) + "\r\n\r\n"
+	addr, _ := rawWorker(t, answering(strings.Repeat(hint, 5)+okAnswer, nil))
+	_, err := newUpstream(4).RoundTrip(proxied(t, "GET", addr, ""))
+	if err == nil || !strings.Contains(err.Error(), "server response headers exceeded 10485760 bytes") {
+		t.Fatalf("five 1xx of a quarter of the bound each, no trace: %v", err)
+	}
+}
+
+// TestUpstreamBodyKeepsFailingAndTakesACloseDuringARead: a body cut short fails every read after
+// the first failure (a second reader must not see a clean end), and a Close while a Read waits
+// (net/http's bodies allow it) ends the read and drops the connection once (run with -race).
+func TestUpstreamBodyKeepsFailingAndTakesACloseDuringARead(t *testing.T) {
+	cut, _ := rawWorker(t, func(conn net.Conn) {
+		if _, err := readRaw(bufio.NewReader(conn)); err == nil {
+			io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabcde")
+		}
+	})
+	res, err := newUpstream(4).RoundTrip(proxied(t, "GET", cut, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(res.Body); err != io.ErrUnexpectedEOF {
+		t.Fatalf("first read of a cut body: %v", err)
+	}
+	if _, err := res.Body.Read(make([]byte, 4)); err != io.ErrUnexpectedEOF {
+		t.Fatalf("a read after the failure: %v, want the same failure", err)
+	}
+	res.Body.Close()
+	release := make(chan struct{})
+	held, _ := rawWorker(t, func(conn net.Conn) {
+		if _, err := readRaw(bufio.NewReader(conn)); err == nil {
+			io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab")
+			<-release
+		}
+	})
+	defer close(release)
+	u := newUpstream(4)
+	res, err = u.RoundTrip(proxied(t, "GET", held, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan error)
+	go func() { _, err := io.ReadAll(res.Body); read <- err }()
+	res.Body.Close()
+	select {
+	case err := <-read:
+		if err == nil {
+			t.Fatal("a read cut by Close ended cleanly")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end the read in 5 s")
+	}
+	if n := poolEntries(u); n != 0 {
+		t.Fatalf("%d pool entries after a body closed early", n)
+	}
+}
+
+// TestAClientLeavingMidStreamLogsNothing: the worker's body read that the client's departure cuts
+// fails with the try's cause, as through the Transport (context.Canceled), which the
+// ReverseProxy does not log; the closed connection's own error would log every departure.
+func TestAClientLeavingMidStreamLogsNothing(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	r := newRouter(t, heldStream(t, release, nil).URL)
+	g := start(t, r, Options{})
+	var logs syncBuffer
+	g.proxy.ErrorLog = log.New(&logs, "", 0)
+	conn, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(conn, "GET /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(conn)
+	if _, err := http.ReadResponse(br, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitLeases(t, r, 1)
+	conn.Close()
+	waitLeases(t, r, 0) // the handler has returned: anything it logs is written
+	if s := logs.String(); s != "" {
+		t.Fatalf("the gateway logged a client's departure: %q", s)
 	}
 }
