@@ -59,7 +59,7 @@ type Gateway struct {
 	unsubscribe func()
 	// routingHeaders are the headers read for routing inputs, fixed with the router.
 	routingHeaders []string
-	transport      *http.Transport
+	transport      *upstream
 	proxy          *httputil.ReverseProxy
 	server         *http.Server
 	listener       net.Listener
@@ -98,7 +98,7 @@ func New(monitor *health.Monitor, opts Options) (*Gateway, error) {
 	if opts.WorkerAPIOnProxyPort && len(opts.ControlPlaneAPIKeys) == 0 {
 		g.control.log.Warn("the worker API is open on the proxy port: anyone who reaches it can add and remove workers (set control_plane_api_keys to require a key)")
 	}
-	g.transport = &http.Transport{
+	fallback := &http.Transport{
 		Proxy:               nil, // workers are reached directly, never through $HTTP_PROXY
 		DialContext:         (&net.Dialer{Timeout: seconds(opts.ConnectTimeout), KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConnsPerHost: opts.MaxIdleConnsPerHost,
@@ -107,6 +107,7 @@ func New(monitor *health.Monitor, opts Options) (*Gateway, error) {
 		DisableCompression:  true, // bodies pass through as the worker sent them
 		TLSHandshakeTimeout: seconds(opts.ConnectTimeout),
 	}
+	g.transport = &upstream{dial: fallback.DialContext, maxIdle: opts.MaxIdleConnsPerHost, idleTimeout: seconds(opts.WorkerIdleTimeout), fallback: fallback}
 	errorLog := log.New(os.Stderr, "bounded-router gateway: ", log.LstdFlags)
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:   g.rewrite,
