@@ -131,15 +131,21 @@ def policy_from_str(policy_str: str) -> PolicyType:
 _MAX_MIN_LOAD_GAP = 2**63 - 1
 
 
-def _check_max_load_skew(value: Any) -> float:
+def _as_float(value: Any) -> float:
+    """A real number (not a bool) as a float, an int too large for one as infinity, anything
+    else as NaN, so that every range check refuses it with the setting's own message."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError("max_load_skew must be a finite number >= 1.0, got %r" % (value,))
+        return math.nan
     try:
-        number = float(value)
-    except OverflowError:  # an int or Fraction too large for a float
-        raise ValueError("max_load_skew must be a finite number >= 1.0, got %r" % (value,)) from None
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def _check_max_load_skew(value: Any) -> float:
+    number = _as_float(value)
     if not math.isfinite(number) or number < 1.0:
-        raise ValueError("max_load_skew must be a finite number >= 1.0, got %r" % (number,))
+        raise ValueError("max_load_skew must be a finite number >= 1.0, got %r" % (number if math.isfinite(number) else value,))
     return number
 
 
@@ -183,16 +189,14 @@ def _check_blocks_per_worker(value: Any) -> int:
 
 
 def _check_cache_threshold(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= float(value) <= 1.0:
+    number = _as_float(value)
+    if not 0.0 <= number <= 1.0:
         raise ValueError("cache_threshold must be a number from 0.0 to 1.0, got %r" % (value,))
-    return float(value)
+    return number
 
 
 def _check_hit_wait_factor(value: Any, balance_by: str) -> float:
-    try:
-        number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
-    except OverflowError:  # an int too large for a float
-        number = math.inf
+    number = _as_float(value)
     if not (math.isfinite(number) and number >= 0):
         raise ValueError("hit_wait_factor must be a finite number >= 0, got %r" % (value,))
     if value and balance_by != "prefill":

@@ -39,6 +39,7 @@ def test_defaults_and_limits_are_the_library_ones():
         ({"cache_threshold": -0.1}, "cache_threshold"),
         ({"cache_threshold": "0.3"}, "cache_threshold"),
         ({"cache_threshold": True}, "cache_threshold"),
+        ({"cache_threshold": 10**400}, "cache_threshold must be a number from 0.0 to 1.0"),  # too large for a float
     ],
 )
 def test_bad_settings_name_the_field(settings, field):
