@@ -150,13 +150,22 @@ MUTANTS: List[Mutant] = [
         "skew-half-accepted",
         PACKAGE + "policy.py",
         "    if not math.isfinite(number) or number < 1.0:\n"
-        '        raise ValueError("max_load_skew must be a finite number >= 1.0, got %r" % (number,))',
+        '        raise ValueError("max_load_skew must be a finite number >= 1.0, got %r" % (number if math.isfinite(number) else value,))',
         "    if not math.isfinite(number) or number < 0.5:\n"
-        '        raise ValueError("max_load_skew must be a finite number >= 1.0, got %r" % (number,))',
+        '        raise ValueError("max_load_skew must be a finite number >= 1.0, got %r" % (number if math.isfinite(number) else value,))',
         ("python/test_config.py", "python/test_conformance_bad_input.py"),
         why="max_load_skew 0.5 is accepted by the Python policy config",
     ),
     # -- core/ ----------------------------------------------------------------------------------
+    Mutant(
+        "core-hit-wait-ignores-the-least",
+        "core/cache_aware.go",
+        "float64(queued-c.test.leastPrefillLoad()) <= allowed",
+        "float64(queued) <= allowed",
+        ("python/test_prefill.py", "python/test_conformance_differential.py"),
+        ("./core",),
+        why="the hit wait compares a hit's queue with its allowance, not its excess over the least prefill load",
+    ),
     Mutant(
         "core-release-many-counts-unknown",
         "core/batch.go",
