@@ -374,6 +374,9 @@ func (s *switchedConn) Close() error {
 // get takes the most recently pooled connection to addr that the worker has not closed, or
 // dials one.
 func (u *upstream) get(ctx context.Context, addr string) (*upstreamConn, error) {
+	if ctx.Err() != nil { // its cancellation would close the connection it took
+		return nil, context.Cause(ctx)
+	}
 	for {
 		u.mu.Lock()
 		list := u.idle[addr]

@@ -911,3 +911,21 @@ func TestAClientLeavingMidStreamLogsNothing(t *testing.T) {
 		t.Fatalf("the gateway logged a client's departure: %q", s)
 	}
 }
+
+// TestUpstreamACancelledTryTakesNoConnection: a try cancelled before it starts (the client left,
+// the waiting list re-routed it) fails with its cause and leaves the pooled connection pooled,
+// where taking it would have closed a healthy connection (found by review).
+func TestUpstreamACancelledTryTakesNoConnection(t *testing.T) {
+	addr, accepted := rawWorker(t, answering(okAnswer, nil))
+	u := newUpstream(4)
+	roundTrip(t, u, proxied(t, "GET", addr, ""))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := u.RoundTrip(proxied(t, "GET", addr, "").WithContext(ctx)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled try: %v, want context.Canceled", err)
+	}
+	roundTrip(t, u, proxied(t, "GET", addr, ""))
+	if n := accepted.Load(); n != 1 {
+		t.Fatalf("%d connections accepted, want the pooled one reused", n)
+	}
+}
