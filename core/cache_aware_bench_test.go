@@ -40,12 +40,7 @@ func BenchmarkCacheAwareRouteRelease(b *testing.B) {
 			b.Run(fmt.Sprintf("workers=%d/blocks=%d", n, blocks), func(b *testing.B) {
 				policy := cachePolicy(DefaultMaxLoadSkew, DefaultMinLoadGap, DefaultBlocksPerWorker)
 				r := newBenchRouterWith(b, policy, n, loadsIdle)
-				run := warmConversations(r, keys, benchConversations(conversations, blocks))
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					run(i)
-				}
+				runTurns(b, warmConversations(r, keys, benchConversations(conversations, blocks)))
 				b.StopTimer()
 				s := r.Stats()
 				b.ReportMetric(float64(s.PrefixBlocksMatched)/float64(s.PrefixBlocks), "matched/block")
@@ -76,12 +71,7 @@ func BenchmarkCacheAwareHitWait(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				run := warmConversations(r, keys, benchConversations(conversations, 16))
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					run(i)
-				}
+				runTurns(b, warmConversations(r, keys, benchConversations(conversations, 16)))
 			})
 		}
 	}
@@ -217,6 +207,15 @@ func applyReport(r *Router, urls []WorkerState, n uint64, stored, old []uint64) 
 	_ = r.StoreBlocks(urls[n%workers].URL, stored, nil)
 	if n >= workers {
 		_ = r.RemoveBlocks(urls[(n-workers)%workers].URL, old)
+	}
+}
+
+// runTurns times b.N turns of run (from warmConversations), allocations reported.
+func runTurns(b *testing.B, run func(i int)) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		run(i)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,14 +23,24 @@ import (
 )
 
 // rawWorker is a loopback TCP server whose connections serve handles, each on its own
-// goroutine; the test closes the listener at its end.
+// goroutine; the test closes the listener and every connection at its end, which ends the
+// handlers' loops.
 func rawWorker(t *testing.T, serve func(conn net.Conn)) (addr string, accepted *atomic.Int32) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
 	accepted = new(atomic.Int32)
 	go func() {
 		for {
@@ -37,6 +48,9 @@ func rawWorker(t *testing.T, serve func(conn net.Conn)) (addr string, accepted *
 			if err != nil {
 				return
 			}
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
 			accepted.Add(1)
 			go func() {
 				defer conn.Close()

@@ -199,7 +199,7 @@ def _check_hit_wait_factor(value: Any, balance_by: str) -> float:
     number = _as_float(value)
     if not (math.isfinite(number) and number >= 0):
         raise ValueError("hit_wait_factor must be a finite number >= 0, got %r" % (value,))
-    if value and balance_by != "prefill":
+    if number and balance_by != "prefill":
         raise ValueError("hit_wait_factor applies only with balance_by prefill, got balance_by %s" % balance_by)
     return number
 
