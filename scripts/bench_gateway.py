@@ -11,6 +11,10 @@ generator, in Go so neither is the bottleneck), starts ``--workers`` workers on 
 in front of the same workers:
 
 * ``gateway``: ``python -m bounded_router serve`` (the native gateway, bounded_consistent_hashing);
+* with ``--gomaxprocs N``, also ``gateway, GOMAXPROCS=N``: the same gateway with Go's
+  ``GOMAXPROCS`` set to N in its environment (on a machine whose cores it shares with the load
+  generator and the workers, one processor spends less CPU per request: BENCHMARKS.md,
+  "Processors"); the targets are judged on ``gateway``, the default;
 * ``smg``: ``smg launch --policy consistent_hashing`` (skipped with a note when ``--smg`` is absent);
 * ``python-proxy``: ``python -m bounded_router.integrations.serve`` (FastAPI + httpx);
 * ``haproxy``: HAProxy with bounded-load consistent hashing on the routing key (``balance
@@ -73,10 +77,12 @@ KEYS = "64"
 class Process:
     """A server process; ``url`` is where it listens, ``pid`` its process id."""
 
-    def __init__(self, name: str, argv: List[str]) -> None:
+    def __init__(self, name: str, argv: List[str], env: Optional[Dict[str, str]] = None) -> None:
         self.name = name
         self.log = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True, env=None if env is None else dict(os.environ, **env)
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if line.startswith("metrics listening on "):  # the gateway with --metrics-port says it first
@@ -235,6 +241,7 @@ def main() -> int:
     parser.add_argument("--throughput-rounds", type=int, default=3, help="rounds of the throughput measurement (default: %(default)s)")
     parser.add_argument("--requests", type=int, default=20000, help="requests per throughput run; a tenth for the Python proxy (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--gomaxprocs", type=int, metavar="N", help="also measure the gateway with GOMAXPROCS=N (see above)")
     parser.add_argument("--install", action="store_true", help="apt-get install haproxy and nginx when missing (as root)")
     parser.add_argument("--profile", metavar="DIR", help="write the gateway's CPU and allocation profiles under load into DIR (see above)")
     parser.add_argument("--profile-seconds", type=int, default=10, help="seconds of load each profile covers (default: %(default)s)")
@@ -256,6 +263,11 @@ def main() -> int:
         gateway = Process("gateway", [sys.executable, "-m", "bounded_router", "serve", "--port", "0"] + profiling + ["--worker-urls"] + urls)
         processes.append(gateway)
         targets["gateway"] = (gateway.url, gateway.pid)
+        if args.gomaxprocs is not None:
+            name = "gateway, GOMAXPROCS=%d" % args.gomaxprocs
+            variant = Process(name, [sys.executable, "-m", "bounded_router", "serve", "--port", "0", "--worker-urls"] + urls, env={"GOMAXPROCS": str(args.gomaxprocs)})
+            processes.append(variant)
+            targets[name] = (variant.url, variant.pid)
         proxy = Process("python-proxy", [sys.executable, "-m", "bounded_router.integrations.serve", "--port", "0", "--worker-urls"] + urls)
         processes.append(proxy)
         targets["python-proxy"] = (proxy.url, proxy.pid)
@@ -345,7 +357,8 @@ def main() -> int:
         row.append("%.3f ms" % statistics.median(cpu[name]) if cpu[name] else "-")
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "The gateway's figures as ratios to each other target's (below 1: the gateway adds less, or spends less; above 1 for req/s: it serves more):", ""]
-    lines += ratio_table(names, latency, throughput, cpu)
+    for subject in (n for n in names if n.startswith("gateway")):
+        lines += ratio_table(names, subject, latency, throughput, cpu) + [""]
     lines += ["", TARGETS, ""] + targets_table(names, latency, throughput, cpu)
     text = "\n".join(lines)
     print(text)
@@ -393,10 +406,10 @@ def targets_table(names: List[str], latency: Dict[Tuple[str, bool], List[float]]
             ("added median", added("gateway", False, 0.5), added("haproxy", False, 0.5), 1.5),
             ("added p99", added("gateway", False, 0.99), added("haproxy", False, 0.99), 2.0),
         ):
-            if peer > 0:
+            if min(peer, gateway) > 0:
                 rows.append("| %s against HAProxy | ≤ %.1fx | %.2fx | %s |" % (label, limit, gateway / peer, verdict(gateway <= limit * peer)))
-            else:
-                rows.append("| %s against HAProxy | ≤ %.1fx | HAProxy's is %.3f ms: no ratio (noise) | |" % (label, limit, peer))
+            else:  # an added latency at or below 0: the direct baseline's quantile was the higher one
+                rows.append("| %s against HAProxy | ≤ %.1fx | the gateway's is %.3f ms, HAProxy's %.3f ms: no ratio (noise) | |" % (label, limit, gateway, peer))
         rate = statistics.median(throughput[("gateway", 64)]) / statistics.median(throughput[("haproxy", 64)])
         rows.append("| req/s at c=64 against HAProxy | ≥ 0.7x | %.2fx | %s |" % (rate, verdict(rate >= 0.7)))
     if "smg" in names:
@@ -426,17 +439,22 @@ def targets_text(markdown: str) -> str:
     return "gateway targets (issue 24), from the last run of scripts/bench_gateway.py:\n" + table
 
 
-def ratio_table(names: List[str], latency: Dict[Tuple[str, bool], List[float]], throughput: Dict[Tuple[str, int], List[float]], cpu: Dict[str, List[float]]) -> List[str]:
+def ratio_table(
+    names: List[str], subject: str, latency: Dict[Tuple[str, bool], List[float]], throughput: Dict[Tuple[str, int], List[float]], cpu: Dict[str, List[float]]
+) -> List[str]:
+    """The subject's figures as ratios to every other target's but the baseline's and the other
+    gateway rows'."""
+
     def added(name: str, q: float) -> float:
         return quantile(latency[(name, False)], q) - quantile(latency[("direct", False)], q)
 
-    rows = ["| gateway against | added median | added p99 | req/s at c=64 | CPU per request |", "|---|---|---|---|---|"]
+    rows = ["| %s against | added median | added p99 | req/s at c=64 | CPU per request |" % subject, "|---|---|---|---|---|"]
     for name in names:
-        if name in ("direct", "gateway"):
+        if name == "direct" or name.startswith("gateway"):
             continue
-        cells = ["%.2fx" % (added("gateway", q) / added(name, q)) if min(added(name, q), added("gateway", q)) > 0 else "-" for q in (0.5, 0.99)]
-        cells.append("%.2fx" % (statistics.median(throughput[("gateway", 64)]) / statistics.median(throughput[(name, 64)])))
-        cells.append("%.2fx" % (statistics.median(cpu["gateway"]) / statistics.median(cpu[name])) if cpu[name] and cpu["gateway"] else "-")
+        cells = ["%.2fx" % (added(subject, q) / added(name, q)) if min(added(name, q), added(subject, q)) > 0 else "-" for q in (0.5, 0.99)]
+        cells.append("%.2fx" % (statistics.median(throughput[(subject, 64)]) / statistics.median(throughput[(name, 64)])))
+        cells.append("%.2fx" % (statistics.median(cpu[subject]) / statistics.median(cpu[name])) if cpu[name] and cpu[subject] else "-")
         rows.append("| %s | %s |" % (name, " | ".join(cells)))
     return rows
 
