@@ -357,9 +357,36 @@ def test_cli_trace_json_and_plot(tmp_path: pathlib.Path, capsys: pytest.CaptureF
     assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_cli_seeds_summarise_the_replays_of_each_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    # Each seed replayed alone (the replicas' draw and the random row depend on it), then the
+    # three at once: the summary is the mean and range of the single runs' figures.
+    argv = ["--trace", FIXTURE, "--workers", "4", "--replicas", "2", "--json"]
+    single = []
+    for seed in (3, 4, 5):
+        assert main(argv + ["--seed", str(seed)]) == 0
+        single.append(json.loads(capsys.readouterr().out))
+    assert main(argv + ["--seed", "3", "--seeds", "3"]) == 0
+    together = json.loads(capsys.readouterr().out)
+    assert together == single[0] + single[1] + single[2]
+    assert [row["config"]["seed"] for row in together] == [3] * len(single[0]) + [4] * len(single[0]) + [5] * len(single[0])
+
+    assert main(argv[:-1] + ["--seed", "3", "--seeds", "3"]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("policy"))
+    assert header.split() == ["policy", "gap", "skew", "mean", "TTFT", "p99", "TTFT", "cached", "seeds"]
+    rows = out.splitlines()[out.splitlines().index(header) + 1 :]
+    random_row = next(line for line in rows if line.startswith("random"))
+    means = [run[0]["mean_ttft_ms"] for run in single]
+    assert single[0][0]["label"].startswith("random") and len(set(means)) > 1  # the seed matters to this row
+    expected = "%.0f ms (%.0f-%.0f)" % (sum(means) / 3, min(means), max(means))
+    assert expected in random_row and random_row.endswith("3-5")
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
+        (["--seeds", "0"], "--seeds must be >= 1"),
+        (["--seeds", "2", "--plot", "x.png"], "--plot draws one replay"),
         (["--load", "0"], "load must be > 0"),
         (["--skew", "0.5"], "max_load_skew must be a finite number >= 1.0"),
         (["--block-size", "16"], "field 'hash_ids' has 14 blocks but input_length 6758 needs 423"),

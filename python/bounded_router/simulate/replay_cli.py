@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import List, Optional, Sequence
@@ -89,6 +90,14 @@ def _parser() -> argparse.ArgumentParser:
         help="or: each worker caches this fraction of the trace's distinct blocks (default %g)" % DEFAULT_CACHE_FRACTION,
     )
     fl.add_argument("--seed", type=int, default=r.seed, help="seeds the random row and the replicas' draw")
+    fl.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="replay N times, with seeds --seed to --seed + N - 1, and print each row's mean over the seeds with "
+        "their range: a difference between rules smaller than that range is the seeds' (default 1)",
+    )
     fl.add_argument(
         "--replicas",
         type=int,
@@ -366,7 +375,7 @@ def _json_rows(results: Sequence[ReplayResult]) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from .report import describe_replay, format_replay_table
+    from .report import describe_replay, format_replay_table, format_seeds_table
 
     parser = _parser()
     args = parser.parse_args(argv)
@@ -396,6 +405,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         )
         if args.limit is not None and args.limit < 1:
             raise ValueError("--limit must be >= 1, got %d" % args.limit)
+        if args.seeds < 1:
+            raise ValueError("--seeds must be >= 1, got %d" % args.seeds)
+        if args.seeds > 1 and args.plot:
+            raise ValueError("--plot draws one replay; it cannot be used with --seeds above 1")
         trace = load_trace(args.trace, args.block_size, args.routing_key_field, args.limit)
         arrival_scale(trace, config)  # a trace whose arrivals span no time cannot be scaled to a load
         policies = replay_policies(
@@ -434,13 +447,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (TraceError, ValueError) as e:
         parser.error(str(e))
 
-    results = [replay(policy, trace, config) for policy in policies]
+    runs = [[replay(policy, trace, dataclasses.replace(config, seed=seed)) for policy in policies] for seed in range(args.seed, args.seed + args.seeds)]
+    results = runs[0]
     if args.json:
-        print(_json_rows(results))
+        print(_json_rows([r for run in runs for r in run]))
     else:
         print(describe_replay(args.trace, trace, results[0]))
         print()
-        print(format_replay_table(results))
+        print(format_replay_table(results) if len(runs) == 1 else format_seeds_table(runs))
     if args.plot:
         from .plot import plot_replay
 

@@ -206,6 +206,33 @@ def format_replay_table(results: Sequence["ReplayResult"]) -> str:
     return _align(header, rows)
 
 
+def format_seeds_table(runs: Sequence[Sequence["ReplayResult"]]) -> str:
+    """One row per policy over replays that differ only in their seed (``runs[i][j]``: seed i,
+    policy j): each figure's mean over the seeds, with its lowest and highest in brackets."""
+    header = ["policy", "gap", "skew", "mean TTFT", "p99 TTFT", "cached", "seeds"]
+    rows: List[List[str]] = []
+    for same_row in zip(*runs):
+        p = same_row[0].policy
+        rows.append(
+            [
+                _replay_name(p),
+                "-" if p.min_load_gap is None else str(p.min_load_gap),
+                "-" if p.max_load_skew is None else "%g" % p.max_load_skew,
+                _spread([r.mean_ttft_ms for r in same_row], "%.0f", " ms"),
+                _spread([r.p99_ttft_ms for r in same_row], "%.0f", " ms"),
+                _spread([100 * r.cached_token_fraction for r in same_row], "%.1f", "%"),
+                "%d-%d" % (same_row[0].config.seed, same_row[-1].config.seed),
+            ]
+        )
+    return _align(header, rows)
+
+
+def _spread(values: Sequence[float], form: str, unit: str) -> str:
+    """The mean of ``values`` and, in brackets, their lowest and highest."""
+    mean = sum(values) / len(values)
+    return "%s%s (%s-%s)" % (form % mean, unit, form % min(values), form % max(values))
+
+
 def replay_options(p: "ReplayPolicy") -> List[str]:
     """The options of a replay row that are not the library's defaults, as short phrases."""
     options = ([] if p.spill_target == "clockwise" else [p.spill_target]) + (["memory %d" % p.key_memory] if p.key_memory else [])
