@@ -359,7 +359,7 @@ def main() -> int:
     lines += ["", "The gateway's figures as ratios to each other target's (below 1: the gateway adds less, or spends less; above 1 for req/s: it serves more):", ""]
     for subject in (n for n in names if n.startswith("gateway")):
         lines += ratio_table(names, subject, latency, throughput, cpu) + [""]
-    lines += ["", TARGETS, ""] + targets_table(names, latency, throughput, cpu)
+    lines += [TARGETS, ""] + targets_table(names, latency, throughput, cpu)
     text = "\n".join(lines)
     print(text)
     if args.write:

@@ -23,8 +23,8 @@ NAMES = ["direct", "gateway", "gateway, GOMAXPROCS=1", "haproxy"]
 
 
 def figures(p99: Dict[str, float]) -> Tuple[Dict[Tuple[str, bool], List[float]], Dict[Tuple[str, int], List[float]], Dict[str, List[float]]]:
-    """100 latencies per target whose median is 1 ms plus its added median and whose p99 is
-    the given value (the direct baseline: median 1.0, p99 2.0)."""
+    """100 latencies per target: 99 at its median (the direct baseline's is 1.0 ms) and one, its
+    p99, as given; one throughput and one CPU figure each."""
     median = {"direct": 1.0, "gateway": 1.2, "gateway, GOMAXPROCS=1": 1.15, "haproxy": 1.1}
     latency = {}
     for name in NAMES:
