@@ -227,7 +227,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ex.deadline = time.Now().Add(seconds(g.opts.RequestTimeout))
 	ex.timer = time.AfterFunc(min(seconds(g.opts.FirstByteTimeout), seconds(g.opts.RequestTimeout)), ex.expire)
 	defer g.finish(r, ex)
-	g.proxy.ServeHTTP(w, r.WithContext(ex))
+	g.forward(w, r, ex)
 }
 
 // finish ends a proxied request, also when the ReverseProxy aborts it with a panic: it
@@ -322,7 +322,8 @@ func fill(r io.Reader, p []byte) (int, error) {
 	return n, nil
 }
 
-// rewrite turns the client's request into the worker's: the worker's scheme and host, the raw
+// rewrite turns the client's request for an upgrade (the one kind forward leaves to the
+// ReverseProxy) into the worker's: the worker's scheme and host, the raw
 // path and query, the buffered body, and the client's headers as the ReverseProxy left them
 // (hop-by-hop ones removed) with the forwarding headers it strips put back as the client sent
 // them: the proxy adds nothing.
@@ -339,17 +340,22 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	// hop-by-hop (ReverseProxy keeps "TE: trailers" for gRPC, which workers do not speak).
 	out.Header.Del("Expect")
 	out.Header.Del("Te")
+	ex.attachBody(out)
+}
+
+// attachBody gives a request to the worker the buffered body (none when it is empty).
+func (ex *exchange) attachBody(out *http.Request) {
 	out.ContentLength = int64(len(ex.body))
 	if len(ex.body) == 0 {
 		out.Body, out.GetBody = nil, nil
-	} else {
-		// A NopCloser around a *bytes.Reader: net/http knows it does not block and writes the
-		// headers and the body in one write (isKnownInMemoryReader); any other type costs one
-		// more write per request.
-		ex.firstBody.Reset(ex.body)
-		out.Body = io.NopCloser(&ex.firstBody)
-		out.GetBody = ex.getBody // lets the transport retry on a keep-alive connection the worker closed
+		return
 	}
+	// A NopCloser around a *bytes.Reader: net/http knows it does not block and writes the
+	// headers and the body in one write (isKnownInMemoryReader); any other type costs one
+	// more write per request.
+	ex.firstBody.Reset(ex.body)
+	out.Body = io.NopCloser(&ex.firstBody)
+	out.GetBody = ex.getBody // lets the transport retry on a keep-alive connection the worker closed
 }
 
 // aim points a request to the worker at the exchange's target: its scheme, host and path
