@@ -1,6 +1,7 @@
-// Package gateway is bounded-router's HTTP gateway: a reverse proxy (net/http and
-// httputil.ReverseProxy) that routes every request through a core.Router and forwards it to
-// the chosen worker, streaming the answer back.
+// Package gateway is bounded-router's HTTP gateway: a reverse proxy (net/http's server, the
+// proxy step of forward.go and the transport of upstream.go; httputil.ReverseProxy for
+// upgrades) that routes every request through a core.Router and forwards it to the chosen
+// worker, streaming the answer back.
 //
 // Per request: the request-target must pass the path rule (see checkPath; else 400); the
 // body is read whole, up to Options.MaxBodySize (413 above) within Options.BodyTimeout
@@ -109,6 +110,8 @@ func New(monitor *health.Monitor, opts Options) (*Gateway, error) {
 	}
 	g.transport = &upstream{dial: fallback.DialContext, maxIdle: opts.MaxIdleConnsPerHost, idleTimeout: seconds(opts.WorkerIdleTimeout), fallback: fallback}
 	errorLog := log.New(os.Stderr, "bounded-router gateway: ", log.LstdFlags)
+	// The ReverseProxy serves upgrades; every other request takes forward's step, with the
+	// same hooks and buffers.
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:   g.rewrite,
 		Transport: failover{g},
