@@ -117,9 +117,9 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, res *http.Respo
 // worker sends it; a body of known length goes through the server's buffer. A read error other
 // than the client's leaving is logged, as the ReverseProxy logs it.
 func (g *Gateway) copyBody(w http.ResponseWriter, res *http.Response) error {
-	stream := res.ContentLength == -1 || isEventStream(res.Header.Get("Content-Type"))
-	flush := http.NewResponseController(w).Flush
-	if stream {
+	var flush func() error // nil unless the answer is a stream
+	if res.ContentLength == -1 || isEventStream(res.Header.Get("Content-Type")) {
+		flush = http.NewResponseController(w).Flush
 		flush()
 	}
 	buf := g.proxy.BufferPool.Get()
@@ -133,7 +133,7 @@ func (g *Gateway) copyBody(w http.ResponseWriter, res *http.Response) error {
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return werr
 			}
-			if stream {
+			if flush != nil {
 				flush()
 			}
 		}
