@@ -28,7 +28,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ex *exchange) 
 		g.proxy.ServeHTTP(w, r.WithContext(ex))
 		return
 	}
-	informational := informationalWriter{w: w}
+	informational := informationalWriter{w: w, stopped: !r.ProtoAtLeast(1, 1)}
 	out := ex.outgoing(r, httptrace.WithClientTrace(ex, &httptrace.ClientTrace{Got1xxResponse: informational.write}))
 	res, err := failover{g}.RoundTrip(out)
 	informational.stop()
@@ -155,7 +155,8 @@ func isEventStream(contentType string) bool {
 }
 
 // informationalWriter passes a worker's 1xx answers (103 Early Hints and the like) on to the
-// client until stop: a late one, after the try ended, is dropped.
+// client until stop: a late one, after the try ended, is dropped, and so is every one to an
+// HTTP/1.0 client, which must get none (RFC 9110, 15.2).
 type informationalWriter struct {
 	w       http.ResponseWriter
 	mu      sync.Mutex

@@ -3,10 +3,13 @@ package gateway
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"strings"
 	"testing"
+	"time"
 )
 
 // The proxy step's rules that the ReverseProxy kept before forward.go (contract: HTTP proxies):
@@ -55,5 +58,27 @@ func TestAnUnaskedProtocolSwitchIsA502(t *testing.T) {
 	g := start(t, newRouter(t, "http://"+addr), Options{DisableRetries: true})
 	if res, body := get(t, g, "/v1/models", nil); res.StatusCode != http.StatusBadGateway {
 		t.Fatalf("got %d %q, want 502: the client asked for no upgrade", res.StatusCode, body)
+	}
+}
+
+func TestNoEarlyHintsForAnHTTP10Client(t *testing.T) {
+	// RFC 9110, 15.2: a server must not send a 1xx answer to an HTTP/1.0 client.
+	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</a.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		io.WriteString(w, "ok")
+	})
+	g := start(t, newRouter(t, w.URL), Options{})
+	conn, err := net.DialTimeout("tcp", g.Addr(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(conn, "GET /v1/models HTTP/1.0\r\nHost: x\r\n\r\n")
+	answer, _ := io.ReadAll(conn) // HTTP/1.0: the gateway closes after the answer
+	if first, _, _ := strings.Cut(string(answer), "\r\n"); first != "HTTP/1.0 200 OK" || !strings.HasSuffix(string(answer), "ok") {
+		t.Fatalf("got %q, want the 200 alone", answer)
 	}
 }
