@@ -23,6 +23,7 @@ import (
 // (text/event-stream, or a body of unknown length) is flushed per write, trailers follow the
 // body, and a body cut short aborts the client's connection so that the cut shows. An upgrade
 // (WebSocket and the like) still goes through the ReverseProxy, which hijacks the connection.
+// Contract: HTTP proxies, steps 5 and 7.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	if upgradeType(r.Header) != "" {
 		g.proxy.ServeHTTP(w, r.WithContext(ex))
