@@ -16,8 +16,8 @@ import (
 
 // forward is the proxy step of a request that does not ask for an upgrade: what
 // httputil.ReverseProxy does for it, without its request clone (a deep copy of every header),
-// its second pass over the headers and its trace closures, which were a tenth of the gateway's
-// CPU (BENCHMARKS.md, "The proxy step without httputil.ReverseProxy"). The rules are the
+// its second pass over the headers and its trace closures (their cost: BENCHMARKS.md, "The
+// proxy step without httputil.ReverseProxy"). The rules are the
 // ReverseProxy's: hop-by-hop headers and those named in Connection are dropped both ways,
 // nothing is added (an absent User-Agent stays absent), 1xx answers are passed on, a stream
 // (text/event-stream, or a body of unknown length) is flushed per write, trailers follow the
