@@ -268,14 +268,16 @@ def test_exposed_routing_headers_name_the_worker_in_errors_too(kind: str, worker
 
 
 def test_an_unreachable_worker_is_a_502_without_its_address(kind: str) -> None:
+    # Bound and never listening: a connection is refused, and no other process can take the port
+    # while the test runs (closed first, another test's server could, and answer in its place).
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = "http://127.0.0.1:%d" % s.getsockname()[1]
-    with start_edge(kind, [dead]) as edge:
-        response = raw_request(edge.url, http_request("GET", "/v1/x"))
-        assert response.status == 502
-        assert dead.encode() not in response.body
-        edge.wait_released()
+        with start_edge(kind, [dead]) as edge:
+            response = raw_request(edge.url, http_request("GET", "/v1/x"))
+            assert response.status == 502
+            assert dead.encode() not in response.body
+            edge.wait_released()
 
 
 def test_one_date_and_one_server_header(edge: Edge, workers: List[EchoWorker]) -> None:

@@ -133,16 +133,16 @@ def test_no_worker_is_a_503_naming_the_branch(fast_worker: Any, serve_proxy: Pro
 
 
 def test_unreachable_worker_is_a_502_naming_it_when_exposed_and_releases(serve_proxy: ProxyServer, client: httpx.Client) -> None:
-    with socket.socket() as s:  # a loopback port nobody listens on
+    with socket.socket() as s:  # bound, never listening: refused, and no other server can take it
         s.bind(("127.0.0.1", 0))
         dead = "http://127.0.0.1:%d" % s.getsockname()[1]
-    with serve_proxy([dead]) as (url, _, router):  # routing headers exposed
-        r = client.post(url + "/v1/completions", json=completion())
-        assert r.status_code == 502
-        assert r.json()["worker"] == dead
-        assert r.json()["error"] == "worker did not answer"
-        assert "Connect" in r.json()["detail"]
-        assert router.active_leases() == 0
+        with serve_proxy([dead]) as (url, _, router):  # routing headers exposed
+            r = client.post(url + "/v1/completions", json=completion())
+            assert r.status_code == 502
+            assert r.json()["worker"] == dead
+            assert r.json()["error"] == "worker did not answer"
+            assert "Connect" in r.json()["detail"]
+            assert router.active_leases() == 0
 
 
 @pytest.mark.parametrize("framework", ["asgi", "aiohttp"])
