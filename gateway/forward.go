@@ -79,9 +79,7 @@ func (ex *exchange) outgoing(r *http.Request, ctx context.Context) *http.Request
 // ReverseProxy does.
 func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, res *http.Response) {
 	header := w.Header()
-	for name, values := range res.Header {
-		header[name] = append(header[name], values...)
-	}
+	addHeaders(header, res.Header)
 	announced := len(res.Trailer)
 	if announced > 0 {
 		names := make([]string, 0, announced)
@@ -171,9 +169,7 @@ func (i *informationalWriter) write(code int, header textproto.MIMEHeader) error
 		return nil
 	}
 	h := i.w.Header()
-	for name, values := range header {
-		h[name] = append(h[name], values...)
-	}
+	addHeaders(h, http.Header(header))
 	i.w.WriteHeader(code)
 	clear(h)
 	return nil
@@ -183,6 +179,14 @@ func (i *informationalWriter) stop() {
 	i.mu.Lock()
 	i.stopped = true
 	i.mu.Unlock()
+}
+
+// addHeaders appends every value of src to dst's (the ReverseProxy's copyHeader; the values are
+// copied, not shared).
+func addHeaders(dst, src http.Header) {
+	for name, values := range src {
+		dst[name] = append(dst[name], values...)
+	}
 }
 
 // hopByHop are the headers that describe one connection, never forwarded (RFC 9110, 7.6.1, and

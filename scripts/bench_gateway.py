@@ -260,12 +260,13 @@ def main() -> int:
         targets: Dict[str, Tuple[str, Optional[int]]] = {"direct": (",".join(urls), None)}
         admin_port = free_port()
         profiling = ["--metrics-port", str(admin_port), "--pprof"] if args.profile else []
-        gateway = Process("gateway", [sys.executable, "-m", "bounded_router", "serve", "--port", "0"] + profiling + ["--worker-urls"] + urls)
+        serve = [sys.executable, "-m", "bounded_router", "serve", "--port", "0", "--worker-urls"] + urls
+        gateway = Process("gateway", serve + profiling)
         processes.append(gateway)
         targets["gateway"] = (gateway.url, gateway.pid)
         if args.gomaxprocs is not None:
             name = "gateway, GOMAXPROCS=%d" % args.gomaxprocs
-            variant = Process(name, [sys.executable, "-m", "bounded_router", "serve", "--port", "0", "--worker-urls"] + urls, env={"GOMAXPROCS": str(args.gomaxprocs)})
+            variant = Process(name, serve, env={"GOMAXPROCS": str(args.gomaxprocs)})
             processes.append(variant)
             targets[name] = (variant.url, variant.pid)
         proxy = Process("python-proxy", [sys.executable, "-m", "bounded_router.integrations.serve", "--port", "0", "--worker-urls"] + urls)
