@@ -47,7 +47,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ex *exchange) 
 	}
 	removeHopByHop(res.Header)
 	g.modifyResponse(res)
-	g.answer(w, r, res)
+	g.answer(w, r, ex, res)
 }
 
 // outgoing is the request to the exchange's worker under ctx: the client's method, headers
@@ -77,7 +77,7 @@ func (ex *exchange) outgoing(r *http.Request, ctx context.Context) *http.Request
 // body (flushed per write for a stream), then the trailers. A body that fails midway aborts the
 // client's connection (http.ErrAbortHandler) when a server runs the handler, as the
 // ReverseProxy does.
-func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, res *http.Response) {
+func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, ex *exchange, res *http.Response) {
 	header := w.Header()
 	addHeaders(header, res.Header)
 	announced := len(res.Trailer)
@@ -89,7 +89,7 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, res *http.Respo
 		header.Add("Trailer", strings.Join(names, ", "))
 	}
 	w.WriteHeader(res.StatusCode)
-	if err := g.copyBody(w, res); err != nil {
+	if err := g.copyBody(w, ex, res); err != nil {
 		res.Body.Close()
 		if r.Context().Value(http.ServerContextKey) != nil {
 			panic(http.ErrAbortHandler) // the server closes the connection
@@ -113,9 +113,9 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, res *http.Respo
 
 // copyBody copies the answer's body to the client through a pooled buffer, flushing after every
 // write (and once before the first) when the answer is a stream, so each event arrives as the
-// worker sends it; a body of known length goes through the server's buffer. A read error other
-// than the client's leaving is logged, as the ReverseProxy logs it.
-func (g *Gateway) copyBody(w http.ResponseWriter, res *http.Response) error {
+// worker sends it; a body of known length goes through the server's buffer. A body cut short is
+// logged (bodyCut).
+func (g *Gateway) copyBody(w http.ResponseWriter, ex *exchange, res *http.Response) error {
 	var flush func() error // nil unless the answer is a stream
 	if res.ContentLength == -1 || isEventStream(res.Header.Get("Content-Type")) {
 		flush = http.NewResponseController(w).Flush
@@ -125,8 +125,8 @@ func (g *Gateway) copyBody(w http.ResponseWriter, res *http.Response) error {
 	defer g.proxy.BufferPool.Put(buf)
 	for {
 		n, rerr := res.Body.Read(buf)
-		if rerr != nil && rerr != io.EOF && !errors.Is(rerr, context.Canceled) {
-			g.proxy.ErrorLog.Printf("httputil: ReverseProxy read error during body copy: %v", rerr)
+		if rerr != nil && rerr != io.EOF {
+			g.bodyCut(ex, rerr)
 		}
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
@@ -143,6 +143,28 @@ func (g *Gateway) copyBody(w http.ResponseWriter, res *http.Response) error {
 			return rerr
 		}
 	}
+}
+
+// bodyCut logs why the worker's body ended before its end, and keeps the reason for the access
+// log: one of the gateway's timeouts (which cancel the try, contract: HTTP proxies, step 7), or
+// the read's own error, logged as the ReverseProxy logs it. A client that left is not logged.
+func (g *Gateway) bodyCut(ex *exchange, err error) {
+	var cut string
+	switch ex.timedOut.Load() {
+	case phaseTimedOut:
+		cut = "sent nothing for idle_timeout (" + seconds(g.opts.IdleTimeout).String() + ")"
+	case requestTimedOut:
+		cut = "did not end within request_timeout_secs (" + seconds(g.opts.RequestTimeout).String() + ")"
+	default:
+		if errors.Is(err, context.Canceled) {
+			return
+		}
+		g.proxy.ErrorLog.Printf("httputil: ReverseProxy read error during body copy: %v", err)
+		ex.errorText = "stream cut: " + err.Error()
+		return
+	}
+	g.proxy.ErrorLog.Printf("worker %s's stream was cut: it %s", ex.decision.WorkerURL, cut)
+	ex.errorText = "stream cut: the worker " + cut
 }
 
 func isEventStream(contentType string) bool {

@@ -494,13 +494,28 @@ func TestTimeouts(t *testing.T) {
 			waitLeases(t, r, 0)
 		})
 	}
-	// During a stream: the stream is cut after what the worker sent.
-	for name, opts := range map[string]Options{"idle stream": {IdleTimeout: 0.2}, "whole request, streaming": {RequestTimeout: 0.2}} {
+	// During a stream: the stream is cut after what the worker sent, and the error log and the
+	// access log say which timeout cut it (contract: HTTP proxies, step 7).
+	for name, c := range map[string]struct {
+		opts Options
+		says string
+	}{
+		"idle stream":              {Options{IdleTimeout: 0.2, AccessLog: true}, "sent nothing for idle_timeout (200ms)"},
+		"whole request, streaming": {Options{RequestTimeout: 0.2, AccessLog: true}, "did not end within request_timeout_secs (200ms)"},
+	} {
 		t.Run(name, func(t *testing.T) {
 			url, _, cancelled := blockingWorker(t, true)
 			r := newRouter(t, url)
-			g := start(t, r, opts)
-			res, err := client().Get("http://" + g.Addr() + "/")
+			g, err := New(health.New(r, health.Options{}), c.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs, access syncBuffer
+			g.proxy.ErrorLog.SetOutput(&logs)
+			g.accessLog = slog.New(slog.NewJSONHandler(&access, nil))
+			s := httptest.NewServer(g)
+			defer s.Close()
+			res, err := client().Get(s.URL + "/")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -509,7 +524,15 @@ func TestTimeouts(t *testing.T) {
 				t.Fatalf("the stream must be cut: %q %v", body, err)
 			}
 			within(t, cancelled, "the cut stream's request to the worker was not cancelled")
-			waitLeases(t, r, 0)
+			waitLeases(t, r, 0) // the handler has returned: what it logs is written
+			want := "worker " + url + "'s stream was cut: it " + c.says
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("error log %q does not say %q", logs.String(), want)
+			}
+			var line map[string]any
+			if err := json.Unmarshal([]byte(access.String()), &line); err != nil || line["error"] != "stream cut: the worker "+c.says || line["aborted"] != true {
+				t.Errorf("access log %q (%v)", access.String(), err)
+			}
 		})
 	}
 	t.Run("connect", func(t *testing.T) {
