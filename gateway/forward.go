@@ -80,6 +80,9 @@ func (ex *exchange) outgoing(r *http.Request, ctx context.Context) *http.Request
 func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, ex *exchange, res *http.Response) {
 	header := w.Header()
 	addHeaders(header, res.Header)
+	if _, typed := res.Header["Content-Type"]; !typed {
+		header["Content-Type"] = nil // net/http would sniff one from the body (contract: HTTP proxies, step 7)
+	}
 	announced := len(res.Trailer)
 	if announced > 0 {
 		names := make([]string, 0, announced)

@@ -117,9 +117,8 @@ class EchoWorker:
             }
         ).encode()
         extra = _EXTRA_HEADERS.get(path, b"")
-        writer.write(
-            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n" % (len(payload), extra)
-        )
+        typed = b"" if path == b"_untyped" else b"Content-Type: application/json\r\n"
+        writer.write(b"HTTP/1.1 200 OK\r\n%sContent-Length: %d\r\n%s\r\n" % (typed, len(payload), extra))
         if method != b"HEAD":
             writer.write(payload)
         await writer.drain()

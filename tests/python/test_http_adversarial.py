@@ -99,6 +99,17 @@ def test_hop_by_hop_headers_are_dropped_both_ways(edge: Edge, workers: List[Echo
     edge.wait_released()
 
 
+def test_an_answer_without_a_content_type_gets_none(edge: Edge, workers: List[EchoWorker]) -> None:
+    # A proxy adds no type guessed from the body to an untyped answer (contract: HTTP proxies,
+    # step 7); aiohttp gives it its default, the type RFC 9110 (8.3) lets a client assume.
+    response = raw_request(edge.url, http_request("GET", "/v1/_untyped", to_worker(0)))
+    assert response.status == 200
+    assert json.loads(response.body)["target"] == "/v1/_untyped"
+    allowed = ([], ["application/octet-stream"]) if edge.kind == "aiohttp" else ([],)
+    assert response.header("content-type") in allowed
+    edge.wait_released()
+
+
 # --- paths ---------------------------------------------------------------------------------------
 
 ESCAPING = [
