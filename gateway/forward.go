@@ -64,9 +64,11 @@ func (ex *exchange) outgoing(r *http.Request, ctx context.Context) *http.Request
 	if _, ok := header["User-Agent"]; !ok {
 		header["User-Agent"] = []string{""} // else net/http would add Go's
 	}
+	// The body is buffered whole: it goes with its length, without the client's chunked framing
+	// or its trailers (contract: HTTP proxies, step 5).
 	out := (&http.Request{
 		Method: r.Method, URL: &url.URL{}, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor,
-		Header: header, TransferEncoding: r.TransferEncoding, Trailer: r.Trailer,
+		Header: header,
 	}).WithContext(ctx)
 	ex.aim(out)
 	ex.attachBody(out)

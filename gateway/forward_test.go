@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bounded-router/bounded-router/core"
 )
 
 // The proxy step's rules that the ReverseProxy kept before forward.go (contract: HTTP proxies):
@@ -80,5 +84,57 @@ func TestNoEarlyHintsForAnHTTP10Client(t *testing.T) {
 	answer, _ := io.ReadAll(conn) // HTTP/1.0: the gateway closes after the answer
 	if first, _, _ := strings.Cut(string(answer), "\r\n"); first != "HTTP/1.0 200 OK" || !strings.HasSuffix(string(answer), "ok") {
 		t.Fatalf("got %q, want the 200 alone", answer)
+	}
+}
+
+// A chunked request reaches the worker as the contract's step 5 says: the buffered body with
+// its Content-Length, no Transfer-Encoding and no trailers. Before, it went on chunked with the
+// client's trailers, so a trailer named Host reached the worker, and one named Content-Length
+// or Transfer-Encoding failed the write: a 502 that counted against a worker never at fault.
+func TestAChunkedRequestReachesTheWorkerWithItsLength(t *testing.T) {
+	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "te=%v cl=%d body=%s trailer=%v", r.TransferEncoding, r.ContentLength, body, r.Trailer)
+	})
+	r := newRouter(t, w.URL)
+	g := start(t, r, Options{})
+	for _, trailer := range []string{"", "X-Checksum: 1\r\n", "Host: evil\r\n", "Content-Length: 50\r\n", "Transfer-Encoding: chunked\r\n"} {
+		res, body := raw(t, g.Addr(), "POST /v1/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3\r\nabc\r\n0\r\n"+trailer+"\r\n")
+		if want := "te=[] cl=3 body=abc trailer=map[]"; res.StatusCode != 200 || body != want {
+			t.Errorf("trailer %q: %d %q, want 200 %q", trailer, res.StatusCode, body, want)
+		}
+	}
+	waitLeases(t, r, 0)
+	if failed := r.Workers()[0].Outcomes[core.OutcomeFailure]; failed != 0 {
+		t.Errorf("%d failures counted against the worker", failed)
+	}
+}
+
+// A refused request's unread body is not waited for: the refusal closes the connection at once
+// even when the client stops sending (net/http reads up to 256 KiB of what is left before it
+// closes, and read with no deadline, a client that sent part of its body held the connection).
+func TestARefusalClosesTheConnectionOfAStalledBody(t *testing.T) {
+	g := start(t, newRouter(t, "http://"+unansweredListener(t)), Options{BodyTimeout: 0.2})
+	for name, head := range map[string]string{
+		"body_timeout":  "POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab",
+		"path":          "POST /v1/../x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab",
+		"path, chunked": "POST /v1/../x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+	} {
+		conn, err := net.Dial("tcp", g.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(5 * time.Second)) // bounds the test, well past the 0.5 s net/http waits to close
+		io.WriteString(conn, head)
+		br := bufio.NewReader(conn)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		io.Copy(io.Discard, res.Body)
+		if _, err := br.ReadByte(); err != io.EOF {
+			t.Errorf("%s: after its %d the connection was not closed: %v", name, res.StatusCode, err)
+		}
 	}
 }

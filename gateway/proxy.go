@@ -421,8 +421,11 @@ func (g *Gateway) tooLarge() string {
 // refuse answers a request that is not proxied.
 func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, ex *exchange, status int, text string) {
 	if status != http.StatusServiceUnavailable && status != http.StatusBadGateway {
-		// The body may be unread: close rather than wait for it (net/http would read up to 256 KiB).
+		// The body may be unread: close rather than wait for it. net/http still reads what is
+		// left (up to 256 KiB) before it closes; a deadline passed already ends that read at
+		// once for a client that stopped sending.
 		w.Header().Set("Connection", "close")
+		http.NewResponseController(w).SetReadDeadline(time.Now())
 	}
 	g.writeError(w, ex, status, text)
 	if g.accessLog != nil {
