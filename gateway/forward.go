@@ -64,8 +64,6 @@ func (ex *exchange) outgoing(r *http.Request, ctx context.Context) *http.Request
 	if _, ok := header["User-Agent"]; !ok {
 		header["User-Agent"] = []string{""} // else net/http would add Go's
 	}
-	// The body is buffered whole: it goes with its length, without the client's chunked framing
-	// or its trailers (contract: HTTP proxies, step 5).
 	out := (&http.Request{
 		Method: r.Method, URL: &url.URL{}, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor,
 		Header: header,
@@ -134,12 +132,14 @@ func (g *Gateway) copyBody(w http.ResponseWriter, ex *exchange, res *http.Respon
 			g.bodyCut(ex, rerr)
 		}
 		if n > 0 {
+			ex.pause()
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return werr
 			}
 			if flush != nil {
 				flush()
 			}
+			ex.arm(ex.idle)
 		}
 		if rerr == io.EOF {
 			return nil
@@ -154,6 +154,9 @@ func (g *Gateway) copyBody(w http.ResponseWriter, ex *exchange, res *http.Respon
 // log: one of the gateway's timeouts (which cancel the try, contract: HTTP proxies, step 7), or
 // the read's own error, logged as the ReverseProxy logs it. A client that left is not logged.
 func (g *Gateway) bodyCut(ex *exchange, err error) {
+	if ex.client.Err() != nil {
+		return
+	}
 	var cut string
 	switch ex.timedOut.Load() {
 	case phaseTimedOut:

@@ -7,13 +7,16 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bounded-router/bounded-router/core"
+	"github.com/bounded-router/bounded-router/health"
 )
 
 // The proxy step's rules that the ReverseProxy kept before forward.go (contract: HTTP proxies):
@@ -98,10 +101,13 @@ func TestAChunkedRequestReachesTheWorkerWithItsLength(t *testing.T) {
 	})
 	r := newRouter(t, w.URL)
 	g := start(t, r, Options{})
-	for _, trailer := range []string{"", "X-Checksum: 1\r\n", "Host: evil\r\n", "Content-Length: 50\r\n", "Transfer-Encoding: chunked\r\n"} {
-		res, body := raw(t, g.Addr(), "POST /v1/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3\r\nabc\r\n0\r\n"+trailer+"\r\n")
-		if want := "te=[] cl=3 body=abc trailer=map[]"; res.StatusCode != 200 || body != want {
-			t.Errorf("trailer %q: %d %q, want 200 %q", trailer, res.StatusCode, body, want)
+	// Both proxy steps: forward's, and the ReverseProxy's for a request that asks for an upgrade.
+	for _, connection := range []string{"Connection: close\r\n", "Connection: Upgrade\r\nUpgrade: x\r\n"} {
+		for _, trailer := range []string{"", "X-Checksum: 1\r\n", "Host: evil\r\n", "Content-Length: 50\r\n", "Transfer-Encoding: chunked\r\n"} {
+			res, body := raw(t, g.Addr(), "POST /v1/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"+connection+"\r\n3\r\nabc\r\n0\r\n"+trailer+"\r\n")
+			if want := "te=[] cl=3 body=abc trailer=map[]"; res.StatusCode != 200 || body != want {
+				t.Errorf("%q, trailer %q: %d %q, want 200 %q", connection, trailer, res.StatusCode, body, want)
+			}
 		}
 	}
 	waitLeases(t, r, 0)
@@ -136,5 +142,87 @@ func TestARefusalClosesTheConnectionOfAStalledBody(t *testing.T) {
 		if _, err := br.ReadByte(); err != io.EOF {
 			t.Errorf("%s: after its %d the connection was not closed: %v", name, res.StatusCode, err)
 		}
+	}
+}
+
+// A refusal does not reset a client that sent its whole body: net/http reads what is left of it
+// (up to 256 KiB) and closes cleanly, so the answer is not lost to a reset (a deadline already
+// passed made it close at once with the body unread, which the kernel answers with a reset).
+func TestARefusalOfAWholeBodyClosesWithoutAReset(t *testing.T) {
+	g := start(t, newRouter(t, "http://"+unansweredListener(t)), Options{})
+	body := strings.Repeat("a", 100<<10)
+	conn, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(conn, "POST /v1/../x HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != 400 {
+		t.Fatalf("%v %v", res, err)
+	}
+	io.Copy(io.Discard, res.Body)
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the 400: %v, want the connection's clean end", err)
+	}
+}
+
+// A client that reads slowly is not a silent worker: the idle timeout counts only the waits for
+// the worker, so a whole answer reaches a client that paused longer than it, and nothing is
+// logged or counted against the worker.
+func TestASlowReaderIsNotCutByTheIdleTimeout(t *testing.T) {
+	const size = 8 << 20 // more than the sockets buffer between the gateway and the client
+	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		w.Write(make([]byte, size))
+	})
+	r := newRouter(t, w.URL)
+	g, err := New(health.New(r, health.Options{}), Options{IdleTimeout: 0.2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	g.proxy.ErrorLog.SetOutput(&logs)
+	s := httptest.NewServer(g)
+	defer s.Close()
+	conn, err := net.Dial("tcp", s.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(conn, "GET /v1/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	time.Sleep(600 * time.Millisecond) // the client pauses for three idle timeouts before it reads
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := io.Copy(io.Discard, res.Body); n != size || err != nil {
+		t.Fatalf("the client got %d of %d bytes: %v", n, size, err)
+	}
+	waitLeases(t, r, 0)
+	if failed := r.Workers()[0].Outcomes[core.OutcomeFailure]; failed != 0 || logs.String() != "" {
+		t.Errorf("%d failures counted against the worker; logged %q", failed, logs.String())
+	}
+}
+
+// A client that left is logged as neither a timeout nor a worker's error, even when a timeout
+// fired as it left (contract: HTTP proxies, step 7).
+func TestABodyCutOfAClientThatLeftLogsNothing(t *testing.T) {
+	g, err := New(health.New(newRouter(t, "http://"+unansweredListener(t)), health.Options{}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	g.proxy.ErrorLog.SetOutput(&logs)
+	client, leave := context.WithCancel(context.Background())
+	leave()
+	ex := &exchange{client: client}
+	ex.timedOut.Store(phaseTimedOut)
+	g.bodyCut(ex, context.Canceled)
+	if logs.String() != "" || ex.errorText != "" {
+		t.Errorf("logged %q, access log error %q", logs.String(), ex.errorText)
 	}
 }

@@ -46,8 +46,8 @@ type exchange struct {
 	start     time.Time
 
 	// timer cancels the request when the worker is silent too long: before its response
-	// headers (first-byte timeout), then between two reads of its body (idle-stream timeout),
-	// and at the latest at deadline (request_timeout_secs). One timer for the three saves the
+	// headers (first-byte timeout), then while a read of its body waits (idle-stream timeout;
+	// the writes to the client pause it), and at the latest at deadline (request_timeout_secs). One timer for the three saves the
 	// context.WithTimeout (a second timer and its allocations) on every request.
 	timer     *time.Timer
 	timedOut  atomic.Int32 // notTimedOut, or which timeout cancelled the request
@@ -108,11 +108,12 @@ func (ex *exchange) Read(p []byte) (int, error) {
 	if err != nil && err != io.EOF {
 		ex.readErr = err
 	}
-	if n > 0 {
-		ex.arm(ex.idle)
-	}
 	return n, err
 }
+
+// pause stops the phase timeout while the client is written to, whose pace is not the worker's
+// (only the request's deadline runs); copyBody arms the idle timeout again after each write.
+func (ex *exchange) pause() { ex.timer.Reset(time.Until(ex.deadline)) }
 
 func (ex *exchange) Close() error { return ex.upstream.Close() }
 
@@ -343,8 +344,12 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	ex.attachBody(out)
 }
 
-// attachBody gives a request to the worker the buffered body (none when it is empty).
+// attachBody gives a request to the worker the buffered body (none when it is empty), with its
+// length and without the client's chunked framing or trailers, on both proxy steps (contract:
+// HTTP proxies, step 5): a trailer named Host would reach the worker, one named Content-Length
+// would fail the write.
 func (ex *exchange) attachBody(out *http.Request) {
+	out.TransferEncoding, out.Trailer = nil, nil
 	out.ContentLength = int64(len(ex.body))
 	if len(ex.body) == 0 {
 		out.Body, out.GetBody = nil, nil
@@ -413,6 +418,9 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	}
 }
 
+// refusalDrain bounds the read of what is left of a refused request's body.
+const refusalDrain = 500 * time.Millisecond
+
 // tooLarge is the text of a 413, naming the option the body broke.
 func (g *Gateway) tooLarge() string {
 	return "request body is larger than max_body_size (" + itoa(g.opts.MaxBodySize) + " bytes)"
@@ -422,10 +430,11 @@ func (g *Gateway) tooLarge() string {
 func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, ex *exchange, status int, text string) {
 	if status != http.StatusServiceUnavailable && status != http.StatusBadGateway {
 		// The body may be unread: close rather than wait for it. net/http still reads what is
-		// left (up to 256 KiB) before it closes; a deadline passed already ends that read at
-		// once for a client that stopped sending.
+		// left (up to 256 KiB) before it closes, so that the close is clean (a close with bytes
+		// unread is a reset, which can lose the answer); the deadline bounds that read for a
+		// client that stopped sending, as long as net/http waits before it closes.
 		w.Header().Set("Connection", "close")
-		http.NewResponseController(w).SetReadDeadline(time.Now())
+		http.NewResponseController(w).SetReadDeadline(time.Now().Add(min(seconds(g.opts.BodyTimeout), refusalDrain)))
 	}
 	g.writeError(w, ex, status, text)
 	if g.accessLog != nil {
