@@ -103,6 +103,7 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, ex *exchange, r
 	if len(res.Trailer) == 0 {
 		return
 	}
+	ex.pause()
 	http.NewResponseController(w).Flush()
 	for name, values := range res.Trailer {
 		if len(res.Trailer) != announced {
@@ -122,7 +123,9 @@ func (g *Gateway) copyBody(w http.ResponseWriter, ex *exchange, res *http.Respon
 	var flush func() error // nil unless the answer is a stream
 	if res.ContentLength == -1 || isEventStream(res.Header.Get("Content-Type")) {
 		flush = http.NewResponseController(w).Flush
+		ex.pause()
 		flush()
+		ex.arm(ex.idle)
 	}
 	buf := g.proxy.BufferPool.Get()
 	defer g.proxy.BufferPool.Put(buf)

@@ -148,24 +148,28 @@ func TestARefusalClosesTheConnectionOfAStalledBody(t *testing.T) {
 // A refusal does not reset a client that sent its whole body: net/http reads what is left of it
 // (up to 256 KiB) and closes cleanly, so the answer is not lost to a reset (a deadline already
 // passed made it close at once with the body unread, which the kernel answers with a reset).
+// net/http skips its own read when the request asked to close (Connection: close, HTTP/1.0), so
+// the gateway reads it itself.
 func TestARefusalOfAWholeBodyClosesWithoutAReset(t *testing.T) {
 	g := start(t, newRouter(t, "http://"+unansweredListener(t)), Options{})
 	body := strings.Repeat("a", 100<<10)
-	conn, err := net.Dial("tcp", g.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(5 * time.Second))
-	io.WriteString(conn, "POST /v1/../x HTTP/1.1\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
-	br := bufio.NewReader(conn)
-	res, err := http.ReadResponse(br, nil)
-	if err != nil || res.StatusCode != 400 {
-		t.Fatalf("%v %v", res, err)
-	}
-	io.Copy(io.Discard, res.Body)
-	if _, err := br.ReadByte(); err != io.EOF {
-		t.Fatalf("after the 400: %v, want the connection's clean end", err)
+	for _, version := range []string{"HTTP/1.1", "HTTP/1.1\r\nConnection: close", "HTTP/1.0"} {
+		conn, err := net.Dial("tcp", g.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(conn, "POST /v1/../x "+version+"\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+		br := bufio.NewReader(conn)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil || res.StatusCode != 400 {
+			t.Fatalf("%q: %v %v", version, res, err)
+		}
+		io.Copy(io.Discard, res.Body)
+		if _, err := br.ReadByte(); err != io.EOF {
+			t.Errorf("%q: after the 400: %v, want the connection's clean end", version, err)
+		}
 	}
 }
 
@@ -225,4 +229,51 @@ func TestABodyCutOfAClientThatLeftLogsNothing(t *testing.T) {
 	if logs.String() != "" || ex.errorText != "" {
 		t.Errorf("logged %q, access log error %q", logs.String(), ex.errorText)
 	}
+}
+
+// The idle timeout is armed again after every read of the worker's body on both proxy steps: a
+// worker streaming steadily is not cut, also on the ReverseProxy's step (a request that asked
+// for an upgrade and got a plain answer).
+func TestASteadyStreamIsNotCutByTheIdleTimeout(t *testing.T) {
+	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 6 {
+			fmt.Fprintf(w, "data: %d\n\n", i)
+			w.(http.Flusher).Flush()
+			time.Sleep(80 * time.Millisecond) // each wait under the idle timeout, all together over it
+		}
+	})
+	r := newRouter(t, w.URL)
+	g := start(t, r, Options{IdleTimeout: 0.2})
+	for _, connection := range []string{"Connection: close\r\n", "Connection: Upgrade\r\nUpgrade: x\r\n"} {
+		res, body := raw(t, g.Addr(), "GET /v1/x HTTP/1.1\r\nHost: x\r\n"+connection+"\r\n")
+		if res.StatusCode != 200 || strings.Count(body, "data: ") != 6 {
+			t.Errorf("%q: %d %q", connection, res.StatusCode, body)
+		}
+	}
+	waitLeases(t, r, 0)
+	if failed := r.Workers()[0].Outcomes[core.OutcomeFailure]; failed != 0 {
+		t.Errorf("%d failures counted against the worker", failed)
+	}
+}
+
+// A client that stops reading does not hold its lease past the request's bound: the server's
+// write deadline (request_timeout_secs after the body, contract: Deadlines and connections)
+// ends the write the handler is blocked in.
+func TestAClientThatStopsReadingIsCutAtTheRequestDeadline(t *testing.T) {
+	const size = 64 << 20
+	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		w.Write(make([]byte, size))
+	})
+	r := newRouter(t, w.URL)
+	g := start(t, r, Options{RequestTimeout: 0.5, BodyTimeout: 0.5})
+	conn, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET /v1/x HTTP/1.1\r\nHost: x\r\n\r\n") // and never read
+	waitLeases(t, r, 1)
+	waitLeases(t, r, 0)
 }

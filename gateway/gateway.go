@@ -128,9 +128,12 @@ func New(monitor *health.Monitor, opts Options) (*Gateway, error) {
 		g.accessLog = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
 	g.server = &http.Server{
-		Handler:                      g,
-		ReadHeaderTimeout:            seconds(opts.ReadHeaderTimeout),
-		IdleTimeout:                  seconds(opts.KeepAliveTimeout),
+		Handler:           g,
+		ReadHeaderTimeout: seconds(opts.ReadHeaderTimeout),
+		IdleTimeout:       seconds(opts.KeepAliveTimeout),
+		// A client that stops reading must not hold its lease past the request's bound: the
+		// exchange's deadline starts once the body is in, so the write deadline leaves room for it.
+		WriteTimeout:                 seconds(opts.RequestTimeout) + seconds(opts.BodyTimeout),
 		MaxHeaderBytes:               opts.MaxHeaderBytes,
 		DisableGeneralOptionsHandler: true, // "OPTIONS *" is refused by the path rule like any other non-path target
 		ErrorLog:                     errorLog,

@@ -108,11 +108,14 @@ func (ex *exchange) Read(p []byte) (int, error) {
 	if err != nil && err != io.EOF {
 		ex.readErr = err
 	}
+	if n > 0 {
+		ex.arm(ex.idle)
+	}
 	return n, err
 }
 
-// pause stops the phase timeout while the client is written to, whose pace is not the worker's
-// (only the request's deadline runs); copyBody arms the idle timeout again after each write.
+// pause stops the idle timeout while the client is written to, whose pace is not the worker's
+// (only the request's deadline runs); copyBody arms it again after each write.
 func (ex *exchange) pause() { ex.timer.Reset(time.Until(ex.deadline)) }
 
 func (ex *exchange) Close() error { return ex.upstream.Close() }
@@ -429,17 +432,35 @@ func (g *Gateway) tooLarge() string {
 // refuse answers a request that is not proxied.
 func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, ex *exchange, status int, text string) {
 	if status != http.StatusServiceUnavailable && status != http.StatusBadGateway {
-		// The body may be unread: close rather than wait for it. net/http still reads what is
-		// left (up to 256 KiB) before it closes, so that the close is clean (a close with bytes
-		// unread is a reset, which can lose the answer); the deadline bounds that read for a
-		// client that stopped sending, as long as net/http waits before it closes.
+		// The body may be unread: close rather than wait for it. What is left of it is read
+		// first (drainRefused), within a deadline that cuts a client that stopped sending as
+		// soon as net/http itself would close.
 		w.Header().Set("Connection", "close")
 		http.NewResponseController(w).SetReadDeadline(time.Now().Add(min(seconds(g.opts.BodyTimeout), refusalDrain)))
 	}
 	g.writeError(w, ex, status, text)
+	if status != http.StatusServiceUnavailable && status != http.StatusBadGateway {
+		drainRefused(w, r)
+	}
 	if g.accessLog != nil {
 		g.logRequest(r, ex)
 	}
+}
+
+// maxDrain is the most of a refused body read before the close: net/http's own bound
+// (maxPostHandlerReadBytes), past which it gives up on a clean close too.
+const maxDrain = 256 << 10
+
+// drainRefused reads what is left of a refused request's body, after its answer and within the
+// deadline refuse set, so that the connection closes cleanly: closed with bytes unread it is
+// reset, and a reset can lose the answer. net/http reads it itself, except when the request
+// asked to close (Connection: close, HTTP/1.0).
+func drainRefused(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength > maxDrain {
+		return
+	}
+	http.NewResponseController(w).Flush()
+	io.CopyN(io.Discard, r.Body, maxDrain)
 }
 
 type errorBody struct {
