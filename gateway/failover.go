@@ -113,9 +113,10 @@ func discard(res *http.Response) {
 }
 
 // finalOutcome is how the request ended on its last worker: the answer's outcome, unless the
-// worker broke off its stream while the client was still reading.
+// worker broke off its stream (or was too slow for the deadline) while the client was still
+// reading.
 func (ex *exchange) finalOutcome() core.Outcome {
-	if ex.outcome == core.OutcomeSuccess && ex.readErr != nil && ex.client.Err() == nil {
+	if ex.outcome == core.OutcomeSuccess && ex.readErr != nil && ex.client.Err() == nil && ex.timedOut.Load() != clientTimedOut {
 		return core.OutcomeFailure
 	}
 	return ex.outcome

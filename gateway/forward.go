@@ -103,7 +103,6 @@ func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, ex *exchange, r
 	if len(res.Trailer) == 0 {
 		return
 	}
-	ex.pause()
 	http.NewResponseController(w).Flush()
 	for name, values := range res.Trailer {
 		if len(res.Trailer) != announced {
@@ -123,9 +122,7 @@ func (g *Gateway) copyBody(w http.ResponseWriter, ex *exchange, res *http.Respon
 	var flush func() error // nil unless the answer is a stream
 	if res.ContentLength == -1 || isEventStream(res.Header.Get("Content-Type")) {
 		flush = http.NewResponseController(w).Flush
-		ex.pause()
 		flush()
-		ex.arm(ex.idle)
 	}
 	buf := g.proxy.BufferPool.Get()
 	defer g.proxy.BufferPool.Put(buf)
@@ -135,14 +132,12 @@ func (g *Gateway) copyBody(w http.ResponseWriter, ex *exchange, res *http.Respon
 			g.bodyCut(ex, rerr)
 		}
 		if n > 0 {
-			ex.pause()
 			if _, werr := w.Write(buf[:n]); werr != nil {
 				return werr
 			}
 			if flush != nil {
 				flush()
 			}
-			ex.arm(ex.idle)
 		}
 		if rerr == io.EOF {
 			return nil
@@ -162,6 +157,10 @@ func (g *Gateway) bodyCut(ex *exchange, err error) {
 	}
 	var cut string
 	switch ex.timedOut.Load() {
+	case clientTimedOut:
+		g.proxy.ErrorLog.Printf("the client did not take worker %s's answer within request_timeout_secs (%v)", ex.decision.WorkerURL, seconds(g.opts.RequestTimeout))
+		ex.errorText = "stream cut: the client did not take the answer within request_timeout_secs"
+		return
 	case phaseTimedOut:
 		cut = "sent nothing for idle_timeout (" + seconds(g.opts.IdleTimeout).String() + ")"
 	case requestTimedOut:

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
 	"strconv"
@@ -173,9 +172,9 @@ func TestARefusalOfAWholeBodyClosesWithoutAReset(t *testing.T) {
 	}
 }
 
-// A client that reads slowly is not a silent worker: the idle timeout counts only the waits for
-// the worker, so a whole answer reaches a client that paused longer than it, and nothing is
-// logged or counted against the worker.
+// A client that reads slowly is not a silent worker: the idle timeout runs only while a read of
+// the worker's body waits, on both proxy steps, so a whole answer reaches a client that paused
+// longer than it, and nothing is logged or counted against the worker.
 func TestASlowReaderIsNotCutByTheIdleTimeout(t *testing.T) {
 	const size = 8 << 20 // more than the sockets buffer between the gateway and the client
 	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
@@ -183,32 +182,64 @@ func TestASlowReaderIsNotCutByTheIdleTimeout(t *testing.T) {
 		w.Write(make([]byte, size))
 	})
 	r := newRouter(t, w.URL)
-	g, err := New(health.New(r, health.Options{}), Options{IdleTimeout: 0.2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := start(t, r, Options{IdleTimeout: 0.2})
 	var logs syncBuffer
 	g.proxy.ErrorLog.SetOutput(&logs)
-	s := httptest.NewServer(g)
-	defer s.Close()
-	conn, err := net.Dial("tcp", s.Listener.Addr().String())
+	for _, connection := range []string{"Connection: close\r\n", "Connection: Upgrade\r\nUpgrade: x\r\n"} {
+		conn, err := net.Dial("tcp", g.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(conn, "GET /v1/x HTTP/1.1\r\nHost: x\r\n"+connection+"\r\n")
+		time.Sleep(600 * time.Millisecond) // the client pauses for three idle timeouts before it reads
+		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := io.Copy(io.Discard, res.Body); n != size || err != nil {
+			t.Errorf("%q: the client got %d of %d bytes: %v", connection, n, size, err)
+		}
+	}
+	waitLeases(t, r, 0)
+	if failed := r.Workers()[0].Outcomes[core.OutcomeFailure]; failed != 0 || logs.String() != "" {
+		t.Errorf("%d failures counted against the worker; logged %q", failed, logs.String())
+	}
+}
+
+// A client too slow to take the answer within request_timeout_secs is cut, and the cut is the
+// client's: logged as such and not counted against the worker, which sent everything at once.
+func TestAClientTooSlowForTheRequestDeadlineIsNotTheWorkersFailure(t *testing.T) {
+	const size = 64 << 20
+	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		w.Write(make([]byte, size))
+	})
+	r := newRouter(t, w.URL)
+	g := start(t, r, Options{RequestTimeout: 0.5})
+	var logs syncBuffer
+	g.proxy.ErrorLog.SetOutput(&logs)
+	conn, err := net.Dial("tcp", g.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	io.WriteString(conn, "GET /v1/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-	time.Sleep(600 * time.Millisecond) // the client pauses for three idle timeouts before it reads
-	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, err := io.Copy(io.Discard, res.Body); n != size || err != nil {
-		t.Fatalf("the client got %d of %d bytes: %v", n, size, err)
+	io.WriteString(conn, "GET /v1/x HTTP/1.1\r\nHost: x\r\n\r\n")
+	buf := make([]byte, 64<<10)
+	for range size / len(buf) { // 64 KiB every 5 ms: 5 s for the whole answer
+		if _, err := conn.Read(buf); err != nil {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	waitLeases(t, r, 0)
-	if failed := r.Workers()[0].Outcomes[core.OutcomeFailure]; failed != 0 || logs.String() != "" {
-		t.Errorf("%d failures counted against the worker; logged %q", failed, logs.String())
+	if failed := r.Workers()[0].Outcomes[core.OutcomeFailure]; failed != 0 {
+		t.Errorf("%d failures counted against the worker", failed)
+	}
+	if want := "the client did not take worker " + w.URL + "'s answer within request_timeout_secs (500ms)"; !strings.Contains(logs.String(), want) {
+		t.Errorf("logged %q, want %q", logs.String(), want)
 	}
 }
 

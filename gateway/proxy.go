@@ -49,8 +49,11 @@ type exchange struct {
 	// headers (first-byte timeout), then while a read of its body waits (idle-stream timeout;
 	// the writes to the client pause it), and at the latest at deadline (request_timeout_secs). One timer for the three saves the
 	// context.WithTimeout (a second timer and its allocations) on every request.
-	timer     *time.Timer
-	timedOut  atomic.Int32 // notTimedOut, or which timeout cancelled the request
+	timer    *time.Timer
+	timedOut atomic.Int32 // notTimedOut, or which timeout cancelled the request
+	// writing is set once the worker's answer has begun, except while a read of its body waits:
+	// the gateway is then writing to the client, and the deadline passing then is the client's.
+	writing   atomic.Bool
 	idle      time.Duration
 	deadline  time.Time
 	upstream  io.ReadCloser // the worker's response body
@@ -82,12 +85,17 @@ func (ex *exchange) Value(key any) any {
 const (
 	notTimedOut     = iota
 	phaseTimedOut   // first_byte_timeout or idle_timeout
-	requestTimedOut // request_timeout_secs
+	requestTimedOut // request_timeout_secs, while the gateway waited for the worker
+	clientTimedOut  // request_timeout_secs, while the gateway wrote the answer to the client
 )
 
 func (ex *exchange) expire() {
 	reason := int32(phaseTimedOut)
-	if !time.Now().Before(ex.deadline) {
+	switch {
+	case time.Now().Before(ex.deadline):
+	case ex.writing.Load():
+		reason = clientTimedOut
+	default:
 		reason = requestTimedOut
 	}
 	ex.timedOut.Store(reason)
@@ -100,7 +108,11 @@ func (ex *exchange) arm(d time.Duration) { ex.timer.Reset(min(d, time.Until(ex.d
 // Read and Close make the exchange the response body the ReverseProxy copies to the client.
 // The worker's first body byte marks the lease's first token (contract: Prefill load).
 func (ex *exchange) Read(p []byte) (int, error) {
+	ex.arm(ex.idle)
+	ex.writing.Store(false)
 	n, err := ex.upstream.Read(p)
+	ex.writing.Store(true)
+	ex.pause()
 	if n > 0 && ex.sent == 0 {
 		ex.router.FirstToken(ex.decision.Lease)
 	}
@@ -108,14 +120,12 @@ func (ex *exchange) Read(p []byte) (int, error) {
 	if err != nil && err != io.EOF {
 		ex.readErr = err
 	}
-	if n > 0 {
-		ex.arm(ex.idle)
-	}
 	return n, err
 }
 
-// pause stops the idle timeout while the client is written to, whose pace is not the worker's
-// (only the request's deadline runs); copyBody arms it again after each write.
+// pause stops the idle timeout, which runs only while a read of the worker's body waits (Read):
+// while the client is written to, whose pace is not the worker's, only the request's deadline
+// runs, on both proxy steps.
 func (ex *exchange) pause() { ex.timer.Reset(time.Until(ex.deadline)) }
 
 func (ex *exchange) Close() error { return ex.upstream.Close() }
@@ -400,7 +410,8 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 		return nil
 	}
 	ex.upstream, res.Body = res.Body, ex
-	ex.arm(ex.idle)
+	ex.writing.Store(true)
+	ex.pause() // the headers go to the client; each read of the body arms the idle timeout
 	return nil
 }
 
