@@ -26,6 +26,13 @@ import (
 // Contract: HTTP proxies, steps 5 and 7.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ex *exchange) {
 	if upgradeType(r.Header) != "" {
+		// The ReverseProxy logs a broken body itself but not a read its timeout cancelled; the
+		// deferred call also runs when it aborts the handler.
+		defer func() {
+			if ex.readErr != nil && ex.timedOut.Load() != notTimedOut {
+				g.bodyCut(ex, ex.readErr)
+			}
+		}()
 		g.proxy.ServeHTTP(w, r.WithContext(ex))
 		return
 	}

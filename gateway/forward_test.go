@@ -268,17 +268,17 @@ func TestABodyCutOfAClientThatLeftLogsNothing(t *testing.T) {
 func TestASteadyStreamIsNotCutByTheIdleTimeout(t *testing.T) {
 	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
-		for i := range 6 {
+		for i := range 8 {
 			fmt.Fprintf(w, "data: %d\n\n", i)
 			w.(http.Flusher).Flush()
-			time.Sleep(80 * time.Millisecond) // each wait under the idle timeout, all together over it
+			time.Sleep(100 * time.Millisecond) // each wait well under the idle timeout, all together over it
 		}
 	})
 	r := newRouter(t, w.URL)
-	g := start(t, r, Options{IdleTimeout: 0.2})
+	g := start(t, r, Options{IdleTimeout: 0.4})
 	for _, connection := range []string{"Connection: close\r\n", "Connection: Upgrade\r\nUpgrade: x\r\n"} {
 		res, body := raw(t, g.Addr(), "GET /v1/x HTTP/1.1\r\nHost: x\r\n"+connection+"\r\n")
-		if res.StatusCode != 200 || strings.Count(body, "data: ") != 6 {
+		if res.StatusCode != 200 || strings.Count(body, "data: ") != 8 {
 			t.Errorf("%q: %d %q", connection, res.StatusCode, body)
 		}
 	}
@@ -307,4 +307,38 @@ func TestAClientThatStopsReadingIsCutAtTheRequestDeadline(t *testing.T) {
 	io.WriteString(conn, "GET /v1/x HTTP/1.1\r\nHost: x\r\n\r\n") // and never read
 	waitLeases(t, r, 1)
 	waitLeases(t, r, 0)
+}
+
+// Only the first timeout that fires says why the request was cut: the timer can fire again once
+// the deadline has passed (every arm or pause resets it), and a second reason read from where the
+// gateway then is would blame the client for a worker too slow for the deadline, or the reverse.
+func TestTheFirstTimeoutGivesTheReason(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ex := &exchange{deadline: time.Now().Add(-time.Second), cancel: cancel}
+	ex.expire() // a read of the worker's body waits: the worker's
+	ex.writing.Store(true)
+	ex.expire() // fired again while the answer is written
+	if got := ex.timedOut.Load(); got != requestTimedOut || ctx.Err() == nil {
+		t.Fatalf("timedOut %d, want %d (requestTimedOut)", got, requestTimedOut)
+	}
+}
+
+// On the ReverseProxy's step (a request that asked for an upgrade and got a plain answer) a
+// timeout's cut is logged as on forward's, since the ReverseProxy does not log a cancelled read.
+func TestATimeoutsCutIsLoggedOnTheReverseProxysStep(t *testing.T) {
+	url, _, cancelled := blockingWorker(t, true)
+	r := newRouter(t, url)
+	g := start(t, r, Options{IdleTimeout: 0.2})
+	var logs syncBuffer
+	g.proxy.ErrorLog.SetOutput(&logs)
+	res, body := raw(t, g.Addr(), "GET /v1/x HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\n")
+	if res.StatusCode != 200 || !strings.HasPrefix(body, "data: first") {
+		t.Fatalf("%d %q", res.StatusCode, body)
+	}
+	within(t, cancelled, "the cut stream's request to the worker was not cancelled")
+	waitLeases(t, r, 0)
+	if want := "worker " + url + "'s stream was cut: it sent nothing for idle_timeout (200ms)"; !strings.Contains(logs.String(), want) {
+		t.Errorf("logged %q, want %q", logs.String(), want)
+	}
 }

@@ -98,8 +98,11 @@ func (ex *exchange) expire() {
 	default:
 		reason = requestTimedOut
 	}
-	ex.timedOut.Store(reason)
-	ex.cancel()
+	// The timer fires again on every arm or pause once the deadline has passed: the first
+	// reason is the one that cut the request.
+	if ex.timedOut.CompareAndSwap(notTimedOut, reason) {
+		ex.cancel()
+	}
 }
 
 // arm sets the timer to the phase timeout d, or to the request's deadline if that comes first.
