@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
 	"strconv"
@@ -177,10 +178,7 @@ func TestARefusalOfAWholeBodyClosesWithoutAReset(t *testing.T) {
 // longer than it, and nothing is logged or counted against the worker.
 func TestASlowReaderIsNotCutByTheIdleTimeout(t *testing.T) {
 	const size = 8 << 20 // more than the sockets buffer between the gateway and the client
-	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", strconv.Itoa(size))
-		w.Write(make([]byte, size))
-	})
+	w := bulkWorker(t, size)
 	r := newRouter(t, w.URL)
 	g := start(t, r, Options{IdleTimeout: 0.2})
 	var logs syncBuffer
@@ -212,10 +210,7 @@ func TestASlowReaderIsNotCutByTheIdleTimeout(t *testing.T) {
 // client's: logged as such and not counted against the worker, which sent everything at once.
 func TestAClientTooSlowForTheRequestDeadlineIsNotTheWorkersFailure(t *testing.T) {
 	const size = 64 << 20
-	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", strconv.Itoa(size))
-		w.Write(make([]byte, size))
-	})
+	w := bulkWorker(t, size)
 	r := newRouter(t, w.URL)
 	g := start(t, r, Options{RequestTimeout: 0.5})
 	var logs syncBuffer
@@ -293,10 +288,7 @@ func TestASteadyStreamIsNotCutByTheIdleTimeout(t *testing.T) {
 // ends the write the handler is blocked in.
 func TestAClientThatStopsReadingIsCutAtTheRequestDeadline(t *testing.T) {
 	const size = 64 << 20
-	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Length", strconv.Itoa(size))
-		w.Write(make([]byte, size))
-	})
+	w := bulkWorker(t, size)
 	r := newRouter(t, w.URL)
 	g := start(t, r, Options{RequestTimeout: 0.5, BodyTimeout: 0.5})
 	conn, err := net.Dial("tcp", g.Addr())
@@ -341,4 +333,12 @@ func TestATimeoutsCutIsLoggedOnTheReverseProxysStep(t *testing.T) {
 	if want := "worker " + url + "'s stream was cut: it sent nothing for idle_timeout (200ms)"; !strings.Contains(logs.String(), want) {
 		t.Errorf("logged %q, want %q", logs.String(), want)
 	}
+}
+
+// bulkWorker answers every request with size zero bytes at once, with their Content-Length.
+func bulkWorker(t *testing.T, size int) *httptest.Server {
+	return worker(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		w.Write(make([]byte, size))
+	})
 }
