@@ -47,8 +47,9 @@ type exchange struct {
 
 	// timer cancels the request when the worker is silent too long: before its response
 	// headers (first-byte timeout), then while a read of its body waits (idle-stream timeout;
-	// the writes to the client pause it), and at the latest at deadline (request_timeout_secs). One timer for the three saves the
-	// context.WithTimeout (a second timer and its allocations) on every request.
+	// the writes to the client pause it), and at the latest at deadline (request_timeout_secs).
+	// One timer for the three saves the context.WithTimeout (a second timer and its
+	// allocations) on every request.
 	timer    *time.Timer
 	timedOut atomic.Int32 // notTimedOut, or which timeout cancelled the request
 	// writing is set once the worker's answer has begun, except while a read of its body waits:
@@ -435,9 +436,6 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	}
 }
 
-// refusalDrain bounds the read of what is left of a refused request's body.
-const refusalDrain = 500 * time.Millisecond
-
 // tooLarge is the text of a 413, naming the option the body broke.
 func (g *Gateway) tooLarge() string {
 	return "request body is larger than max_body_size (" + itoa(g.opts.MaxBodySize) + " bytes)"
@@ -445,35 +443,40 @@ func (g *Gateway) tooLarge() string {
 
 // refuse answers a request that is not proxied.
 func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, ex *exchange, status int, text string) {
-	if status != http.StatusServiceUnavailable && status != http.StatusBadGateway {
-		// The body may be unread: close rather than wait for it. What is left of it is read
-		// first (drainRefused), within a deadline that cuts a client that stopped sending as
-		// soon as net/http itself would close.
+	// Before a 503 or 502 the body was read whole; before any other refusal it may be unread:
+	// close rather than wait for it, once what is left is read (drainRefused).
+	unread := status != http.StatusServiceUnavailable && status != http.StatusBadGateway
+	if unread {
 		w.Header().Set("Connection", "close")
-		http.NewResponseController(w).SetReadDeadline(time.Now().Add(min(seconds(g.opts.BodyTimeout), refusalDrain)))
 	}
 	g.writeError(w, ex, status, text)
-	if status != http.StatusServiceUnavailable && status != http.StatusBadGateway {
-		drainRefused(w, r)
+	if unread {
+		g.drainRefused(w, r)
 	}
 	if g.accessLog != nil {
 		g.logRequest(r, ex)
 	}
 }
 
-// maxDrain is the most of a refused body read before the close: net/http's own bound
-// (maxPostHandlerReadBytes), past which it gives up on a clean close too.
-const maxDrain = 256 << 10
+// What is left of a refused body is read before the close, up to net/http's own bound
+// (maxPostHandlerReadBytes, past which it gives up on a clean close too) and for at most as long
+// as net/http waits before it closes.
+const (
+	maxDrain     = 256 << 10
+	refusalDrain = 500 * time.Millisecond
+)
 
-// drainRefused reads what is left of a refused request's body, after its answer and within the
-// deadline refuse set, so that the connection closes cleanly: closed with bytes unread it is
-// reset, and a reset can lose the answer. net/http reads it itself, except when the request
-// asked to close (Connection: close, HTTP/1.0).
-func drainRefused(w http.ResponseWriter, r *http.Request) {
+// drainRefused reads what is left of a refused request's body after its answer, so that the
+// connection closes cleanly: closed with bytes unread it is reset, and a reset can lose the
+// answer; the deadline cuts a client that stopped sending. net/http reads it itself, except
+// when the request asked to close (Connection: close, HTTP/1.0).
+func (g *Gateway) drainRefused(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(min(seconds(g.opts.BodyTimeout), refusalDrain)))
 	if r.ContentLength > maxDrain {
 		return
 	}
-	http.NewResponseController(w).Flush()
+	rc.Flush()
 	io.CopyN(io.Discard, r.Body, maxDrain)
 }
 
