@@ -126,13 +126,7 @@ func TestARefusalClosesTheConnectionOfAStalledBody(t *testing.T) {
 		"path":          "POST /v1/../x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab",
 		"path, chunked": "POST /v1/../x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
 	} {
-		conn, err := net.Dial("tcp", g.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(5 * time.Second)) // bounds the test, well past the 0.5 s net/http waits to close
-		io.WriteString(conn, head)
+		conn := sendRaw(t, g.Addr(), head)
 		br := bufio.NewReader(conn)
 		res, err := http.ReadResponse(br, nil)
 		if err != nil {
@@ -154,13 +148,7 @@ func TestARefusalOfAWholeBodyClosesWithoutAReset(t *testing.T) {
 	g := start(t, newRouter(t, "http://"+unansweredListener(t)), Options{})
 	body := strings.Repeat("a", 100<<10)
 	for _, version := range []string{"HTTP/1.1", "HTTP/1.1\r\nConnection: close", "HTTP/1.0"} {
-		conn, err := net.Dial("tcp", g.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(5 * time.Second))
-		io.WriteString(conn, "POST /v1/../x "+version+"\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+		conn := sendRaw(t, g.Addr(), "POST /v1/../x "+version+"\r\nHost: x\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
 		br := bufio.NewReader(conn)
 		res, err := http.ReadResponse(br, nil)
 		if err != nil || res.StatusCode != 400 {
@@ -184,13 +172,7 @@ func TestASlowReaderIsNotCutByTheIdleTimeout(t *testing.T) {
 	var logs syncBuffer
 	g.proxy.ErrorLog.SetOutput(&logs)
 	for _, connection := range []string{"Connection: close\r\n", "Connection: Upgrade\r\nUpgrade: x\r\n"} {
-		conn, err := net.Dial("tcp", g.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		conn.SetDeadline(time.Now().Add(10 * time.Second))
-		io.WriteString(conn, "GET /v1/x HTTP/1.1\r\nHost: x\r\n"+connection+"\r\n")
+		conn := sendRaw(t, g.Addr(), "GET /v1/x HTTP/1.1\r\nHost: x\r\n"+connection+"\r\n")
 		time.Sleep(600 * time.Millisecond) // the client pauses for three idle timeouts before it reads
 		res, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err != nil {
@@ -215,13 +197,7 @@ func TestAClientTooSlowForTheRequestDeadlineIsNotTheWorkersFailure(t *testing.T)
 	g := start(t, r, Options{RequestTimeout: 0.5})
 	var logs syncBuffer
 	g.proxy.ErrorLog.SetOutput(&logs)
-	conn, err := net.Dial("tcp", g.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	io.WriteString(conn, "GET /v1/x HTTP/1.1\r\nHost: x\r\n\r\n")
+	conn := sendRaw(t, g.Addr(), "GET /v1/x HTTP/1.1\r\nHost: x\r\n\r\n")
 	buf := make([]byte, 64<<10)
 	for range size / len(buf) { // 64 KiB every 5 ms: 5 s for the whole answer
 		if _, err := conn.Read(buf); err != nil {
@@ -291,12 +267,7 @@ func TestAClientThatStopsReadingIsCutAtTheRequestDeadline(t *testing.T) {
 	w := bulkWorker(t, size)
 	r := newRouter(t, w.URL)
 	g := start(t, r, Options{RequestTimeout: 0.5, BodyTimeout: 0.5})
-	conn, err := net.Dial("tcp", g.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	io.WriteString(conn, "GET /v1/x HTTP/1.1\r\nHost: x\r\n\r\n") // and never read
+	sendRaw(t, g.Addr(), "GET /v1/x HTTP/1.1\r\nHost: x\r\n\r\n") // and never read
 	waitLeases(t, r, 1)
 	waitLeases(t, r, 0)
 }

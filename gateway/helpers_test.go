@@ -84,18 +84,27 @@ func heldStream(t *testing.T, release chan struct{}, header map[string]string) *
 	})
 }
 
-// raw sends raw bytes on a new connection and reads one response.
-func raw(t *testing.T, addr, request string) (*http.Response, string) {
+// sendRaw writes raw bytes on a new connection to addr, closed at the test's end at the latest;
+// reads and writes on it give up after 10 s.
+func sendRaw(t *testing.T, addr, request string) net.Conn {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.WriteString(conn, request); err != nil {
 		t.Fatal(err)
 	}
+	return conn
+}
+
+// raw sends raw bytes on a new connection and reads one response.
+func raw(t *testing.T, addr, request string) (*http.Response, string) {
+	t.Helper()
+	conn := sendRaw(t, addr, request)
+	defer conn.Close()
 	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatalf("%q: %v", request, err)
