@@ -99,7 +99,9 @@ func (c *Conn) clientLeft() {
 }
 
 // Close ends any watch without calling it, takes the connection out of the epoll set, and
-// closes it the lingering way (see the package doc). It is idempotent: a second Close waits
+// closes it the lingering way (see the package doc). The linger runs in the caller, so a
+// caller that closes many connections in turn (fasthttp's Shutdown closes its idle ones so)
+// waits for each client's FIN, LingerTimeout at most. It is idempotent: a second Close waits
 // for the first and returns its error.
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() { c.closeErr = c.close() })
