@@ -123,7 +123,7 @@ func TestCloseStopsAtLingerBytes(t *testing.T) {
 	go func() {
 		defer close(sending)
 		defer client.Close() // so that a Close which does not stop at the bound still ends
-		for range 4 << 10 { // 64 MiB at most, far past the bound and the socket buffers
+		for range 4 << 10 {  // 64 MiB at most, far past the bound and the socket buffers
 			if _, err := client.Write(body[:16<<10]); err != nil {
 				return
 			}
