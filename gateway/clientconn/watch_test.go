@@ -95,6 +95,23 @@ func TestWatchAfterTheClientLeftCallsAtOnce(t *testing.T) {
 	}
 }
 
+// A client that left before Accept is seen too: the registration reports the state it finds.
+func TestAClientThatLeftBeforeAcceptIsSeen(t *testing.T) {
+	l := listen(t, Options{})
+	client := dial(t, l)
+	if _, err := client.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	client.Close()
+	c := accept(t, l)
+	k := newCalls()
+	stop := c.Watch(k.left)
+	k.wait(t)
+	if !stop() {
+		t.Fatal("stop says left was not called")
+	}
+}
+
 func TestAStaleStopDoesNotEndTheNextWatch(t *testing.T) {
 	l := listen(t, Options{})
 	c, client := pair(t, l)
