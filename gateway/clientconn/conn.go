@@ -37,8 +37,8 @@ type Conn struct {
 // is called at once, before Watch returns. The returned stop ends the watch (idempotent, safe
 // concurrently with left) and says whether left was called, or is being called: it does not
 // wait for left to return. left runs on the goroutine that serves every connection's events,
-// so it must return at once (a context's cancel does). After Close, left is never called. One watch at a time: Watch
-// while another is on panics.
+// so it must return at once (a context's cancel does). After Close, left is never called.
+// One watch at a time: Watch while another is on panics.
 func (c *Conn) Watch(left func()) (stop func() bool) {
 	c.mu.Lock()
 	if c.left != nil {
