@@ -38,7 +38,8 @@ type Conn struct {
 // concurrently with left) and says whether left was called, or is being called: it does not
 // wait for left to return. left runs on the goroutine that serves every connection's events,
 // so it must return at once (a context's cancel does). After Close, left is never called.
-// One watch at a time: Watch while another is on panics.
+// One watch at a time: Watch while another is on panics. A FIN counts even when requests sent
+// before it are still unread, so a pipelining client that half-closes has them cancelled.
 func (c *Conn) Watch(left func()) (stop func() bool) {
 	c.mu.Lock()
 	if c.left != nil {
