@@ -6,166 +6,137 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"net/http"
-	"net/http/httptrace"
-	"net/textproto"
-	"net/url"
 	"strings"
-	"sync"
+
+	"github.com/valyala/fasthttp"
 )
 
-// forward is the proxy step of a request that does not ask for an upgrade: what
-// httputil.ReverseProxy does for it, without its request clone (a deep copy of every header),
-// its second pass over the headers and its trace closures (their cost: BENCHMARKS.md, "The
-// proxy step without httputil.ReverseProxy"). The rules are the
-// ReverseProxy's: hop-by-hop headers and those named in Connection are dropped both ways,
-// nothing is added (an absent User-Agent stays absent), 1xx answers are passed on, a stream
-// (text/event-stream, or a body of unknown length) is flushed per write, trailers follow the
-// body, and a body cut short aborts the client's connection so that the cut shows. An upgrade
-// (WebSocket and the like) still goes through the ReverseProxy, which hijacks the connection.
-// Contract: HTTP proxies, steps 5 and 7.
-func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, ex *exchange) {
-	if upgradeType(r.Header) != "" {
-		// The ReverseProxy logs a broken body itself but not a read its timeout cancelled; the
-		// deferred call also runs when it aborts the handler.
-		defer func() {
-			if ex.readErr != nil && ex.timedOut.Load() != notTimedOut {
-				g.bodyCut(ex, ex.readErr)
-			}
-		}()
-		g.proxy.ServeHTTP(w, r.WithContext(ex))
+// forward is the proxy step: the request goes to its worker (failover retries it elsewhere),
+// and the worker's answer becomes the client's. The rules are the ReverseProxy's: hop-by-hop
+// headers and those named in Connection are dropped both ways, nothing is added (an absent
+// User-Agent stays absent), 1xx answers are passed on, a stream (text/event-stream, or a body of
+// unknown length) is flushed per write, trailers follow the body, and a body cut short aborts the
+// client's connection so that the cut shows. Contract: HTTP proxies, steps 5 and 7.
+func (g *Gateway) forward(ctx *fasthttp.RequestCtx, ex *exchange) {
+	if upgrade := upgradeType(&ctx.Request.Header); upgrade != nil {
+		g.upgrade(ctx, ex, upgrade)
 		return
 	}
-	informational := informationalWriter{w: w, stopped: !r.ProtoAtLeast(1, 1)}
-	out := ex.outgoing(r, httptrace.WithClientTrace(ex, &httptrace.ClientTrace{Got1xxResponse: informational.write}))
-	res, err := failover{g}.RoundTrip(out)
-	informational.stop()
+	ex.out.target = ex.target
+	ex.out.header = &ctx.Request.Header
+	ex.out.head = ctx.IsHead()
+	if !ctx.Request.Header.IsHTTP11() {
+		ex.out.informational = nil // an HTTP/1.0 client must get no 1xx (RFC 9110, 15.2)
+	} else {
+		ex.out.informational = func(h *fasthttp.ResponseHeader) error { return writeInformational(ctx, h) }
+	}
+	ex.answer = fasthttp.AcquireResponse()
+	body, err := g.roundTrips(ex)
 	if err != nil {
-		g.proxyError(w, out, err)
+		g.proxyError(ctx, ex, err)
 		return
 	}
-	if res.StatusCode == http.StatusSwitchingProtocols {
+	ex.upstream = body
+	if ex.answer.StatusCode() == fasthttp.StatusSwitchingProtocols {
 		// Nothing was asked for: refused, as the ReverseProxy refuses a switch to another
-		// protocol than the one asked for (it would take an unnamed one as asked).
-		g.modifyResponse(res)
-		res.Body.Close()
-		g.proxyError(w, out, fmt.Errorf("backend tried to switch protocol %q when %q was requested", upgradeType(res.Header), ""))
+		// protocol than the one asked for.
+		g.proxyError(ctx, ex, fmt.Errorf("backend tried to switch protocol %q when %q was requested", ex.answer.Header.Peek("Upgrade"), ""))
 		return
 	}
-	removeHopByHop(res.Header)
-	g.modifyResponse(res)
-	g.answer(w, r, ex, res)
+	g.answer(ctx, ex)
 }
 
-// outgoing is the request to the exchange's worker under ctx: the client's method, headers
-// (hop-by-hop ones removed; the map is new, the values are the client's), framing and the
-// buffered body, aimed at the worker.
-func (ex *exchange) outgoing(r *http.Request, ctx context.Context) *http.Request {
-	header := make(http.Header, len(r.Header))
-	for name, values := range r.Header {
-		header[name] = values
+// answer makes the worker's answer the client's: its status, its headers less the hop-by-hop
+// ones, and the exchange as its body, which the server copies after the handler returns and
+// closes at the end (finish).
+func (g *Gateway) answer(ctx *fasthttp.RequestCtx, ex *exchange) {
+	up := &ex.answer.Header
+	ex.status = up.StatusCode()
+	res := &ctx.Response
+	res.SetStatusCode(ex.status)
+	copyAnswerHeaders(&res.Header, up)
+	if g.opts.ExposeRoutingHeaders {
+		res.Header.Set(HeaderWorker, ex.decision.WorkerURL)
+		res.Header.Set(HeaderBranch, ex.decision.Branch.String())
 	}
-	removeHopByHop(header)
-	// The gateway has the whole body already; an Expect: 100-continue was for this hop.
-	delete(header, "Expect")
-	if _, ok := header["User-Agent"]; !ok {
-		header["User-Agent"] = []string{""} // else net/http would add Go's
+	length := up.ContentLength()
+	if length < 0 || ex.answer.SkipBody && up.Peek("Content-Length") == nil {
+		length = -1
 	}
-	out := (&http.Request{
-		Method: r.Method, URL: &url.URL{}, Proto: r.Proto, ProtoMajor: r.ProtoMajor, ProtoMinor: r.ProtoMinor,
-		Header: header,
-	}).WithContext(ctx)
-	ex.aim(out)
-	ex.attachBody(out)
-	return out
+	// A stream's head goes at once, and each piece the worker sends is flushed as it comes
+	// (fasthttp flushes every chunk); a body of known length goes through the server's buffer.
+	res.ImmediateHeaderFlush = length < 0 || isEventStream(up.ContentType())
+	ex.writing.Store(true)
+	ex.pause() // the head goes to the client; each read of the body arms the idle timeout
+	res.SetBodyStream(ex, length)
 }
 
-// answer writes the worker's answer to the client: headers (announcing trailers), status, the
-// body (flushed per write for a stream), then the trailers. A body that fails midway aborts the
-// client's connection (http.ErrAbortHandler) when a server runs the handler, as the
-// ReverseProxy does.
-func (g *Gateway) answer(w http.ResponseWriter, r *http.Request, ex *exchange, res *http.Response) {
-	header := w.Header()
-	addHeaders(header, res.Header)
-	if _, typed := res.Header["Content-Type"]; !typed {
-		header["Content-Type"] = nil // net/http would sniff one from the body (contract: HTTP proxies, step 7)
-	}
-	announced := len(res.Trailer)
-	if announced > 0 {
-		names := make([]string, 0, announced)
-		for name := range res.Trailer {
-			names = append(names, name)
+// copyAnswerHeaders copies a worker's answer headers to the client's answer, less the hop-by-hop
+// ones and those named in Connection; Trailer announces the trailers that follow the body, and
+// the length is the body stream's.
+func copyAnswerHeaders(dst *fasthttp.ResponseHeader, src *fasthttp.ResponseHeader) {
+	named := src.Peek("Connection")
+	for name, value := range src.All() {
+		switch {
+		case nameIs(name, "Trailer"):
+		case isHopByHop(name), nameIs(name, "Content-Length"), named != nil && tokenListHas(named, name):
+			continue
 		}
-		header.Add("Trailer", strings.Join(names, ", "))
+		dst.AddBytesKV(name, value)
 	}
-	w.WriteHeader(res.StatusCode)
-	if err := g.copyBody(w, ex, res); err != nil {
-		res.Body.Close()
-		if r.Context().Value(http.ServerContextKey) != nil {
-			panic(http.ErrAbortHandler) // the server closes the connection
-		}
-		return
+}
+
+// writeInformational passes a worker's 1xx answer (103 Early Hints and the like) on to the
+// client, before its final answer.
+func writeInformational(ctx *fasthttp.RequestCtx, h *fasthttp.ResponseHeader) error {
+	b := make([]byte, 0, 256)
+	b = fmt.Appendf(b, "HTTP/1.1 %d %s\r\n", h.StatusCode(), fasthttp.StatusMessage(h.StatusCode()))
+	for name, value := range h.All() {
+		b = append(append(append(append(b, name...), ": "...), value...), "\r\n"...)
 	}
-	res.Body.Close() // now, so that res.Trailer is filled in
-	if len(res.Trailer) == 0 {
-		return
-	}
-	http.NewResponseController(w).Flush()
-	for name, values := range res.Trailer {
-		if len(res.Trailer) != announced {
-			name = http.TrailerPrefix + name // trailers that were not announced
-		}
-		for _, v := range values {
-			header.Add(name, v)
+	b = append(b, "\r\n"...)
+	ctx.Conn().Write(b) // a client that left is noticed by the watch
+	return nil
+}
+
+// trailersAtEnd copies the trailers the worker sent after its body to the client's answer.
+func (ex *exchange) trailersAtEnd(dst *fasthttp.ResponseHeader) {
+	for name := range ex.answer.Header.Trailers() {
+		if v := ex.answer.Header.Peek(string(name)); v != nil {
+			dst.SetBytesKV(name, v)
 		}
 	}
 }
 
-// copyBody copies the answer's body to the client through a pooled buffer, flushing after every
-// write (and once before the first) when the answer is a stream, so each event arrives as the
-// worker sends it; a body of known length goes through the server's buffer. A body cut short is
-// logged (bodyCut).
-func (g *Gateway) copyBody(w http.ResponseWriter, ex *exchange, res *http.Response) error {
-	var flush func() error // nil unless the answer is a stream
-	if res.ContentLength == -1 || isEventStream(res.Header.Get("Content-Type")) {
-		flush = http.NewResponseController(w).Flush
-		flush()
+// proxyError answers a request the worker did not answer: 504 past the first-byte timeout,
+// 502 otherwise; nothing when the client has left.
+func (g *Gateway) proxyError(ctx *fasthttp.RequestCtx, ex *exchange, err error) {
+	ex.errorText = err.Error()
+	switch {
+	case ex.left.Load():
+		ex.status = 499 // the client closed the connection; nobody to answer
+		closeWithoutAnswer(ctx)
+	case ex.timedOut.Load() == requestTimedOut:
+		g.writeError(ctx, ex, fasthttp.StatusGatewayTimeout, "worker sent no response within request_timeout_secs ("+seconds(g.opts.RequestTimeout).String()+")")
+	case ex.timedOut.Load() == phaseTimedOut:
+		g.writeError(ctx, ex, fasthttp.StatusGatewayTimeout, "worker sent no response within first_byte_timeout ("+seconds(g.opts.FirstByteTimeout).String()+")")
+	default:
+		g.writeError(ctx, ex, fasthttp.StatusBadGateway, "worker did not answer")
 	}
-	buf := g.proxy.BufferPool.Get()
-	defer g.proxy.BufferPool.Put(buf)
-	for {
-		n, rerr := res.Body.Read(buf)
-		if rerr != nil && rerr != io.EOF {
-			g.bodyCut(ex, rerr)
-		}
-		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return werr
-			}
-			if flush != nil {
-				flush()
-			}
-		}
-		if rerr == io.EOF {
-			return nil
-		}
-		if rerr != nil {
-			return rerr
-		}
-	}
+	g.finish(ex)
 }
 
 // bodyCut logs why the worker's body ended before its end, and keeps the reason for the access
 // log: one of the gateway's timeouts (which cancel the try, contract: HTTP proxies, step 7), or
-// the read's own error, logged as the ReverseProxy logs it. A client that left is not logged.
+// the read's own error. A client that left is not logged.
 func (g *Gateway) bodyCut(ex *exchange, err error) {
-	if ex.client.Err() != nil {
+	if ex.left.Load() {
 		return
 	}
 	var cut string
 	switch ex.timedOut.Load() {
 	case clientTimedOut:
-		g.proxy.ErrorLog.Printf("the client did not take worker %s's answer within request_timeout_secs (%v)", ex.decision.WorkerURL, seconds(g.opts.RequestTimeout))
+		g.errorLog.Printf("the client did not take worker %s's answer within request_timeout_secs (%v)", ex.decision.WorkerURL, seconds(g.opts.RequestTimeout))
 		ex.errorText = "stream cut: the client did not take the answer within request_timeout_secs"
 		return
 	case phaseTimedOut:
@@ -176,85 +147,29 @@ func (g *Gateway) bodyCut(ex *exchange, err error) {
 		if errors.Is(err, context.Canceled) {
 			return
 		}
-		g.proxy.ErrorLog.Printf("httputil: ReverseProxy read error during body copy: %v", err)
+		g.errorLog.Printf("read error during body copy from worker %s: %v", ex.decision.WorkerURL, err)
 		ex.errorText = "stream cut: " + err.Error()
 		return
 	}
-	g.proxy.ErrorLog.Printf("worker %s's stream was cut: it %s", ex.decision.WorkerURL, cut)
+	g.errorLog.Printf("worker %s's stream was cut: it %s", ex.decision.WorkerURL, cut)
 	ex.errorText = "stream cut: the worker " + cut
 }
 
-func isEventStream(contentType string) bool {
-	if !strings.HasPrefix(strings.ToLower(strings.TrimSpace(contentType)), "text/event-stream") {
+func isEventStream(contentType []byte) bool {
+	if !strings.HasPrefix(strings.ToLower(strings.TrimSpace(string(contentType))), "text/event-stream") {
 		return false // the common case, without parsing
 	}
-	base, _, _ := mime.ParseMediaType(contentType)
+	base, _, _ := mime.ParseMediaType(string(contentType))
 	return base == "text/event-stream"
 }
 
-// informationalWriter passes a worker's 1xx answers (103 Early Hints and the like) on to the
-// client until stop: a late one, after the try ended, is dropped, and so is every one to an
-// HTTP/1.0 client, which must get none (RFC 9110, 15.2).
-type informationalWriter struct {
-	w       http.ResponseWriter
-	mu      sync.Mutex
-	stopped bool
-}
-
-func (i *informationalWriter) write(code int, header textproto.MIMEHeader) error {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if i.stopped {
+// upgradeType is the protocol a request asks to switch to (nil for none): its Upgrade header,
+// when Connection names "upgrade".
+func upgradeType(h *fasthttp.RequestHeader) []byte {
+	if !h.ConnectionUpgrade() {
 		return nil
 	}
-	h := i.w.Header()
-	addHeaders(h, http.Header(header))
-	i.w.WriteHeader(code)
-	clear(h)
-	return nil
+	return h.Peek("Upgrade")
 }
 
-func (i *informationalWriter) stop() {
-	i.mu.Lock()
-	i.stopped = true
-	i.mu.Unlock()
-}
-
-// addHeaders appends every value of src to dst's (the ReverseProxy's copyHeader; the values are
-// copied, not shared).
-func addHeaders(dst, src http.Header) {
-	for name, values := range src {
-		dst[name] = append(dst[name], values...)
-	}
-}
-
-// hopByHop are the headers that describe one connection, never forwarded (RFC 9110, 7.6.1, and
-// the ReverseProxy's list).
-var hopByHop = [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
-// removeHopByHop deletes the hop-by-hop headers and those named in Connection.
-func removeHopByHop(h http.Header) {
-	for _, value := range h["Connection"] {
-		for _, name := range strings.Split(value, ",") {
-			if name = textproto.TrimString(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
-	for _, name := range hopByHop {
-		delete(h, name)
-	}
-}
-
-// upgradeType is the protocol a request or answer asks to switch to ("" for none): its Upgrade
-// header, when Connection names "upgrade".
-func upgradeType(h http.Header) string {
-	for _, value := range h["Connection"] {
-		for _, token := range strings.Split(value, ",") {
-			if strings.EqualFold(textproto.TrimString(token), "upgrade") {
-				return h.Get("Upgrade")
-			}
-		}
-	}
-	return ""
-}
+var _ io.ReadCloser = (*exchange)(nil)

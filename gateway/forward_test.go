@@ -170,7 +170,7 @@ func TestASlowReaderIsNotCutByTheIdleTimeout(t *testing.T) {
 	r := newRouter(t, w.URL)
 	g := start(t, r, Options{IdleTimeout: 0.2})
 	var logs syncBuffer
-	g.proxy.ErrorLog.SetOutput(&logs)
+	g.errorLog.SetOutput(&logs)
 	for _, connection := range []string{"Connection: close\r\n", "Connection: Upgrade\r\nUpgrade: x\r\n"} {
 		conn := sendRaw(t, g.Addr(), "GET /v1/x HTTP/1.1\r\nHost: x\r\n"+connection+"\r\n")
 		time.Sleep(600 * time.Millisecond) // the client pauses for three idle timeouts before it reads
@@ -196,7 +196,7 @@ func TestAClientTooSlowForTheRequestDeadlineIsNotTheWorkersFailure(t *testing.T)
 	r := newRouter(t, w.URL)
 	g := start(t, r, Options{RequestTimeout: 0.5})
 	var logs syncBuffer
-	g.proxy.ErrorLog.SetOutput(&logs)
+	g.errorLog.SetOutput(&logs)
 	conn := sendRaw(t, g.Addr(), "GET /v1/x HTTP/1.1\r\nHost: x\r\n\r\n")
 	buf := make([]byte, 64<<10)
 	for range size / len(buf) { // 64 KiB every 5 ms: 5 s for the whole answer
@@ -222,10 +222,9 @@ func TestABodyCutOfAClientThatLeftLogsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs syncBuffer
-	g.proxy.ErrorLog.SetOutput(&logs)
-	client, leave := context.WithCancel(context.Background())
-	leave()
-	ex := &exchange{client: client}
+	g.errorLog.SetOutput(&logs)
+	ex := &exchange{}
+	ex.left.Store(true)
 	ex.timedOut.Store(phaseTimedOut)
 	g.bodyCut(ex, context.Canceled)
 	if logs.String() != "" || ex.errorText != "" {
@@ -294,7 +293,7 @@ func TestATimeoutsCutIsLoggedOnTheReverseProxysStep(t *testing.T) {
 	r := newRouter(t, url)
 	g := start(t, r, Options{IdleTimeout: 0.2})
 	var logs syncBuffer
-	g.proxy.ErrorLog.SetOutput(&logs)
+	g.errorLog.SetOutput(&logs)
 	res, body := raw(t, g.Addr(), "GET /v1/x HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\n")
 	if res.StatusCode != 200 || !strings.HasPrefix(body, "data: first") {
 		t.Fatalf("%d %q", res.StatusCode, body)

@@ -1,23 +1,22 @@
-// Package gateway is bounded-router's HTTP gateway: a reverse proxy (net/http's server, the
-// proxy step of forward.go and the transport of upstream.go; httputil.ReverseProxy for
-// upgrades) that routes every request through a core.Router and forwards it to the chosen
-// worker, streaming the answer back.
+// Package gateway is bounded-router's HTTP gateway: a reverse proxy (valyala/fasthttp's server,
+// the proxy step of forward.go and the transport of upstream.go) that routes every request
+// through a core.Router and forwards it to the chosen worker, streaming the answer back.
 //
-// Per request: the request-target must pass the path rule (see checkPath; else 400); the
-// body is read whole, up to Options.MaxBodySize (413 above) within Options.BodyTimeout
-// (408 past it); only then is the request routed from its headers, as core.RequestFromHeaders
-// reads them, and a lease taken. A client that trickles its body therefore holds no load on
-// any worker. The lease is released exactly once, when the answer has been streamed to the
-// client, when the worker fails, or when the client disconnects, in any phase; the request to
-// the worker is cancelled with it.
+// Per request: the server reads the body whole, up to Options.MaxBodySize (413 above) within
+// Options.BodyTimeout (408 past it); then the request-target must pass the path rule (see
+// checkPath; else 400); only then is the request routed from its headers, as
+// core.RequestFromHeaders reads them, and a lease taken. A client that trickles its body
+// therefore holds no load on any worker. The lease is released exactly once, when the answer has
+// been streamed to the client, when the worker fails, or when the client disconnects, in any
+// phase (package clientconn notices that); the request to the worker is cancelled with it.
 //
 // The proxy forwards the client's own headers minus the hop-by-hop ones (and those named in
 // Connection) and adds nothing: no X-Forwarded-For, no cookies (there is no cookie jar), no
 // Expect. The raw path and query are forwarded byte for byte. Streamed answers (server-sent
 // events, chunked bodies) are flushed per write, so each event arrives as the worker sends it.
 // The proxy port never answers /metrics; the router's Prometheus metrics are served on a
-// separate listener, the admin listener, when Options.MetricsPort is set. SMG's worker API
-// (workers_api.go) is served there too, and on the proxy port only when asked for.
+// separate listener, the admin listener (net/http's server), when Options.MetricsPort is set.
+// SMG's worker API (workers_api.go) is served there too, and on the proxy port only when asked for.
 package gateway
 
 import (
@@ -28,7 +27,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
+	"math"
 	"os"
 	"strconv"
 	"sync"
@@ -37,6 +36,8 @@ import (
 
 	"github.com/bounded-router/bounded-router/core"
 	"github.com/bounded-router/bounded-router/health"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
 )
 
 // Header names of the routing details added to responses with Options.ExposeRoutingHeaders.
@@ -61,17 +62,23 @@ type Gateway struct {
 	// routingHeaders are the headers read for routing inputs, fixed with the router.
 	routingHeaders []string
 	transport      *upstream
-	proxy          *httputil.ReverseProxy
-	server         *http.Server
+	server         *fasthttp.Server
 	listener       net.Listener
-	metrics        *http.Server // nil without a metrics listener
-	metricsLn      net.Listener
-	accessLog      *slog.Logger // nil when access logging is off
-	control        *controlPlane
+	// base is the parent of every request's context; cutAll cancels them all (a shutdown past
+	// its bound).
+	base      context.Context
+	cutAll    context.CancelFunc
+	metrics   *http.Server // nil without a metrics listener
+	metricsLn net.Listener
+	errorLog  *log.Logger
+	accessLog *slog.Logger // nil when access logging is off
+	control   *controlPlane
+	// controlHandler serves the probes and the worker API on the proxy port, through net/http.
+	controlHandler fasthttp.RequestHandler
 	// apiOnProxyPort serves the worker API on the proxy port (keys set, or asked for).
 	apiOnProxyPort bool
 	targets        sync.Map // worker URL -> *target
-	// inflight counts requests inside ServeHTTP; shutdown waits for it to reach 0.
+	// inflight counts requests from their routing to their end; shutdown waits for it to reach 0.
 	inflight atomic.Int64
 	serving  sync.WaitGroup
 	stopOnce sync.Once
@@ -79,7 +86,7 @@ type Gateway struct {
 }
 
 // New builds a gateway for the monitor's router with options (validated; zero fields take their
-// defaults) without listening: it is an http.Handler. Start builds one and serves it.
+// defaults) without listening. Start builds one and serves it.
 func New(monitor *health.Monitor, opts Options) (*Gateway, error) {
 	if monitor == nil {
 		return nil, errors.New("gateway: router must not be nil")
@@ -90,53 +97,47 @@ func New(monitor *health.Monitor, opts Options) (*Gateway, error) {
 	opts = opts.withDefaults()
 	router := monitor.Router()
 	g := &Gateway{router: router, health: monitor, opts: opts, routingHeaders: routingHeadersOf(router), maxRetries: *opts.RetryMaxRetries,
-		control: newControlPlane(router, opts.ControlPlaneAPIKeys, seconds(opts.BodyTimeout))}
+		control:  newControlPlane(router, opts.ControlPlaneAPIKeys, seconds(opts.BodyTimeout)),
+		errorLog: log.New(os.Stderr, "bounded-router gateway: ", log.LstdFlags)}
 	if opts.DisableRetries {
 		g.maxRetries = 0
 	}
+	g.base, g.cutAll = context.WithCancel(context.Background())
 	g.unsubscribe = monitor.Subscribe(g.waiting.workerChanged)
 	g.apiOnProxyPort = len(opts.ControlPlaneAPIKeys) > 0 || opts.WorkerAPIOnProxyPort
 	if opts.WorkerAPIOnProxyPort && len(opts.ControlPlaneAPIKeys) == 0 {
 		g.control.log.Warn("the worker API is open on the proxy port: anyone who reaches it can add and remove workers (set control_plane_api_keys to require a key)")
 	}
-	fallback := &http.Transport{
-		Proxy:               nil, // workers are reached directly, never through $HTTP_PROXY
-		DialContext:         (&net.Dialer{Timeout: seconds(opts.ConnectTimeout), KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: opts.MaxIdleConnsPerHost,
-		MaxConnsPerHost:     opts.MaxConnsPerHost,
-		IdleConnTimeout:     seconds(opts.WorkerIdleTimeout),
-		DisableCompression:  true, // bodies pass through as the worker sent them
-		TLSHandshakeTimeout: seconds(opts.ConnectTimeout),
-	}
-	g.transport = &upstream{dial: fallback.DialContext, maxIdle: opts.MaxIdleConnsPerHost, idleTimeout: seconds(opts.WorkerIdleTimeout), fallback: fallback}
-	errorLog := log.New(os.Stderr, "bounded-router gateway: ", log.LstdFlags)
-	// The ReverseProxy serves upgrades; every other request takes forward's step, with the
-	// same hooks and buffers.
-	g.proxy = &httputil.ReverseProxy{
-		Rewrite:   g.rewrite,
-		Transport: failover{g},
-		// 0: the ReverseProxy flushes after every write for text/event-stream and for bodies
-		// of unknown length (chunked), so streams arrive per event; a body of known length is
-		// written through the server's buffer (one write instead of two or more on the socket).
-		FlushInterval:  0,
-		ModifyResponse: g.modifyResponse,
-		ErrorHandler:   g.proxyError,
-		BufferPool:     newCopyBuffers(),
-		ErrorLog:       errorLog,
+	g.controlHandler = fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(g.serveControlHTTP))
+	g.transport = &upstream{dial: (&net.Dialer{Timeout: seconds(opts.ConnectTimeout), KeepAlive: 30 * time.Second}).DialContext,
+		maxIdle: opts.MaxIdleConnsPerHost, idleTimeout: seconds(opts.WorkerIdleTimeout)}
+	if opts.MaxConnsPerHost > 0 {
+		g.transport.slots = &connSlots{max: opts.MaxConnsPerHost}
 	}
 	if opts.AccessLog {
 		g.accessLog = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	g.server = &http.Server{
-		Handler:           g,
-		ReadHeaderTimeout: seconds(opts.ReadHeaderTimeout),
-		IdleTimeout:       seconds(opts.KeepAliveTimeout),
-		// A client that stops reading must not hold its lease past the request's bound: the
-		// exchange's deadline starts once the body is in, so the write deadline leaves room for it.
+	g.server = &fasthttp.Server{
+		Handler:      g.handle,
+		ErrorHandler: g.serverError,
+		// The header must arrive within read_header_timeout; once it has, the body within
+		// body_timeout, and up to max_body_size.
+		ReadTimeout: seconds(opts.ReadHeaderTimeout),
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: seconds(opts.BodyTimeout)}
+		},
+		MaxRequestBodySize: int(min(opts.MaxBodySize, int64(math.MaxInt32))),
+		IdleTimeout:        seconds(opts.KeepAliveTimeout),
+		// A client that stops reading must not hold its lease past the request's bound.
 		WriteTimeout:                 seconds(opts.RequestTimeout) + seconds(opts.BodyTimeout),
-		MaxHeaderBytes:               opts.MaxHeaderBytes,
-		DisableGeneralOptionsHandler: true, // "OPTIONS *" is refused by the path rule like any other non-path target
-		ErrorLog:                     errorLog,
+		ReadBufferSize:               opts.MaxHeaderBytes + 4096, // net/http's limit: MaxHeaderBytes and 4 KiB of slack
+		DisableHeaderNamesNormalizing: false,                     // routing headers match in any case
+		DisablePreParseMultipartForm: true,
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		SecureErrorLogMessage:        true,
+		CloseOnShutdown:              true,
+		Logger:                       g.errorLog,
 	}
 	return g, nil
 }
@@ -148,28 +149,37 @@ func Start(monitor *health.Monitor, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := g.listen(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// listen serves a gateway built with New.
+func (g *Gateway) listen() (err error) {
 	g.listener, err = net.Listen("tcp", net.JoinHostPort(g.opts.Host, strconv.Itoa(g.opts.Port)))
 	if err != nil {
-		return nil, fmt.Errorf("gateway: cannot listen on %s port %d: %w", g.opts.Host, g.opts.Port, err)
+		return fmt.Errorf("gateway: cannot listen on %s port %d: %w", g.opts.Host, g.opts.Port, err)
 	}
 	if g.opts.MetricsPort != nil {
 		g.metricsLn, err = net.Listen("tcp", net.JoinHostPort(g.opts.Host, strconv.Itoa(*g.opts.MetricsPort)))
 		if err != nil {
 			g.listener.Close()
-			return nil, fmt.Errorf("gateway: cannot listen for metrics on %s port %d: %w", g.opts.Host, *g.opts.MetricsPort, err)
+			return fmt.Errorf("gateway: cannot listen for metrics on %s port %d: %w", g.opts.Host, *g.opts.MetricsPort, err)
 		}
-		g.metrics = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: seconds(g.opts.ReadHeaderTimeout), ErrorLog: g.server.ErrorLog}
-		g.serve(g.metrics, g.metricsLn)
+		g.metrics = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: seconds(g.opts.ReadHeaderTimeout), ErrorLog: g.errorLog}
+		g.goServe(func() { g.metrics.Serve(g.metricsLn) })
 	}
-	g.serve(g.server, g.listener)
-	return g, nil
+	g.goServe(func() { g.server.Serve(g.listener) })
+	return nil
 }
 
-func (g *Gateway) serve(s *http.Server, ln net.Listener) {
+// goServe runs a server until it stops.
+func (g *Gateway) goServe(serve func()) {
 	g.serving.Add(1)
 	go func() {
 		defer g.serving.Done()
-		s.Serve(ln) // returns http.ErrServerClosed on Shutdown
+		serve()
 	}()
 }
 
@@ -205,18 +215,18 @@ func (g *Gateway) shutdown(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	defer g.unsubscribe()
-	drained := g.server.Shutdown(ctx)
+	drained := g.server.ShutdownWithContext(ctx)
 	if drained != nil {
-		g.server.Close() // cancels the requests still running
+		g.cutAll() // cancels the requests still running: their streams end, their connections close
 	}
 	if g.metrics != nil {
 		g.metrics.Close()
 	}
 	g.serving.Wait()
-	// Handlers of closed connections return as soon as their cancelled requests do.
+	// Requests cut return as soon as their cancelled tries do.
 	for deadline := time.Now().Add(5 * time.Second); g.inflight.Load() > 0; {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("gateway: %d requests still running 5 s after their connections were closed", g.inflight.Load())
+			return fmt.Errorf("gateway: %d requests still running 5 s after they were cut", g.inflight.Load())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -11,7 +11,6 @@ import (
 	"math/rand"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -511,11 +510,10 @@ func TestTimeouts(t *testing.T) {
 				t.Fatal(err)
 			}
 			var logs, access syncBuffer
-			g.proxy.ErrorLog.SetOutput(&logs)
+			g.errorLog.SetOutput(&logs)
 			g.accessLog = slog.New(slog.NewJSONHandler(&access, nil))
-			s := httptest.NewServer(g)
-			defer s.Close()
-			res, err := client().Get(s.URL + "/")
+			serve(t, g)
+			res, err := client().Get("http://" + g.Addr() + "/")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -712,11 +710,10 @@ func TestAccessLog(t *testing.T) {
 	}
 	var out syncBuffer
 	g.accessLog = slog.New(slog.NewJSONHandler(&out, nil))
-	s := httptest.NewServer(g)
-	defer s.Close()
+	serve(t, g)
 	c := client()
 	for _, target := range []string{"/v1/x?secret=1", "/a/../b"} {
-		req, _ := http.NewRequest("GET", s.URL+"/", nil)
+		req, _ := http.NewRequest("GET", "http://"+g.Addr()+"/", nil)
 		req.URL.Opaque = target
 		res, err := c.Do(req)
 		if err != nil {

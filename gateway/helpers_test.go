@@ -44,6 +44,15 @@ func start(t *testing.T, r *core.Router, opts Options) *Gateway {
 	return g
 }
 
+// serve serves a gateway built with New on a free loopback port until the test ends.
+func serve(t *testing.T, g *Gateway) {
+	t.Helper()
+	if err := g.listen(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Shutdown(2 * time.Second) })
+}
+
 // client is a keep-alive client with no cookie jar and a bounded wait.
 func client() *http.Client {
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableCompression: true}}

@@ -1,33 +1,38 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/bounded-router/bounded-router/core"
+	"github.com/valyala/fasthttp"
+	"golang.org/x/net/idna"
 )
 
-// exchange is one proxied request: the context the request to the worker runs under (the
-// client's, cancellable by the gateway) and what the hooks of the ReverseProxy need.
+// exchange is one proxied request: the context its tries to the worker run under (cancelled
+// when the client leaves, by a timeout, or by a shutdown past its bound) and what the proxy
+// step needs to route, retry, time and log it.
 type exchange struct {
 	context.Context
-	router   *core.Router
-	cancel   context.CancelFunc
-	client   context.Context // the client connection's context: done when the client left
-	decision core.Decision
-	target   *target
+	g      *Gateway
+	router *core.Router
+	cancel context.CancelFunc
+	// left is set when the client closed its connection (contract: Release): its answer then
+	// has nobody to go to. stopWatch ends the watch that sets it.
+	left      atomic.Bool
+	stopWatch func() bool
+	decision  core.Decision
+	target    *target
 	// request is the routing request, kept for a retry; tried lists the workers it was sent to
 	// and outcome how the latest try ended (see failover).
 	request core.Request
@@ -36,20 +41,13 @@ type exchange struct {
 	readErr error
 	// triedSpace holds tried without an allocation for up to its length of tries.
 	triedSpace [4]uint32
+	out        outgoing // the try's request to its worker
 	rawPath    string
-	rawQuery   string
-	hasQuery   bool
-	body       []byte
-	// firstBody reads body to the first worker without allocating a reader; getBody makes the
-	// others.
-	firstBody bytes.Reader
-	start     time.Time
+	start      time.Time
 
 	// timer cancels the request when the worker is silent too long: before its response
 	// headers (first-byte timeout), then while a read of its body waits (idle-stream timeout;
 	// the writes to the client pause it), and at the latest at deadline (request_timeout_secs).
-	// One timer for the three saves the context.WithTimeout (a second timer and its
-	// allocations) on every request.
 	timer    *time.Timer
 	timedOut atomic.Int32 // notTimedOut, or which timeout cancelled the request
 	// writing is set once the worker's answer has begun, except while a read of its body waits:
@@ -57,29 +55,13 @@ type exchange struct {
 	writing   atomic.Bool
 	idle      time.Duration
 	deadline  time.Time
-	upstream  io.ReadCloser // the worker's response body
+	answer    *fasthttp.Response // the worker's answer: its head, and its body as a stream
+	upstream  answerBody         // the worker's answer body
 	status    int
 	sent      int64
 	aborted   bool
 	errorText string
-}
-
-// exchangeOf finds the exchange of a request to a worker.
-func exchangeOf(ctx context.Context) *exchange {
-	if ex, ok := ctx.(*exchange); ok {
-		return ex
-	}
-	ex, _ := ctx.Value(exchangeKey{}).(*exchange)
-	return ex
-}
-
-type exchangeKey struct{}
-
-func (ex *exchange) Value(key any) any {
-	if key == (exchangeKey{}) {
-		return ex
-	}
-	return ex.Context.Value(key)
+	finished  atomic.Bool
 }
 
 // Which timeout cancelled a request (exchange.timedOut).
@@ -106,11 +88,19 @@ func (ex *exchange) expire() {
 	}
 }
 
+// clientLeft is the watch's call when the client closes its connection: the request is
+// cancelled, and its lease released as it ends.
+func (ex *exchange) clientLeft() {
+	ex.left.Store(true)
+	ex.cancel()
+}
+
 // arm sets the timer to the phase timeout d, or to the request's deadline if that comes first.
 func (ex *exchange) arm(d time.Duration) { ex.timer.Reset(min(d, time.Until(ex.deadline))) }
 
-// Read and Close make the exchange the response body the ReverseProxy copies to the client.
-// The worker's first body byte marks the lease's first token (contract: Prefill load).
+// Read and Close make the exchange the answer's body stream, which the server copies to the
+// client after the handler returns. The worker's first body byte marks the lease's first token
+// (contract: Prefill load).
 func (ex *exchange) Read(p []byte) (int, error) {
 	ex.arm(ex.idle)
 	ex.writing.Store(false)
@@ -123,20 +113,30 @@ func (ex *exchange) Read(p []byte) (int, error) {
 	ex.sent += int64(n)
 	if err != nil && err != io.EOF {
 		ex.readErr = err
+		ex.g.bodyCut(ex, err)
+		ex.aborted = true
 	}
 	return n, err
 }
 
 // pause stops the idle timeout, which runs only while a read of the worker's body waits (Read):
 // while the client is written to, whose pace is not the worker's, only the request's deadline
-// runs, on both proxy steps.
+// runs.
 func (ex *exchange) pause() { ex.timer.Reset(time.Until(ex.deadline)) }
 
-func (ex *exchange) Close() error { return ex.upstream.Close() }
+// Close is the server's call once the answer's body was written, or could not be.
+func (ex *exchange) Close() error {
+	ex.g.finish(ex)
+	return nil
+}
 
 // target is a worker URL split into what a forwarded request needs.
 type target struct {
-	scheme, host, pathPrefix string
+	addr       string // host:port to dial
+	host       string // the Host header: the URL's host, its name in ASCII
+	serverName string // for an https:// worker's certificate
+	tls        bool
+	pathPrefix string
 }
 
 func (g *Gateway) targetOf(workerURL string) (*target, error) {
@@ -147,9 +147,33 @@ func (g *Gateway) targetOf(workerURL string) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &target{scheme: u.Scheme, host: u.Host, pathPrefix: strings.TrimRight(u.EscapedPath(), "/")}
+	t, err := newTarget(u)
+	if err != nil {
+		return nil, err
+	}
 	g.targets.Store(workerURL, t)
 	return t, nil
+}
+
+// newTarget reads a worker URL as net/http's Transport does: an internationalised name in its
+// ASCII form (IDNA, RFC 5891), and without a port the scheme's default one.
+func newTarget(u *url.URL) (*target, error) {
+	name, err := idna.Lookup.ToASCII(u.Hostname())
+	if err != nil {
+		return nil, errors.New("the worker URL's host is not a valid name")
+	}
+	port := u.Port()
+	host := name
+	if strings.Contains(name, ":") {
+		host = "[" + name + "]"
+	}
+	if port != "" {
+		host += ":" + port
+	} else if port = "80"; u.Scheme == "https" {
+		port = "443"
+	}
+	return &target{addr: net.JoinHostPort(name, port), host: host, serverName: name, tls: u.Scheme == "https",
+		pathPrefix: strings.TrimRight(u.EscapedPath(), "/")}, nil
 }
 
 // parseWorkerURL reads a worker URL the gateway can forward to: http:// or https:// with a host.
@@ -173,267 +197,125 @@ func checkWorkerURL(workerURL string) error {
 	case u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
 		return errors.New("a worker URL has no user info, query or fragment")
 	}
-	return nil
-}
-
-// routingHeadersOf lists the canonical forms (http.Header's keys) of the headers that carry
-// routing inputs for router, in the order of Router.RoutingHeaderNames.
-func routingHeadersOf(router *core.Router) []string {
-	names := router.RoutingHeaderNames()
-	for i, h := range names {
-		names[i] = http.CanonicalHeaderKey(h)
-	}
-	return names
+	_, err = newTarget(u)
+	return err
 }
 
 // routingRequest reads a request's routing inputs as Router.RequestFromHeaders does for
-// Router.route(headers=...) in Python: the first value of each routing header, looked up in
-// the headers the server has parsed.
-func (g *Gateway) routingRequest(h http.Header) core.Request {
+// Router.route(headers=...) in Python: the first value of each routing header, its name
+// compared without case.
+func (g *Gateway) routingRequest(h *fasthttp.RequestHeader) core.Request {
 	return g.router.RequestFromValues(func(i int) (string, bool) {
-		if v := h[g.routingHeaders[i]]; len(v) > 0 {
-			return v[0], true
+		if v := h.Peek(g.routingHeaders[i]); v != nil {
+			return string(v), true
 		}
 		return "", false
 	})
 }
 
-// ServeHTTP checks, reads and routes a request, then proxies it to the chosen worker.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// handle checks and routes a request, then proxies it to the chosen worker. The server has read
+// its body already, up to Options.MaxBodySize within Options.BodyTimeout (serverError answers
+// the requests that break those bounds), so a client that trickles its body holds no load on any
+// worker.
+func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
+	if g.serveControl(ctx) {
+		return
+	}
 	g.inflight.Add(1)
-	defer g.inflight.Add(-1)
-	if g.control.probe(w, r) {
-		return
-	}
-	if g.apiOnProxyPort && isAPIPath(r.URL.Path) {
-		g.control.serveAPI(w, r)
-		return
-	}
-	ex := &exchange{router: g.router, client: r.Context(), outcome: core.OutcomeNeutral}
+	ex := &exchange{g: g, router: g.router, outcome: core.OutcomeNeutral}
+	defer g.recoverPanic(ctx, ex)
 	if g.accessLog != nil {
 		ex.start = time.Now()
 	}
-	ex.rawPath, ex.rawQuery, ex.hasQuery = splitTarget(r.RequestURI)
+	ex.out.method = ctx.Method()
+	ex.out.rawTarget = string(ctx.Request.Header.RequestURI())
+	ex.rawPath, _, _ = splitTarget(ex.out.rawTarget)
 	if err := checkPath(ex.rawPath); err != nil {
-		g.refuse(w, r, ex, http.StatusBadRequest, err.Error())
+		g.refuse(ctx, ex, fasthttp.StatusBadRequest, err.Error())
 		return
 	}
-	if r.ContentLength > g.opts.MaxBodySize {
-		g.refuse(w, r, ex, http.StatusRequestEntityTooLarge, g.tooLarge())
-		return
-	}
-	if status, text := g.readBody(w, r, ex); status != 0 {
-		g.refuse(w, r, ex, status, text)
-		return
-	}
-	ex.request = g.routingRequest(r.Header)
-	ex.request.PrefixBlocks = requestPrefixBlocks(&g.opts, ex.body)
+	ex.out.body = ctx.Request.Body()
+	ex.request = g.routingRequest(&ctx.Request.Header)
+	ex.request.PrefixBlocks = requestPrefixBlocks(&g.opts, ex.out.body)
 	ex.decision = g.router.Route(&ex.request)
 	if ex.decision.Lease == 0 {
-		g.refuse(w, r, ex, http.StatusServiceUnavailable, "no worker available")
+		g.refuse(ctx, ex, fasthttp.StatusServiceUnavailable, "no worker available")
 		return
 	}
 	var err error
 	if ex.target, err = g.targetOf(ex.decision.WorkerURL); err != nil {
 		g.router.Release(ex.decision.Lease, false)
-		g.refuse(w, r, ex, http.StatusBadGateway, "worker unreachable")
+		ex.decision.Lease = 0
+		g.refuse(ctx, ex, fasthttp.StatusBadGateway, "worker unreachable")
 		return
 	}
 	ex.tried = append(ex.triedSpace[:0], ex.decision.WorkerID)
-	ex.Context, ex.cancel = context.WithCancel(r.Context())
+	ex.Context, ex.cancel = context.WithCancel(g.base)
+	if w, ok := ctx.Conn().(leaveWatcher); ok {
+		ex.stopWatch = w.Watch(ex.clientLeft)
+	}
 	ex.idle = seconds(g.opts.IdleTimeout)
 	ex.deadline = time.Now().Add(seconds(g.opts.RequestTimeout))
 	ex.timer = time.AfterFunc(min(seconds(g.opts.FirstByteTimeout), seconds(g.opts.RequestTimeout)), ex.expire)
-	defer g.finish(r, ex)
-	g.forward(w, r, ex)
+	g.forward(ctx, ex)
 }
 
-// finish ends a proxied request, also when the ReverseProxy aborts it with a panic: it
-// releases the lease (the one place a proxied request's lease is released) and logs.
-func (g *Gateway) finish(r *http.Request, ex *exchange) {
-	p := recover()
-	ex.timer.Stop()
-	ex.cancel()
-	g.health.Finish(ex.decision.Lease, ex.finalOutcome())
-	if p != nil {
-		ex.aborted = true
-	}
-	if g.accessLog != nil {
-		g.logRequest(r, ex)
-	}
-	if p != nil {
-		panic(p) // http.ErrAbortHandler: the server closes the client connection
-	}
+// leaveWatcher is what the proxy port's connections offer (package clientconn): a call when the
+// client closes its connection while a request of it is served.
+type leaveWatcher interface {
+	Watch(left func()) (stop func() bool)
 }
 
-// readBody reads the whole request body into ex.body; on failure it returns the status to
-// answer and why.
-func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, ex *exchange) (int, string) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return 0, ""
-	}
-	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Now().Add(seconds(g.opts.BodyTimeout)))
-	defer rc.SetReadDeadline(time.Time{})
-	var err error
-	if r.ContentLength > 0 {
-		ex.body = make([]byte, r.ContentLength)
-		_, err = io.ReadFull(r.Body, ex.body)
-	} else {
-		ex.body, err = readUnknownLength(http.MaxBytesReader(w, r.Body, g.opts.MaxBodySize))
-	}
-	var tooLarge *http.MaxBytesError
-	switch {
-	case err == nil:
-		return 0, ""
-	case errors.As(err, &tooLarge):
-		return http.StatusRequestEntityTooLarge, g.tooLarge()
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return http.StatusRequestTimeout, "request body did not arrive within body_timeout (" + seconds(g.opts.BodyTimeout).String() + ")"
-	default:
-		return http.StatusBadRequest, "the request body could not be read"
-	}
-}
-
-// readUnknownLength reads a body sent without Content-Length (chunked) in pieces that double
-// from 4 KiB to 256 KiB, joined once at the end: unlike io.ReadAll, which copies the whole body
-// each time its buffer doubles, it leaves no chain of copies behind, which is what bounds the
-// memory of several large uploads refused at the limit.
-func readUnknownLength(r io.Reader) ([]byte, error) {
-	var pieces [][]byte
-	total, size := 0, 4<<10
-	for {
-		piece := make([]byte, size)
-		n, err := fill(r, piece)
-		total += n
-		if n > 0 {
-			pieces = append(pieces, piece[:n])
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err // io.ErrUnexpectedEOF too: the client left in the middle of the body
-		}
-		size = min(2*size, 256<<10)
-	}
-	if len(pieces) == 1 {
-		return pieces[0], nil
-	}
-	body := make([]byte, 0, total)
-	for _, p := range pieces {
-		body = append(body, p...)
-	}
-	return body, nil
-}
-
-// fill reads into p until it is full (nil error) or r ends (io.EOF) or fails.
-func fill(r io.Reader, p []byte) (int, error) {
-	n := 0
-	for n < len(p) {
-		m, err := r.Read(p[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
-}
-
-// rewrite turns the client's request for an upgrade (the one kind forward leaves to the
-// ReverseProxy) into the worker's: the worker's scheme and host, the raw
-// path and query, the buffered body, and the client's headers as the ReverseProxy left them
-// (hop-by-hop ones removed) with the forwarding headers it strips put back as the client sent
-// them: the proxy adds nothing.
-func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
-	ex := exchangeOf(pr.In.Context())
-	out := pr.Out
-	ex.aim(out)
-	for _, name := range [...]string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
-		if v, ok := pr.In.Header[name]; ok {
-			out.Header[name] = v
-		}
-	}
-	// The gateway has the whole body already; an Expect: 100-continue was for this hop. TE is
-	// hop-by-hop (ReverseProxy keeps "TE: trailers" for gRPC, which workers do not speak).
-	out.Header.Del("Expect")
-	out.Header.Del("Te")
-	ex.attachBody(out)
-}
-
-// attachBody gives a request to the worker the buffered body (none when it is empty), with its
-// length and without the client's chunked framing or trailers, on both proxy steps (contract:
-// HTTP proxies, step 5): a trailer named Host would reach the worker, one named Content-Length
-// would fail the write.
-func (ex *exchange) attachBody(out *http.Request) {
-	out.TransferEncoding, out.Trailer = nil, nil
-	out.ContentLength = int64(len(ex.body))
-	if len(ex.body) == 0 {
-		out.Body, out.GetBody = nil, nil
+// finish ends a proxied request once: it releases the lease (the one place a proxied request's
+// lease is released), stops its timer and its watch, and logs.
+func (g *Gateway) finish(ex *exchange) {
+	if ex.finished.Swap(true) {
 		return
 	}
-	// A NopCloser around a *bytes.Reader: net/http knows it does not block and writes the
-	// headers and the body in one write (isKnownInMemoryReader); any other type costs one
-	// more write per request.
-	ex.firstBody.Reset(ex.body)
-	out.Body = io.NopCloser(&ex.firstBody)
-	out.GetBody = ex.getBody // lets the transport retry on a keep-alive connection the worker closed
+	if ex.stopWatch != nil {
+		ex.stopWatch()
+	}
+	if ex.timer != nil {
+		ex.timer.Stop()
+	}
+	if ex.upstream != nil {
+		ex.upstream.Close() // before the cancellation, which would close a connection it gives back
+	}
+	if ex.cancel != nil {
+		ex.cancel()
+	}
+	if ex.answer != nil {
+		fasthttp.ReleaseResponse(ex.answer)
+		ex.answer = nil
+	}
+	if ex.decision.Lease != 0 {
+		g.health.Finish(ex.decision.Lease, ex.finalOutcome())
+	}
+	if g.accessLog != nil {
+		g.logRequest(ex)
+	}
+	g.inflight.Add(-1)
 }
 
-// aim points a request to the worker at the exchange's target: its scheme, host and path
-// prefix, then the client's raw path and query.
-func (ex *exchange) aim(out *http.Request) {
-	t := ex.target
-	out.URL.Scheme, out.URL.Host, out.Host = t.scheme, t.host, ""
-	if path := t.pathPrefix + ex.rawPath; !strings.HasPrefix(path, "//") {
-		out.URL.Opaque = path // written on the request line as it is
-	} else {
-		// An opaque "//..." would be read as a scheme-relative URL.
-		out.URL.Opaque, out.URL.RawPath = "", path
-		out.URL.Path, _ = url.PathUnescape(path)
+// recoverPanic keeps a panic in the handler from ending the process (the gateway runs inside the
+// user's): it is logged, the request ended, and the client's connection closed without an
+// answer, as net/http's server does.
+func (g *Gateway) recoverPanic(ctx *fasthttp.RequestCtx, ex *exchange) {
+	p := recover()
+	if p == nil {
+		return
 	}
-	out.URL.RawQuery, out.URL.ForceQuery = ex.rawQuery, ex.hasQuery && ex.rawQuery == ""
+	g.errorLog.Printf("panic serving %s: %v", ctx.RemoteAddr(), p)
+	ex.aborted = true
+	closeWithoutAnswer(ctx)
+	g.finish(ex)
 }
 
-func (ex *exchange) getBody() (io.ReadCloser, error) {
-	return io.NopCloser(bytes.NewReader(ex.body)), nil
-}
-
-// modifyResponse notes the worker's status, adds the routing headers when exposed and puts
-// the exchange between the worker's body and the client, for the idle-stream timeout.
-func (g *Gateway) modifyResponse(res *http.Response) error {
-	ex := exchangeOf(res.Request.Context())
-	ex.status = res.StatusCode
-	if g.opts.ExposeRoutingHeaders {
-		res.Header.Set(HeaderWorker, ex.decision.WorkerURL)
-		res.Header.Set(HeaderBranch, ex.decision.Branch.String())
-	}
-	if res.StatusCode == http.StatusSwitchingProtocols {
-		// An upgraded connection is the client's and the worker's to close, within the deadline.
-		ex.timer.Reset(time.Until(ex.deadline))
-		return nil
-	}
-	ex.upstream, res.Body = res.Body, ex
-	ex.writing.Store(true)
-	ex.pause() // the headers go to the client; each read of the body arms the idle timeout
-	return nil
-}
-
-// proxyError answers a request the worker did not answer: 504 past the first-byte timeout,
-// 502 otherwise; nothing when the client has left.
-func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	ex := exchangeOf(r.Context())
-	ex.errorText = err.Error()
-	switch {
-	case ex.client.Err() != nil:
-		ex.status = 499 // the client closed the connection; nobody to answer
-	case ex.timedOut.Load() == requestTimedOut:
-		g.writeError(w, ex, http.StatusGatewayTimeout, "worker sent no response within request_timeout_secs ("+seconds(g.opts.RequestTimeout).String()+")")
-	case ex.timedOut.Load() == phaseTimedOut:
-		g.writeError(w, ex, http.StatusGatewayTimeout, "worker sent no response within first_byte_timeout ("+seconds(g.opts.FirstByteTimeout).String()+")")
-	default:
-		g.writeError(w, ex, http.StatusBadGateway, "worker did not answer")
-	}
+// closeWithoutAnswer makes the server close the client's connection and write nothing.
+func closeWithoutAnswer(ctx *fasthttp.RequestCtx) {
+	ctx.Response.Reset()
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(net.Conn) {})
 }
 
 // tooLarge is the text of a 413, naming the option the body broke.
@@ -441,43 +323,41 @@ func (g *Gateway) tooLarge() string {
 	return "request body is larger than max_body_size (" + itoa(g.opts.MaxBodySize) + " bytes)"
 }
 
-// refuse answers a request that is not proxied.
-func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, ex *exchange, status int, text string) {
-	// Before a 503 or 502 the body was read whole; before any other refusal it may be unread:
-	// close rather than wait for it, once what is left is read (drainRefused).
-	unread := status != http.StatusServiceUnavailable && status != http.StatusBadGateway
-	if unread {
-		w.Header().Set("Connection", "close")
-	}
-	g.writeError(w, ex, status, text)
-	if unread {
-		g.drainRefused(w, r)
-	}
-	if g.accessLog != nil {
-		g.logRequest(r, ex)
-	}
+// refuse answers a request that is not proxied, and ends it.
+func (g *Gateway) refuse(ctx *fasthttp.RequestCtx, ex *exchange, status int, text string) {
+	g.writeError(ctx, ex, status, text)
+	g.finish(ex)
 }
 
-// What is left of a refused body is read before the close, up to net/http's own bound
-// (maxPostHandlerReadBytes, past which it gives up on a clean close too) and for at most as long
-// as net/http waits before it closes.
-const (
-	maxDrain     = 256 << 10
-	refusalDrain = 500 * time.Millisecond
-)
-
-// drainRefused reads what is left of a refused request's body after its answer, so that the
-// connection closes cleanly: closed with bytes unread it is reset, and a reset can lose the
-// answer; the deadline cuts a client that stopped sending. net/http reads it itself, except
-// when the request asked to close (Connection: close, HTTP/1.0).
-func (g *Gateway) drainRefused(w http.ResponseWriter, r *http.Request) {
-	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Now().Add(min(seconds(g.opts.BodyTimeout), refusalDrain)))
-	if r.ContentLength > maxDrain {
+// serverError answers a request the server could not read whole (its ErrorHandler): a body over
+// max_body_size (413), one that did not arrive within body_timeout (408), a header that did not
+// (the connection is closed without an answer, as net/http's server does) or that broke a rule
+// of the request syntax (400).
+func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
+	headerRead := len(ctx.Request.Header.RawHeaders()) > 0
+	var status int
+	var text string
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		status, text = fasthttp.StatusRequestEntityTooLarge, g.tooLarge()
+	case isTimeout(err) && headerRead:
+		status, text = fasthttp.StatusRequestTimeout, "request body did not arrive within body_timeout ("+seconds(g.opts.BodyTimeout).String()+")"
+	case isTimeout(err):
+		closeWithoutAnswer(ctx)
 		return
+	default:
+		status, text = fasthttp.StatusBadRequest, "the request could not be read"
 	}
-	rc.Flush()
-	io.CopyN(io.Discard, r.Body, maxDrain)
+	g.inflight.Add(1)
+	ex := &exchange{g: g, router: g.router, outcome: core.OutcomeNeutral, start: time.Now()}
+	ex.rawPath, _, _ = splitTarget(string(ctx.Request.Header.RequestURI()))
+	g.refuse(ctx, ex, status, text)
+	ctx.SetConnectionClose()
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.Is(err, fasthttp.ErrTimeout) || (errors.As(err, &t) && t.Timeout())
 }
 
 type errorBody struct {
@@ -489,34 +369,34 @@ type errorBody struct {
 
 // writeError writes a JSON error body. It names the branch of a routed request, and the
 // worker and the error only with Options.ExposeRoutingHeaders.
-func (g *Gateway) writeError(w http.ResponseWriter, ex *exchange, status int, text string) {
+func (g *Gateway) writeError(ctx *fasthttp.RequestCtx, ex *exchange, status int, text string) {
 	ex.status = status
 	body := errorBody{Error: text}
-	if status == http.StatusServiceUnavailable || ex.decision.Lease != 0 {
+	if status == fasthttp.StatusServiceUnavailable || ex.decision.Lease != 0 {
 		body.Branch = ex.decision.Branch.String()
 	}
+	res := &ctx.Response
+	res.Reset()
 	if g.opts.ExposeRoutingHeaders && ex.decision.WorkerURL != "" {
 		body.Worker, body.Detail = ex.decision.WorkerURL, ex.errorText
-		w.Header().Set(HeaderWorker, ex.decision.WorkerURL)
-		w.Header().Set(HeaderBranch, ex.decision.Branch.String())
+		res.Header.Set(HeaderWorker, ex.decision.WorkerURL)
+		res.Header.Set(HeaderBranch, ex.decision.Branch.String())
 	}
 	text2, _ := json.Marshal(body)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", itoa(int64(len(text2))))
-	w.WriteHeader(status)
-	w.Write(text2)
+	res.SetStatusCode(status)
+	res.Header.SetContentType("application/json")
+	res.SetBody(text2)
 }
 
-func (g *Gateway) logRequest(r *http.Request, ex *exchange) {
+func (g *Gateway) logRequest(ex *exchange) {
 	attrs := []slog.Attr{
-		slog.String("method", r.Method),
+		slog.String("method", string(ex.out.method)),
 		slog.String("path", ex.rawPath),
 		slog.Int("status", ex.status),
 		slog.Float64("duration_ms", float64(time.Since(ex.start).Microseconds())/1000),
 		slog.Int64("bytes", ex.sent),
 	}
-	if ex.decision.WorkerURL != "" || ex.status == http.StatusServiceUnavailable {
+	if ex.decision.WorkerURL != "" || ex.status == fasthttp.StatusServiceUnavailable {
 		attrs = append(attrs, slog.String("branch", ex.decision.Branch.String()), slog.String("worker", ex.decision.WorkerURL))
 	}
 	if ex.aborted {
@@ -529,3 +409,34 @@ func (g *Gateway) logRequest(r *http.Request, ex *exchange) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// serveControl answers the probes on the proxy port, and the worker API when it is served there
+// (through net/http's handlers: neither is on the hot path); it reports whether the request was
+// one of them.
+func (g *Gateway) serveControl(ctx *fasthttp.RequestCtx) bool {
+	path, _, _ := splitTarget(string(ctx.Request.Header.RequestURI()))
+	if strings.IndexByte(path, '%') >= 0 {
+		path, _ = url.PathUnescape(path)
+	}
+	if !isProbePath(path) && !(g.apiOnProxyPort && isAPIPath(path)) {
+		return false
+	}
+	g.controlHandler(ctx)
+	return true
+}
+
+func (g *Gateway) serveControlHTTP(w http.ResponseWriter, r *http.Request) {
+	if !g.control.probe(w, r) {
+		g.control.serveAPI(w, r)
+	}
+}
+
+// routingHeadersOf lists the canonical forms of the headers that carry routing inputs for
+// router, in the order of Router.RoutingHeaderNames.
+func routingHeadersOf(router *core.Router) []string {
+	names := router.RoutingHeaderNames()
+	for i, h := range names {
+		names[i] = http.CanonicalHeaderKey(h)
+	}
+	return names
+}

@@ -2,52 +2,53 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/http/httptrace"
-	"net/textproto"
-	"net/url"
 	"sync"
 	"syscall"
 	"time"
-	"unicode/utf8"
+
+	"github.com/valyala/fasthttp"
 )
 
-// upstream is the gateway's transport to its workers over plain HTTP/1.1: it writes a request
-// and reads its response on the calling goroutine, over a keep-alive connection from a bounded
-// pool per worker, where net/http's Transport hands each request to two goroutines of its own
-// (a write loop and a read loop); only a body over upstreamMaxBody is written by a goroutine
-// while the response is read. The bytes on the wire are Request.Write's, the function the
-// Transport writes with, and the rules it keeps are the Transport's: 1xx answers passed to the
-// request's trace (any number, as Go 1.26's), a bounded response header, a connection given back only
-// after a clean end of its answer, a request retried once on a new connection when a pooled one
-// turns out closed before the worker read anything of it (shouldRetry), an answer sent before
-// the body was read passed on even when the write failed (earlyAnswer). A cancelled try (the
-// client left, the waiting list, a timeout) closes its connection. What it does not take goes
-// through fallback, the Transport: https workers, a bound on connections per worker
-// (Options.MaxConnsPerHost) and internationalised host names. Contract: Worker failures,
-// "Deadlines and connections".
+// upstream is the gateway's transport to its workers over HTTP/1.1: it writes a request (wire.go)
+// and reads its answer with fasthttp's response parser on the calling goroutine, over a
+// keep-alive connection from a bounded pool per worker; only a body over upstreamMaxBody is
+// written by a goroutine while the answer is read. The rules it keeps are net/http's
+// Transport's: 1xx answers passed on (any number), a bounded response header, a connection given
+// back only after a clean end of its answer, a request retried once on a new connection when a
+// pooled one turns out closed before the worker read anything of it (shouldRetry), an answer
+// sent before the body was read passed on even when the write failed (earlyAnswer). A cancelled
+// try (the client left, the waiting list, a timeout) closes its connection. Contract: Worker
+// failures, "Deadlines and connections".
 type upstream struct {
 	dial        func(ctx context.Context, network, address string) (net.Conn, error)
 	maxIdle     int
 	idleTimeout time.Duration
-	fallback    *http.Transport
+	// slots bounds the connections to each worker (Options.MaxConnsPerHost); nil: no bound.
+	slots *connSlots
 
 	mu   sync.Mutex
-	idle map[string][]*upstreamConn // worker host:port (dialAddress) -> idle connections, most recent last
+	idle map[string][]*upstreamConn // worker address (target.addr) -> idle connections, most recent last
 }
 
 // upstreamMaxBody is the largest request body upstream writes before it reads: a worker may
 // answer a larger one before reading it all, and writing first could block until the worker
-// closes, where the Transport, reading while it writes, returns the answer at once.
+// closes, where reading while writing returns the answer at once.
 const upstreamMaxBody = 64 << 10
 
-// maxResponseHeader bounds a response's header: the Transport's default MaxResponseHeaderBytes.
-const maxResponseHeader = 10 << 20
+// A response header is read into the connection's buffer, which starts at headerBufferSize and
+// doubles up to maxResponseHeader for a larger header (most are a few hundred bytes).
+const (
+	headerBufferSize  = 4 << 10
+	maxResponseHeader = 1 << 20
+)
+
+var errResponseHeaderTooLarge = errors.New("the worker's response header is larger than 1 MiB")
 
 // upstreamConn is one connection to a worker, used by one request at a time.
 type upstreamConn struct {
@@ -58,29 +59,19 @@ type upstreamConn struct {
 	br    *bufio.Reader
 	bw    *bufio.Writer
 	timer *time.Timer // closes the connection once idle for idleTimeout; nil until first pooled
-	wrote chan error  // the result of a write under way while the response is read; nil if none
+	wrote chan error  // the result of a write under way while the answer is read; nil if none
+	slot  bool        // holds one of slots' places for its worker
 }
 
-// countedConn counts what a request wrote and read on its connection and bounds the reading
-// of a response header.
+// countedConn counts what a request wrote and read on its connection (shouldRetry's inputs).
 type countedConn struct {
 	conn          net.Conn
 	written, read int64
-	left          int64 // bytes the header may still take; negative: no bound (the body)
 }
 
 func (c *countedConn) Read(p []byte) (int, error) {
-	if c.left == 0 {
-		return 0, fmt.Errorf("net/http: server response headers exceeded %d bytes; aborted", maxResponseHeader)
-	}
-	if c.left > 0 && int64(len(p)) > c.left {
-		p = p[:c.left]
-	}
 	n, err := c.conn.Read(p)
 	c.read += int64(n)
-	if c.left > 0 {
-		c.left -= int64(n)
-	}
 	return n, err
 }
 
@@ -90,95 +81,53 @@ func (c *countedConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme != "http" || u.fallback.MaxConnsPerHost > 0 || !asciiHost(req.URL.Host) {
-		return u.fallback.RoundTrip(req)
-	}
-	addr := dialAddress(req.URL)
-	c, err := u.get(req.Context(), addr)
+// roundTrip sends req under ctx and reads its answer's head into res. It returns the answer's
+// body, which the caller reads and closes (its end gives the connection back or closes it).
+func (u *upstream) roundTrip(ctx context.Context, req *outgoing, res *fasthttp.Response) (answerBody, error) {
+	c, err := u.get(ctx, req.target)
 	if err != nil {
-		return unsent(req, err)
+		return nil, err
 	}
 	reused := c.timer != nil
-	res, err := c.roundTrip(req)
-	if err == nil || !reused || !c.shouldRetry(req) {
-		return res, err
+	body, err := c.roundTrip(ctx, req, res)
+	if err == nil || !reused || !c.shouldRetry(ctx, req) {
+		return body, err
 	}
-	if req.Body != nil {
-		again := *req // a RoundTripper leaves its request as it was given (the Transport copies too)
-		if again.Body, err = req.GetBody(); err != nil {
-			return nil, err
-		}
-		req = &again
+	if c, err = u.dial1(ctx, req.target); err != nil {
+		return nil, err
 	}
-	if c, err = u.dial1(req.Context(), addr); err != nil {
-		return unsent(req, err)
-	}
-	return c.roundTrip(req)
+	return c.roundTrip(ctx, req, res)
 }
 
-// unsent closes the body of a request that could not be sent: a RoundTripper closes the body
-// whatever happens (Request.Write does once it has written it).
-func unsent(req *http.Request, err error) (*http.Response, error) {
-	if req.Body != nil {
-		req.Body.Close()
-	}
-	return nil, err
-}
+// answerBody is a worker's answer body as roundTrip hands it over: an *upstreamBody, or the
+// worker's side of an upgraded connection.
+type answerBody = io.ReadCloser
 
-// asciiHost says whether host needs no IDNA conversion (RFC 5891) before it is dialed; the
-// Transport converts the others.
-func asciiHost(host string) bool {
-	for i := 0; i < len(host); i++ {
-		if host[i] >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
-}
-
-// dialAddress is the host:port of an http:// worker URL: without a port (a normalised URL drops
-// the default one) it is port 80, as net/http's Transport reads it (canonicalAddr).
-func dialAddress(u *url.URL) string {
-	if u.Port() != "" {
-		return u.Host
-	}
-	return net.JoinHostPort(u.Hostname(), "80")
-}
-
-// shouldRetry is net/http's Transport's rule for a request that failed on a pooled
-// connection: again on a new one when nothing of it was written and its body can be sent again,
-// or when the worker answered nothing and the request may be replayed (no body or a rewindable
-// one, and an idempotent method or an Idempotency-Key).
-func (c *upstreamConn) shouldRetry(req *http.Request) bool {
-	if req.Context().Err() != nil || (req.Body != nil && req.GetBody == nil) {
+// shouldRetry is net/http's Transport's rule for a request that failed on a pooled connection:
+// again on a new one when nothing of it was written, or when the worker answered nothing and the
+// request may be replayed (an idempotent method or an Idempotency-Key).
+func (c *upstreamConn) shouldRetry(ctx context.Context, req *outgoing) bool {
+	switch {
+	case ctx.Err() != nil:
+		return false
+	case c.io.written == 0:
+		return true
+	case c.io.read > 0:
 		return false
 	}
-	if c.io.written == 0 {
-		return true
-	}
-	if c.io.read > 0 {
-		return false
-	}
-	switch req.Method {
-	case "GET", "HEAD", "OPTIONS", "TRACE":
-		return true
-	}
-	return req.Header["Idempotency-Key"] != nil || req.Header["X-Idempotency-Key"] != nil
+	return req.replayable()
 }
 
-// roundTrip sends req on c and reads its response; the connection is closed on any error.
-func (c *upstreamConn) roundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
+// roundTrip sends req on c and reads its answer; the connection is closed on any error.
+func (c *upstreamConn) roundTrip(ctx context.Context, req *outgoing, res *fasthttp.Response) (answerBody, error) {
 	stop := context.AfterFunc(ctx, func() { c.conn.Close() })
-	c.io.written, c.io.read, c.io.left = 0, 0, maxResponseHeader
-	res, wroteAll, err := c.exchange(req)
+	c.io.written, c.io.read = 0, 0
+	wroteAll, err := c.exchange(ctx, req, res)
 	if err != nil {
 		stop()
 		c.u.discard(c)
-		if c.wrote != nil { // the body is not read once RoundTrip has returned an error
-			req.Body.Close() // a RoundTripper closes the body; a read of it blocked ends
-			<-c.wrote
+		if c.wrote != nil {
+			<-c.wrote // the connection is closed: the write ends
 			c.wrote = nil
 		}
 		if ctx.Err() != nil {
@@ -186,43 +135,35 @@ func (c *upstreamConn) roundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	c.io.left = -1
-	if res.StatusCode == http.StatusSwitchingProtocols {
-		res.Body = &switchedConn{c, stop}
-		return res, nil
+	if res.StatusCode() == fasthttp.StatusSwitchingProtocols {
+		return &switchedConn{c, stop}, nil
 	}
-	body := &upstreamBody{c: c, ctx: ctx, body: res.Body, stop: stop, keep: wroteAll && !res.Close && !req.Close}
-	if res.Body == http.NoBody {
-		body.end(io.EOF)
-	} else {
-		res.Body = body
+	b := &upstreamBody{c: c, ctx: ctx, res: res, stop: stop, keep: wroteAll && !res.ConnectionClose() && res.Header.ContentLength() != -2}
+	if res.BodyStream() == nil {
+		b.end(io.EOF)
 	}
-	return res, nil
+	return b, nil
 }
 
-// exchange writes req and reads its response. A body of up to upstreamMaxBody is written
-// before the response is read; a larger one, or one of unknown length, is written by a
-// goroutine of its own while the response is read, as the Transport writes every request, so
-// that a worker answering before it has read the body (and not reading it) is heard at once.
-// wroteAll is false when the write failed: the connection cannot be used again.
-func (c *upstreamConn) exchange(req *http.Request) (res *http.Response, wroteAll bool, err error) {
-	if req.Body == nil || req.Body == http.NoBody || (req.ContentLength > 0 && req.ContentLength <= upstreamMaxBody) {
+// exchange writes req and reads its answer's head. A body of up to upstreamMaxBody is written
+// before the answer is read; a larger one is written by a goroutine of its own while the answer is
+// read, so that a worker answering before it has read the body (and not reading it) is heard
+// at once. wroteAll is false when the write failed: the connection cannot be used again.
+func (c *upstreamConn) exchange(ctx context.Context, req *outgoing, res *fasthttp.Response) (wroteAll bool, err error) {
+	if len(req.body) <= upstreamMaxBody {
 		if err := c.write(req); err != nil {
-			res, err = c.earlyAnswer(req, err)
-			return res, false, err
+			return false, c.earlyAnswer(ctx, req, res, err)
 		}
-		res, err = c.readResponse(req)
-		return res, true, err
+		return true, c.readAnswer(req, res)
 	}
 	wrote := make(chan error, 1)
 	c.wrote = wrote
 	go func() { wrote <- c.write(req) }()
-	res, err = c.readResponse(req)
-	return res, true, err // the body's end waits for the write (wroteOK)
+	return true, c.readAnswer(req, res) // the body's end waits for the write (wroteOK)
 }
 
-func (c *upstreamConn) write(req *http.Request) error {
-	if err := req.Write(c.bw); err != nil {
+func (c *upstreamConn) write(req *outgoing) error {
+	if err := writeRequest(c.bw, req); err != nil {
 		return err
 	}
 	return c.bw.Flush()
@@ -232,20 +173,19 @@ func (c *upstreamConn) write(req *http.Request) error {
 // waits as long for a write's result before it reuses a connection (maxWriteWaitBeforeConnReuse).
 const earlyAnswerWait = 50 * time.Millisecond
 
-// earlyAnswer is the answer a worker sent before its connection failed the write of the
-// request, or the write's error when there is none: a worker may answer a POST before reading
-// its body (a 401 for a missing key) and close, and the body it left unread resets the
+// earlyAnswer reads the answer a worker sent before its connection failed the write of the
+// request, or returns the write's error when there is none: a worker may answer a POST before
+// reading its body (a 401 for a missing key) and close, and the body it left unread resets the
 // connection while its answer waits in the gateway's socket.
-func (c *upstreamConn) earlyAnswer(req *http.Request, writeErr error) (*http.Response, error) {
-	if req.Context().Err() != nil || c.conn.SetReadDeadline(time.Now().Add(earlyAnswerWait)) != nil {
-		return nil, writeErr
+func (c *upstreamConn) earlyAnswer(ctx context.Context, req *outgoing, res *fasthttp.Response, writeErr error) error {
+	if ctx.Err() != nil || c.conn.SetReadDeadline(time.Now().Add(earlyAnswerWait)) != nil {
+		return writeErr
 	}
-	res, err := c.readResponse(req)
-	if err != nil {
-		return nil, writeErr
+	if err := c.readAnswer(req, res); err != nil {
+		return writeErr
 	}
 	c.conn.SetReadDeadline(time.Time{}) // the body is read within the gateway's own timeouts
-	return res, nil
+	return nil
 }
 
 // wroteOK waits for a write still under way (a large body) and says whether it succeeded; a
@@ -272,39 +212,66 @@ func (c *upstreamConn) wroteOK() bool {
 	}
 }
 
-// readResponse reads the final response, passing the 1xx before it to the request's trace
-// (the ReverseProxy forwards them to the client) as the Transport does.
-func (c *upstreamConn) readResponse(req *http.Request) (*http.Response, error) {
-	trace := httptrace.ContextClientTrace(req.Context())
+// readAnswer reads the final answer's head, passing the 1xx before it to req.informational as
+// the Transport passes them to its trace, then sets up its body as a stream read from the
+// connection (none for a HEAD, a 204 or a 304).
+func (c *upstreamConn) readAnswer(req *outgoing, res *fasthttp.Response) error {
+	res.Reset()
+	res.Header.DisableNormalizing() // names as the worker wrote them, compared without case
 	for {
-		res, err := http.ReadResponse(c.br, req)
-		if err != nil {
-			return nil, err
+		if err := c.readHead(&res.Header); err != nil {
+			return err
 		}
-		if res.StatusCode < 100 || res.StatusCode > 199 || res.StatusCode == http.StatusSwitchingProtocols {
-			return res, nil
+		status := res.Header.StatusCode()
+		if status < 100 || status > 199 || status == fasthttp.StatusSwitchingProtocols {
+			break
 		}
-		// A 1xx the trace takes is the taker's to bound, so the header bound starts afresh;
-		// otherwise every header read counts against one bound.
-		if trace != nil && trace.Got1xxResponse != nil {
-			if err := trace.Got1xxResponse(res.StatusCode, textproto.MIMEHeader(res.Header)); err != nil {
-				return nil, err
+		if req.informational != nil {
+			if err := req.informational(&res.Header); err != nil {
+				return err
 			}
-			c.io.left = maxResponseHeader
 		}
+		res.Header.Reset()
+		res.Header.DisableNormalizing()
+	}
+	if req.head || res.StatusCode() == fasthttp.StatusSwitchingProtocols {
+		res.SkipBody = true
+	}
+	if res.SkipBody || res.Header.StatusCode() == fasthttp.StatusNoContent || res.Header.StatusCode() == fasthttp.StatusNotModified {
+		return nil
+	}
+	res.StreamBody = true
+	return res.ReadBody(c.br, 0)
+}
+
+// readHead reads one response head, growing the connection's buffer for a header that does not
+// fit, up to maxResponseHeader.
+func (c *upstreamConn) readHead(h *fasthttp.ResponseHeader) error {
+	for {
+		err := h.Read(c.br)
+		var small *fasthttp.ErrSmallBuffer
+		if !errors.As(err, &small) {
+			return err
+		}
+		size := 2 * c.br.Size()
+		if size > maxResponseHeader {
+			return errResponseHeaderTooLarge
+		}
+		buffered, _ := c.br.Peek(c.br.Buffered())
+		c.br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(buffered), &c.io), size)
 	}
 }
 
-// upstreamBody is a response's body: read to its end cleanly, it gives the connection back to
-// the pool; closed early or failed, it closes the connection. As net/http's bodies, it takes a
-// Close while a Read waits (the Close closes the connection, which ends the Read), and after
-// its end every Read returns the same error.
+// upstreamBody is an answer's body: read to its end cleanly, it gives the connection back to the
+// pool; closed early or failed, it closes the connection. As net/http's bodies, it takes a Close
+// while a Read waits (the Close closes the connection, which ends the Read), and after its end
+// every Read returns the same error.
 type upstreamBody struct {
 	c    *upstreamConn
 	ctx  context.Context // the try's: a read its cancellation cut fails with its cause
-	body io.ReadCloser
+	res  *fasthttp.Response
 	stop func() bool // stops the try's cancellation from closing the connection
-	keep bool        // neither side asked to close the connection
+	keep bool        // neither side asked to close the connection, and the body is framed
 	mu   sync.Mutex
 	err  error // set at the end: io.EOF, the read's failure, or errBodyClosed
 }
@@ -315,9 +282,9 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 	if err := b.ended(); err != nil {
 		return 0, err
 	}
-	n, err := b.body.Read(p)
+	n, err := b.res.BodyStream().Read(p)
 	if err != nil && err != io.EOF && b.ctx.Err() != nil {
-		err = context.Cause(b.ctx) // as the Transport: the try was cancelled, not the worker's fault
+		err = context.Cause(b.ctx) // the try was cancelled, not the worker's fault
 	}
 	if err != nil {
 		err = b.end(err)
@@ -350,15 +317,19 @@ func (b *upstreamBody) end(err error) error {
 // done gives the connection back after a clean end of the answer with nothing sent after it
 // (an unsolicited byte makes the Transport drop a connection too), else closes it.
 func (b *upstreamBody) done(clean bool) {
-	if b.stop() && clean && b.keep && b.c.br.Buffered() == 0 && b.c.wroteOK() {
+	stopped := b.stop()
+	if !clean {
+		b.c.conn.Close() // before the stream is closed: closing it would drain the rest
+	}
+	b.res.CloseBodyStream()
+	if stopped && clean && b.keep && b.c.br.Buffered() == 0 && b.c.wroteOK() {
 		b.c.u.put(b.c)
 		return
 	}
 	b.c.u.discard(b.c)
 }
 
-// switchedConn is the worker's side of an upgraded connection, which the ReverseProxy copies
-// both ways.
+// switchedConn is the worker's side of an upgraded connection, copied both ways.
 type switchedConn struct {
 	c    *upstreamConn
 	stop func() bool
@@ -371,22 +342,22 @@ func (s *switchedConn) Close() error {
 	return s.c.u.discard(s.c)
 }
 
-// get takes the most recently pooled connection to addr that the worker has not closed, or
-// dials one.
-func (u *upstream) get(ctx context.Context, addr string) (*upstreamConn, error) {
+// get takes the most recently pooled connection to t that the worker has not closed, or dials
+// one.
+func (u *upstream) get(ctx context.Context, t *target) (*upstreamConn, error) {
 	if ctx.Err() != nil { // its cancellation would close the connection it took
 		return nil, context.Cause(ctx)
 	}
 	for {
 		u.mu.Lock()
-		list := u.idle[addr]
+		list := u.idle[t.addr]
 		if len(list) == 0 {
 			u.mu.Unlock()
-			return u.dial1(ctx, addr)
+			return u.dial1(ctx, t)
 		}
 		c := list[len(list)-1]
 		list[len(list)-1] = nil
-		u.idle[addr] = list[:len(list)-1] // kept when empty: a put usually follows (see discard)
+		u.idle[t.addr] = list[:len(list)-1] // kept when empty: a put usually follows (see discard)
 		u.mu.Unlock()
 		c.timer.Stop()
 		if idleAndOpen(c.conn) {
@@ -396,10 +367,13 @@ func (u *upstream) get(ctx context.Context, addr string) (*upstreamConn, error) 
 	}
 }
 
-// idleAndOpen says whether a pooled connection is still open with nothing to read: the
-// Transport's read loop notices a worker closing an idle connection as it happens; without one,
-// a look at the socket (a peek that does not wait) notices it before the connection is used.
+// idleAndOpen says whether a pooled connection is still open with nothing to read: a look at
+// the socket (a peek that does not wait) notices a worker that closed it while it was idle,
+// before it is used.
 func idleAndOpen(conn net.Conn) bool {
+	if tc, ok := conn.(*tls.Conn); ok {
+		conn = tc.NetConn()
+	}
 	sc, ok := conn.(syscall.Conn)
 	if !ok {
 		return true
@@ -418,17 +392,39 @@ func idleAndOpen(conn net.Conn) bool {
 	return err == nil && open
 }
 
-// dial1 opens a new connection to addr.
-func (u *upstream) dial1(ctx context.Context, addr string) (*upstreamConn, error) {
-	conn, err := u.dial(ctx, "tcp", addr)
+// dial1 opens a new connection to t, within its worker's bound of connections.
+func (u *upstream) dial1(ctx context.Context, t *target) (*upstreamConn, error) {
+	slot := u.slots != nil
+	if slot {
+		if err := u.slots.take(ctx, t.addr); err != nil {
+			return nil, err
+		}
+	}
+	conn, err := u.dial(ctx, "tcp", t.addr)
+	if err == nil && t.tls {
+		conn, err = handshake(ctx, conn, t.serverName)
+	}
 	if err != nil {
+		if slot {
+			u.slots.give(t.addr)
+		}
 		return nil, err
 	}
-	c := &upstreamConn{u: u, addr: addr, conn: conn}
+	c := &upstreamConn{u: u, addr: t.addr, conn: conn, slot: slot}
 	c.io.conn = conn
-	c.br = bufio.NewReaderSize(&c.io, 4<<10)
+	c.br = bufio.NewReaderSize(&c.io, headerBufferSize)
 	c.bw = bufio.NewWriterSize(&c.io, 4<<10)
 	return c, nil
+}
+
+// handshake starts TLS on a connection to an https:// worker, verified against its name.
+func handshake(ctx context.Context, conn net.Conn, serverName string) (net.Conn, error) {
+	tc := tls.Client(conn, &tls.Config{ServerName: serverName, NextProtos: []string{"http/1.1"}})
+	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return tc, nil
 }
 
 // put pools an idle connection, or closes it when the pool of its worker is full.
@@ -437,7 +433,7 @@ func (u *upstream) put(c *upstreamConn) {
 	defer u.mu.Unlock()
 	list := u.idle[c.addr]
 	if len(list) >= u.maxIdle {
-		c.conn.Close()
+		u.closeConn(c)
 		return
 	}
 	if u.idle == nil {
@@ -451,14 +447,24 @@ func (u *upstream) put(c *upstreamConn) {
 	}
 }
 
+// closeConn closes a connection and gives back its place among its worker's connections.
+func (u *upstream) closeConn(c *upstreamConn) error {
+	err := c.conn.Close()
+	if c.slot {
+		c.slot = false
+		u.slots.give(c.addr)
+	}
+	return err
+}
+
 // discard closes a connection that is not given back, and forgets its worker when no idle
 // connection to it is left: workers come and go (the worker API), and the pool keeps an entry
 // only for a worker with idle connections or one in use, whose end gives it back or comes here
 // (get leaves the entry empty, so that the put that usually follows does not allocate again).
 func (u *upstream) discard(c *upstreamConn) error {
-	err := c.conn.Close()
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	err := u.closeConn(c)
 	if list, ok := u.idle[c.addr]; ok && len(list) == 0 {
 		delete(u.idle, c.addr)
 	}
@@ -477,7 +483,7 @@ func (u *upstream) expire(c *upstreamConn) {
 			} else {
 				delete(u.idle, c.addr)
 			}
-			c.conn.Close()
+			u.closeConn(c)
 			return
 		}
 	}
@@ -490,9 +496,52 @@ func (u *upstream) CloseIdleConnections() {
 	for addr, list := range u.idle {
 		for _, c := range list {
 			c.timer.Stop()
-			c.conn.Close()
+			u.closeConn(c)
 		}
 		delete(u.idle, addr)
 	}
-	u.fallback.CloseIdleConnections()
+}
+
+// connSlots bounds the connections open to each worker: a dial waits for a place.
+type connSlots struct {
+	max   int
+	mu    sync.Mutex
+	used  map[string]int // worker address -> connections open; no entry at 0
+	freed chan struct{}  // closed when a place frees up; nil while nobody waits
+}
+
+func (s *connSlots) take(ctx context.Context, addr string) error {
+	for {
+		s.mu.Lock()
+		if s.used[addr] < s.max {
+			if s.used == nil {
+				s.used = map[string]int{}
+			}
+			s.used[addr]++
+			s.mu.Unlock()
+			return nil
+		}
+		if s.freed == nil {
+			s.freed = make(chan struct{})
+		}
+		freed := s.freed
+		s.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+func (s *connSlots) give(addr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.used[addr]--; s.used[addr] <= 0 {
+		delete(s.used, addr)
+	}
+	if s.freed != nil {
+		close(s.freed)
+		s.freed = nil
+	}
 }

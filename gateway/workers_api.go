@@ -74,6 +74,11 @@ func isAPIPath(path string) bool {
 	return strings.HasPrefix(path, "/workers/")
 }
 
+// isProbePath reports whether path is one of the probes.
+func isProbePath(path string) bool {
+	return path == "/health" || path == "/liveness" || path == "/readiness"
+}
+
 // probe answers /health, /liveness and /readiness and reports whether path was one of them.
 func (c *controlPlane) probe(w http.ResponseWriter, r *http.Request) bool {
 	switch r.URL.Path {
