@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/bounded-router/bounded-router/core"
+	"github.com/bounded-router/bounded-router/gateway/clientconn"
 	"github.com/bounded-router/bounded-router/health"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
@@ -170,7 +171,17 @@ func (g *Gateway) listen() (err error) {
 		g.metrics = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: seconds(g.opts.ReadHeaderTimeout), ErrorLog: g.errorLog}
 		g.goServe(func() { g.metrics.Serve(g.metricsLn) })
 	}
-	g.goServe(func() { g.server.Serve(g.listener) })
+	// The proxy port's connections tell when their client leaves (contract: Release) and close
+	// without losing the answer they were sent.
+	watched, err := clientconn.Listen(g.listener, clientconn.Options{})
+	if err != nil {
+		g.listener.Close()
+		if g.metricsLn != nil {
+			g.metricsLn.Close()
+		}
+		return fmt.Errorf("gateway: %w", err)
+	}
+	g.goServe(func() { g.server.Serve(watched) })
 	return nil
 }
 
