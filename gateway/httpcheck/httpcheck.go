@@ -1,0 +1,28 @@
+// Package httpcheck holds net/http's request rules for a gateway served by fasthttp: the
+// server options that make fasthttp's parser agree with net/http's (Configure), the refusals
+// net/http's server makes that fasthttp's does not (Request), net/http's answer to a request
+// fasthttp's parser refused (ParseError), and the client's header lines as net/http hands
+// them to a handler (Headers). parity_test.go sends a corpus of hostile requests to both
+// servers and names every case that still differs (docs/contract.md, "HTTP proxies").
+package httpcheck
+
+import "github.com/valyala/fasthttp"
+
+// readSlack is what net/http reads past MaxHeaderBytes before it answers 431 (net/http
+// server.go initialReadLimitSize): fasthttp refuses a header block that does not fit its read
+// buffer, so the buffer is that much larger to refuse at the same size.
+const readSlack = 4096
+
+// Configure sets the fasthttp.Server options that the contract's HTTP rules need; the gateway
+// sets Handler, ErrorHandler, MaxRequestBodySize and the timeouts itself.
+func Configure(s *fasthttp.Server, maxHeaderBytes int) {
+	s.ReadBufferSize = maxHeaderBytes + readSlack
+	// Normalised names are what makes Peek("X-SMG-Routing-Key") find the header in any case.
+	s.DisableHeaderNamesNormalizing = false
+	// The parser's errors are then its sentinels, which ParseError tells apart.
+	s.SecureErrorLogMessage = true
+	// A proxy adds nothing of its own to the worker's answer, and reads no form itself.
+	s.NoDefaultServerHeader = true
+	s.NoDefaultContentType = true
+	s.DisablePreParseMultipartForm = true
+}
