@@ -7,11 +7,16 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// ParseError is net/http's answer to a request fasthttp's parser refused with err, for the
-// server's ErrorHandler (with Configure's SecureErrorLogMessage, so that err is a sentinel).
-// silent means net/http answers nothing: the ErrorHandler closes the connection
-// (ctx.Conn().Close()) before fasthttp writes an answer of its own.
-func ParseError(h *fasthttp.RequestHeader, err error) (status int, text string, silent bool) {
+// ParseError is net/http's answer to a request fasthttp's server refused with err before its
+// handler, for the server's ErrorHandler (with Configure's SecureErrorLogMessage, so that the
+// parser's errors are its sentinels). silent means net/http answers nothing: the ErrorHandler
+// closes the connection (ctx.Conn().Close()) before fasthttp writes an answer of its own.
+//
+// It takes no request header: fasthttp resets the request when its body fails, so the header
+// handed to the ErrorHandler holds nothing then. For the same reason a connection that sent
+// nothing within the read timeout gets 408 here, where net/http closes it without an answer:
+// fasthttp hands that timeout over exactly as one within the body.
+func ParseError(err error) (status int, text string, silent bool) {
 	var small *fasthttp.ErrSmallBuffer
 	var netErr net.Error
 	switch {
@@ -22,9 +27,9 @@ func ParseError(h *fasthttp.RequestHeader, err error) (status int, text string, 
 	case errors.Is(err, fasthttp.ErrUnsupportedTransferEncoding):
 		return fasthttp.StatusNotImplemented, refusedTransfer.Text, false
 	case errors.As(err, &netErr) && netErr.Timeout():
-		// fasthttp keeps the raw block only once the headers parsed: before that, the client
-		// sent nothing or stopped within its headers, and net/http closes without a word.
-		if len(h.RawHeaders()) == 0 {
+		// fasthttp wraps a timeout within the headers ("error when reading request headers"),
+		// which net/http answers with a close; within the body it is the read's own error.
+		if _, read := err.(net.Error); !read {
 			return 0, "", true
 		}
 		return fasthttp.StatusRequestTimeout, "request body did not arrive within body_timeout", false
