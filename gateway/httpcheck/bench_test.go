@@ -61,3 +61,28 @@ func BenchmarkHeaders(b *testing.B) {
 		Headers(h, count)
 	}
 }
+
+// BenchmarkAll is fasthttp's parsed view of the same header, what Headers stands in for.
+func BenchmarkAll(b *testing.B) {
+	h := parsed(b, llmRequest)
+	n := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, value := range h.All() {
+			n += len(value)
+		}
+	}
+}
+
+// Request and Headers run on every request: neither allocates for a header with no folded
+// Host, Expect or Transfer-Encoding.
+func TestNoAllocations(t *testing.T) {
+	h := parsed(t, llmRequest)
+	count := func(name, value []byte) bool { return true }
+	if n := testing.AllocsPerRun(100, func() { Request(h) }); n != 0 {
+		t.Errorf("Request allocates %v times per call", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { Headers(h, count) }); n != 0 {
+		t.Errorf("Headers allocates %v times per call", n)
+	}
+}

@@ -50,8 +50,9 @@ func lineEnd(b []byte) int {
 }
 
 // unfolded is f's value as net/http's textproto reader gives it: each line trimmed of spaces
-// and tabs (and its CRLF), the continuation lines joined to the first by one space. A value on
-// one line is a slice of the block; a folded one is built in dst.
+// and tabs (and its CRLF), the continuation lines joined to the first by one space, and what
+// leads the whole then trimmed too (an empty first line adds no space). A value on one line is
+// a slice of the block; a folded one is built in dst.
 func (f field) unfolded(dst []byte) []byte {
 	v := f.value
 	if !f.folded {
@@ -63,7 +64,7 @@ func (f field) unfolded(dst []byte) []byte {
 		n = lineEnd(v)
 		dst = append(append(dst, ' '), trim(v[:n])...)
 	}
-	return dst
+	return trimLeft(dst)
 }
 
 // trim drops the line's CRLF (or LF) and the spaces and tabs around its text.
@@ -71,6 +72,10 @@ func trim(b []byte) []byte {
 	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r' || b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
 		b = b[:len(b)-1]
 	}
+	return trimLeft(b)
+}
+
+func trimLeft(b []byte) []byte {
 	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
 		b = b[1:]
 	}

@@ -141,10 +141,11 @@ func headerLines(h *fasthttp.RequestHeader) []line {
 func TestHeaders(t *testing.T) {
 	raw := "POST /v1/x HTTP/1.1\r\nhost: h\r\ncookie: a=1\r\nUser-Agent: a\r\nx-smg-routing-key: k\r\n" +
 		"Cookie: b=2; c=3\r\nuser-agent: b\r\nContent-Type: a/b\r\nCONTENT-TYPE: c/d\r\n" +
-		"X-Fold: 1 \r\n \t2\r\n\t 3  \r\nTransfer-Encoding: chunked\r\nX-Empty:\r\nx-trace: a\r\nX-TRACE: b\r\n\r\n"
+		"X-Fold: 1 \r\n \t2\r\n\t 3  \r\nTransfer-Encoding: chunked\r\nX-Empty:\r\nx-trace: a\r\nX-TRACE: b\r\n" +
+		"X-Fold-Empty:\r\n 1\r\nX-Fold-Blank: 1\r\n \r\n\r\n"
 	want := []line{{"Cookie", "a=1"}, {"User-Agent", "a"}, {"X-Smg-Routing-Key", "k"}, {"Cookie", "b=2; c=3"},
 		{"User-Agent", "b"}, {"Content-Type", "a/b"}, {"Content-Type", "c/d"}, {"X-Fold", "1 2 3"}, {"X-Empty", ""},
-		{"X-Trace", "a"}, {"X-Trace", "b"}}
+		{"X-Trace", "a"}, {"X-Trace", "b"}, {"X-Fold-Empty", "1"}, {"X-Fold-Blank", "1 "}}
 	got := headerLines(parsed(t, raw))
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("Headers:\n got %q\nwant %q", got, want)
