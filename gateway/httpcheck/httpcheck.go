@@ -4,6 +4,29 @@
 // fasthttp's parser refused (ParseError), and the client's header lines as net/http hands
 // them to a handler (Headers). parity_test.go sends a corpus of hostile requests to both
 // servers and names every case that still differs (docs/contract.md, "HTTP proxies").
+//
+// Wired into a server:
+//
+//	s := &fasthttp.Server{Handler: serve, MaxRequestBodySize: maxBodySize, ReadTimeout: ...}
+//	httpcheck.Configure(s, maxHeaderBytes)
+//	s.ErrorHandler = func(ctx *fasthttp.RequestCtx, err error) {
+//		status, text, silent := httpcheck.ParseError(err)
+//		if silent {
+//			ctx.Conn().Close() // before fasthttp writes an answer of its own
+//			return
+//		}
+//		ctx.Error(text, status)
+//	}
+//
+// and serve begins with
+//
+//	if r := httpcheck.Request(&ctx.Request.Header); r != nil {
+//		ctx.Error(r.Text, r.Status)
+//		ctx.SetConnectionClose() // after Error, which resets the response
+//		return
+//	}
+//
+// then forwards the lines httpcheck.Headers yields (less the hop-by-hop ones).
 package httpcheck
 
 import "github.com/valyala/fasthttp"
