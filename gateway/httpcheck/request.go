@@ -2,6 +2,7 @@ package httpcheck
 
 import (
 	"bytes"
+	"net/url"
 
 	"github.com/valyala/fasthttp"
 )
@@ -18,8 +19,9 @@ type Refusal struct {
 // net/http's reasons, in the contract's words (section "HTTP proxies", step 2).
 var (
 	refusedVersion  = &Refusal{fasthttp.StatusHTTPVersionNotSupported, "unsupported protocol version: only HTTP/1.x is served"}
-	refusedEscape   = &Refusal{fasthttp.StatusBadRequest, "invalid percent-escape in the request path"}
+	refusedTarget   = &Refusal{fasthttp.StatusBadRequest, "invalid request target (a bad percent-escape, or not a URL)"}
 	refusedName     = &Refusal{fasthttp.StatusBadRequest, "invalid header name: not a token"}
+	refusedNoHost   = &Refusal{fasthttp.StatusBadRequest, "missing required Host header"}
 	refusedHost     = &Refusal{fasthttp.StatusBadRequest, "malformed Host header"}
 	refusedExpect   = &Refusal{fasthttp.StatusExpectationFailed, "unsupported Expect: only 100-continue is served"}
 	refusedTransfer = &Refusal{fasthttp.StatusNotImplemented, "unsupported Transfer-Encoding: only chunked is served"}
@@ -35,56 +37,84 @@ var (
 )
 
 // Request applies the rules of net/http's server that fasthttp's parser does not, to a request
-// fasthttp parsed: nil, or the refusal net/http would answer. It reads the request line's
-// fields and makes one pass over the raw header lines, and allocates nothing unless a Host,
-// Expect or Transfer-Encoding value is folded over several lines.
+// fasthttp parsed: nil, or the refusal net/http would answer, the first in net/http's order
+// (request.go readRequest, then server.go readRequest and serve). It makes one pass over the
+// raw header lines, and allocates nothing for a target that starts with '/' and no Host,
+// Expect or Transfer-Encoding value folded over several lines.
 func Request(h *fasthttp.RequestHeader) *Refusal {
+	if !validTarget(h.Method(), h.RequestURI()) {
+		return refusedTarget
+	}
+	f := checkFields(h.RawHeaders())
+	switch {
+	case f.transfer:
+		return refusedTransfer
 	// net/http serves HTTP/1.x only (server.go http1ServerSupportsRequest); fasthttp takes
 	// HTTP/2.0 and HTTP/3.0 request lines as some version before 1.1.
-	if !bytes.HasPrefix(h.Protocol(), http1) {
+	case !bytes.HasPrefix(h.Protocol(), http1):
 		return refusedVersion
+	// fasthttp asks for a Host in HTTP/1.1 only, net/http from HTTP/1.1 on (HTTP/1.2 too).
+	case !f.hasHost && string(h.Protocol()) > "HTTP/1.0" && string(h.Method()) != "CONNECT":
+		return refusedNoHost
+	case f.host:
+		return refusedHost
+	case f.name:
+		return refusedName
+	case f.expect:
+		return refusedExpect
 	}
-	// net/http parses the target with url.ParseRequestURI, which refuses a bad escape before
-	// the query; fasthttp passes the raw target through.
-	if !validEscapes(h.RequestURI()) {
-		return refusedEscape
-	}
-	return checkFields(h.RawHeaders())
+	return nil
 }
 
+// findings are what checkFields found that net/http refuses: which refusal comes first
+// depends on which of them the request has.
+type findings struct{ name, transfer, hasHost, host, expect bool }
+
 // checkFields is Request's pass over the raw header lines, where fasthttp's parsed view hides
-// what net/http refuses: a name with a space, a Host with bytes outside httpguts' set, an Expect
-// other than 100-continue, and Transfer-Encoding: identity, which fasthttp takes as "no body" and
-// so parses the body as the next request (the smuggling hole net/http's 501 closes).
-func checkFields(b []byte) *Refusal {
+// what net/http refuses: a name with a space (fasthttp refuses the other non-token bytes), a
+// Host with bytes outside httpguts' set, an Expect other than 100-continue, and
+// Transfer-Encoding: identity, which fasthttp takes as "no body" and so parses the body as the
+// next request (the smuggling hole net/http's 501 closes).
+func checkFields(b []byte) (found findings) {
 	var buf [64]byte
-	seenHost, seenExpect := false, false
+	seenExpect := false
 	for f, rest, ok := nextField(b); ok; f, rest, ok = nextField(rest) {
-		if !f.token {
-			return refusedName
-		}
+		found.name = found.name || !f.token
 		switch len(f.name) { // the length first: most names are none of the three
 		case len(nameTE):
 			if bytes.EqualFold(f.name, nameTE) && !bytes.EqualFold(f.unfolded(buf[:0]), chunked) {
-				return refusedTransfer
+				found.transfer = true
 			}
 		case len(nameHost):
-			if !seenHost && bytes.EqualFold(f.name, nameHost) { // a second one fasthttp refuses
-				seenHost = true
-				if !validHost(f.unfolded(buf[:0])) {
-					return refusedHost
-				}
+			if !found.hasHost && bytes.EqualFold(f.name, nameHost) { // a second one fasthttp refuses
+				found.hasHost = true
+				found.host = !validHost(f.unfolded(buf[:0]))
 			}
 		case len(nameExpect):
 			if !seenExpect && bytes.EqualFold(f.name, nameExpect) { // net/http reads the first
 				seenExpect = true
-				if v := f.unfolded(buf[:0]); len(v) > 0 && !hasToken(v, continue100) {
-					return refusedExpect
-				}
+				v := f.unfolded(buf[:0])
+				found.expect = len(v) > 0 && !hasToken(v, continue100)
 			}
 		}
 	}
-	return nil
+	return found
+}
+
+// validTarget is net/http's url.ParseRequestURI of the target (request.go readRequest), which
+// fasthttp does not make: for a path, every escape must be valid; any other form (absolute,
+// authority, "*"), rare and refused by the gateway's path rule anyway, is parsed as net/http
+// parses it.
+func validTarget(method, target []byte) bool {
+	if len(target) > 0 && target[0] == '/' {
+		return validEscapes(target)
+	}
+	s := string(target)
+	if string(method) == "CONNECT" { // an authority, which net/http parses as a URL's
+		s = "http://" + s
+	}
+	_, err := url.ParseRequestURI(s)
+	return err == nil
 }
 
 // validEscapes: every '%' before the query starts a two-digit hex escape.

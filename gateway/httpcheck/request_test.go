@@ -25,47 +25,63 @@ func parsed(t testing.TB, raw string) *fasthttp.RequestHeader {
 
 // The expected statuses are net/http's answers to the same bytes (net/http server.go readRequest
 // and serve, transfer.go; each rule named beside its vectors), 0 where net/http serves the request.
+// TestVectorsAreNetHTTPs sends each to net/http to make sure.
+const getHead = "GET /v1/x HTTP/1.1\r\nHost: h\r\n"
+
+var requestVectors = []struct {
+	name, raw string
+	status    int
+}{
+	{"plain", getHead + "\r\n", 0},
+	{"HTTP/1.0 without Host", "GET /v1/x HTTP/1.0\r\n\r\n", 0},
+	// http1ServerSupportsRequest: major version 1 only
+	{"HTTP/2.0", "GET /v1/x HTTP/2.0\r\nHost: h\r\n\r\n", 505},
+	{"HTTP/3.0", "GET /v1/x HTTP/3.0\r\nHost: h\r\n\r\n", 505},
+	{"HTTP/1.2", "GET /v1/x HTTP/1.2\r\nHost: h\r\n\r\n", 0},
+	// request.go readRequest's url.ParseRequestURI: escapes before the query
+	{"bad escape", "GET /v1/a%zzb HTTP/1.1\r\nHost: h\r\n\r\n", 400},
+	{"cut escape", "GET /a%2 HTTP/1.1\r\nHost: h\r\n\r\n", 400},
+	{"lone percent", "GET /a% HTTP/1.1\r\nHost: h\r\n\r\n", 400},
+	{"good escapes", "GET /v1/%2F%e9%C3%A9 HTTP/1.1\r\nHost: h\r\n\r\n", 0},
+	{"bad escape in the query", "GET /v1/x?%zz HTTP/1.1\r\nHost: h\r\n\r\n", 0},
+	{"bad escape in an absolute target", "GET http://a/b%zz HTTP/1.1\r\nHost: h\r\n\r\n", 400},
+	{"absolute target", "GET http://a:1/b?%zz HTTP/1.1\r\nHost: h\r\n\r\n", 0},
+	{"absolute target with a bad port", "GET http://a:b/ HTTP/1.1\r\nHost: h\r\n\r\n", 400},
+	{"asterisk", "OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n", 0},
+	{"authority", "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n", 0},
+	{"authority not a URL's", "CONNECT #0 HTTP/1.1\r\nHost: h\r\n\r\n", 400},
+	// server.go readRequest: a Host from HTTP/1.1 on, except for CONNECT
+	{"HTTP/1.2 without Host", "GET /v1/x HTTP/1.2\r\n\r\n", 400},
+	{"CONNECT in HTTP/1.2 without Host", "CONNECT a:443 HTTP/1.2\r\n\r\n", 0},
+	// the order: the target, then Transfer-Encoding (request.go), the version, Host, names, Expect (server.go)
+	{"target before version", "CONNECT #0 HTTP/2.0\r\nHost: h\r\n\r\n", 400},
+	{"identity before a bad name", "POST /v1/x HTTP/1.1\r\nHost: h\r\nX A: 1\r\nTransfer-Encoding: identity\r\n\r\n", 501},
+	{"version before a bad name", "GET /v1/x HTTP/2.0\r\nHost: h\r\nX A: 1\r\n\r\n", 505},
+	{"bad name before Expect", "GET /v1/x HTTP/1.1\r\nHost: h\r\nExpect: foo\r\nX A: 1\r\n\r\n", 400},
+	// httpguts.ValidHeaderFieldName on every name
+	{"space in a name", getHead + "X A: 1\r\n\r\n", 400},
+	{"token punctuation in a name", getHead + "X!#$%&'*+-.^_`|~: 1\r\n\r\n", 0},
+	// httpguts.ValidHostHeader
+	{"Host with userinfo", "GET /v1/x HTTP/1.1\r\nHost: u@a\r\n\r\n", 400},
+	{"Host IPv6 and port", "GET /v1/x HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", 0},
+	{"Host folded onto a space", "GET /v1/x HTTP/1.1\r\nHost: a\r\n b\r\n\r\n", 400},
+	// serve: hasToken(first Expect, "100-continue"), else any Expect is 417
+	{"Expect 100-continue", "POST /v1/x HTTP/1.1\r\nHost: h\r\nExpect: 100-Continue\r\nContent-Length: 0\r\n\r\n", 0},
+	{"Expect listing 100-continue", "POST /v1/x HTTP/1.1\r\nHost: h\r\nExpect: foo, 100-continue\r\nContent-Length: 0\r\n\r\n", 0},
+	{"Expect other", "POST /v1/x HTTP/1.1\r\nHost: h\r\nExpect: foo\r\nContent-Length: 0\r\n\r\n", 417},
+	{"Expect 100-continuex", getHead + "Expect: 100-continuex\r\n\r\n", 417},
+	{"Expect empty", getHead + "Expect: \r\n\r\n", 0},
+	{"second Expect not read", getHead + "Expect: 100-continue\r\nExpect: foo\r\n\r\n", 0},
+	{"Expect other in HTTP/1.0", "GET /v1/x HTTP/1.0\r\nExpect: foo\r\n\r\n", 417},
+	// transfer.go parseTransferEncoding: exactly "chunked", else 501
+	{"chunked", "POST /v1/x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\n\r\n", 0},
+	{"identity", "POST /v1/x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: identity\r\n\r\n", 501},
+	{"identity with a length", "POST /v1/x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: identity\r\nContent-Length: 3\r\n\r\n", 501},
+	{"IDENTITY", "POST /v1/x HTTP/1.1\r\nHost: h\r\ntransfer-encoding: IDENTITY\r\n\r\n", 501},
+}
+
 func TestRequest(t *testing.T) {
-	const get = "GET /v1/x HTTP/1.1\r\nHost: h\r\n"
-	cases := []struct {
-		name, raw string
-		status    int
-	}{
-		{"plain", get + "\r\n", 0},
-		{"HTTP/1.0 without Host", "GET /v1/x HTTP/1.0\r\n\r\n", 0},
-		// http1ServerSupportsRequest: major version 1 only
-		{"HTTP/2.0", "GET /v1/x HTTP/2.0\r\nHost: h\r\n\r\n", 505},
-		{"HTTP/3.0", "GET /v1/x HTTP/3.0\r\nHost: h\r\n\r\n", 505},
-		{"HTTP/1.2", "GET /v1/x HTTP/1.2\r\nHost: h\r\n\r\n", 0},
-		// url.ParseRequestURI: escapes before the query
-		{"bad escape", "GET /v1/a%zzb HTTP/1.1\r\nHost: h\r\n\r\n", 400},
-		{"cut escape", "GET /a%2 HTTP/1.1\r\nHost: h\r\n\r\n", 400},
-		{"lone percent", "GET /a% HTTP/1.1\r\nHost: h\r\n\r\n", 400},
-		{"good escapes", "GET /v1/%2F%e9%C3%A9 HTTP/1.1\r\nHost: h\r\n\r\n", 0},
-		{"bad escape in the query", "GET /v1/x?%zz HTTP/1.1\r\nHost: h\r\n\r\n", 0},
-		{"bad escape in an absolute target", "GET http://a/b%zz HTTP/1.1\r\nHost: h\r\n\r\n", 400},
-		// httpguts.ValidHeaderFieldName on every name
-		{"space in a name", get + "X A: 1\r\n\r\n", 400},
-		{"token punctuation in a name", get + "X!#$%&'*+-.^_`|~: 1\r\n\r\n", 0},
-		// httpguts.ValidHostHeader
-		{"Host with userinfo", "GET /v1/x HTTP/1.1\r\nHost: u@a\r\n\r\n", 400},
-		{"Host IPv6 and port", "GET /v1/x HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n", 0},
-		{"Host folded onto a space", "GET /v1/x HTTP/1.1\r\nHost: a\r\n b\r\n\r\n", 400},
-		// serve: hasToken(first Expect, "100-continue"), else any Expect is 417
-		{"Expect 100-continue", "POST /v1/x HTTP/1.1\r\nHost: h\r\nExpect: 100-Continue\r\nContent-Length: 0\r\n\r\n", 0},
-		{"Expect listing 100-continue", "POST /v1/x HTTP/1.1\r\nHost: h\r\nExpect: foo, 100-continue\r\nContent-Length: 0\r\n\r\n", 0},
-		{"Expect other", "POST /v1/x HTTP/1.1\r\nHost: h\r\nExpect: foo\r\nContent-Length: 0\r\n\r\n", 417},
-		{"Expect 100-continuex", get + "Expect: 100-continuex\r\n\r\n", 417},
-		{"Expect empty", get + "Expect: \r\n\r\n", 0},
-		{"second Expect not read", get + "Expect: 100-continue\r\nExpect: foo\r\n\r\n", 0},
-		{"Expect other in HTTP/1.0", "GET /v1/x HTTP/1.0\r\nExpect: foo\r\n\r\n", 417},
-		// transfer.go parseTransferEncoding: exactly "chunked", else 501
-		{"chunked", "POST /v1/x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: Chunked\r\n\r\n", 0},
-		{"identity", "POST /v1/x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: identity\r\n\r\n", 501},
-		{"identity with a length", "POST /v1/x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: identity\r\nContent-Length: 3\r\n\r\n", 501},
-		{"IDENTITY", "POST /v1/x HTTP/1.1\r\nHost: h\r\ntransfer-encoding: IDENTITY\r\n\r\n", 501},
-	}
-	for _, c := range cases {
+	for _, c := range requestVectors {
 		t.Run(c.name, func(t *testing.T) {
 			got := 0
 			if r := Request(parsed(t, c.raw)); r != nil {
