@@ -1,6 +1,6 @@
 package httpcheck
 
-// The parity test's corpus: parserdiff's 238 hostile requests (branch parserdiff,
+// The parity test's corpus: parserdiff's 238 hostile requests and 2 more trailers (branch parserdiff,
 // scripts/parserdiff/corpus.go), from tests/python/test_http_adversarial.py ("py/"), the
 // gateway's Go tests ("go/") and the classic framing, syntax and smuggling cases ("classic").
 
@@ -208,6 +208,9 @@ func classicCases() []wireCase {
 		chunkedPost("trailer Content-Length", "3\r\nabc\r\n0\r\nContent-Length: 50\r\n\r\n"),
 		chunkedPost("trailer Transfer-Encoding", "3\r\nabc\r\n0\r\nTransfer-Encoding: chunked\r\n\r\n"),
 		chunkedPost("trailer Host", "3\r\nabc\r\n0\r\nHost: evil\r\n\r\n"),
+		// not in parserdiff's corpus: two more of the names fasthttp refuses as trailers
+		chunkedPost("trailer Authorization", "3\r\nabc\r\n0\r\nAuthorization: Bearer t\r\n\r\n"),
+		chunkedPost("trailer X-Forwarded-For", "3\r\nabc\r\n0\r\nX-Forwarded-For: 10.0.0.1\r\n\r\n"),
 		chunkedPost("trailer bad syntax", "3\r\nabc\r\n0\r\nno colon here\r\n\r\n"),
 		chunkedPost("trailer obs-fold", "3\r\nabc\r\n0\r\nX-T: a\r\n b\r\n\r\n"),
 		chunkedPost("no last chunk", "3\r\nabc\r\n"),

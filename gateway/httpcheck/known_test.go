@@ -22,10 +22,12 @@ var knownDifferences = map[string]string{
 	"te/in HTTP/1.0":           te10,
 	"te/in HTTP/1.0 with CL":   te10,
 	"chunk/size 16 hex digits": "a 16-hex-digit chunk size: fasthttp 400 at once, net/http waits for the data (408, or 413 when it comes)",
-	// RFC 9110 6.5.1: fields that frame or route the message must not be trailers.
+	// RFC 9110 6.5.1: fields that frame, route or authenticate the message must not be trailers.
 	"chunk/trailer Content-Length":            badTrailer,
 	"chunk/trailer Transfer-Encoding":         badTrailer,
 	"chunk/trailer Host":                      badTrailer,
+	"chunk/trailer Authorization":             badTrailer,
+	"chunk/trailer X-Forwarded-For":           badTrailer,
 	"syntax/leading CRLF before request line": leadingCRLF,
 	"syntax/two leading CRLF":                 leadingCRLF,
 	"target/asterisk GET":                     "GET *: fasthttp 400, net/http serves it (the gateway's path rule then answers 400)",
@@ -47,6 +49,6 @@ var knownDifferences = map[string]string{
 const (
 	clTE        = "Content-Length with Transfer-Encoding: fasthttp closes after the answer (RFC 9112 6.3), net/http serves the next request"
 	te10        = "Transfer-Encoding in HTTP/1.0: fasthttp 501 (RFC 9112 6.1: faulty framing), net/http ignores it and frames by Content-Length"
-	badTrailer  = "a trailer naming Content-Length, Transfer-Encoding or Host: fasthttp 400, net/http hands it on"
+	badTrailer  = "a trailer field fasthttp forbids (header.go isBadTrailer: framing, routing, auth and hop-by-hop names): fasthttp 400, net/http hands it on"
 	leadingCRLF = "empty lines before the request line: fasthttp skips them (RFC 9112 2.2), net/http 400"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestParity sends every case of the corpus (corpus_test.go, parserdiff's 238 hostile requests)
+// TestParity sends every case of the corpus (corpus_test.go, 240 hostile requests)
 // to net/http set up as the gateway sets it up and to fasthttp with this package, and asserts
 // that both do the same: the same answers (statuses, and for each request served the same
 // method, target, version, Host, framing, body, headers, trailers and routing inputs) and the
@@ -16,7 +16,7 @@ import (
 // 2, lets the server refuse with its own). The cases in knownDifferences are the exceptions.
 func TestParity(t *testing.T) {
 	if testing.Short() {
-		t.Skip("sends 238 cases to two servers")
+		t.Skip("sends 240 cases to two servers")
 	}
 	reference, checked := startNetHTTP(t), startFasthttp(t)
 	cases := corpus()
