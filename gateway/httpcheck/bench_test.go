@@ -76,7 +76,7 @@ func BenchmarkAll(b *testing.B) {
 
 // Request and Headers run on every request: neither allocates for a header with no folded
 // Host, Expect or Transfer-Encoding.
-func TestNoAllocations(t *testing.T) {
+func TestRequestAndHeadersAllocateNothing(t *testing.T) {
 	h := parsed(t, llmRequest)
 	count := func(name, value []byte) bool { return true }
 	if n := testing.AllocsPerRun(100, func() { Request(h) }); n != 0 {
