@@ -328,6 +328,10 @@ func classicCases() []wireCase {
 		parts("expect/100-continue, body after a pause", "classic", false, "POST /v1/x HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", "hello"+next),
 		post("expect/100-Continue mixed case", "Expect: 100-Continue\r\nContent-Length: 5\r\n", "hello"),
 		post("expect/unknown expectation", "Expect: foo\r\nContent-Length: 5\r\n", "hello"),
+		// not in parserdiff's corpus: a 100-continue request refused before its body
+		one("expect/100-continue with a malformed Host", "classic", "POST /v1/x HTTP/1.1\r\nHost: u@a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"),
+		one("expect/100-continue with identity", "classic", "POST /v1/x HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nTransfer-Encoding: identity\r\nContent-Length: 5\r\n\r\n"),
+		one("expect/100-continue over max_body_size", "classic", "POST /v1/x HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 52428800\r\n\r\n"),
 		one("expect/100-continue in HTTP/1.0", "classic", "POST /v1/x HTTP/1.0\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nhello"),
 		post("pipeline/second request after a CL body", "Content-Length: 5\r\n", "hello"),
 		post("pipeline/second request after a chunked body", "Transfer-Encoding: chunked\r\n", "5\r\nhello\r\n0\r\n\r\n"),

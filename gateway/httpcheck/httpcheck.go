@@ -36,8 +36,8 @@ import "github.com/valyala/fasthttp"
 // buffer, so the buffer is that much larger to refuse at the same size.
 const readSlack = 4096
 
-// Configure sets the fasthttp.Server options that the contract's HTTP rules need; the gateway
-// sets Handler, ErrorHandler, MaxRequestBodySize and the timeouts itself.
+// Configure sets the fasthttp.Server options and the ExpectHandler that the contract's HTTP
+// rules need; the gateway sets Handler, ErrorHandler, MaxRequestBodySize and the timeouts itself.
 func Configure(s *fasthttp.Server, maxHeaderBytes int) {
 	s.ReadBufferSize = maxHeaderBytes + readSlack
 	// Normalised names are what makes Peek("X-SMG-Routing-Key") find the header in any case.
@@ -48,4 +48,22 @@ func Configure(s *fasthttp.Server, maxHeaderBytes int) {
 	s.NoDefaultServerHeader = true
 	s.NoDefaultContentType = true
 	s.DisablePreParseMultipartForm = true
+	// net/http sends 100 Continue only once the handler reads the body, so a request refused
+	// on its headers gets its refusal alone; fasthttp sends 100 and reads the body first.
+	s.ExpectHandler = func(ctx *fasthttp.RequestCtx) int { return continueStatus(&ctx.Request.Header, s.MaxRequestBodySize) }
+}
+
+// continueStatus is 100 for a request that asks for 100-continue and may send its body, else
+// the refusal net/http's server, or the gateway's body rule, answers before any of the body.
+func continueStatus(h *fasthttp.RequestHeader, maxBodySize int) int {
+	if maxBodySize <= 0 {
+		maxBodySize = fasthttp.DefaultMaxRequestBodySize // as fasthttp reads a zero limit
+	}
+	switch r := Request(h); {
+	case r != nil:
+		return r.Status
+	case h.ContentLength() > maxBodySize:
+		return fasthttp.StatusRequestEntityTooLarge
+	}
+	return fasthttp.StatusContinue
 }
