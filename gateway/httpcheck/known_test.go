@@ -7,9 +7,10 @@ package httpcheck
 const needsLinger = "needs the lingering close (clientconn)"
 
 // knownDifferences are the cases where the two servers differ, each with its reason. Those that
-// are not needsLinger are fasthttp's parser answering as RFC 9112 asks, before any code of ours
-// runs (parserdiff REPORT.md, "What only a fasthttp change can make equal"): TestParity fails
-// if one of them stops differing, so that this table, which docs/contract.md is to follow, stays true.
+// are not needsLinger are fasthttp answering before any code of ours runs, its parser mostly as
+// RFC 9112 asks (parserdiff REPORT.md, "What only a fasthttp change can make equal"): TestParity
+// fails if one of them stops differing, so that this table, which docs/contract.md is to
+// follow, stays true.
 var knownDifferences = map[string]string{
 	// RFC 9112 6.3: a request with both Content-Length and Transfer-Encoding is framed by its
 	// chunks on both, but fasthttp then closes (MUST), so what follows the body is never served
