@@ -36,6 +36,7 @@ import (
 
 	"github.com/bounded-router/bounded-router/core"
 	"github.com/bounded-router/bounded-router/gateway/clientconn"
+	"github.com/bounded-router/bounded-router/gateway/httpcheck"
 	"github.com/bounded-router/bounded-router/health"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
@@ -130,16 +131,12 @@ func New(monitor *health.Monitor, opts Options) (*Gateway, error) {
 		MaxRequestBodySize: int(min(opts.MaxBodySize, int64(math.MaxInt32))),
 		IdleTimeout:        seconds(opts.KeepAliveTimeout),
 		// A client that stops reading must not hold its lease past the request's bound.
-		WriteTimeout:                 seconds(opts.RequestTimeout) + seconds(opts.BodyTimeout),
-		ReadBufferSize:               opts.MaxHeaderBytes + 4096, // net/http's limit: MaxHeaderBytes and 4 KiB of slack
-		DisableHeaderNamesNormalizing: false,                     // routing headers match in any case
-		DisablePreParseMultipartForm: true,
-		NoDefaultServerHeader:        true,
-		NoDefaultContentType:         true,
-		SecureErrorLogMessage:        true,
-		CloseOnShutdown:              true,
-		Logger:                       g.errorLog,
+		WriteTimeout:    seconds(opts.RequestTimeout) + seconds(opts.BodyTimeout),
+		CloseOnShutdown: true,
+		Logger:          g.errorLog,
 	}
+	// net/http's request rules, which the contract's HTTP edge was audited on.
+	httpcheck.Configure(g.server, opts.MaxHeaderBytes)
 	return g, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bounded-router/bounded-router/core"
+	"github.com/bounded-router/bounded-router/gateway/httpcheck"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/idna"
 )
@@ -218,6 +219,11 @@ func (g *Gateway) routingRequest(h *fasthttp.RequestHeader) core.Request {
 // the requests that break those bounds), so a client that trickles its body holds no load on any
 // worker.
 func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
+	if r := httpcheck.Request(&ctx.Request.Header); r != nil {
+		ctx.Error(r.Text, r.Status)
+		ctx.SetConnectionClose() // after Error, which resets the response
+		return
+	}
 	if g.serveControl(ctx) {
 		return
 	}
@@ -329,35 +335,31 @@ func (g *Gateway) refuse(ctx *fasthttp.RequestCtx, ex *exchange, status int, tex
 	g.finish(ex)
 }
 
-// serverError answers a request the server could not read whole (its ErrorHandler): a body over
-// max_body_size (413), one that did not arrive within body_timeout (408), a header that did not
-// (the connection is closed without an answer, as net/http's server does) or that broke a rule
-// of the request syntax (400).
+// serverError answers a request the server could not read whole (its ErrorHandler) as net/http
+// answers it (package httpcheck), the bounds of the gateway's own options named: a body over
+// max_body_size (413) or one that did not arrive within body_timeout (408), as JSON; a header
+// that did not arrive closes the connection without an answer.
 func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
-	headerRead := len(ctx.Request.Header.RawHeaders()) > 0
-	var status int
-	var text string
+	status, text, silent := httpcheck.ParseError(err)
 	switch {
-	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		status, text = fasthttp.StatusRequestEntityTooLarge, g.tooLarge()
-	case isTimeout(err) && headerRead:
-		status, text = fasthttp.StatusRequestTimeout, "request body did not arrive within body_timeout ("+seconds(g.opts.BodyTimeout).String()+")"
-	case isTimeout(err):
-		closeWithoutAnswer(ctx)
+	case silent:
+		ctx.Conn().Close() // before fasthttp writes an answer of its own
 		return
+	case status == fasthttp.StatusRequestEntityTooLarge:
+		text = g.tooLarge()
+	case status == fasthttp.StatusRequestTimeout:
+		text = "request body did not arrive within body_timeout (" + seconds(g.opts.BodyTimeout).String() + ")"
 	default:
-		status, text = fasthttp.StatusBadRequest, "the request could not be read"
+		ctx.Error(text, status)
+		ctx.SetConnectionClose() // after Error, which resets the response
+		return
 	}
 	g.inflight.Add(1)
 	ex := &exchange{g: g, router: g.router, outcome: core.OutcomeNeutral, start: time.Now()}
+	ex.out.method = ctx.Method()
 	ex.rawPath, _, _ = splitTarget(string(ctx.Request.Header.RequestURI()))
 	g.refuse(ctx, ex, status, text)
 	ctx.SetConnectionClose()
-}
-
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.Is(err, fasthttp.ErrTimeout) || (errors.As(err, &t) && t.Timeout())
 }
 
 type errorBody struct {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"strconv"
 
+	"github.com/bounded-router/bounded-router/gateway/httpcheck"
 	"github.com/valyala/fasthttp"
 )
 
@@ -84,9 +85,10 @@ func writeHeaderLine(w *bufio.Writer, name, value []byte) {
 	w.WriteString("\r\n")
 }
 
-// clientHeaders yields the client's header lines as the worker is to get them.
+// clientHeaders yields the client's header lines as net/http would hand them over: every line,
+// in order, with its canonical name (package httpcheck).
 func clientHeaders(h *fasthttp.RequestHeader) func(yield func(name, value []byte) bool) {
-	return h.All()
+	return func(yield func(name, value []byte) bool) { httpcheck.Headers(h, yield) }
 }
 
 // skipOnRequest names the client's headers the worker never gets: the hop-by-hop ones (RFC
@@ -111,8 +113,11 @@ func isHopByHop(name []byte) bool {
 // connectionNamed is the client's Connection header's token list, the names of more
 // hop-by-hop headers ("close" and "keep-alive" name none); nil when there is none.
 func connectionNamed(h *fasthttp.RequestHeader) []byte {
+	if h.Peek("Connection") == nil { // fasthttp keeps every Connection line but a bare "close"
+		return nil
+	}
 	var list []byte
-	for name, value := range h.All() {
+	for name, value := range clientHeaders(h) {
 		if nameIs(name, "Connection") {
 			list = append(append(list, value...), ',')
 		}
