@@ -54,6 +54,7 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, ex *exchange) {
 	ex.status = up.StatusCode()
 	res := &ctx.Response
 	res.SetStatusCode(ex.status)
+	ex.reply = &res.Header
 	copyAnswerHeaders(&res.Header, up)
 	if g.opts.ExposeRoutingHeaders {
 		res.Header.Set(HeaderWorker, ex.decision.WorkerURL)
@@ -99,11 +100,13 @@ func writeInformational(ctx *fasthttp.RequestCtx, h *fasthttp.ResponseHeader) er
 	return nil
 }
 
-// trailersAtEnd copies the trailers the worker sent after its body to the client's answer.
-func (ex *exchange) trailersAtEnd(dst *fasthttp.ResponseHeader) {
+// trailersAtEnd copies the trailers the worker sent after its body to the client's answer,
+// those it did not announce too (they follow the body, as net/http sends them).
+func (ex *exchange) trailersAtEnd() {
 	for name := range ex.answer.Header.Trailers() {
 		if v := ex.answer.Header.Peek(string(name)); v != nil {
-			dst.SetBytesKV(name, v)
+			ex.reply.AddTrailerBytes(name) // announced already: a no-op
+			ex.reply.SetBytesKV(name, v)
 		}
 	}
 }

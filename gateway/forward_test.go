@@ -85,7 +85,8 @@ func TestNoEarlyHintsForAnHTTP10Client(t *testing.T) {
 	conn.SetDeadline(time.Now().Add(10 * time.Second))
 	io.WriteString(conn, "GET /v1/models HTTP/1.0\r\nHost: x\r\n\r\n")
 	answer, _ := io.ReadAll(conn) // HTTP/1.0: the gateway closes after the answer
-	if first, _, _ := strings.Cut(string(answer), "\r\n"); first != "HTTP/1.0 200 OK" || !strings.HasSuffix(string(answer), "ok") {
+	// The status line names HTTP/1.1, the gateway's version (RFC 9110, 2.5), and no 1xx precedes it.
+	if first, _, _ := strings.Cut(string(answer), "\r\n"); first != "HTTP/1.1 200 OK" || !strings.HasSuffix(string(answer), "ok") {
 		t.Fatalf("got %q, want the 200 alone", answer)
 	}
 }
@@ -101,14 +102,24 @@ func TestAChunkedRequestReachesTheWorkerWithItsLength(t *testing.T) {
 	})
 	r := newRouter(t, w.URL)
 	g := start(t, r, Options{})
-	// Both proxy steps: forward's, and the ReverseProxy's for a request that asks for an upgrade.
+	// Both proxy steps: a plain request's, and an upgrade's that the worker answers plainly. A
+	// trailer field the RFC forbids (RFC 9110, 6.5.1: framing, routing, ...) is refused at the
+	// edge, and nothing reaches the worker (contract: HTTP proxies, step 2).
+	refused := map[string]bool{"Host: evil\r\n": true, "Content-Length: 50\r\n": true, "Transfer-Encoding: chunked\r\n": true}
 	for _, connection := range []string{"Connection: close\r\n", "Connection: Upgrade\r\nUpgrade: x\r\n"} {
 		for _, trailer := range []string{"", "X-Checksum: 1\r\n", "Host: evil\r\n", "Content-Length: 50\r\n", "Transfer-Encoding: chunked\r\n"} {
 			res, body := raw(t, g.Addr(), "POST /v1/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"+connection+"\r\n3\r\nabc\r\n0\r\n"+trailer+"\r\n")
-			if want := "te=[] cl=3 body=abc trailer=map[]"; res.StatusCode != 200 || body != want {
-				t.Errorf("%q, trailer %q: %d %q, want 200 %q", connection, trailer, res.StatusCode, body, want)
+			want, status := "te=[] cl=3 body=abc trailer=map[]", 200
+			if refused[trailer] {
+				status = 400
+			}
+			if res.StatusCode != status || status == 200 && body != want {
+				t.Errorf("%q, trailer %q: %d %q, want %d %q", connection, trailer, res.StatusCode, body, status, want)
 			}
 		}
+	}
+	if routed := r.Workers()[0].Outcomes[core.OutcomeSuccess]; routed != 4 {
+		t.Errorf("%d requests reached the worker, want the 4 without a forbidden trailer", routed)
 	}
 	waitLeases(t, r, 0)
 	if failed := r.Workers()[0].Outcomes[core.OutcomeFailure]; failed != 0 {

@@ -154,10 +154,16 @@ func Start(monitor *health.Monitor, opts Options) (*Gateway, error) {
 }
 
 // listen serves a gateway built with New.
-func (g *Gateway) listen() (err error) {
-	g.listener, err = net.Listen("tcp", net.JoinHostPort(g.opts.Host, strconv.Itoa(g.opts.Port)))
+func (g *Gateway) listen() error {
+	tcp, err := net.Listen("tcp", net.JoinHostPort(g.opts.Host, strconv.Itoa(g.opts.Port)))
 	if err != nil {
 		return fmt.Errorf("gateway: cannot listen on %s port %d: %w", g.opts.Host, g.opts.Port, err)
+	}
+	// The proxy port's connections tell when their client leaves (contract: Release) and close
+	// without losing the answer they were sent.
+	if g.listener, err = clientconn.Listen(tcp, clientconn.Options{}); err != nil {
+		tcp.Close()
+		return fmt.Errorf("gateway: %w", err)
 	}
 	if g.opts.MetricsPort != nil {
 		g.metricsLn, err = net.Listen("tcp", net.JoinHostPort(g.opts.Host, strconv.Itoa(*g.opts.MetricsPort)))
@@ -168,17 +174,7 @@ func (g *Gateway) listen() (err error) {
 		g.metrics = &http.Server{Handler: g.adminHandler(), ReadHeaderTimeout: seconds(g.opts.ReadHeaderTimeout), ErrorLog: g.errorLog}
 		g.goServe(func() { g.metrics.Serve(g.metricsLn) })
 	}
-	// The proxy port's connections tell when their client leaves (contract: Release) and close
-	// without losing the answer they were sent.
-	watched, err := clientconn.Listen(g.listener, clientconn.Options{})
-	if err != nil {
-		g.listener.Close()
-		if g.metricsLn != nil {
-			g.metricsLn.Close()
-		}
-		return fmt.Errorf("gateway: %w", err)
-	}
-	g.goServe(func() { g.server.Serve(watched) })
+	g.goServe(func() { g.server.Serve(g.listener) })
 	return nil
 }
 
@@ -224,6 +220,9 @@ func (g *Gateway) shutdown(timeout time.Duration) error {
 	defer cancel()
 	defer g.unsubscribe()
 	drained := g.server.ShutdownWithContext(ctx)
+	if g.listener != nil {
+		g.listener.Close() // also when the server had not taken it yet, which its shutdown does not see
+	}
 	if drained != nil {
 		g.cutAll() // cancels the requests still running: their streams end, their connections close
 	}

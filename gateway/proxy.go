@@ -57,6 +57,7 @@ type exchange struct {
 	idle      time.Duration
 	deadline  time.Time
 	answer    *fasthttp.Response // the worker's answer: its head, and its body as a stream
+	reply     *fasthttp.ResponseHeader // the client's answer's head, which takes the trailers
 	upstream  answerBody         // the worker's answer body
 	status    int
 	sent      int64
@@ -112,6 +113,9 @@ func (ex *exchange) Read(p []byte) (int, error) {
 		ex.router.FirstToken(ex.decision.Lease)
 	}
 	ex.sent += int64(n)
+	if err == io.EOF {
+		ex.trailersAtEnd()
+	}
 	if err != nil && err != io.EOF {
 		ex.readErr = err
 		ex.g.bodyCut(ex, err)
@@ -329,9 +333,13 @@ func (g *Gateway) tooLarge() string {
 	return "request body is larger than max_body_size (" + itoa(g.opts.MaxBodySize) + " bytes)"
 }
 
-// refuse answers a request that is not proxied, and ends it.
+// refuse answers a request that is not proxied, and ends it. A refusal before the request was
+// routed closes the connection, as it did when the body could be left unread.
 func (g *Gateway) refuse(ctx *fasthttp.RequestCtx, ex *exchange, status int, text string) {
 	g.writeError(ctx, ex, status, text)
+	if status != fasthttp.StatusServiceUnavailable && status != fasthttp.StatusBadGateway {
+		ctx.SetConnectionClose()
+	}
 	g.finish(ex)
 }
 
