@@ -73,13 +73,13 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, ex *exchange) {
 }
 
 // copyAnswerHeaders copies a worker's answer headers to the client's answer, less the hop-by-hop
-// ones and those named in Connection; Trailer announces the trailers that follow the body, and
-// the length is the body stream's.
+// ones and those named in Connection; Trailer announces the trailers that follow a chunked body
+// (only such a body has any), and the length is the body stream's.
 func copyAnswerHeaders(dst *fasthttp.ResponseHeader, src *fasthttp.ResponseHeader) {
 	named := src.Peek("Connection")
 	for name, value := range src.All() {
 		switch {
-		case nameIs(name, "Trailer"):
+		case nameIs(name, "Trailer") && src.ContentLength() == -1:
 		case isHopByHop(name), nameIs(name, "Content-Length"), named != nil && tokenListHas(named, name):
 			continue
 		}

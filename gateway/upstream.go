@@ -217,7 +217,7 @@ func (c *upstreamConn) wroteOK() bool {
 // connection (none for a HEAD, a 204 or a 304).
 func (c *upstreamConn) readAnswer(req *outgoing, res *fasthttp.Response) error {
 	res.Reset()
-	res.Header.DisableNormalizing() // names as the worker wrote them, compared without case
+	keepAsSent(&res.Header)
 	for {
 		if err := c.readHead(&res.Header); err != nil {
 			return err
@@ -232,7 +232,7 @@ func (c *upstreamConn) readAnswer(req *outgoing, res *fasthttp.Response) error {
 			}
 		}
 		res.Header.Reset()
-		res.Header.DisableNormalizing()
+		keepAsSent(&res.Header)
 	}
 	if req.head || res.StatusCode() == fasthttp.StatusSwitchingProtocols {
 		res.SkipBody = true
@@ -242,6 +242,12 @@ func (c *upstreamConn) readAnswer(req *outgoing, res *fasthttp.Response) error {
 	}
 	res.StreamBody = true
 	return res.ReadBody(c.br, 0)
+}
+
+// keepAsSent makes a response head hold what the worker sent and nothing else: no Content-Type
+// it did not send. Names are canonical, as net/http's are.
+func keepAsSent(h *fasthttp.ResponseHeader) {
+	h.SetNoDefaultContentType(true)
 }
 
 // readHead reads one response head, growing the connection's buffer for a header that does not

@@ -108,8 +108,12 @@ def test_a_chunked_request_reaches_the_worker_with_its_length_and_no_trailers(ed
         b"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n" + trailer + b"\r\n"
     )
     response = raw_request(edge.url, request)
-    if edge.kind == "aiohttp" and trailer.split(b":")[0] in (b"Content-Length", b"Transfer-Encoding"):
-        # aiohttp's parser refuses a trailer that names the framing, before any handler runs.
+    name = trailer.split(b":")[0]
+    if (edge.kind == "aiohttp" and name in (b"Content-Length", b"Transfer-Encoding")) or (
+        edge.kind == "gateway" and name in (b"Host", b"Content-Length", b"Transfer-Encoding")
+    ):
+        # aiohttp's parser refuses a trailer that names the framing, and the gateway's (fasthttp)
+        # every field RFC 9110 (6.5.1) forbids in a trailer, before any handler runs.
         assert response.status == 400 and received_count(workers) == 0
         return
     got = echoed(response)
