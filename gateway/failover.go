@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"io"
 	
 	"github.com/valyala/fasthttp"
@@ -35,7 +34,7 @@ func (g *Gateway) roundTrips(ex *exchange) (answerBody, error) {
 		body, err := g.try(ex)
 		outcome, reason := ex.judge(err)
 		ex.outcome = outcome
-		if reason < 0 || tries >= g.maxRetries || ex.Err() != nil {
+		if reason < 0 || tries >= g.maxRetries || ex.stopped.err() != nil {
 			return body, err
 		}
 		next := g.router.RouteAvoiding(&ex.request, ex.tried)
@@ -58,11 +57,11 @@ func (g *Gateway) roundTrips(ex *exchange) (answerBody, error) {
 // try sends one try to the exchange's worker, cancelled with errWorkerDown if that worker stops
 // being routable before its response headers arrive.
 func (g *Gateway) try(ex *exchange) (answerBody, error) {
-	ctx, cancel := context.WithCancelCause(ex)
-	g.waiting.add(ex.decision.WorkerID, ex, cancel)
-	body, err := g.transport.roundTrip(ctx, &ex.out, ex.answer)
+	ex.try.begin(&ex.stopped)
+	g.waiting.add(ex.decision.WorkerID, ex, &ex.try)
+	body, err := g.transport.roundTrip(&ex.try, &ex.out, ex.answer)
 	g.waiting.remove(ex)
-	if err != nil && context.Cause(ctx) == errWorkerDown {
+	if err != nil && ex.try.err() == errWorkerDown {
 		err = errWorkerDown
 	}
 	return body, err

@@ -66,10 +66,6 @@ type Gateway struct {
 	transport      *upstream
 	server         *fasthttp.Server
 	listener       net.Listener
-	// base is the parent of every request's context; cutAll cancels them all (a shutdown past
-	// its bound).
-	base      context.Context
-	cutAll    context.CancelFunc
 	metrics   *http.Server // nil without a metrics listener
 	metricsLn net.Listener
 	errorLog  *log.Logger
@@ -104,7 +100,6 @@ func New(monitor *health.Monitor, opts Options) (*Gateway, error) {
 	if opts.DisableRetries {
 		g.maxRetries = 0
 	}
-	g.base, g.cutAll = context.WithCancel(context.Background())
 	g.unsubscribe = monitor.Subscribe(g.waiting.workerChanged)
 	g.apiOnProxyPort = len(opts.ControlPlaneAPIKeys) > 0 || opts.WorkerAPIOnProxyPort
 	if opts.WorkerAPIOnProxyPort && len(opts.ControlPlaneAPIKeys) == 0 {
@@ -223,8 +218,8 @@ func (g *Gateway) shutdown(timeout time.Duration) error {
 	if g.listener != nil {
 		g.listener.Close() // also when the server had not taken it yet, which its shutdown does not see
 	}
-	if drained != nil {
-		g.cutAll() // cancels the requests still running: their streams end, their connections close
+	if watched, ok := g.listener.(*clientconn.Listener); ok && drained != nil {
+		watched.LeaveAll() // the requests still running end as if their clients had left
 	}
 	if g.metrics != nil {
 		g.metrics.Close()

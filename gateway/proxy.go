@@ -20,14 +20,14 @@ import (
 	"golang.org/x/net/idna"
 )
 
-// exchange is one proxied request: the context its tries to the worker run under (cancelled
-// when the client leaves, by a timeout, or by a shutdown past its bound) and what the proxy
-// step needs to route, retry, time and log it.
+// exchange is one proxied request: its cancellation (when the client leaves, by a timeout, or by
+// a shutdown past its bound), its current try's, and what the proxy step needs to route, retry,
+// time and log it.
 type exchange struct {
-	context.Context
-	g      *Gateway
-	router *core.Router
-	cancel context.CancelFunc
+	g       *Gateway
+	router  *core.Router
+	stopped canceller // the request's: its hook cancels the current try
+	try     canceller // the current try's: its hook closes the try's connection
 	// left is set when the client closed its connection (contract: Release): its answer then
 	// has nobody to go to. stopWatch ends the watch that sets it.
 	left      atomic.Bool
@@ -86,7 +86,7 @@ func (ex *exchange) expire() {
 	// The timer fires again on every arm or pause once the deadline has passed: the first
 	// reason is the one that cut the request.
 	if ex.timedOut.CompareAndSwap(notTimedOut, reason) {
-		ex.cancel()
+		ex.stopped.cancel(nil)
 	}
 }
 
@@ -94,7 +94,7 @@ func (ex *exchange) expire() {
 // cancelled, and its lease released as it ends.
 func (ex *exchange) clientLeft() {
 	ex.left.Store(true)
-	ex.cancel()
+	ex.stopped.cancel(nil)
 }
 
 // arm sets the timer to the phase timeout d, or to the request's deadline if that comes first.
@@ -260,7 +260,6 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	ex.tried = append(ex.triedSpace[:0], ex.decision.WorkerID)
-	ex.Context, ex.cancel = context.WithCancel(g.base)
 	if w, ok := ctx.Conn().(leaveWatcher); ok {
 		ex.stopWatch = w.Watch(ex.clientLeft)
 	}
@@ -291,9 +290,7 @@ func (g *Gateway) finish(ex *exchange) {
 	if ex.upstream != nil {
 		ex.upstream.Close() // before the cancellation, which would close a connection it gives back
 	}
-	if ex.cancel != nil {
-		ex.cancel()
-	}
+	ex.stopped.cancel(nil)
 	if ex.answer != nil {
 		fasthttp.ReleaseResponse(ex.answer)
 		ex.answer = nil

@@ -60,10 +60,7 @@ func (g *Gateway) upgrade(ctx *fasthttp.RequestCtx, ex *exchange, protocol []byt
 			ex.sent = n
 			done <- struct{}{}
 		}()
-		select {
-		case <-done:
-		case <-ex.Done():
-		}
+		<-done // a cancel (the deadline, the client leaving) closes the worker's side, which ends it
 		client.Close()
 		body.Close()
 		<-done

@@ -81,22 +81,23 @@ func (c *countedConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// roundTrip sends req under ctx and reads its answer's head into res. It returns the answer's
-// body, which the caller reads and closes (its end gives the connection back or closes it).
-func (u *upstream) roundTrip(ctx context.Context, req *outgoing, res *fasthttp.Response) (answerBody, error) {
-	c, err := u.get(ctx, req.target)
+// roundTrip sends req as the try cancelled by try and reads its answer's head into res. It
+// returns the answer's body, which the caller reads and closes (its end gives the connection back
+// or closes it); a cancel closes the connection, and the answer's body then fails with its cause.
+func (u *upstream) roundTrip(try *canceller, req *outgoing, res *fasthttp.Response) (answerBody, error) {
+	c, err := u.get(try, req.target)
 	if err != nil {
 		return nil, err
 	}
 	reused := c.timer != nil
-	body, err := c.roundTrip(ctx, req, res)
-	if err == nil || !reused || !c.shouldRetry(ctx, req) {
+	body, err := c.roundTrip(try, req, res)
+	if err == nil || !reused || !c.shouldRetry(try, req) {
 		return body, err
 	}
-	if c, err = u.dial1(ctx, req.target); err != nil {
+	if c, err = u.dial1(try, req.target); err != nil {
 		return nil, err
 	}
-	return c.roundTrip(ctx, req, res)
+	return c.roundTrip(try, req, res)
 }
 
 // answerBody is a worker's answer body as roundTrip hands it over: an *upstreamBody, or the
@@ -106,9 +107,9 @@ type answerBody = io.ReadCloser
 // shouldRetry is net/http's Transport's rule for a request that failed on a pooled connection:
 // again on a new one when nothing of it was written, or when the worker answered nothing and the
 // request may be replayed (an idempotent method or an Idempotency-Key).
-func (c *upstreamConn) shouldRetry(ctx context.Context, req *outgoing) bool {
+func (c *upstreamConn) shouldRetry(try *canceller, req *outgoing) bool {
 	switch {
-	case ctx.Err() != nil:
+	case try.err() != nil:
 		return false
 	case c.io.written == 0:
 		return true
@@ -119,26 +120,26 @@ func (c *upstreamConn) shouldRetry(ctx context.Context, req *outgoing) bool {
 }
 
 // roundTrip sends req on c and reads its answer; the connection is closed on any error.
-func (c *upstreamConn) roundTrip(ctx context.Context, req *outgoing, res *fasthttp.Response) (answerBody, error) {
-	stop := context.AfterFunc(ctx, func() { c.conn.Close() })
+func (c *upstreamConn) roundTrip(try *canceller, req *outgoing, res *fasthttp.Response) (answerBody, error) {
+	try.onCancel(c)
 	c.io.written, c.io.read = 0, 0
-	wroteAll, err := c.exchange(ctx, req, res)
+	wroteAll, err := c.exchange(try, req, res)
 	if err != nil {
-		stop()
+		try.stop()
 		c.u.discard(c)
 		if c.wrote != nil {
 			<-c.wrote // the connection is closed: the write ends
 			c.wrote = nil
 		}
-		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
+		if cause := try.err(); cause != nil {
+			return nil, cause
 		}
 		return nil, err
 	}
 	if res.StatusCode() == fasthttp.StatusSwitchingProtocols {
-		return &switchedConn{c, stop}, nil
+		return &switchedConn{c, try}, nil
 	}
-	b := &upstreamBody{c: c, ctx: ctx, res: res, stop: stop, keep: wroteAll && !res.ConnectionClose() && res.Header.ContentLength() != -2}
+	b := &upstreamBody{c: c, try: try, res: res, keep: wroteAll && !res.ConnectionClose() && res.Header.ContentLength() != -2}
 	if res.BodyStream() == nil {
 		b.end(io.EOF)
 	}
@@ -149,10 +150,10 @@ func (c *upstreamConn) roundTrip(ctx context.Context, req *outgoing, res *fastht
 // before the answer is read; a larger one is written by a goroutine of its own while the answer is
 // read, so that a worker answering before it has read the body (and not reading it) is heard
 // at once. wroteAll is false when the write failed: the connection cannot be used again.
-func (c *upstreamConn) exchange(ctx context.Context, req *outgoing, res *fasthttp.Response) (wroteAll bool, err error) {
+func (c *upstreamConn) exchange(try *canceller, req *outgoing, res *fasthttp.Response) (wroteAll bool, err error) {
 	if len(req.body) <= upstreamMaxBody {
 		if err := c.write(req); err != nil {
-			return false, c.earlyAnswer(ctx, req, res, err)
+			return false, c.earlyAnswer(try, req, res, err)
 		}
 		return true, c.readAnswer(req, res)
 	}
@@ -177,8 +178,8 @@ const earlyAnswerWait = 50 * time.Millisecond
 // request, or returns the write's error when there is none: a worker may answer a POST before
 // reading its body (a 401 for a missing key) and close, and the body it left unread resets the
 // connection while its answer waits in the gateway's socket.
-func (c *upstreamConn) earlyAnswer(ctx context.Context, req *outgoing, res *fasthttp.Response, writeErr error) error {
-	if ctx.Err() != nil || c.conn.SetReadDeadline(time.Now().Add(earlyAnswerWait)) != nil {
+func (c *upstreamConn) earlyAnswer(try *canceller, req *outgoing, res *fasthttp.Response, writeErr error) error {
+	if try.err() != nil || c.conn.SetReadDeadline(time.Now().Add(earlyAnswerWait)) != nil {
 		return writeErr
 	}
 	if err := c.readAnswer(req, res); err != nil {
@@ -274,10 +275,9 @@ func (c *upstreamConn) readHead(h *fasthttp.ResponseHeader) error {
 // every Read returns the same error.
 type upstreamBody struct {
 	c    *upstreamConn
-	ctx  context.Context // the try's: a read its cancellation cut fails with its cause
+	try  *canceller // a read its cancel cut fails with its cause
 	res  *fasthttp.Response
-	stop func() bool // stops the try's cancellation from closing the connection
-	keep bool        // neither side asked to close the connection, and the body is framed
+	keep bool // neither side asked to close the connection, and the body is framed
 	mu   sync.Mutex
 	err  error // set at the end: io.EOF, the read's failure, or errBodyClosed
 }
@@ -289,8 +289,10 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	n, err := b.res.BodyStream().Read(p)
-	if err != nil && err != io.EOF && b.ctx.Err() != nil {
-		err = context.Cause(b.ctx) // the try was cancelled, not the worker's fault
+	if err != nil && err != io.EOF {
+		if cause := b.try.err(); cause != nil {
+			err = cause // the try was cancelled, not the worker's fault
+		}
 	}
 	if err != nil {
 		err = b.end(err)
@@ -323,7 +325,7 @@ func (b *upstreamBody) end(err error) error {
 // done gives the connection back after a clean end of the answer with nothing sent after it
 // (an unsolicited byte makes the Transport drop a connection too), else closes it.
 func (b *upstreamBody) done(clean bool) {
-	stopped := b.stop()
+	stopped := b.try.stop()
 	if !clean {
 		b.c.conn.Close() // before the stream is closed: closing it would drain the rest
 	}
@@ -337,29 +339,29 @@ func (b *upstreamBody) done(clean bool) {
 
 // switchedConn is the worker's side of an upgraded connection, copied both ways.
 type switchedConn struct {
-	c    *upstreamConn
-	stop func() bool
+	c   *upstreamConn
+	try *canceller
 }
 
 func (s *switchedConn) Read(p []byte) (int, error)  { return s.c.br.Read(p) }
 func (s *switchedConn) Write(p []byte) (int, error) { return s.c.conn.Write(p) }
 func (s *switchedConn) Close() error {
-	s.stop()
+	s.try.stop()
 	return s.c.u.discard(s.c)
 }
 
 // get takes the most recently pooled connection to t that the worker has not closed, or dials
 // one.
-func (u *upstream) get(ctx context.Context, t *target) (*upstreamConn, error) {
-	if ctx.Err() != nil { // its cancellation would close the connection it took
-		return nil, context.Cause(ctx)
+func (u *upstream) get(try *canceller, t *target) (*upstreamConn, error) {
+	if cause := try.err(); cause != nil { // its cancel would close the connection it took
+		return nil, cause
 	}
 	for {
 		u.mu.Lock()
 		list := u.idle[t.addr]
 		if len(list) == 0 {
 			u.mu.Unlock()
-			return u.dial1(ctx, t)
+			return u.dial1(try, t)
 		}
 		c := list[len(list)-1]
 		list[len(list)-1] = nil
@@ -399,7 +401,9 @@ func idleAndOpen(conn net.Conn) bool {
 }
 
 // dial1 opens a new connection to t, within its worker's bound of connections.
-func (u *upstream) dial1(ctx context.Context, t *target) (*upstreamConn, error) {
+func (u *upstream) dial1(try *canceller, t *target) (*upstreamConn, error) {
+	ctx, stop := contextOf(try)
+	defer stop()
 	slot := u.slots != nil
 	if slot {
 		if err := u.slots.take(ctx, t.addr); err != nil {
@@ -551,3 +555,6 @@ func (s *connSlots) give(addr string) {
 		s.freed = nil
 	}
 }
+
+// cancelled is a try's cancel: its connection is closed, which ends a write or read under way.
+func (c *upstreamConn) cancelled(error) { c.conn.Close() }

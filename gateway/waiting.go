@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"errors"
 	"sync"
 
@@ -23,10 +22,10 @@ type waiting struct {
 
 type waitingTry struct {
 	worker uint32
-	cancel context.CancelCauseFunc
+	cancel *canceller
 }
 
-func (w *waiting) add(worker uint32, ex *exchange, cancel context.CancelCauseFunc) {
+func (w *waiting) add(worker uint32, ex *exchange, cancel *canceller) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.tries == nil {
@@ -51,7 +50,7 @@ func (w *waiting) workerChanged(c core.ConditionChange) {
 	defer w.mu.Unlock()
 	for ex, try := range w.tries {
 		if try.worker == c.ID {
-			try.cancel(errWorkerDown)
+			try.cancel.cancel(errWorkerDown)
 			delete(w.tries, ex)
 		}
 	}

@@ -85,5 +85,14 @@ func (l *Listener) Close() error {
 	return err
 }
 
+// LeaveAll has every connection's client count as gone: each watch that is on is called, and
+// every one started later at once. A server that must stop past its bound cuts the requests it
+// still serves so.
+func (l *Listener) LeaveAll() {
+	for _, c := range l.w.all() {
+		c.clientLeft()
+	}
+}
+
 // Addr is the listening address.
 func (l *Listener) Addr() net.Addr { return l.ln.Addr() }

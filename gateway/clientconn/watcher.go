@@ -92,3 +92,14 @@ func (w *watcher) left(id uint64) {
 		c.clientLeft()
 	}
 }
+
+// all is the connections accepted and not yet closed.
+func (w *watcher) all() []*Conn {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	conns := make([]*Conn, 0, len(w.conns))
+	for _, c := range w.conns {
+		conns = append(conns, c)
+	}
+	return conns
+}
