@@ -228,7 +228,9 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose() // after Error, which resets the response
 		return
 	}
-	if g.serveControl(ctx) {
+	target := string(ctx.Request.Header.RequestURI())
+	path, _, _ := splitTarget(target)
+	if g.serveControl(ctx, path) {
 		return
 	}
 	g.inflight.Add(1)
@@ -238,8 +240,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		ex.start = time.Now()
 	}
 	ex.out.method = ctx.Method()
-	ex.out.rawTarget = string(ctx.Request.Header.RequestURI())
-	ex.rawPath, _, _ = splitTarget(ex.out.rawTarget)
+	ex.out.rawTarget, ex.rawPath = target, path
 	if err := checkPath(ex.rawPath); err != nil {
 		g.refuse(ctx, ex, fasthttp.StatusBadRequest, err.Error())
 		return
@@ -418,10 +419,9 @@ func (g *Gateway) logRequest(ex *exchange) {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // serveControl answers the probes on the proxy port, and the worker API when it is served there
-// (through net/http's handlers: neither is on the hot path); it reports whether the request was
-// one of them.
-func (g *Gateway) serveControl(ctx *fasthttp.RequestCtx) bool {
-	path, _, _ := splitTarget(string(ctx.Request.Header.RequestURI()))
+// (through net/http's handlers: neither is on the hot path); it reports whether the request, of
+// the raw path given, was one of them.
+func (g *Gateway) serveControl(ctx *fasthttp.RequestCtx, path string) bool {
 	if strings.IndexByte(path, '%') >= 0 {
 		path, _ = url.PathUnescape(path)
 	}

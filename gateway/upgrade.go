@@ -52,6 +52,7 @@ func (g *Gateway) upgrade(ctx *fasthttp.RequestCtx, ex *exchange, protocol []byt
 	worker := body.(io.ReadWriter)
 	ctx.Hijack(func(client net.Conn) {
 		defer g.finish(ex)
+		defer g.recoverCopy(ex)
 		ex.writing.Store(true)
 		done := make(chan struct{}, 2)
 		go func() { io.Copy(worker, client); done <- struct{}{} }()
@@ -83,4 +84,13 @@ func (h upgradeHead) CloseWithError(err error) error {
 		h.g.finish(h.ex)
 	}
 	return nil
+}
+
+// recoverCopy keeps a panic in an upgraded connection's copy from ending the process: it runs on
+// a goroutine of fasthttp's, which recovers nothing.
+func (g *Gateway) recoverCopy(ex *exchange) {
+	if p := recover(); p != nil {
+		g.errorLog.Printf("panic copying the upgraded connection to worker %s: %v", ex.decision.WorkerURL, p)
+		ex.aborted = true
+	}
 }
