@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -64,13 +65,41 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, ex *exchange) {
 	if length < 0 || ex.answer.SkipBody && up.Peek("Content-Length") == nil {
 		length = -1
 	}
-	// A stream's head goes at once, and each piece the worker sends is flushed as it comes
-	// (fasthttp flushes every chunk); a body of known length goes through the server's buffer.
-	res.ImmediateHeaderFlush = length < 0 || isEventStream(up.ContentType())
 	ex.writing.Store(true)
 	ex.pause() // the head goes to the client; each read of the body arms the idle timeout
+	if length < 0 && !ctx.Request.Header.IsHTTP11() && !ex.answer.SkipBody {
+		g.answerUntilClose(ctx, ex)
+		return
+	}
+	// A stream's head goes at once, and each piece the worker sends is written as it comes
+	// (fasthttp flushes every chunk, and copies a known length straight to the socket once the
+	// head has gone); a body of known length otherwise goes through the server's buffer.
+	res.ImmediateHeaderFlush = length < 0 || isEventStream(up.ContentType())
 	res.SetBodyStream(ex, length)
 }
+
+// answerUntilClose sends an answer of unknown length to an HTTP/1.0 client, which cannot read
+// chunks, as net/http does: the body as it comes, ended by the close of the connection. fasthttp
+// would chunk it, so the gateway writes it on the connection itself (a hijack without fasthttp's
+// answer). The hijack follows unless fasthttp cannot flush an answer of an earlier request
+// pipelined on the connection, which an HTTP/1.0 client does not do.
+func (g *Gateway) answerUntilClose(ctx *fasthttp.RequestCtx, ex *exchange) {
+	ctx.Response.Header.SetContentLength(-2) // no length, no chunks: Connection: close
+	head := append([]byte(nil), ctx.Response.Header.Header()...)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(client net.Conn) {
+		defer ex.Close()
+		defer g.recoverCopy(ex)
+		if _, err := client.Write(head); err != nil {
+			return
+		}
+		io.Copy(writerOnly{client}, ex)
+	})
+}
+
+// writerOnly hides a connection's ReadFrom, so that a copy reads into its buffer and writes each
+// piece at once.
+type writerOnly struct{ io.Writer }
 
 // copyAnswerHeaders copies a worker's answer headers to the client's answer, less the hop-by-hop
 // ones and those named in Connection; Trailer announces the trailers that follow a chunked body

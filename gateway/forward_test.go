@@ -321,3 +321,27 @@ func bulkWorker(t *testing.T, size int) *httptest.Server {
 		w.Write(make([]byte, size))
 	})
 }
+
+// An HTTP/1.0 client cannot read chunks: an answer of unknown length reaches it as it comes,
+// unframed, and the connection's close ends it (RFC 9112, 6.3), as net/http's server sends it.
+func TestAStreamToAnHTTP10ClientEndsWithTheClose(t *testing.T) {
+	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: a\n\n")
+		w.(http.Flusher).Flush() // chunked from the worker
+		io.WriteString(w, "data: b\n\n")
+	})
+	r := newRouter(t, w.URL)
+	g := start(t, r, Options{})
+	conn := sendRaw(t, g.Addr(), "GET /v1/x HTTP/1.0\r\nHost: x\r\n\r\n")
+	answer, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, body, _ := strings.Cut(string(answer), "\r\n\r\n")
+	if !strings.HasPrefix(head, "HTTP/1.1 200 OK\r\n") || strings.Contains(strings.ToLower(head), "transfer-encoding") ||
+		strings.Contains(strings.ToLower(head), "content-length") || body != "data: a\n\ndata: b\n\n" {
+		t.Fatalf("got %q", answer)
+	}
+	waitLeases(t, r, 0)
+}
