@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
@@ -31,6 +32,8 @@ type upstream struct {
 	idleTimeout time.Duration
 	// slots bounds the connections to each worker (Options.MaxConnsPerHost); nil: no bound.
 	slots *connSlots
+	// rootCAs verify an https:// worker's certificate; nil: the system's (tests trust their own).
+	rootCAs *x509.CertPool
 
 	mu   sync.Mutex
 	idle map[string][]*upstreamConn // worker address (target.addr) -> idle connections, most recent last
@@ -408,7 +411,7 @@ func (u *upstream) dial1(ctx context.Context, t *target) (*upstreamConn, error) 
 	}
 	conn, err := u.dial(ctx, "tcp", t.addr)
 	if err == nil && t.tls {
-		conn, err = handshake(ctx, conn, t.serverName)
+		conn, err = handshake(ctx, conn, t.serverName, u.rootCAs)
 	}
 	if err != nil {
 		if slot {
@@ -424,8 +427,8 @@ func (u *upstream) dial1(ctx context.Context, t *target) (*upstreamConn, error) 
 }
 
 // handshake starts TLS on a connection to an https:// worker, verified against its name.
-func handshake(ctx context.Context, conn net.Conn, serverName string) (net.Conn, error) {
-	tc := tls.Client(conn, &tls.Config{ServerName: serverName, NextProtos: []string{"http/1.1"}})
+func handshake(ctx context.Context, conn net.Conn, serverName string, roots *x509.CertPool) (net.Conn, error) {
+	tc := tls.Client(conn, &tls.Config{ServerName: serverName, RootCAs: roots, NextProtos: []string{"http/1.1"}})
 	if err := tc.HandshakeContext(ctx); err != nil {
 		conn.Close()
 		return nil, err
