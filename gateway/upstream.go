@@ -141,7 +141,10 @@ func (c *upstreamConn) roundTrip(ctx context.Context, req *outgoing, res *fastht
 	if res.StatusCode() == fasthttp.StatusSwitchingProtocols {
 		return &switchedConn{c, stop}, nil
 	}
-	b := &upstreamBody{c: c, ctx: ctx, res: res, stop: stop, keep: wroteAll && !res.ConnectionClose() && res.Header.ContentLength() != -2}
+	// fasthttp gives an answer without a length (-2) the length of one ended by the close, even
+	// a 204 or a 304, which has no body and ends with its head.
+	framed := res.BodyStream() == nil || res.Header.ContentLength() != -2
+	b := &upstreamBody{c: c, ctx: ctx, res: res, stop: stop, keep: wroteAll && !res.ConnectionClose() && framed}
 	if res.BodyStream() == nil {
 		b.end(io.EOF)
 	}

@@ -309,6 +309,7 @@ func TestUpstreamGivesBackAConnectionOnlyWhenNothingFollowsTheAnswer(t *testing.
 		closes bool // the worker closes after its answer
 		pooled int
 	}{
+		{"HTTP/1.1 204 No Content\r\n\r\n", false, 1}, // no body: back at once
 		{"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", false, 0},
 		{okAnswer + "HTTP/1.1 200 OK\r\n", false, 0}, // bytes nobody asked for
 		{"HTTP/1.0 200 OK\r\n\r\nok", true, 0},       // a body that ends with the connection
@@ -699,6 +700,8 @@ func TestUpstreamEndsAnswersAndReusesConnectionsAsTheTransportDoes(t *testing.T)
 	}{
 		{"a HEAD answered with a length and no body", "HEAD", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", "", false, 1},
 		{"a 304 with a length and no body", "GET", "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n", "", false, 1},
+		{"a 204", "GET", "HTTP/1.1 204 No Content\r\n\r\n", "", false, 1},
+		{"a 304 without a length", "GET", "HTTP/1.1 304 Not Modified\r\n\r\n", "", false, 1},
 		{"a chunked body with a trailer", "GET", chunked, "", false, 1},
 		{"a body without a length, ended by the close", "GET", "HTTP/1.1 200 OK\r\n\r\nok", "", true, 2},
 		{"Connection: close from the worker", "GET", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", "", true, 2},
@@ -955,6 +958,51 @@ func TestUpstreamBoundsTheResponseHeader(t *testing.T) {
 	addr, _ := rawWorker(t, answering(headAnswer(maxResponseHeader+1), nil))
 	if _, _, err := send(newUpstream(4), context.Background(), proxied(t, "GET", addr, "")); err != errResponseHeaderTooLarge {
 		t.Fatalf("a head of 1 MiB and a byte: %v, want %v", err, errResponseHeaderTooLarge)
+	}
+}
+
+func TestUpstreamReadsNoBodyForAHeadA204OrA304(t *testing.T) {
+	// RFC 9112 6.3: the answer to a HEAD, a 204 and a 304 end with their head, whatever length
+	// they announce; the connection is back in the pool before the body is read (there is
+	// none), and the next answer on it is read right. A HEAD's Content-Length is kept (contract:
+	// HTTP proxies).
+	for _, c := range []struct{ method, answer string }{
+		{"HEAD", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n"},
+		{"GET", "HTTP/1.1 204 No Content\r\n\r\n"},
+		{"GET", "HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n"},
+		{"GET", "HTTP/1.1 304 Not Modified\r\n\r\n"},
+	} {
+		addr, accepted := rawWorker(t, func(conn net.Conn) {
+			br := bufio.NewReader(conn)
+			for i := 0; ; i++ {
+				if _, err := readRaw(br); err != nil {
+					return
+				}
+				if i == 0 {
+					io.WriteString(conn, c.answer)
+				} else {
+					io.WriteString(conn, okAnswer)
+				}
+			}
+		})
+		u := newUpstream(4)
+		res, body, err := send(u, context.Background(), proxied(t, c.method, addr, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := pooled(u, addr); n != 1 {
+			t.Errorf("%q: %d connections pooled before the body was read, want 1", c.answer, n)
+		}
+		if c.method == "HEAD" && res.Header.ContentLength() != 10 {
+			t.Errorf("a HEAD's Content-Length became %d", res.Header.ContentLength())
+		}
+		if n, err := body.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+			t.Errorf("%q: the body read %d bytes, %v; want none and io.EOF", c.answer, n, err)
+		}
+		body.Close()
+		if answer := roundTrip(t, u, proxied(t, "GET", addr, "")); answer != "200 OK ok" || accepted.Load() != 1 {
+			t.Errorf("%q: the next answer on the connection read %q (%d connections)", c.answer, answer, accepted.Load())
+		}
 	}
 }
 
