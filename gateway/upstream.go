@@ -146,7 +146,8 @@ func (c *upstreamConn) roundTrip(ctx context.Context, req *outgoing, res *fastht
 	framed := res.BodyStream() == nil || res.Header.ContentLength() != -2
 	b := &upstreamBody{c: c, ctx: ctx, res: res, stop: stop, keep: wroteAll && !res.ConnectionClose() && framed}
 	if res.BodyStream() == nil {
-		b.end(io.EOF)
+		b.err = io.EOF // nobody has the body yet
+		b.done(true)
 	}
 	return b, nil
 }
@@ -276,54 +277,70 @@ func (c *upstreamConn) readHead(h *fasthttp.ResponseHeader) error {
 
 // upstreamBody is an answer's body: read to its end cleanly, it gives the connection back to the
 // pool; closed early or failed, it closes the connection. As net/http's bodies, it takes a Close
-// while a Read waits (the Close closes the connection, which ends the Read), and after its end
-// every Read returns the same error.
+// while a Read waits (the Close closes the connection, which ends the Read, and the Read settles
+// the rest: the stream is released only once nobody reads it), and after its end every Read
+// returns the same error.
 type upstreamBody struct {
-	c    *upstreamConn
-	ctx  context.Context // the try's: a read its cancellation cut fails with its cause
-	res  *fasthttp.Response
-	stop func() bool // stops the try's cancellation from closing the connection
-	keep bool        // neither side asked to close the connection, and the body is framed
-	mu   sync.Mutex
-	err  error // set at the end: io.EOF, the read's failure, or errBodyClosed
+	c       *upstreamConn
+	ctx     context.Context // the try's: a read its cancellation cut fails with its cause
+	res     *fasthttp.Response
+	stop    func() bool // stops the try's cancellation from closing the connection
+	keep    bool        // neither side asked to close the connection, and the body is framed
+	mu      sync.Mutex
+	reading bool  // a Read is under way
+	err     error // set at the end: io.EOF, the read's failure, or errBodyClosed
 }
 
 var errBodyClosed = errors.New("http: read on closed response body")
 
 func (b *upstreamBody) Read(p []byte) (int, error) {
-	if err := b.ended(); err != nil {
+	if err := b.beginRead(); err != nil {
 		return 0, err
 	}
 	n, err := b.res.BodyStream().Read(p)
 	if err != nil && err != io.EOF && b.ctx.Err() != nil {
 		err = context.Cause(b.ctx) // the try was cancelled, not the worker's fault
 	}
-	if err != nil {
-		err = b.end(err)
-	}
-	return n, err
+	return n, b.endRead(err)
 }
 
-func (b *upstreamBody) Close() error {
-	b.end(errBodyClosed)
-	return nil
-}
-
-func (b *upstreamBody) ended() error {
+// beginRead marks a Read under way, or returns the body's end.
+func (b *upstreamBody) beginRead() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.reading = b.err == nil
 	return b.err
 }
 
-// end records the body's end once and settles the connection; it returns the recorded end.
-func (b *upstreamBody) end(err error) error {
+// endRead ends a Read that returned err: a failure or the end of the answer ends the body, and a
+// Close that came while it waited is settled now that the stream is not in use.
+func (b *upstreamBody) endRead(err error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.err == nil {
+	b.reading = false
+	switch {
+	case b.err != nil: // closed during the read
+		b.done(false)
+	case err != nil:
 		b.err = err
 		b.done(err == io.EOF)
 	}
 	return b.err
+}
+
+func (b *upstreamBody) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return nil
+	}
+	b.err = errBodyClosed
+	if b.reading {
+		b.c.conn.Close() // ends the read, whose end settles the rest
+	} else {
+		b.done(false)
+	}
+	return nil
 }
 
 // done gives the connection back after a clean end of the answer with nothing sent after it

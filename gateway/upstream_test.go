@@ -875,6 +875,56 @@ func TestALargeBodyAnsweredEarlyWith503IsRetriedWhole(t *testing.T) {
 	}
 }
 
+// TestUpstreamBodyKeepsFailingAndTakesACloseDuringARead: a body cut short fails every read after
+// the first failure (a second reader must not see a clean end), and a Close while a Read waits
+// (net/http's bodies allow it) ends the read and drops the connection once (run with -race).
+func TestUpstreamBodyKeepsFailingAndTakesACloseDuringARead(t *testing.T) {
+	cut, _ := rawWorker(t, func(conn net.Conn) {
+		if _, err := readRaw(bufio.NewReader(conn)); err == nil {
+			io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabcde")
+		}
+	})
+	_, body, err := send(newUpstream(4), context.Background(), proxied(t, "GET", cut, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, failure := io.ReadAll(body)
+	if failure == nil {
+		t.Fatal("a body cut short read to a clean end")
+	}
+	if _, err := body.Read(make([]byte, 4)); err != failure {
+		t.Fatalf("a read after the failure: %v, want the same failure (%v)", err, failure)
+	}
+	body.Close()
+	release := make(chan struct{})
+	held, _ := rawWorker(t, func(conn net.Conn) {
+		if _, err := readRaw(bufio.NewReader(conn)); err == nil {
+			io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nab")
+			<-release
+		}
+	})
+	defer close(release)
+	u := newUpstream(4)
+	_, body, err = send(u, context.Background(), proxied(t, "GET", held, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan error)
+	go func() { _, err := io.ReadAll(body); read <- err }()
+	body.Close()
+	select {
+	case err := <-read:
+		if err == nil {
+			t.Fatal("a read cut by Close ended cleanly")
+		}
+	case <-time.After(5 * time.Second): // a bound on the wait, not a measurement
+		t.Fatal("Close did not end the read in 5 s")
+	}
+	if n := poolEntries(u); n != 0 {
+		t.Fatalf("%d pool entries after a body closed early", n)
+	}
+}
+
 // TestUpstreamACancelledTryTakesNoConnection: a try cancelled before it starts (the client left,
 // the waiting list re-routed it) fails with its cause and leaves the pooled connection pooled,
 // where taking it would have closed a healthy connection.
