@@ -129,10 +129,7 @@ func (c *upstreamConn) roundTrip(ctx context.Context, req *outgoing, res *fastht
 	if err != nil {
 		stop()
 		c.u.discard(c)
-		if c.wrote != nil {
-			<-c.wrote // the connection is closed: the write ends
-			c.wrote = nil
-		}
+		c.endWrite()
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
@@ -197,25 +194,35 @@ func (c *upstreamConn) earlyAnswer(ctx context.Context, req *outgoing, res *fast
 
 // wroteOK waits for a write still under way (a large body) and says whether it succeeded; a
 // write that has not ended earlyAnswerWait after its answer leaves the connection unusable, as
-// the Transport decides (wroteRequest).
+// the Transport decides (wroteRequest), and is waited for once the connection is closed
+// (endWrite).
 func (c *upstreamConn) wroteOK() bool {
-	wrote := c.wrote
-	if wrote == nil {
+	if c.wrote == nil {
 		return true
 	}
-	c.wrote = nil
 	select {
-	case err := <-wrote:
+	case err := <-c.wrote:
+		c.wrote = nil
 		return err == nil
 	default:
 	}
 	t := time.NewTimer(earlyAnswerWait)
 	defer t.Stop()
 	select {
-	case err := <-wrote:
+	case err := <-c.wrote:
+		c.wrote = nil
 		return err == nil
 	case <-t.C:
 		return false
+	}
+}
+
+// endWrite waits for a write still under way on a closed connection (which ends it): the body
+// it writes is the client's request's buffer, which the server reuses once the answer is sent.
+func (c *upstreamConn) endWrite() {
+	if c.wrote != nil {
+		<-c.wrote
+		c.wrote = nil
 	}
 }
 
@@ -356,6 +363,7 @@ func (b *upstreamBody) done(clean bool) {
 		return
 	}
 	b.c.u.discard(b.c)
+	b.c.endWrite()
 }
 
 // switchedConn is the worker's side of an upgraded connection, copied both ways.

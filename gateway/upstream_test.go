@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bounded-router/bounded-router/core"
 	"github.com/valyala/fasthttp"
 )
 
@@ -667,6 +668,40 @@ func answerAfterTheHeader(conn net.Conn, answer string) {
 	io.WriteString(conn, answer)
 }
 
+func TestAnAnswerBeforeTheBodyWasReadReachesTheClient(t *testing.T) {
+	// A worker may answer a POST before reading its body (a 401 for a missing key) and close;
+	// the gateway passes that answer on, whatever its write of the body met (contract: Worker
+	// failures, "Deadlines and connections"). The breaker is off so that each try is counted
+	// on its own; 200 tries per size, on both sides of upstreamMaxBody.
+	addr, _ := rawWorker(t, earlyAnswerer)
+	config := core.DefaultConfig("http://" + addr)
+	config.Breaker = &core.BreakerConfig{Disabled: true}
+	router, err := core.NewRouter(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := start(t, router, Options{})
+	c := client()
+	for _, size := range []int{1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20} {
+		body := strings.Repeat("x", size)
+		lost := map[int]int{}
+		for try := 0; try < 200; try++ {
+			res, err := c.Post("http://"+g.Addr()+"/v1/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			answer, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusUnauthorized || string(answer) != "no key" {
+				lost[res.StatusCode]++
+			}
+		}
+		if len(lost) > 0 {
+			t.Errorf("a %d-byte body: of 200 early 401s, lost (by the status the client got instead): %v", size, lost)
+		}
+	}
+}
+
 // answeringThenClosing serves each request on a connection with answer, and closes the
 // connection after it when closes.
 func answeringThenClosing(answer string, closes bool) func(net.Conn) {
@@ -813,6 +848,40 @@ func TestUpstreamHearsAnAnswerWhileALargeBodyIsStillGoing(t *testing.T) {
 	rt.CloseIdleConnections()
 	if n := poolEntries(u); n != 0 {
 		t.Fatalf("a connection whose body was never written in full was pooled (%d entries)", n)
+	}
+}
+
+func TestUpstreamEndsTheWriteOfABodyWithItsAnswer(t *testing.T) {
+	// The client's body is fasthttp's buffer, which it reuses for the client's next request once
+	// the answer is sent: a write of it still under way when the worker's answer has ended (read
+	// to its end, or closed) would read the next request's bytes, or send them to this worker, and
+	// one that has failed on its own must still be waited for (-race sees no order otherwise).
+	// The workers answer a 16 MiB body after its header and read none of it: one holds the
+	// connection open, the other closes it (Connection: close).
+	held := make(chan struct{})
+	holding, _ := rawWorker(t, func(conn net.Conn) {
+		answerAfterTheHeader(conn, okAnswer)
+		<-held
+	})
+	t.Cleanup(func() { close(held) })
+	closing, _ := rawWorker(t, earlyAnswerer)
+	for _, c := range []struct {
+		addr    string
+		readAll bool
+	}{{holding, true}, {holding, false}, {closing, true}, {closing, false}} {
+		req := proxied(t, "POST", c.addr, strings.Repeat("x", 16<<20))
+		_, body, err := send(newUpstream(4), context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.readAll {
+			io.ReadAll(body)
+		}
+		body.Close()
+		if body.(*upstreamBody).c.wrote != nil {
+			t.Errorf("%+v: the body's write was not waited for", c)
+		}
+		clear(req.body) // what fasthttp's reuse of the buffer does
 	}
 }
 
