@@ -87,7 +87,7 @@ func (c *countedConn) Write(p []byte) (int, error) {
 // roundTrip sends req under ctx and reads its answer's head into res. It returns the answer's
 // body, which the caller reads and closes (its end gives the connection back or closes it).
 func (u *upstream) roundTrip(ctx context.Context, req *outgoing, res *fasthttp.Response) (answerBody, error) {
-	c, err := u.get(ctx, req.target)
+	c, err := u.get(ctx, req.target, false)
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func (u *upstream) roundTrip(ctx context.Context, req *outgoing, res *fasthttp.R
 	if err == nil || !reused || !c.shouldRetry(ctx, req) {
 		return body, err
 	}
-	if c, err = u.dial1(ctx, req.target); err != nil {
+	if c, err = u.get(ctx, req.target, true); err != nil {
 		return nil, err
 	}
 	return c.roundTrip(ctx, req, res)
@@ -379,26 +379,59 @@ func (s *switchedConn) Close() error {
 	return s.c.u.discard(s.c)
 }
 
-// get takes the most recently pooled connection to t that the worker has not closed, or dials
-// one.
-func (u *upstream) get(ctx context.Context, t *target) (*upstreamConn, error) {
+// get returns a connection to t: the most recently pooled one the worker has not closed (unless
+// fresh, for a request sent again on a new connection), or a new one within its worker's bound of
+// connections. At the bound it waits for a place or for a connection given back to the pool, as
+// the Transport under MaxConnsPerHost; a fresh one closes an idle connection for its place.
+func (u *upstream) get(ctx context.Context, t *target, fresh bool) (*upstreamConn, error) {
 	if ctx.Err() != nil { // its cancellation would close the connection it took
 		return nil, context.Cause(ctx)
 	}
 	for {
+		if !fresh {
+			if c := u.takeIdle(t.addr); c != nil {
+				return c, nil
+			}
+		}
+		if u.slots == nil {
+			return u.dial1(ctx, t, false)
+		}
+		free, changed := u.slots.take(t.addr)
+		if free {
+			return u.dial1(ctx, t, true)
+		}
+		if c := u.takeIdle(t.addr); c != nil { // given back before the watch began
+			if !fresh {
+				return c, nil
+			}
+			u.discard(c)
+			continue
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// takeIdle takes the most recently pooled connection to addr that the worker has not closed;
+// nil if there is none.
+func (u *upstream) takeIdle(addr string) *upstreamConn {
+	for {
 		u.mu.Lock()
-		list := u.idle[t.addr]
+		list := u.idle[addr]
 		if len(list) == 0 {
 			u.mu.Unlock()
-			return u.dial1(ctx, t)
+			return nil
 		}
 		c := list[len(list)-1]
 		list[len(list)-1] = nil
-		u.idle[t.addr] = list[:len(list)-1] // kept when empty: a put usually follows (see discard)
+		u.idle[addr] = list[:len(list)-1] // kept when empty: a put usually follows (see discard)
 		u.mu.Unlock()
 		c.timer.Stop()
 		if idleAndOpen(c.conn) {
-			return c, nil
+			return c
 		}
 		u.discard(c)
 	}
@@ -429,14 +462,8 @@ func idleAndOpen(conn net.Conn) bool {
 	return err == nil && open
 }
 
-// dial1 opens a new connection to t, within its worker's bound of connections.
-func (u *upstream) dial1(ctx context.Context, t *target) (*upstreamConn, error) {
-	slot := u.slots != nil
-	if slot {
-		if err := u.slots.take(ctx, t.addr); err != nil {
-			return nil, err
-		}
-	}
+// dial1 opens a new connection to t, which holds one of its worker's places when slot.
+func (u *upstream) dial1(ctx context.Context, t *target, slot bool) (*upstreamConn, error) {
 	conn, err := u.dial(ctx, "tcp", t.addr)
 	if err == nil && t.tls {
 		conn, err = handshake(ctx, conn, t.serverName, u.rootCAs)
@@ -477,6 +504,9 @@ func (u *upstream) put(c *upstreamConn) {
 		u.idle = map[string][]*upstreamConn{}
 	}
 	u.idle[c.addr] = append(list, c)
+	if u.slots != nil {
+		u.slots.pooled()
+	}
 	if c.timer == nil {
 		c.timer = time.AfterFunc(u.idleTimeout, func() { u.expire(c) })
 	} else {
@@ -539,46 +569,54 @@ func (u *upstream) CloseIdleConnections() {
 	}
 }
 
-// connSlots bounds the connections open to each worker: a dial waits for a place.
+// connSlots bounds the connections open to each worker (max_conns_per_host).
 type connSlots struct {
-	max   int
-	mu    sync.Mutex
-	used  map[string]int // worker address -> connections open; no entry at 0
-	freed chan struct{}  // closed when a place frees up; nil while nobody waits
+	max  int
+	mu   sync.Mutex
+	used map[string]int // worker address -> connections open; no entry at 0
+	// changed is closed when a place frees up or a connection is given back to the pool; nil
+	// while nobody waits.
+	changed chan struct{}
 }
 
-func (s *connSlots) take(ctx context.Context, addr string) error {
-	for {
-		s.mu.Lock()
-		if s.used[addr] < s.max {
-			if s.used == nil {
-				s.used = map[string]int{}
-			}
-			s.used[addr]++
-			s.mu.Unlock()
-			return nil
+// take takes a place for a new connection to addr, or, with every place taken, returns a channel
+// closed at the next change: a place freed, or a connection pooled that the caller may take.
+func (s *connSlots) take(addr string) (bool, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.used[addr] < s.max {
+		if s.used == nil {
+			s.used = map[string]int{}
 		}
-		if s.freed == nil {
-			s.freed = make(chan struct{})
-		}
-		freed := s.freed
-		s.mu.Unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
+		s.used[addr]++
+		return true, nil
 	}
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return false, s.changed
 }
 
+// give frees a place.
 func (s *connSlots) give(addr string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.used[addr]--; s.used[addr] <= 0 {
 		delete(s.used, addr)
 	}
-	if s.freed != nil {
-		close(s.freed)
-		s.freed = nil
+	s.wake()
+}
+
+// pooled says that a connection was given back to the pool.
+func (s *connSlots) pooled() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wake()
+}
+
+func (s *connSlots) wake() {
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
 	}
 }

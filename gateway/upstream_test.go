@@ -885,6 +885,34 @@ func TestUpstreamEndsTheWriteOfABodyWithItsAnswer(t *testing.T) {
 	}
 }
 
+func TestMaxConnsPerHostBoundsTheConnectionsToAWorker(t *testing.T) {
+	// max_conns_per_host = 1 (contract: Deadlines and connections): eight requests at once share
+	// one connection, one after the other (upstream's connSlots).
+	addr, accepted := rawWorker(t, answering(okAnswer, nil))
+	g := start(t, newRouter(t, "http://"+addr), Options{MaxConnsPerHost: 1})
+	done := make(chan string, 8)
+	for i := 0; i < 8; i++ {
+		go func() {
+			res, err := client().Post("http://"+g.Addr()+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"p"}`))
+			if err != nil {
+				done <- err.Error()
+				return
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			done <- string(b)
+		}()
+	}
+	for i := 0; i < 8; i++ {
+		if got := <-done; got != "ok" {
+			t.Fatal(got)
+		}
+	}
+	if n := accepted.Load(); n != 1 {
+		t.Fatalf("eight requests at once took %d connections, want max_conns_per_host = 1", n)
+	}
+}
+
 // slotsUsed is how many connections slots counts open, by worker.
 func slotsUsed(s *connSlots) map[string]int {
 	s.mu.Lock()
@@ -1125,34 +1153,88 @@ func TestUpstreamReadsNoBodyForAHeadA204OrA304(t *testing.T) {
 	}
 }
 
-func TestConnSlotsBoundEachWorkerAndTakeACancellation(t *testing.T) {
+func TestConnSlotsBoundEachWorkerAndSayWhenToLookAgain(t *testing.T) {
 	s := &connSlots{max: 2}
-	ctx := context.Background()
 	for _, addr := range []string{"a", "a", "b"} {
-		if err := s.take(ctx, addr); err != nil {
-			t.Fatal(err)
+		if free, _ := s.take(addr); !free {
+			t.Fatalf("no place for %s", addr)
 		}
 	}
-	cancelled, cancel := context.WithCancelCause(ctx)
-	cancel(errWorkerDown)
-	if err := s.take(cancelled, "a"); err != errWorkerDown {
-		t.Fatalf("a third place for a worker with max 2, cancelled: %v, want the cancellation's cause", err)
+	changedAt := func(what string, change func()) {
+		t.Helper()
+		free, changed := s.take("a")
+		if free {
+			t.Fatal("a third place for a worker with max 2")
+		}
+		change()
+		select {
+		case <-changed:
+		default:
+			t.Fatalf("%s did not say so to a try waiting for a place", what)
+		}
 	}
-	took := make(chan error, 1)
-	go func() { took <- s.take(ctx, "a") }()
-	eventually(t, "the third take waits for a place", func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.freed != nil
-	})
-	s.give("b") // another worker's place: the waiter looks again and waits on
-	s.give("a")
-	if err := <-took; err != nil {
-		t.Fatal(err)
+	changedAt("a connection pooled", s.pooled)
+	changedAt("another worker's place freed", func() { s.give("b") }) // the try looks again, and waits on
+	changedAt("a place freed", func() { s.give("a") })
+	if free, _ := s.take("a"); !free {
+		t.Fatal("no place after one was freed")
 	}
 	if used := slotsUsed(s); !maps.Equal(used, map[string]int{"a": 2}) {
 		t.Fatalf("places used %v, want a: 2 (b forgotten at 0)", used)
 	}
+}
+
+func TestUpstreamATryWaitingForAPlaceTakesAConnectionGivenBack(t *testing.T) {
+	// With one place per worker, a try that waits while another holds the worker's connection
+	// takes that connection when it is given back to the pool, as the Transport hands an idle
+	// connection to a request waiting under MaxConnsPerHost: the place is the connection's.
+	addr, accepted := rawWorker(t, answering(okAnswer, nil))
+	u := newUpstream(4)
+	u.slots = &connSlots{max: 1}
+	_, body, err := send(u, context.Background(), proxied(t, "GET", addr, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan string, 1)
+	go func() {
+		_, b, err := send(u, context.Background(), proxied(t, "GET", addr, ""))
+		second <- answerText(b, err)
+	}()
+	eventually(t, "the second try waits for a place", func() bool {
+		u.slots.mu.Lock()
+		defer u.slots.mu.Unlock()
+		return u.slots.changed != nil
+	})
+	if text := answerText(body, nil); text != "ok" {
+		t.Fatal(text)
+	}
+	select {
+	case text := <-second:
+		if text != "ok" || accepted.Load() != 1 {
+			t.Fatalf("the waiting try read %q on %d connections, want ok on the one given back", text, accepted.Load())
+		}
+	case <-time.After(10 * time.Second): // a bound on the wait, not a measurement
+		t.Fatal("the waiting try did not take the connection given back to the pool")
+	}
+}
+
+func TestUpstreamAFreshConnectionAtTheBoundTakesAnIdleOnesPlace(t *testing.T) {
+	// A request sent again goes on a new connection (get with fresh); at max_conns_per_host
+	// with the worker's only place held by an idle connection, that one is closed for it, where
+	// waiting would last until the idle one expired.
+	addr, accepted := rawWorker(t, answering(okAnswer, nil))
+	u := newUpstream(4)
+	u.slots = &connSlots{max: 1}
+	roundTrip(t, u, proxied(t, "GET", addr, ""))
+	c, err := u.get(context.Background(), proxied(t, "GET", addr, "").target, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.discard(c)
+	if n := pooled(u, addr); n != 0 || c.timer != nil {
+		t.Fatalf("%d pooled, the connection got was pooled before: %v; want the idle one closed for a new one", n, c.timer != nil)
+	}
+	eventually(t, "the worker accepts the new connection", func() bool { return accepted.Load() == 2 })
 }
 
 func TestUpstreamWaitsForAPlaceWithMaxConnsPerHost(t *testing.T) {
@@ -1175,7 +1257,7 @@ func TestUpstreamWaitsForAPlaceWithMaxConnsPerHost(t *testing.T) {
 	eventually(t, "the second try waits for a place", func() bool {
 		u.slots.mu.Lock()
 		defer u.slots.mu.Unlock()
-		return u.slots.freed != nil
+		return u.slots.changed != nil
 	})
 	cancel(errWorkerDown)
 	if err := <-waited; err != errWorkerDown {
