@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bounded-router/bounded-router/core"
 	"github.com/bounded-router/bounded-router/gateway/httpcheck"
@@ -163,7 +164,7 @@ func (g *Gateway) targetOf(workerURL string) (*target, error) {
 // newTarget reads a worker URL as net/http's Transport does: an internationalised name in its
 // ASCII form (IDNA, RFC 5891), and without a port the scheme's default one.
 func newTarget(u *url.URL) (*target, error) {
-	name, err := idna.Lookup.ToASCII(u.Hostname())
+	name, err := hostASCII(u.Hostname())
 	if err != nil {
 		return nil, errors.New("the worker URL's host is not a valid name")
 	}
@@ -179,6 +180,17 @@ func newTarget(u *url.URL) (*target, error) {
 	}
 	return &target{addr: net.JoinHostPort(name, port), host: host, serverName: name, tls: u.Scheme == "https",
 		pathPrefix: strings.TrimRight(u.EscapedPath(), "/")}, nil
+}
+
+// hostASCII is net/http's idnaASCII: a host already in ASCII (an IP address among them, which
+// IDNA refuses) is kept as it is, any other is converted.
+func hostASCII(host string) (string, error) {
+	for i := 0; i < len(host); i++ {
+		if host[i] >= utf8.RuneSelf {
+			return idna.Lookup.ToASCII(host)
+		}
+	}
+	return host, nil
 }
 
 // parseWorkerURL reads a worker URL the gateway can forward to: http:// or https:// with a host.

@@ -618,7 +618,10 @@ func TestUpstreamDialsTheDefaultPortOfAPortlessWorkerURL(t *testing.T) {
 	for _, c := range []struct{ host, dialed, hostHeader string }{
 		{"127.0.0.1", "127.0.0.1:80", "127.0.0.1"},
 		{"127.0.0.1:", "127.0.0.1:80", "127.0.0.1"}, // an empty port is no port
+		{"[::1]", "[::1]:80", "[::1]"},              // an address is not a name: no IDNA
 		{"127.0.0.1:8080", "127.0.0.1:8080", "127.0.0.1:8080"},
+		{"[::1]:9", "[::1]:9", "[::1]:9"},
+		{"sglang_worker:30000", "sglang_worker:30000", "sglang_worker:30000"}, // a container's name, kept as it is
 		{"bücher.example", "xn--bcher-kva.example:80", "xn--bcher-kva.example"},
 	} {
 		var dialed []string
