@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -66,13 +65,22 @@ type upstreamConn struct {
 	slot  bool        // holds one of slots' places for its worker
 }
 
-// countedConn counts what a request wrote and read on its connection (shouldRetry's inputs).
+// countedConn counts what a request wrote and read on its connection (shouldRetry's inputs, and
+// the response heads' bound).
 type countedConn struct {
 	conn          net.Conn
 	written, read int64
+	// pending is what a reader outgrown by a header had buffered, read again before the
+	// connection (readHead).
+	pending []byte
 }
 
 func (c *countedConn) Read(p []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
 	n, err := c.conn.Read(p)
 	c.read += int64(n)
 	return n, err
@@ -228,13 +236,19 @@ func (c *upstreamConn) endWrite() {
 
 // readAnswer reads the final answer's head, passing the 1xx before it to req.informational as
 // the Transport passes them to its trace, then sets up its body as a stream read from the
-// connection (none for a HEAD, a 204 or a 304).
+// connection (none for a HEAD, a 204 or a 304). As in the Transport, the heads share
+// maxResponseHeader, which starts again after a 1xx passed on: without a taker, a worker
+// cannot send 1xx without end.
 func (c *upstreamConn) readAnswer(req *outgoing, res *fasthttp.Response) error {
 	res.Reset()
 	keepAsSent(&res.Header)
+	from := c.consumed()
 	for {
 		if err := c.readHead(&res.Header); err != nil {
 			return err
+		}
+		if c.consumed()-from > maxResponseHeader {
+			return errResponseHeaderTooLarge
 		}
 		status := res.Header.StatusCode()
 		if status < 100 || status > 199 || status == fasthttp.StatusSwitchingProtocols {
@@ -244,6 +258,7 @@ func (c *upstreamConn) readAnswer(req *outgoing, res *fasthttp.Response) error {
 			if err := req.informational(&res.Header); err != nil {
 				return err
 			}
+			from = c.consumed()
 		}
 		res.Header.Reset()
 		keepAsSent(&res.Header)
@@ -277,10 +292,16 @@ func (c *upstreamConn) readHead(h *fasthttp.ResponseHeader) error {
 		if size > maxResponseHeader {
 			return errResponseHeaderTooLarge
 		}
-		buffered, _ := c.br.Peek(c.br.Buffered())
-		c.br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(buffered), &c.io), size)
+		c.io.pending, _ = c.br.Peek(c.br.Buffered()) // the old reader's buffer, which nobody else uses
+		c.br = bufio.NewReaderSize(&c.io, size)
 	}
 }
+
+// consumed is how many bytes of the connection this try has taken from its reader.
+func (c *upstreamConn) consumed() int64 { return c.io.read - int64(c.unread()) }
+
+// unread is how many bytes the connection's reader holds that nobody took.
+func (c *upstreamConn) unread() int { return c.br.Buffered() + len(c.io.pending) }
 
 // upstreamBody is an answer's body: read to its end cleanly, it gives the connection back to the
 // pool; closed early or failed, it closes the connection. As net/http's bodies, it takes a Close
@@ -358,7 +379,7 @@ func (b *upstreamBody) done(clean bool) {
 		b.c.conn.Close() // before the stream is closed: closing it would drain the rest
 	}
 	b.res.CloseBodyStream()
-	if stopped && clean && b.keep && b.c.br.Buffered() == 0 && b.c.wroteOK() {
+	if stopped && clean && b.keep && b.c.unread() == 0 && b.c.wroteOK() {
 		b.c.u.put(b.c)
 		return
 	}

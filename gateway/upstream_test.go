@@ -1103,6 +1103,22 @@ func TestUpstreamGrowsItsBufferForALargeResponseHeader(t *testing.T) {
 	}
 }
 
+// TestUpstreamBoundsTheHeadersOf1xxNobodyTakes: with nobody to take them (an HTTP/1.0 client),
+// the 1xx heads and the final one share one bound, as in Go 1.26's Transport, which resets its
+// bound only for a 1xx a trace took: five 1xx of a quarter of the bound each pass it.
+func TestUpstreamBoundsTheHeadersOf1xxNobodyTakes(t *testing.T) {
+	hint := "HTTP/1.1 103 Early Hints\r\nLink: " + strings.Repeat("a", maxResponseHeader/4) + "\r\n\r\n"
+	addr, _ := rawWorker(t, answering(strings.Repeat(hint, 5)+okAnswer, nil))
+	if _, _, err := send(newUpstream(4), context.Background(), proxied(t, "GET", addr, "")); err != errResponseHeaderTooLarge {
+		t.Fatalf("five 1xx of a quarter of the bound each, nobody to take them: %v, want %v", err, errResponseHeaderTooLarge)
+	}
+	taken := proxied(t, "GET", addr, "")
+	taken.informational = func(*fasthttp.ResponseHeader) error { return nil }
+	if answer := roundTrip(t, newUpstream(4), taken); answer != "200 OK ok" {
+		t.Fatalf("the same 1xx passed on: %q", answer)
+	}
+}
+
 func TestUpstreamBoundsTheResponseHeader(t *testing.T) {
 	// maxResponseHeader (1 MiB) is the bound: a head one byte over it is refused.
 	addr, _ := rawWorker(t, answering(headAnswer(maxResponseHeader+1), nil))
