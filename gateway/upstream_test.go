@@ -1025,6 +1025,34 @@ func TestUpstreamBodyKeepsFailingAndTakesACloseDuringARead(t *testing.T) {
 	}
 }
 
+// TestAClientLeavingMidStreamLogsNothing: the worker's body read that the client's departure cuts
+// fails with the try's cause, which the gateway does not log; the closed connection's own error
+// would log every departure.
+func TestAClientLeavingMidStreamLogsNothing(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	r := newRouter(t, heldStream(t, release, nil).URL)
+	g := start(t, r, Options{})
+	var logs syncBuffer
+	g.errorLog.SetOutput(&logs)
+	conn, err := net.Dial("tcp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(conn, "GET /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(conn)
+	if _, err := http.ReadResponse(br, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitLeases(t, r, 1)
+	conn.Close()
+	waitLeases(t, r, 0) // the handler has returned: anything it logs is written
+	if s := logs.String(); s != "" {
+		t.Fatalf("the gateway logged a client's departure: %q", s)
+	}
+}
+
 // TestUpstreamACancelledTryTakesNoConnection: a try cancelled before it starts (the client left,
 // the waiting list re-routed it) fails with its cause and leaves the pooled connection pooled,
 // where taking it would have closed a healthy connection.
