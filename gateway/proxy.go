@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -12,7 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bounded-router/bounded-router/core"
 	"github.com/bounded-router/bounded-router/gateway/httpcheck"
@@ -120,9 +123,18 @@ func (ex *exchange) Read(p []byte) (int, error) {
 		ex.readErr = err
 		ex.g.bodyCut(ex, err)
 		ex.aborted = true
+		if ex.left.Load() {
+			err = errClientLeft
+		}
 	}
 	return n, err
 }
+
+// errClientLeft ends the answer of a client that closed its connection. The server logs the
+// error that ends a connection unless it is one of a client gone, which it knows by its text
+// ("broken pipe", "reset by peer"); a departure is one, and the contract logs none (HTTP
+// proxies, step 7).
+var errClientLeft = fmt.Errorf("the client closed its connection: %w", syscall.EPIPE)
 
 // pause stops the idle timeout, which runs only while a read of the worker's body waits (Read):
 // while the client is written to, whose pace is not the worker's, only the request's deadline
@@ -163,7 +175,7 @@ func (g *Gateway) targetOf(workerURL string) (*target, error) {
 // newTarget reads a worker URL as net/http's Transport does: an internationalised name in its
 // ASCII form (IDNA, RFC 5891), and without a port the scheme's default one.
 func newTarget(u *url.URL) (*target, error) {
-	name, err := idna.Lookup.ToASCII(u.Hostname())
+	name, err := hostASCII(u.Hostname())
 	if err != nil {
 		return nil, errors.New("the worker URL's host is not a valid name")
 	}
@@ -179,6 +191,17 @@ func newTarget(u *url.URL) (*target, error) {
 	}
 	return &target{addr: net.JoinHostPort(name, port), host: host, serverName: name, tls: u.Scheme == "https",
 		pathPrefix: strings.TrimRight(u.EscapedPath(), "/")}, nil
+}
+
+// hostASCII is net/http's idnaASCII: a host already in ASCII (an IP address among them, which
+// IDNA refuses) is kept as it is, any other is converted.
+func hostASCII(host string) (string, error) {
+	for i := 0; i < len(host); i++ {
+		if host[i] >= utf8.RuneSelf {
+			return idna.Lookup.ToASCII(host)
+		}
+	}
+	return host, nil
 }
 
 // parseWorkerURL reads a worker URL the gateway can forward to: http:// or https:// with a host.

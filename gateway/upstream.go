@@ -2,9 +2,9 @@ package gateway
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
@@ -31,6 +31,8 @@ type upstream struct {
 	idleTimeout time.Duration
 	// slots bounds the connections to each worker (Options.MaxConnsPerHost); nil: no bound.
 	slots *connSlots
+	// rootCAs verify an https:// worker's certificate; nil: the system's (tests trust their own).
+	rootCAs *x509.CertPool
 
 	mu   sync.Mutex
 	idle map[string][]*upstreamConn // worker address (target.addr) -> idle connections, most recent last
@@ -63,13 +65,22 @@ type upstreamConn struct {
 	slot  bool        // holds one of slots' places for its worker
 }
 
-// countedConn counts what a request wrote and read on its connection (shouldRetry's inputs).
+// countedConn counts what a request wrote and read on its connection (shouldRetry's inputs, and
+// the response heads' bound).
 type countedConn struct {
 	conn          net.Conn
 	written, read int64
+	// pending is what a reader outgrown by a header had buffered, read again before the
+	// connection (readHead).
+	pending []byte
 }
 
 func (c *countedConn) Read(p []byte) (int, error) {
+	if len(c.pending) > 0 {
+		n := copy(p, c.pending)
+		c.pending = c.pending[n:]
+		return n, nil
+	}
 	n, err := c.conn.Read(p)
 	c.read += int64(n)
 	return n, err
@@ -81,11 +92,10 @@ func (c *countedConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// roundTrip sends req as the try cancelled by try and reads its answer's head into res. It
-// returns the answer's body, which the caller reads and closes (its end gives the connection back
-// or closes it); a cancel closes the connection, and the answer's body then fails with its cause.
+// roundTrip sends req under ctx and reads its answer's head into res. It returns the answer's
+// body, which the caller reads and closes (its end gives the connection back or closes it).
 func (u *upstream) roundTrip(try *canceller, req *outgoing, res *fasthttp.Response) (answerBody, error) {
-	c, err := u.get(try, req.target)
+	c, err := u.get(try, req.target, false)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +104,7 @@ func (u *upstream) roundTrip(try *canceller, req *outgoing, res *fasthttp.Respon
 	if err == nil || !reused || !c.shouldRetry(try, req) {
 		return body, err
 	}
-	if c, err = u.dial1(try, req.target); err != nil {
+	if c, err = u.get(try, req.target, true); err != nil {
 		return nil, err
 	}
 	return c.roundTrip(try, req, res)
@@ -127,10 +137,7 @@ func (c *upstreamConn) roundTrip(try *canceller, req *outgoing, res *fasthttp.Re
 	if err != nil {
 		try.stop()
 		c.u.discard(c)
-		if c.wrote != nil {
-			<-c.wrote // the connection is closed: the write ends
-			c.wrote = nil
-		}
+		c.endWrite()
 		if cause := try.err(); cause != nil {
 			return nil, cause
 		}
@@ -139,9 +146,13 @@ func (c *upstreamConn) roundTrip(try *canceller, req *outgoing, res *fasthttp.Re
 	if res.StatusCode() == fasthttp.StatusSwitchingProtocols {
 		return &switchedConn{c, try}, nil
 	}
-	b := &upstreamBody{c: c, try: try, res: res, keep: wroteAll && !res.ConnectionClose() && res.Header.ContentLength() != -2}
+	// fasthttp gives an answer without a length (-2) the length of one ended by the close, even
+	// a 204 or a 304, which has no body and ends with its head.
+	framed := res.BodyStream() == nil || res.Header.ContentLength() != -2
+	b := &upstreamBody{c: c, try: try, res: res, keep: wroteAll && !res.ConnectionClose() && framed}
 	if res.BodyStream() == nil {
-		b.end(io.EOF)
+		b.err = io.EOF // nobody has the body yet
+		b.done(true)
 	}
 	return b, nil
 }
@@ -191,37 +202,53 @@ func (c *upstreamConn) earlyAnswer(try *canceller, req *outgoing, res *fasthttp.
 
 // wroteOK waits for a write still under way (a large body) and says whether it succeeded; a
 // write that has not ended earlyAnswerWait after its answer leaves the connection unusable, as
-// the Transport decides (wroteRequest).
+// the Transport decides (wroteRequest), and is waited for once the connection is closed
+// (endWrite).
 func (c *upstreamConn) wroteOK() bool {
-	wrote := c.wrote
-	if wrote == nil {
+	if c.wrote == nil {
 		return true
 	}
-	c.wrote = nil
 	select {
-	case err := <-wrote:
+	case err := <-c.wrote:
+		c.wrote = nil
 		return err == nil
 	default:
 	}
 	t := time.NewTimer(earlyAnswerWait)
 	defer t.Stop()
 	select {
-	case err := <-wrote:
+	case err := <-c.wrote:
+		c.wrote = nil
 		return err == nil
 	case <-t.C:
 		return false
 	}
 }
 
+// endWrite waits for a write still under way on a closed connection (which ends it): the body
+// it writes is the client's request's buffer, which the server reuses once the answer is sent.
+func (c *upstreamConn) endWrite() {
+	if c.wrote != nil {
+		<-c.wrote
+		c.wrote = nil
+	}
+}
+
 // readAnswer reads the final answer's head, passing the 1xx before it to req.informational as
 // the Transport passes them to its trace, then sets up its body as a stream read from the
-// connection (none for a HEAD, a 204 or a 304).
+// connection (none for a HEAD, a 204 or a 304). As in the Transport, the heads share
+// maxResponseHeader, which starts again after a 1xx passed on: without a taker, a worker
+// cannot send 1xx without end.
 func (c *upstreamConn) readAnswer(req *outgoing, res *fasthttp.Response) error {
 	res.Reset()
 	keepAsSent(&res.Header)
+	from := c.consumed()
 	for {
 		if err := c.readHead(&res.Header); err != nil {
 			return err
+		}
+		if c.consumed()-from > maxResponseHeader {
+			return errResponseHeaderTooLarge
 		}
 		status := res.Header.StatusCode()
 		if status < 100 || status > 199 || status == fasthttp.StatusSwitchingProtocols {
@@ -231,6 +258,7 @@ func (c *upstreamConn) readAnswer(req *outgoing, res *fasthttp.Response) error {
 			if err := req.informational(&res.Header); err != nil {
 				return err
 			}
+			from = c.consumed()
 		}
 		res.Header.Reset()
 		keepAsSent(&res.Header)
@@ -264,28 +292,36 @@ func (c *upstreamConn) readHead(h *fasthttp.ResponseHeader) error {
 		if size > maxResponseHeader {
 			return errResponseHeaderTooLarge
 		}
-		buffered, _ := c.br.Peek(c.br.Buffered())
-		c.br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(buffered), &c.io), size)
+		c.io.pending, _ = c.br.Peek(c.br.Buffered()) // the old reader's buffer, which nobody else uses
+		c.br = bufio.NewReaderSize(&c.io, size)
 	}
 }
 
+// consumed is how many bytes of the connection this try has taken from its reader.
+func (c *upstreamConn) consumed() int64 { return c.io.read - int64(c.unread()) }
+
+// unread is how many bytes the connection's reader holds that nobody took.
+func (c *upstreamConn) unread() int { return c.br.Buffered() + len(c.io.pending) }
+
 // upstreamBody is an answer's body: read to its end cleanly, it gives the connection back to the
 // pool; closed early or failed, it closes the connection. As net/http's bodies, it takes a Close
-// while a Read waits (the Close closes the connection, which ends the Read), and after its end
-// every Read returns the same error.
+// while a Read waits (the Close closes the connection, which ends the Read, and the Read settles
+// the rest: the stream is released only once nobody reads it), and after its end every Read
+// returns the same error.
 type upstreamBody struct {
-	c    *upstreamConn
-	try  *canceller // a read its cancel cut fails with its cause
-	res  *fasthttp.Response
-	keep bool // neither side asked to close the connection, and the body is framed
-	mu   sync.Mutex
-	err  error // set at the end: io.EOF, the read's failure, or errBodyClosed
+	c       *upstreamConn
+	try     *canceller // a read its cancel cut fails with its cause
+	res     *fasthttp.Response
+	keep    bool // neither side asked to close the connection, and the body is framed
+	mu      sync.Mutex
+	reading bool  // a Read is under way
+	err     error // set at the end: io.EOF, the read's failure, or errBodyClosed
 }
 
 var errBodyClosed = errors.New("http: read on closed response body")
 
 func (b *upstreamBody) Read(p []byte) (int, error) {
-	if err := b.ended(); err != nil {
+	if err := b.beginRead(); err != nil {
 		return 0, err
 	}
 	n, err := b.res.BodyStream().Read(p)
@@ -294,32 +330,46 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 			err = cause // the try was cancelled, not the worker's fault
 		}
 	}
-	if err != nil {
-		err = b.end(err)
-	}
-	return n, err
+	return n, b.endRead(err)
 }
 
-func (b *upstreamBody) Close() error {
-	b.end(errBodyClosed)
-	return nil
-}
-
-func (b *upstreamBody) ended() error {
+// beginRead marks a Read under way, or returns the body's end.
+func (b *upstreamBody) beginRead() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.reading = b.err == nil
 	return b.err
 }
 
-// end records the body's end once and settles the connection; it returns the recorded end.
-func (b *upstreamBody) end(err error) error {
+// endRead ends a Read that returned err: a failure or the end of the answer ends the body, and a
+// Close that came while it waited is settled now that the stream is not in use.
+func (b *upstreamBody) endRead(err error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.err == nil {
+	b.reading = false
+	switch {
+	case b.err != nil: // closed during the read
+		b.done(false)
+	case err != nil:
 		b.err = err
 		b.done(err == io.EOF)
 	}
 	return b.err
+}
+
+func (b *upstreamBody) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return nil
+	}
+	b.err = errBodyClosed
+	if b.reading {
+		b.c.conn.Close() // ends the read, whose end settles the rest
+	} else {
+		b.done(false)
+	}
+	return nil
 }
 
 // done gives the connection back after a clean end of the answer with nothing sent after it
@@ -330,11 +380,12 @@ func (b *upstreamBody) done(clean bool) {
 		b.c.conn.Close() // before the stream is closed: closing it would drain the rest
 	}
 	b.res.CloseBodyStream()
-	if stopped && clean && b.keep && b.c.br.Buffered() == 0 && b.c.wroteOK() {
+	if stopped && clean && b.keep && b.c.unread() == 0 && b.c.wroteOK() {
 		b.c.u.put(b.c)
 		return
 	}
 	b.c.u.discard(b.c)
+	b.c.endWrite()
 }
 
 // switchedConn is the worker's side of an upgraded connection, copied both ways.
@@ -350,26 +401,57 @@ func (s *switchedConn) Close() error {
 	return s.c.u.discard(s.c)
 }
 
-// get takes the most recently pooled connection to t that the worker has not closed, or dials
-// one.
-func (u *upstream) get(try *canceller, t *target) (*upstreamConn, error) {
+// get returns a connection to t: the most recently pooled one the worker has not closed (unless
+// fresh, for a request sent again on a new connection), or a new one within its worker's bound of
+// connections. At the bound it waits for a place or for a connection given back to the pool, as
+// the Transport under MaxConnsPerHost; a fresh one closes an idle connection for its place.
+func (u *upstream) get(try *canceller, t *target, fresh bool) (*upstreamConn, error) {
 	if cause := try.err(); cause != nil { // its cancel would close the connection it took
 		return nil, cause
 	}
 	for {
+		if !fresh {
+			if c := u.takeIdle(t.addr); c != nil {
+				return c, nil
+			}
+		}
+		if u.slots == nil {
+			return u.dial1(try, t, false)
+		}
+		free, changed := u.slots.take(t.addr)
+		if free {
+			return u.dial1(try, t, true)
+		}
+		if c := u.takeIdle(t.addr); c != nil { // given back before the watch began
+			if !fresh {
+				return c, nil
+			}
+			u.discard(c)
+			continue
+		}
+		if err := waitFor(try, changed); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// takeIdle takes the most recently pooled connection to addr that the worker has not closed;
+// nil if there is none.
+func (u *upstream) takeIdle(addr string) *upstreamConn {
+	for {
 		u.mu.Lock()
-		list := u.idle[t.addr]
+		list := u.idle[addr]
 		if len(list) == 0 {
 			u.mu.Unlock()
-			return u.dial1(try, t)
+			return nil
 		}
 		c := list[len(list)-1]
 		list[len(list)-1] = nil
-		u.idle[t.addr] = list[:len(list)-1] // kept when empty: a put usually follows (see discard)
+		u.idle[addr] = list[:len(list)-1] // kept when empty: a put usually follows (see discard)
 		u.mu.Unlock()
 		c.timer.Stop()
 		if idleAndOpen(c.conn) {
-			return c, nil
+			return c
 		}
 		u.discard(c)
 	}
@@ -400,19 +482,13 @@ func idleAndOpen(conn net.Conn) bool {
 	return err == nil && open
 }
 
-// dial1 opens a new connection to t, within its worker's bound of connections.
-func (u *upstream) dial1(try *canceller, t *target) (*upstreamConn, error) {
+// dial1 opens a new connection to t, which holds one of its worker's places when slot.
+func (u *upstream) dial1(try *canceller, t *target, slot bool) (*upstreamConn, error) {
 	ctx, stop := contextOf(try)
 	defer stop()
-	slot := u.slots != nil
-	if slot {
-		if err := u.slots.take(ctx, t.addr); err != nil {
-			return nil, err
-		}
-	}
 	conn, err := u.dial(ctx, "tcp", t.addr)
 	if err == nil && t.tls {
-		conn, err = handshake(ctx, conn, t.serverName)
+		conn, err = handshake(ctx, conn, t.serverName, u.rootCAs)
 	}
 	if err != nil {
 		if slot {
@@ -428,8 +504,8 @@ func (u *upstream) dial1(try *canceller, t *target) (*upstreamConn, error) {
 }
 
 // handshake starts TLS on a connection to an https:// worker, verified against its name.
-func handshake(ctx context.Context, conn net.Conn, serverName string) (net.Conn, error) {
-	tc := tls.Client(conn, &tls.Config{ServerName: serverName, NextProtos: []string{"http/1.1"}})
+func handshake(ctx context.Context, conn net.Conn, serverName string, roots *x509.CertPool) (net.Conn, error) {
+	tc := tls.Client(conn, &tls.Config{ServerName: serverName, RootCAs: roots, NextProtos: []string{"http/1.1"}})
 	if err := tc.HandshakeContext(ctx); err != nil {
 		conn.Close()
 		return nil, err
@@ -450,6 +526,9 @@ func (u *upstream) put(c *upstreamConn) {
 		u.idle = map[string][]*upstreamConn{}
 	}
 	u.idle[c.addr] = append(list, c)
+	if u.slots != nil {
+		u.slots.pooled()
+	}
 	if c.timer == nil {
 		c.timer = time.AfterFunc(u.idleTimeout, func() { u.expire(c) })
 	} else {
@@ -512,49 +591,69 @@ func (u *upstream) CloseIdleConnections() {
 	}
 }
 
-// connSlots bounds the connections open to each worker: a dial waits for a place.
+// connSlots bounds the connections open to each worker (max_conns_per_host).
 type connSlots struct {
-	max   int
-	mu    sync.Mutex
-	used  map[string]int // worker address -> connections open; no entry at 0
-	freed chan struct{}  // closed when a place frees up; nil while nobody waits
+	max  int
+	mu   sync.Mutex
+	used map[string]int // worker address -> connections open; no entry at 0
+	// changed is closed when a place frees up or a connection is given back to the pool; nil
+	// while nobody waits.
+	changed chan struct{}
 }
 
-func (s *connSlots) take(ctx context.Context, addr string) error {
-	for {
-		s.mu.Lock()
-		if s.used[addr] < s.max {
-			if s.used == nil {
-				s.used = map[string]int{}
-			}
-			s.used[addr]++
-			s.mu.Unlock()
-			return nil
+// take takes a place for a new connection to addr, or, with every place taken, returns a channel
+// closed at the next change: a place freed, or a connection pooled that the caller may take.
+func (s *connSlots) take(addr string) (bool, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.used[addr] < s.max {
+		if s.used == nil {
+			s.used = map[string]int{}
 		}
-		if s.freed == nil {
-			s.freed = make(chan struct{})
-		}
-		freed := s.freed
-		s.mu.Unlock()
-		select {
-		case <-freed:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
+		s.used[addr]++
+		return true, nil
 	}
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return false, s.changed
 }
 
+// give frees a place.
 func (s *connSlots) give(addr string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.used[addr]--; s.used[addr] <= 0 {
 		delete(s.used, addr)
 	}
-	if s.freed != nil {
-		close(s.freed)
-		s.freed = nil
+	s.wake()
+}
+
+// pooled says that a connection was given back to the pool.
+func (s *connSlots) pooled() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wake()
+}
+
+func (s *connSlots) wake() {
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
 	}
 }
 
 // cancelled is a try's cancel: its connection is closed, which ends a write or read under way.
 func (c *upstreamConn) cancelled(error) { c.conn.Close() }
+
+// waitFor waits until changed is closed, or try is cancelled (its cause).
+func waitFor(try *canceller, changed <-chan struct{}) error {
+	ctx, stop := contextOf(try)
+	defer stop()
+	select {
+	case <-changed:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
