@@ -61,8 +61,17 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, ex *exchange) {
 		res.Header.Set(HeaderWorker, ex.decision.WorkerURL)
 		res.Header.Set(HeaderBranch, ex.decision.Branch.String())
 	}
+	if ex.answer.SkipBody || ex.status == fasthttp.StatusNoContent || ex.status == fasthttp.StatusNotModified {
+		// No body: the head goes alone, with the length the worker gave (a HEAD's, a 304's) or
+		// none, and nothing is left to copy.
+		if length := up.Peek("Content-Length"); len(length) > 0 {
+			res.Header.SetBytesV("Content-Length", length)
+		}
+		g.finish(ex)
+		return
+	}
 	length := up.ContentLength()
-	if length < 0 || ex.answer.SkipBody && up.Peek("Content-Length") == nil {
+	if length < 0 {
 		length = -1
 	}
 	ex.writing.Store(true)
@@ -80,21 +89,10 @@ func (g *Gateway) answer(ctx *fasthttp.RequestCtx, ex *exchange) {
 
 // answerUntilClose sends an answer of unknown length to an HTTP/1.0 client, which cannot read
 // chunks, as net/http does: the body as it comes, ended by the close of the connection. fasthttp
-// would chunk it, so the gateway writes it on the connection itself (a hijack without fasthttp's
-// answer). The hijack follows unless fasthttp cannot flush an answer of an earlier request
-// pipelined on the connection, which an HTTP/1.0 client does not do.
+// would chunk it, so the gateway writes it on the connection itself (hijack).
 func (g *Gateway) answerUntilClose(ctx *fasthttp.RequestCtx, ex *exchange) {
 	ctx.Response.Header.SetContentLength(-2) // no length, no chunks: Connection: close
-	head := append([]byte(nil), ctx.Response.Header.Header()...)
-	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(client net.Conn) {
-		defer ex.Close()
-		defer g.recoverCopy(ex)
-		if _, err := client.Write(head); err != nil {
-			return
-		}
-		io.Copy(writerOnly{client}, ex)
-	})
+	g.hijack(ctx, ex, func(client net.Conn) { io.Copy(writerOnly{client}, ex) })
 }
 
 // writerOnly hides a connection's ReadFrom, so that a copy reads into its buffer and writes each
@@ -105,7 +103,7 @@ type writerOnly struct{ io.Writer }
 // ones and those named in Connection; Trailer announces the trailers that follow a chunked body
 // (only such a body has any), and the length is the body stream's.
 func copyAnswerHeaders(dst *fasthttp.ResponseHeader, src *fasthttp.ResponseHeader) {
-	named := src.Peek("Connection")
+	named := connectionTokens(src.All())
 	for name, value := range src.All() {
 		switch {
 		case nameIs(name, "Trailer") && src.ContentLength() == -1:
@@ -196,9 +194,9 @@ func isEventStream(contentType []byte) bool {
 }
 
 // upgradeType is the protocol a request asks to switch to (nil for none): its Upgrade header,
-// when Connection names "upgrade".
+// when a Connection line names "upgrade" (with "close" beside it too).
 func upgradeType(h *fasthttp.RequestHeader) []byte {
-	if !h.ConnectionUpgrade() {
+	if h.Peek("Upgrade") == nil || !tokenListHas(connectionNamed(h), []byte("upgrade")) {
 		return nil
 	}
 	return h.Peek("Upgrade")

@@ -30,6 +30,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,10 +126,8 @@ func New(monitor *health.Monitor, opts Options) (*Gateway, error) {
 		},
 		MaxRequestBodySize: int(min(opts.MaxBodySize, int64(math.MaxInt32))),
 		IdleTimeout:        seconds(opts.KeepAliveTimeout),
-		// A client that stops reading must not hold its lease past the request's bound.
-		WriteTimeout:    seconds(opts.RequestTimeout) + seconds(opts.BodyTimeout),
 		CloseOnShutdown: true,
-		Logger:          g.errorLog,
+		Logger:          serverLog{g.errorLog},
 	}
 	// net/http's request rules, which the contract's HTTP edge was audited on.
 	httpcheck.Configure(g.server, opts.MaxHeaderBytes)
@@ -219,7 +218,7 @@ func (g *Gateway) shutdown(timeout time.Duration) error {
 		g.listener.Close() // also when the server had not taken it yet, which its shutdown does not see
 	}
 	if watched, ok := g.listener.(*clientconn.Listener); ok && drained != nil {
-		watched.LeaveAll() // the requests still running end as if their clients had left
+		watched.CutAll() // the requests still running end as if their clients had left
 	}
 	if g.metrics != nil {
 		g.metrics.Close()
@@ -237,4 +236,15 @@ func (g *Gateway) shutdown(timeout time.Duration) error {
 		return fmt.Errorf("gateway: in-flight requests did not finish within %v and were cut: %w", timeout, drained)
 	}
 	return nil
+}
+
+// serverLog is fasthttp's logger: it drops the server's report of a connection that ended in
+// error, since a client's request cannot fill the gateway's log (a refusal is answered, a cut
+// logged by the gateway itself), and passes on the rest.
+type serverLog struct{ *log.Logger }
+
+func (l serverLog) Printf(format string, args ...any) {
+	if !strings.HasPrefix(format, "error when serving connection") {
+		l.Logger.Printf(format, args...)
+	}
 }

@@ -67,6 +67,7 @@ type exchange struct {
 	aborted   bool
 	errorText string
 	finished  atomic.Bool
+	hijacking atomic.Int32 // notHijacked, or where the hijacked connection is (upgrade.go)
 }
 
 // Which timeout cancelled a request (exchange.timedOut).
@@ -90,6 +91,9 @@ func (ex *exchange) expire() {
 	// reason is the one that cut the request.
 	if ex.timedOut.CompareAndSwap(notTimedOut, reason) {
 		ex.stopped.cancel(nil)
+	}
+	if reason != phaseTimedOut && ex.hijacking.CompareAndSwap(hijackPending, hijackAbandoned) {
+		ex.g.finish(ex) // the hijack never ran
 	}
 }
 
@@ -246,6 +250,10 @@ func (g *Gateway) routingRequest(h *fasthttp.RequestHeader) core.Request {
 // the requests that break those bounds), so a client that trickles its body holds no load on any
 // worker.
 func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
+	// A client that stops reading must not hold its lease past the request's bound (contract:
+	// Deadlines and connections). Set by the handler, the deadline also makes the server flush
+	// every answer at once, so none waits in its buffer behind a 1xx written on the connection.
+	ctx.SetWriteDeadline(time.Now().Add(seconds(g.opts.RequestTimeout) + seconds(g.opts.BodyTimeout)))
 	if r := httpcheck.Request(&ctx.Request.Header); r != nil {
 		ctx.Error(r.Text, r.Status)
 		ctx.SetConnectionClose() // after Error, which resets the response
@@ -279,8 +287,9 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	var err error
 	if ex.target, err = g.targetOf(ex.decision.WorkerURL); err != nil {
 		g.router.Release(ex.decision.Lease, false)
-		ex.decision.Lease = 0
-		g.refuse(ctx, ex, fasthttp.StatusBadGateway, "worker unreachable")
+		g.writeError(ctx, ex, fasthttp.StatusBadGateway, "worker unreachable")
+		ex.decision.Lease = 0 // released: finish must not
+		g.finish(ex)
 		return
 	}
 	ex.tried = append(ex.triedSpace[:0], ex.decision.WorkerID)

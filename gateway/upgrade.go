@@ -46,14 +46,8 @@ func (g *Gateway) upgrade(ctx *fasthttp.RequestCtx, ex *exchange, protocol []byt
 		res.Header.Set(HeaderWorker, ex.decision.WorkerURL)
 		res.Header.Set(HeaderBranch, ex.decision.Branch.String())
 	}
-	// The 101 goes out at once; if it cannot, no hijack follows and the head's close finishes.
-	res.ImmediateHeaderFlush = true
-	res.SetBodyStream(upgradeHead{g, ex}, 0)
 	worker := body.(io.ReadWriter)
-	ctx.Hijack(func(client net.Conn) {
-		defer g.finish(ex)
-		defer g.recoverCopy(ex)
-		ex.writing.Store(true)
+	g.hijack(ctx, ex, func(client net.Conn) {
 		done := make(chan struct{}, 2)
 		go func() { io.Copy(worker, client); done <- struct{}{} }()
 		go func() {
@@ -61,29 +55,43 @@ func (g *Gateway) upgrade(ctx *fasthttp.RequestCtx, ex *exchange, protocol []byt
 			ex.sent = n
 			done <- struct{}{}
 		}()
-		<-done // a cancel (the deadline, the client leaving) closes the worker's side, which ends it
-		client.Close()
-		body.Close()
+		// Either side's end ends both: a cancel (the deadline, the client leaving) closes the
+		// worker's side; the client's is fasthttp's to close once this returns, so its reads and
+		// writes are cut by a deadline now.
 		<-done
+		client.SetDeadline(time.Now())
+		body.Close()
 		<-done
 	})
 }
 
-// upgradeHead is the body stream of a 101 answer, which has none: the server closes it once it
-// has written the head, with the write's error, after which no hijack follows.
-type upgradeHead struct {
-	g  *Gateway
-	ex *exchange
-}
+// Where a hijacked connection is in its life (exchange.hijacking).
+const (
+	notHijacked = iota
+	hijackPending
+	hijackRunning
+	hijackAbandoned // the deadline came first: the request was finished without it
+)
 
-func (upgradeHead) Read([]byte) (int, error) { return 0, io.EOF }
-func (upgradeHead) Close() error             { return nil }
-
-func (h upgradeHead) CloseWithError(err error) error {
-	if err != nil {
-		h.g.finish(h.ex)
-	}
-	return nil
+// hijack writes the answer set on ctx (its head) on the client's connection itself, then runs
+// copy on it, and finishes the request. fasthttp runs the hijack after the handler returns unless
+// it cannot flush an earlier answer on the connection; the request's deadline then finishes it.
+// Writes to the client are bounded as a proxied answer's are.
+func (g *Gateway) hijack(ctx *fasthttp.RequestCtx, ex *exchange, copy func(client net.Conn)) {
+	head := append([]byte(nil), ctx.Response.Header.Header()...)
+	ex.hijacking.Store(hijackPending)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(client net.Conn) {
+		if !ex.hijacking.CompareAndSwap(hijackPending, hijackRunning) {
+			return
+		}
+		defer g.finish(ex)
+		defer g.recoverCopy(ex)
+		client.SetWriteDeadline(ex.deadline.Add(seconds(g.opts.BodyTimeout)))
+		if _, err := client.Write(head); err == nil {
+			copy(client)
+		}
+	})
 }
 
 // recoverCopy keeps a panic in an upgraded connection's copy from ending the process: it runs on

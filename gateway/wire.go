@@ -116,8 +116,13 @@ func connectionNamed(h *fasthttp.RequestHeader) []byte {
 	if h.Peek("Connection") == nil { // fasthttp keeps every Connection line but a bare "close"
 		return nil
 	}
+	return connectionTokens(clientHeaders(h))
+}
+
+// connectionTokens joins the values of every Connection line of a header into one list.
+func connectionTokens(lines func(yield func(name, value []byte) bool)) []byte {
 	var list []byte
-	for name, value := range clientHeaders(h) {
+	for name, value := range lines {
 		if nameIs(name, "Connection") {
 			list = append(append(list, value...), ',')
 		}

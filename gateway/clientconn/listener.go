@@ -85,12 +85,13 @@ func (l *Listener) Close() error {
 	return err
 }
 
-// LeaveAll has every connection's client count as gone: each watch that is on is called, and
-// every one started later at once. A server that must stop past its bound cuts the requests it
-// still serves so.
-func (l *Listener) LeaveAll() {
+// CutAll cuts every connection: each watch that is on is called as if the client had left, and
+// every one started later at once, and the connection's reads and writes fail from now on. A
+// server that must stop past its bound ends the requests it still serves so.
+func (l *Listener) CutAll() {
 	for _, c := range l.w.all() {
 		c.clientLeft()
+		c.tcpConn.SetDeadline(time.Now())
 	}
 }
 
