@@ -79,8 +79,9 @@ func (c *canceller) begin(parent *canceller) {
 	parent.onCancel(c)
 }
 
-// contextOf is a context cancelled with c, for the calls that need one (a dial): its stop
-// ends the link.
+// contextOf is a context cancelled with c, for the calls that need one (a dial, a wait for a
+// connection): its stop ends the link. It takes c's hook, so it is called only while c has none
+// (before a try's connection is set as its hook).
 func contextOf(c *canceller) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	hook := causeFunc(cancel)

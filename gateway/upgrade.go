@@ -16,16 +16,11 @@ import (
 // connections over to a copy each way, which ends when either side closes, the client leaves or
 // request_timeout_secs passes. The lease is held until then. Contract: HTTP proxies, step 7.
 func (g *Gateway) upgrade(ctx *fasthttp.RequestCtx, ex *exchange, protocol []byte) {
-	ex.out.target = ex.target
-	ex.out.header = &ctx.Request.Header
 	ex.out.upgrade = protocol
-	ex.answer = fasthttp.AcquireResponse()
-	body, err := g.roundTrips(ex)
-	if err != nil {
-		g.proxyError(ctx, ex, err)
+	if !g.send(ctx, ex) {
 		return
 	}
-	ex.upstream = body
+	body := ex.upstream
 	if ex.answer.StatusCode() != fasthttp.StatusSwitchingProtocols {
 		g.answer(ctx, ex)
 		return
@@ -34,7 +29,9 @@ func (g *Gateway) upgrade(ctx *fasthttp.RequestCtx, ex *exchange, protocol []byt
 		g.proxyError(ctx, ex, fmt.Errorf("backend tried to switch protocol %q when %q was requested", got, protocol))
 		return
 	}
-	// An upgraded connection is the client's and the worker's to close, within the deadline.
+	// An upgraded connection is the client's and the worker's to close, within the deadline
+	// (which finishes a hijack that never ran: pending before the timer is set).
+	ex.hijacking.Store(hijackPending)
 	ex.timer.Reset(time.Until(ex.deadline))
 	ex.status = fasthttp.StatusSwitchingProtocols
 	res := &ctx.Response

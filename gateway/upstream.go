@@ -50,6 +50,8 @@ const (
 	maxResponseHeader = 1 << 20
 )
 
+var errSwitchedMidBody = errors.New("the worker switched protocols before it had read the request's body")
+
 var errResponseHeaderTooLarge = errors.New("the worker's response header is larger than 1 MiB")
 
 // upstreamConn is one connection to a worker, used by one request at a time.
@@ -144,6 +146,11 @@ func (c *upstreamConn) roundTrip(try *canceller, req *outgoing, res *fasthttp.Re
 		return nil, err
 	}
 	if res.StatusCode() == fasthttp.StatusSwitchingProtocols {
+		if !c.wroteOK() { // the rest of the body would be mixed with the client's bytes
+			try.stop()
+			c.u.discard(c)
+			return nil, errSwitchedMidBody
+		}
 		return &switchedConn{c, try}, nil
 	}
 	// fasthttp gives an answer without a length (-2) the length of one ended by the close, even
