@@ -1,13 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net"
-	"strings"
 
 	"github.com/valyala/fasthttp"
 )
@@ -45,6 +45,7 @@ func (g *Gateway) forward(ctx *fasthttp.RequestCtx, ex *exchange) {
 func (g *Gateway) send(ctx *fasthttp.RequestCtx, ex *exchange) bool {
 	ex.out.target = ex.target
 	ex.out.header = &ctx.Request.Header
+	ex.out.named = connectionNamed(ex.out.header) // once, for every try
 	ex.answer = fasthttp.AcquireResponse()
 	body, err := g.roundTrips(ex)
 	if err != nil {
@@ -194,8 +195,9 @@ func (g *Gateway) bodyCut(ex *exchange, err error) {
 }
 
 func isEventStream(contentType []byte) bool {
-	if !strings.HasPrefix(strings.ToLower(strings.TrimSpace(string(contentType))), "text/event-stream") {
-		return false // the common case, without parsing
+	const eventStream = "text/event-stream"
+	if ct := bytes.TrimLeft(contentType, " \t"); len(ct) < len(eventStream) || !nameIs(ct[:len(eventStream)], eventStream) {
+		return false // the common case, without parsing or a copy
 	}
 	base, _, _ := mime.ParseMediaType(string(contentType))
 	return base == "text/event-stream"

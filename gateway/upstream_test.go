@@ -155,8 +155,9 @@ func proxiedTo(t *testing.T, workerURL, method, extra, body string) *outgoing {
 	if err != nil {
 		t.Fatal(err)
 	}
+	header := clientHead(t, method, extra, body)
 	return &outgoing{target: target, method: []byte(method), rawTarget: clientTarget,
-		header: clientHead(t, method, extra, body), body: []byte(body), head: method == "HEAD"}
+		header: header, named: connectionNamed(header), body: []byte(body), head: method == "HEAD"}
 }
 
 // transportRequest is proxied's request as the ReverseProxy handed it to the Transport: the

@@ -18,6 +18,7 @@ type outgoing struct {
 	// URL's path prefix (contract: HTTP proxies, step 1).
 	rawTarget string
 	header    *fasthttp.RequestHeader // the client's
+	named     []byte                  // the headers its Connection lines name (connectionNamed)
 	body      []byte
 	head      bool   // a HEAD: its answer has no body
 	upgrade   []byte // the protocol the client asked to switch to; nil for none
@@ -48,9 +49,8 @@ func writeRequest(w *bufio.Writer, o *outgoing) error {
 	w.WriteString(" HTTP/1.1\r\nHost: ")
 	w.WriteString(o.target.host)
 	w.WriteString("\r\n")
-	named := connectionNamed(o.header)
 	for name, value := range clientHeaders(o.header) {
-		if skipOnRequest(name) || (named != nil && tokenListHas(named, name)) {
+		if skipOnRequest(name) || (o.named != nil && tokenListHas(o.named, name)) {
 			continue
 		}
 		writeHeaderLine(w, name, value)
