@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -13,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -127,18 +125,9 @@ func (ex *exchange) Read(p []byte) (int, error) {
 		ex.readErr = err
 		ex.g.bodyCut(ex, err)
 		ex.aborted = true
-		if ex.left.Load() {
-			err = errClientLeft
-		}
 	}
 	return n, err
 }
-
-// errClientLeft ends the answer of a client that closed its connection. The server logs the
-// error that ends a connection unless it is one of a client gone, which it knows by its text
-// ("broken pipe", "reset by peer"); a departure is one, and the contract logs none (HTTP
-// proxies, step 7).
-var errClientLeft = fmt.Errorf("the client closed its connection: %w", syscall.EPIPE)
 
 // pause stops the idle timeout, which runs only while a read of the worker's body waits (Read):
 // while the client is written to, whose pace is not the worker's, only the request's deadline
