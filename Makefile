@@ -68,7 +68,7 @@ test-go:
 	$(GO) test -count=1 -run 'Allocate' ./core
 
 # Each Go fuzz target for FUZZTIME (their seed corpora also run in test-go).
-FUZZTIME ?= 12s
+FUZZTIME ?= 10s
 FUZZ_TARGETS := FuzzRequestFromHeaders FuzzParseConfig FuzzRouterOperations FuzzCacheAware ./gateway:FuzzPromptTextMatchesEncodingJSON ./gateway:FuzzTokenBlocksMatchEncodingJSON ./kvevents:FuzzDecode ./peerroutes:FuzzDecode ./gateway/httpcheck:FuzzHeadersMatchNetHTTP ./gateway/httpcheck:FuzzRequestMatchesNetHTTP
 test-fuzz:
 	GO=$(GO) bash scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
