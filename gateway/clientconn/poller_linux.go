@@ -1,6 +1,7 @@
 package clientconn
 
 import (
+	"fmt"
 	"os"
 	"syscall"
 )
@@ -14,9 +15,13 @@ const connEvents = syscall.EPOLLRDHUP | syscall.EPOLLET&0xffffffff
 // wakeID is the id of the pipe whose write end wake closes.
 const wakeID = 0
 
-// poller is one epoll set for all the connections, and a pipe to end its wait.
+// poller is one epoll set for all the connections, and a pipe to end its wait. The set waits in
+// the runtime's network poller (set is epfd as a file) rather than in a blocking epoll_wait, which
+// would hold a processor until the runtime takes it back (up to 10 ms, or every processor the
+// gateway has when it has only one).
 type poller struct {
 	epfd      int
+	set       *os.File
 	wakeRead  int
 	wakeWrite int
 }
@@ -26,12 +31,17 @@ func newPoller() (*poller, error) {
 	if err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
 	}
+	if err := syscall.SetNonblock(epfd, true); err != nil { // so that os.NewFile gives it to the network poller
+		syscall.Close(epfd)
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	set := os.NewFile(uintptr(epfd), "clientconn epoll")
 	var fds [2]int
 	if err := syscall.Pipe2(fds[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
-		syscall.Close(epfd)
+		set.Close()
 		return nil, os.NewSyscallError("pipe2", err)
 	}
-	p := &poller{epfd: epfd, wakeRead: fds[0], wakeWrite: fds[1]}
+	p := &poller{epfd: epfd, set: set, wakeRead: fds[0], wakeWrite: fds[1]}
 	if err := p.ctl(syscall.EPOLL_CTL_ADD, p.wakeRead, syscall.EPOLLIN, wakeID); err != nil {
 		p.close()
 		syscall.Close(p.wakeWrite)
@@ -77,11 +87,24 @@ func (p *poller) remove(rc syscall.RawConn) error {
 // epoll set, which nothing uses any more.
 func (p *poller) run(left func(id uint64)) {
 	defer p.close()
+	raw, err := p.set.SyscallConn()
+	if err != nil {
+		panic(fmt.Errorf("clientconn: the epoll set: %w", err))
+	}
 	events := make([]syscall.EpollEvent, 128)
 	for {
-		n, err := syscall.EpollWait(p.epfd, events, -1)
-		if err == syscall.EINTR {
-			continue
+		var n int
+		var waitErr error
+		// A wait that does not block; with nothing to report, the network poller waits for the
+		// set to have events.
+		err := raw.Read(func(fd uintptr) bool {
+			for n, waitErr = syscall.EpollWait(int(fd), events, 0); waitErr == syscall.EINTR; {
+				n, waitErr = syscall.EpollWait(int(fd), events, 0)
+			}
+			return n > 0 || waitErr != nil
+		})
+		if err == nil {
+			err = waitErr
 		}
 		if err != nil {
 			// Only a closed or invalid epfd fails here: a bug, as the runtime's netpoll treats it.
@@ -102,5 +125,5 @@ func (p *poller) wake() { syscall.Close(p.wakeWrite) }
 
 func (p *poller) close() {
 	syscall.Close(p.wakeRead)
-	syscall.Close(p.epfd)
+	p.set.Close()
 }
