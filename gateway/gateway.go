@@ -38,6 +38,7 @@ import (
 	"github.com/bounded-router/bounded-router/core"
 	"github.com/bounded-router/bounded-router/gateway/clientconn"
 	"github.com/bounded-router/bounded-router/gateway/httpcheck"
+	"github.com/bounded-router/bounded-router/gateway/processors"
 	"github.com/bounded-router/bounded-router/health"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
@@ -81,7 +82,10 @@ type Gateway struct {
 	inflight atomic.Int64
 	serving  sync.WaitGroup
 	stopOnce sync.Once
-	stopErr  error
+	// releaseProcessors ends this gateway's share in sizing the runtime's processors to the
+	// load (package processors).
+	releaseProcessors func()
+	stopErr           error
 }
 
 // New builds a gateway for the monitor's router with options (validated; zero fields take their
@@ -169,6 +173,7 @@ func (g *Gateway) listen() error {
 		g.goServe(func() { g.metrics.Serve(g.metricsLn) })
 	}
 	g.goServe(func() { g.server.Serve(g.listener) })
+	g.releaseProcessors = processors.Follow()
 	return nil
 }
 
@@ -232,6 +237,9 @@ func (g *Gateway) shutdown(timeout time.Duration) error {
 		g.metrics.Close()
 	}
 	g.serving.Wait()
+	if g.releaseProcessors != nil {
+		g.releaseProcessors()
+	}
 	// Requests cut return as soon as their cancelled tries do.
 	for deadline := time.Now().Add(5 * time.Second); g.inflight.Load() > 0; {
 		if time.Now().After(deadline) {

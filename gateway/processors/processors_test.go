@@ -1,0 +1,138 @@
+package processors
+
+import (
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+)
+
+// window is what a window shows the controller: the cores used and the mean goroutines queued.
+type window struct{ cores, queued float64 }
+
+func windows(cores, queued float64, n int) []window {
+	return slices.Repeat([]window{{cores, queued}}, n)
+}
+
+// decide feeds the controller the windows and returns what it decided after each.
+func decide(c *Controller, ws []window) []int {
+	var got []int
+	for _, w := range ws {
+		got = append(got, c.Next(w.cores, w.queued))
+	}
+	return got
+}
+
+func counts(v, n int) []int { return slices.Repeat([]int{v}, n) }
+
+// The expected processors are worked out by hand from the package's rule: need is the larger of
+// ceil(cores / 0.75) and ceil(queued / 10), at least 1, at most twice the current count and the
+// limit; fewer only after ten windows in a row that needed fewer, then the most they needed.
+func TestControllerRule(t *testing.T) {
+	cases := []struct {
+		name           string
+		current, limit int
+		windows        []window
+		want           []int
+	}{
+		// 0.69 cores need ceil(0.92) = 1, 4 queued ceil(0.4) = 1.
+		{"down after ten calm windows", 2, 2, windows(0.69, 4, 10), append(counts(2, 9), 1)},
+		// 0.52 cores need 1, 0.80 need ceil(1.07) = 2: up at once.
+		{"up at once for CPU", 1, 2, []window{{0.52, 0}, {0.80, 0}, {0.52, 0}}, []int{1, 2, 2}},
+		// 0.4 cores need 1, but 12.5 goroutines queued need ceil(1.25) = 2.
+		{"up at once for a queue", 1, 2, []window{{0.4, 8}, {0.4, 12.5}}, []int{1, 2}},
+		// From one processor of 64: at most twice the current count per window.
+		{"doubling at most", 1, 64, []window{{0.95, 0}, {1.9, 0}, {40, 0}, {40, 0}, {0.2, 300}}, []int{2, 3, 6, 12, 24}},
+		// Down to the most any calm window needed: ceil(2.2 / 0.75) = 3, ceil(45 / 10) = 5.
+		{"down to the most needed", 8, 8, append([]window{{2.2, 0}, {0.1, 45}, {1, 0}}, windows(0.1, 0, 7)...), append(counts(8, 9), 5)},
+		// Idle, or a clock that went back: one processor is the floor.
+		{"never below one", 1, 4, []window{{0, 0}, {-3, -1}}, []int{1, 1}},
+		{"a limit of one", 1, 1, []window{{5, 50}, {5, 50}}, []int{1, 1}},
+		{"the start is held to the limit", 6, 4, []window{{3, 0}}, []int{4}},
+	}
+	for _, tc := range cases {
+		if got := decide(NewController(tc.current, tc.limit), tc.windows); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: processors %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A window that needs all the processors ends a calm streak: ten more calm ones are needed.
+func TestABusyWindowRestartsTheCount(t *testing.T) {
+	ws := append(windows(0.1, 0, 9), window{0.3, 11}) // 11 queued need ceil(1.1) = 2
+	ws = append(ws, windows(0.1, 0, 10)...)
+	if got, want := decide(NewController(2, 2), ws), append(counts(2, 19), 1); !slices.Equal(got, want) {
+		t.Fatalf("processors %v, want %v", got, want)
+	}
+}
+
+// Loop samples at every tick and decides at the end of every window from the CPU used since its
+// start and the mean of its samples' queues, on a fake clock: 6.9 ms of CPU per 10 ms tick is
+// 0.69 cores.
+func TestLoopOnAFakeClock(t *testing.T) {
+	ticks, stop, done := make(chan time.Time), make(chan struct{}), make(chan struct{})
+	samples := 0 // the loop's alone
+	var set []int
+	go func() {
+		defer close(done)
+		sample := func() Sample {
+			samples++
+			// Four goroutines queued at every tick, 30 at every tenth: a mean of 6.6, need 1.
+			queued := 4
+			if samples%TicksPerWindow == 0 {
+				queued = 30
+			}
+			return Sample{CPU: time.Duration(samples) * 6900 * time.Microsecond, Runnable: queued}
+		}
+		Loop(NewController(2, 2), ticks, stop, sample, func(p int) { set = append(set, p) })
+	}()
+	start := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	windowsRun := 11
+	for i := 0; i <= windowsRun*TicksPerWindow; i++ {
+		ticks <- start.Add(time.Duration(i) * Tick) // unbuffered: the loop has taken the tick
+	}
+	close(stop)
+	<-done
+	// The first tick starts the count; then ten windows at 0.69 cores bring two processors to one,
+	// and the eleventh stays there.
+	if want := append(counts(2, 9), 1, 1); !slices.Equal(set, want) {
+		t.Fatalf("set %v, want %v", set, want)
+	}
+}
+
+func TestFollowLeavesAnOperatorsChoice(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "1")
+	before := runtime.GOMAXPROCS(0)
+	release := Follow()
+	if running.users != 0 {
+		t.Fatalf("a controller runs although GOMAXPROCS is set")
+	}
+	release()
+	if runtime.GOMAXPROCS(0) != before {
+		t.Fatalf("GOMAXPROCS changed from %d to %d", before, runtime.GOMAXPROCS(0))
+	}
+}
+
+// The last release stops the controller and gives the runtime its default back, once however
+// often it is called.
+func TestFollowSharedAndReleased(t *testing.T) {
+	runtime.SetDefaultGOMAXPROCS()
+	want := runtime.GOMAXPROCS(0)
+	first, second := Follow(), Follow()
+	if running.users != 2 {
+		t.Fatalf("users %d, want 2", running.users)
+	}
+	first()
+	first()
+	if running.users != 1 {
+		t.Fatalf("users %d after a repeated release, want 1", running.users)
+	}
+	runtime.GOMAXPROCS(1) // as the controller may leave it
+	second()
+	if running.users != 0 {
+		t.Fatalf("users %d, want 0", running.users)
+	}
+	if got := runtime.GOMAXPROCS(0); got != want {
+		t.Fatalf("GOMAXPROCS %d after the last release, want the default %d", got, want)
+	}
+}
