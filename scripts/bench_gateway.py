@@ -32,8 +32,10 @@ other target's.
 Every request is a small ``POST /v1/completions`` (8 tokens) with ``X-SMG-Routing-Key`` (64
 keys). Measured, with the targets in a new random order in every round:
 
-* added latency: median and p99 of sequential requests on one keep-alive connection, minus the
-  same quantile calling the workers directly; non-streaming and streaming (SSE, 8 events);
+* added latency: median and p99 of sequential requests on one keep-alive connection per target,
+  minus the same quantile calling the workers directly; non-streaming and streaming (SSE, 8
+  events). The requests go to every target in turn, one at a time (one of the workers stands for
+  the direct calls in each round), so that the machine's changes of pace meet every target alike;
 * throughput at concurrency 16 and 64 (keep-alive clients, non-streaming);
 * CPU per request: the target's processes' utime + stime (``/proc/PID/stat``) over the
   concurrency-16 runs, divided by their requests.
@@ -297,13 +299,17 @@ def main() -> int:
 
         names = list(targets)
         latency: Dict[Tuple[str, bool], List[float]] = {(n, s): [] for n in names for s in (False, True)}
-        for _ in range(args.rounds):
+        for r in range(args.rounds):
             order = names[:]
             rng.shuffle(order)
-            for name in order:
-                for stream in (False, True):
-                    out = tool(tool_path, "seq", targets[name][0], str(args.per_round), KEYS, "1" if stream else "0")
-                    latency[(name, stream)] += [int(v) / 1e6 for v in out.split()]
+            # One request to each target in turn, so that a change in the machine's state meets
+            # every target alike; the workers are called directly one after the other.
+            urls_in_turn = [urls[r % len(urls)] if name == "direct" else targets[name][0] for name in order]
+            for stream in (False, True):
+                out = tool(tool_path, "seq", ",".join(urls_in_turn), str(args.per_round * len(order)), KEYS, "1" if stream else "0")
+                times = out.split()  # the tool's first timed request, after 20 untimed ones, goes to URL 20 % len
+                for i, name in enumerate(order):
+                    latency[(name, stream)] += [int(v) / 1e6 for v in times[(i - 20) % len(order) :: len(order)]]
 
         throughput: Dict[Tuple[str, int], List[float]] = {(n, c): [] for n in names for c in (16, 64)}
         cpu: Dict[str, List[float]] = {n: [] for n in names}
@@ -336,8 +342,8 @@ def main() -> int:
         "## The gateway against SMG, the Python proxy, HAProxy and nginx (issues 14, 24)",
         "",
         "`%s` on %s (%d workers from `scripts/bench_gateway_tool.go` on loopback; %d rounds x %d "
-        "sequential requests per target and mode, %d throughput rounds of %d requests, targets "
-        "interleaved in a new order every round; SMG: %s). Added latency: the quantile through the "
+        "sequential requests per target and mode, sent to the targets in turn, %d throughput rounds of %d "
+        "requests, targets interleaved in a new order every round; SMG: %s). Added latency: the quantile through the "
         "target minus the same quantile calling the workers directly. CPU per request: the target's "
         "processes' utime + stime over the concurrency-16 runs. Peers: %s."
         % (" ".join(["python", "scripts/bench_gateway.py"] + sys.argv[1:]), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
