@@ -17,7 +17,7 @@ import (
 // decided from its CPU use and the goroutines it had waiting for a processor, and taken away only
 // after DownAfter windows in a row that needed fewer.
 const (
-	Tick           = 10 * time.Millisecond
+	Tick           = 20 * time.Millisecond
 	TicksPerWindow = 10
 	Window         = Tick * TicksPerWindow
 	DownAfter      = 10

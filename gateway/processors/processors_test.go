@@ -67,8 +67,8 @@ func TestABusyWindowRestartsTheCount(t *testing.T) {
 }
 
 // Loop samples at every tick and decides at the end of every window from the CPU used since its
-// start and the mean of its samples' queues, on a fake clock: 6.9 ms of CPU per 10 ms tick is
-// 0.69 cores.
+// start and the mean of its samples' queues, on a fake clock: 0.69 Tick of CPU per Tick is 0.69
+// cores.
 func TestLoopOnAFakeClock(t *testing.T) {
 	ticks, stop, done := make(chan time.Time), make(chan struct{}), make(chan struct{})
 	samples := 0 // the loop's alone
@@ -82,7 +82,7 @@ func TestLoopOnAFakeClock(t *testing.T) {
 			if samples%TicksPerWindow == 0 {
 				queued = 30
 			}
-			return Sample{CPU: time.Duration(samples) * 6900 * time.Microsecond, Runnable: queued}
+			return Sample{CPU: time.Duration(samples) * Tick * 69 / 100, Runnable: queued}
 		}
 		Loop(NewController(2, 2), ticks, stop, sample, func(p int) { set = append(set, p) })
 	}()
