@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 )
 
 // The events a connection is registered for: the client's FIN or half-close, edge-triggered so
@@ -36,6 +37,10 @@ func newPoller() (*poller, error) {
 		return nil, os.NewSyscallError("fcntl", err)
 	}
 	set := os.NewFile(uintptr(epfd), "clientconn epoll")
+	if err := set.SetReadDeadline(time.Time{}); err != nil { // only a file in the network poller takes one
+		set.Close()
+		return nil, fmt.Errorf("the epoll set cannot wait in the network poller: %w", err)
+	}
 	var fds [2]int
 	if err := syscall.Pipe2(fds[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
 		set.Close()

@@ -8,18 +8,18 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
 )
 
-// The process is looked at every Tick; every Window (TicksPerWindow ticks) the processors are
+// The process is looked at every Tick; every TicksPerWindow ticks (a window) the processors are
 // decided from its CPU use and the goroutines it had waiting for a processor, and taken away only
 // after DownAfter windows in a row that needed fewer.
 const (
 	Tick           = 20 * time.Millisecond
 	TicksPerWindow = 10
-	Window         = Tick * TicksPerWindow
 	DownAfter      = 10
 )
 
@@ -126,35 +126,48 @@ var running struct {
 	users int
 	stop  chan struct{}
 	done  chan struct{}
+	// start is the processors the runtime had before the controller, and custom whether they
+	// were the host's choice rather than the runtime's default: the last release restores them.
+	start  int
+	custom bool
 }
 
 // Follow sizes the processors to the load until the returned release is called (once per
-// call); several users share one controller, which ends with the last release and gives the
-// runtime back its own default. It does nothing when GOMAXPROCS is set in the environment: the
-// operator has chosen.
+// call). Several users share one controller; the last release ends it and gives back the
+// processors as they were: the host's count if it had set one, else the runtime's own default,
+// which follows the machine again. While it runs, the controller owns the processors. It does
+// nothing when the environment sets GOMAXPROCS to a count, as the runtime reads it: the operator
+// has chosen.
 func Follow() (release func()) {
-	if os.Getenv("GOMAXPROCS") != "" {
+	if n, err := strconv.Atoi(os.Getenv("GOMAXPROCS")); err == nil && n > 0 {
 		return func() {}
 	}
 	running.Lock()
 	defer running.Unlock()
 	if running.users++; running.users == 1 {
+		running.start = runtime.GOMAXPROCS(0)
+		runtime.SetDefaultGOMAXPROCS()
+		if running.custom = runtime.GOMAXPROCS(0) != running.start; running.custom {
+			runtime.GOMAXPROCS(running.start)
+		}
 		running.stop, running.done = make(chan struct{}), make(chan struct{})
-		go func(stop, done chan struct{}) {
-			defer close(done)
-			ticker := time.NewTicker(Tick)
-			defer ticker.Stop()
-			n := runtime.GOMAXPROCS(0)
-			m := []metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}
-			Loop(NewController(n, n), ticker.C, stop, func() Sample { return sampleProcess(m) }, func(p int) {
-				if p != runtime.GOMAXPROCS(0) {
-					runtime.GOMAXPROCS(p)
-				}
-			})
-		}(running.stop, running.done)
+		go control(running.start, running.stop, running.done)
 	}
 	var once sync.Once
 	return func() { once.Do(leave) }
+}
+
+// control runs the process's controller, from and up to n processors, until stop is closed.
+func control(n int, stop, done chan struct{}) {
+	defer close(done)
+	ticker := time.NewTicker(Tick)
+	defer ticker.Stop()
+	m := []metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}
+	Loop(NewController(n, n), ticker.C, stop, func() Sample { return sampleProcess(m) }, func(p int) {
+		if p != runtime.GOMAXPROCS(0) {
+			runtime.GOMAXPROCS(p)
+		}
+	})
 }
 
 func leave() {
@@ -165,5 +178,9 @@ func leave() {
 	}
 	close(running.stop)
 	<-running.done
-	runtime.SetDefaultGOMAXPROCS()
+	if running.custom {
+		runtime.GOMAXPROCS(running.start)
+	} else {
+		runtime.SetDefaultGOMAXPROCS()
+	}
 }

@@ -100,39 +100,104 @@ func TestLoopOnAFakeClock(t *testing.T) {
 	}
 }
 
-func TestFollowLeavesAnOperatorsChoice(t *testing.T) {
-	t.Setenv("GOMAXPROCS", "1")
-	before := runtime.GOMAXPROCS(0)
-	release := Follow()
-	if running.users != 0 {
-		t.Fatalf("a controller runs although GOMAXPROCS is set")
+// A burst in the first window must not count in the next ones: each window is judged on its own
+// CPU use. Averaged since the start, 31 CPU-seconds over eleven windows would still need two
+// processors.
+func TestEachWindowOnItsOwn(t *testing.T) {
+	ticks, stop, done := make(chan time.Time), make(chan struct{}), make(chan struct{})
+	samples := 0
+	var set []int
+	go func() {
+		defer close(done)
+		sample := func() Sample {
+			samples++
+			cpu := time.Duration(samples) * Tick / 10 // 0.1 cores
+			if samples > 1 {
+				cpu += 30 * TicksPerWindow * Tick // 30 cores through the first window
+			}
+			return Sample{CPU: cpu}
+		}
+		Loop(NewController(1, 2), ticks, stop, sample, func(p int) { set = append(set, p) })
+	}()
+	start := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	for i := 0; i <= 11*TicksPerWindow; i++ {
+		ticks <- start.Add(time.Duration(i) * Tick)
 	}
-	release()
-	if runtime.GOMAXPROCS(0) != before {
-		t.Fatalf("GOMAXPROCS changed from %d to %d", before, runtime.GOMAXPROCS(0))
+	close(stop)
+	<-done
+	// Up to two after the burst, then ten windows of 0.1 cores bring it back to one.
+	if want := append(counts(2, 10), 1); !slices.Equal(set, want) {
+		t.Fatalf("set %v, want %v", set, want)
+	}
+}
+
+func TestFollowLeavesAnOperatorsChoice(t *testing.T) {
+	for _, value := range []string{"1", "3"} {
+		t.Setenv("GOMAXPROCS", value)
+		before := runtime.GOMAXPROCS(0)
+		release := Follow()
+		if running.users != 0 {
+			t.Fatalf("GOMAXPROCS=%s: a controller runs although the operator set the processors", value)
+		}
+		release()
+		if runtime.GOMAXPROCS(0) != before {
+			t.Fatalf("GOMAXPROCS=%s: the processors changed from %d to %d", value, before, runtime.GOMAXPROCS(0))
+		}
+	}
+}
+
+// A value the runtime does not read as a count ("0", "auto") leaves its default in force, and
+// the controller runs.
+func TestFollowRunsWhenTheEnvironmentSetsNoCount(t *testing.T) {
+	for _, value := range []string{"", "0", "auto"} {
+		t.Setenv("GOMAXPROCS", value)
+		release := Follow()
+		if running.users != 1 {
+			t.Fatalf("GOMAXPROCS=%q: users %d, want 1", value, running.users)
+		}
+		release()
 	}
 }
 
 // The last release stops the controller and gives the runtime its default back, once however
-// often it is called.
+// often it is called; a later Follow starts a new controller.
 func TestFollowSharedAndReleased(t *testing.T) {
 	runtime.SetDefaultGOMAXPROCS()
 	want := runtime.GOMAXPROCS(0)
-	first, second := Follow(), Follow()
-	if running.users != 2 {
-		t.Fatalf("users %d, want 2", running.users)
+	for round := 0; round < 2; round++ {
+		first, second := Follow(), Follow()
+		if running.users != 2 {
+			t.Fatalf("round %d: users %d, want 2", round, running.users)
+		}
+		first()
+		first()
+		if running.users != 1 {
+			t.Fatalf("round %d: users %d after a repeated release, want 1", round, running.users)
+		}
+		runtime.GOMAXPROCS(want + 1) // as the controller might leave it, and never the default
+		second()
+		if running.users != 0 {
+			t.Fatalf("round %d: users %d, want 0", round, running.users)
+		}
+		if got := runtime.GOMAXPROCS(0); got != want {
+			t.Fatalf("round %d: GOMAXPROCS %d after the last release, want the default %d", round, got, want)
+		}
 	}
-	first()
-	first()
-	if running.users != 1 {
-		t.Fatalf("users %d after a repeated release, want 1", running.users)
+}
+
+// A count the host set itself is the controller's limit, and is what the last release restores.
+func TestFollowRestoresTheHostsCount(t *testing.T) {
+	runtime.SetDefaultGOMAXPROCS()
+	host := runtime.GOMAXPROCS(0) + 2
+	runtime.GOMAXPROCS(host)
+	defer runtime.SetDefaultGOMAXPROCS()
+	release := Follow()
+	if got := runtime.GOMAXPROCS(0); got != host {
+		t.Fatalf("GOMAXPROCS %d once the controller started, want the host's %d", got, host)
 	}
-	runtime.GOMAXPROCS(1) // as the controller may leave it
-	second()
-	if running.users != 0 {
-		t.Fatalf("users %d, want 0", running.users)
-	}
-	if got := runtime.GOMAXPROCS(0); got != want {
-		t.Fatalf("GOMAXPROCS %d after the last release, want the default %d", got, want)
+	runtime.GOMAXPROCS(1) // as the controller might leave it
+	release()
+	if got := runtime.GOMAXPROCS(0); got != host {
+		t.Fatalf("GOMAXPROCS %d after the release, want the host's %d", got, host)
 	}
 }
