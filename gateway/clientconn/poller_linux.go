@@ -103,7 +103,7 @@ func (p *poller) run(left func(id uint64)) {
 		// A wait that does not block; with nothing to report, the network poller waits for the
 		// set to have events.
 		err := raw.Read(func(fd uintptr) bool {
-			for n, waitErr = syscall.EpollWait(int(fd), events, 0); waitErr == syscall.EINTR; {
+			for waitErr = syscall.EINTR; waitErr == syscall.EINTR; {
 				n, waitErr = syscall.EpollWait(int(fd), events, 0)
 			}
 			return n > 0 || waitErr != nil

@@ -66,35 +66,38 @@ func TestABusyWindowRestartsTheCount(t *testing.T) {
 	}
 }
 
-// Loop samples at every tick and decides at the end of every window from the CPU used since its
-// start and the mean of its samples' queues, on a fake clock: 0.69 Tick of CPU per Tick is 0.69
-// cores.
-func TestLoopOnAFakeClock(t *testing.T) {
+// loopOnAFakeClock runs Loop with c for the given windows, one tick after another on a fake
+// clock (the first only starts the count); sample gets the number of its call, from 1. It returns
+// what the loop set after each window.
+func loopOnAFakeClock(c *Controller, windows int, sample func(call int) Sample) []int {
 	ticks, stop, done := make(chan time.Time), make(chan struct{}), make(chan struct{})
-	samples := 0 // the loop's alone
 	var set []int
 	go func() {
 		defer close(done)
-		sample := func() Sample {
-			samples++
-			// Four goroutines queued at every tick, 30 at every tenth: a mean of 6.6, need 1.
-			queued := 4
-			if samples%TicksPerWindow == 0 {
-				queued = 30
-			}
-			return Sample{CPU: time.Duration(samples) * Tick * 69 / 100, Runnable: queued}
-		}
-		Loop(NewController(2, 2), ticks, stop, sample, func(p int) { set = append(set, p) })
+		calls := 0 // the loop's alone
+		Loop(c, ticks, stop, func() Sample { calls++; return sample(calls) }, func(p int) { set = append(set, p) })
 	}()
 	start := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
-	windowsRun := 11
-	for i := 0; i <= windowsRun*TicksPerWindow; i++ {
+	for i := 0; i <= windows*TicksPerWindow; i++ {
 		ticks <- start.Add(time.Duration(i) * Tick) // unbuffered: the loop has taken the tick
 	}
 	close(stop)
 	<-done
-	// The first tick starts the count; then ten windows at 0.69 cores bring two processors to one,
-	// and the eleventh stays there.
+	return set
+}
+
+// Loop samples at every tick and decides at the end of every window from the CPU used since its
+// start and the mean of its samples' queues: 0.69 Tick of CPU per Tick is 0.69 cores.
+func TestLoopOnAFakeClock(t *testing.T) {
+	set := loopOnAFakeClock(NewController(2, 2), 11, func(call int) Sample {
+		// Four goroutines queued at every tick, 30 at every tenth: a mean of 6.6, need 1.
+		queued := 4
+		if call%TicksPerWindow == 0 {
+			queued = 30
+		}
+		return Sample{CPU: time.Duration(call) * Tick * 69 / 100, Runnable: queued}
+	})
+	// Ten windows at 0.69 cores bring two processors to one, and the eleventh stays there.
 	if want := append(counts(2, 9), 1, 1); !slices.Equal(set, want) {
 		t.Fatalf("set %v, want %v", set, want)
 	}
@@ -104,27 +107,13 @@ func TestLoopOnAFakeClock(t *testing.T) {
 // CPU use. Averaged since the start, 31 CPU-seconds over eleven windows would still need two
 // processors.
 func TestEachWindowOnItsOwn(t *testing.T) {
-	ticks, stop, done := make(chan time.Time), make(chan struct{}), make(chan struct{})
-	samples := 0
-	var set []int
-	go func() {
-		defer close(done)
-		sample := func() Sample {
-			samples++
-			cpu := time.Duration(samples) * Tick / 10 // 0.1 cores
-			if samples > 1 {
-				cpu += 30 * TicksPerWindow * Tick // 30 cores through the first window
-			}
-			return Sample{CPU: cpu}
+	set := loopOnAFakeClock(NewController(1, 2), 11, func(call int) Sample {
+		cpu := time.Duration(call) * Tick / 10 // 0.1 cores
+		if call > 1 {
+			cpu += 30 * TicksPerWindow * Tick // 30 cores through the first window
 		}
-		Loop(NewController(1, 2), ticks, stop, sample, func(p int) { set = append(set, p) })
-	}()
-	start := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
-	for i := 0; i <= 11*TicksPerWindow; i++ {
-		ticks <- start.Add(time.Duration(i) * Tick)
-	}
-	close(stop)
-	<-done
+		return Sample{CPU: cpu}
+	})
 	// Up to two after the burst, then ten windows of 0.1 cores bring it back to one.
 	if want := append(counts(2, 10), 1); !slices.Equal(set, want) {
 		t.Fatalf("set %v, want %v", set, want)
