@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bounded-router/bounded-router/gateway/rawio"
 	"github.com/valyala/fasthttp"
 )
 
@@ -465,8 +466,7 @@ func (u *upstream) takeIdle(addr string) *upstreamConn {
 }
 
 // idleAndOpen says whether a pooled connection is still open with nothing to read: a look at
-// the socket (a peek that does not wait) notices a worker that closed it while it was idle,
-// before it is used.
+// the socket (rawio.Idle) notices a worker that closed it while it was idle, before it is used.
 func idleAndOpen(conn net.Conn) bool {
 	if tc, ok := conn.(*tls.Conn); ok {
 		conn = tc.NetConn()
@@ -476,17 +476,7 @@ func idleAndOpen(conn net.Conn) bool {
 		return true
 	}
 	raw, err := sc.SyscallConn()
-	if err != nil {
-		return false
-	}
-	open := false
-	var buf [1]byte
-	err = raw.Read(func(fd uintptr) bool {
-		_, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		open = err == syscall.EAGAIN // else closed (0 bytes), failed, or bytes nobody asked for
-		return true
-	})
-	return err == nil && open
+	return err == nil && rawio.Idle(raw)
 }
 
 // dial1 opens a new connection to t, which holds one of its worker's places when slot.
@@ -494,6 +484,9 @@ func (u *upstream) dial1(try *canceller, t *target, slot bool) (*upstreamConn, e
 	ctx, stop := contextOf(try)
 	defer stop()
 	conn, err := u.dial(ctx, "tcp", t.addr)
+	if err == nil {
+		conn = rawio.Wrap(conn)
+	}
 	if err == nil && t.tls {
 		conn, err = handshake(ctx, conn, t.serverName, u.rootCAs)
 	}

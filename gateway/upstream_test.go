@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/bounded-router/bounded-router/core"
+	"github.com/bounded-router/bounded-router/gateway/rawio"
 	"github.com/valyala/fasthttp"
 )
 
@@ -301,6 +302,25 @@ func TestUpstreamKeepsAConnectionOnlyAfterACleanEnd(t *testing.T) {
 	if n := accepted.Load(); n != 2 {
 		t.Fatalf("after an early close: %d connections, want 2", n)
 	}
+}
+
+// The connections to workers are read and written by package rawio, whose calls the scheduler
+// does not see (BENCHMARKS.md, "System calls the scheduler does not see").
+func TestUpstreamConnectionsUseRawIO(t *testing.T) {
+	addr, _ := rawWorker(t, answering(okAnswer, nil))
+	u := newUpstream(4)
+	roundTrip(t, u, proxied(t, "GET", addr, ""))
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, list := range u.idle {
+		for _, c := range list {
+			if _, ok := c.conn.(*rawio.Conn); !ok {
+				t.Fatalf("a pooled connection is a %T, not a *rawio.Conn", c.conn)
+			}
+			return
+		}
+	}
+	t.Fatal("no connection was pooled")
 }
 
 func TestUpstreamGivesBackAConnectionOnlyWhenNothingFollowsTheAnswer(t *testing.T) {

@@ -6,11 +6,14 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/bounded-router/bounded-router/gateway/rawio"
 )
 
 // tcpConn is embedded under an unexported name: every method of *net.TCPConn passes through
 // (deadlines, CloseWrite, the SetKeepAlive and SetKeepAlivePeriod that fasthttp's Serve
-// asserts, ReadFrom), while the connection cannot be closed around Close.
+// asserts, ReadFrom), while the connection cannot be closed around Close. Read and Write are
+// package rawio's.
 type tcpConn = net.TCPConn
 
 // Conn is an accepted client connection: Watch reports its client leaving, and Close lingers.
@@ -31,6 +34,12 @@ type Conn struct {
 	closeOnce sync.Once
 	closeErr  error
 }
+
+// Read reads the client's bytes as net.Conn does (package rawio).
+func (c *Conn) Read(p []byte) (int, error) { return rawio.Read(c.tcpConn, c.rc, p) }
+
+// Write writes to the client as net.Conn does (package rawio).
+func (c *Conn) Write(p []byte) (int, error) { return rawio.Write(c.tcpConn, c.rc, p) }
 
 // Watch calls left once, from the watcher's goroutine, when the client closes (FIN),
 // half-closes or resets its side while the watch is on; if the client had already left, left

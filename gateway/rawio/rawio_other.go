@@ -1,0 +1,26 @@
+//go:build !linux
+
+package rawio
+
+import (
+	"net"
+	"syscall"
+)
+
+// Read is c's own Read outside Linux.
+func Read(c *net.TCPConn, _ syscall.RawConn, p []byte) (int, error) { return c.Read(p) }
+
+// Write is c's own Write outside Linux.
+func Write(c *net.TCPConn, _ syscall.RawConn, p []byte) (int, error) { return c.Write(p) }
+
+// Idle says whether the socket of rc is open with nothing to read, by a peek that does not wait.
+func Idle(rc syscall.RawConn) bool {
+	open := false
+	var b [1]byte
+	err := rc.Read(func(fd uintptr) bool {
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		open = err == syscall.EAGAIN
+		return true
+	})
+	return err == nil && open
+}
