@@ -8,10 +8,11 @@ Not part of CI. Each build is the native library (``go build -buildmode=c-shared
 
 It starts 4 workers (``scripts/bench_gateway_tool.go``), one gateway per build and HAProxy (as
 ``scripts/bench_gateway.py`` configures it) in front of them, and in every round, with the
-targets in a new random order, measures per target: sequential requests (their median minus
-the workers' own, the added median), ``--requests`` at concurrency 16 (the target's CPU time per
-request, utime + stime) and as many at concurrency 64 (req/s). It prints each figure per round
-and on average, and each build's ratios to HAProxy's.
+targets in a new random order, measures: ``--sequential`` requests per target, sent to the
+targets in turn, one at a time (each target's median minus the workers' own, the added median);
+then per target ``--requests`` at concurrency 16 (the target's CPU time per request, utime +
+stime) and as many at concurrency 64 (req/s). It prints each figure per round and on average,
+and each build's ratios to HAProxy's.
 """
 
 from __future__ import annotations
@@ -67,13 +68,16 @@ def main() -> int:
         cpu: Dict[str, List[float]] = {n: [] for n in targets}
         rate: Dict[str, List[float]] = {n: [] for n in targets}
         rng = random.Random(args.seed)
-        for _ in range(args.rounds):
+        for r in range(args.rounds):
             order = list(targets)
             rng.shuffle(order)
+            # One sequential request to each target in turn, as bench_gateway.py sends them.
+            in_turn = [urls[r % len(urls)] if name == "direct" else targets[name][0] for name in order]
+            times = bg.tool(tool, "seq", ",".join(in_turn), str(args.sequential * len(order)), bg.KEYS, "0").split()
+            for i, name in enumerate(order):  # the tool's first timed request goes to URL 20 % len
+                median[name].append(statistics.median(int(v) / 1e6 for v in times[(i - 20) % len(order) :: len(order)]))
             for name in order:
                 url, pid = targets[name]
-                latencies = [int(v) / 1e6 for v in bg.tool(tool, "seq", url, str(args.sequential), bg.KEYS, "0").split()]
-                median[name].append(statistics.median(latencies))
                 if pid:
                     before = bg.cpu_seconds(pid)
                     bg.tool(tool, "conc", url, str(args.requests), "16", bg.KEYS)
