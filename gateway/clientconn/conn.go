@@ -2,7 +2,6 @@ package clientconn
 
 import (
 	"io"
-	"net"
 	"sync"
 	"syscall"
 	"time"
@@ -10,15 +9,15 @@ import (
 	"github.com/bounded-router/bounded-router/gateway/rawio"
 )
 
-// tcpConn is embedded under an unexported name: every method of *net.TCPConn passes through
-// (deadlines, CloseWrite, the SetKeepAlive and SetKeepAlivePeriod that fasthttp's Serve
-// asserts, ReadFrom), while the connection cannot be closed around Close. Read and Write are
-// package rawio's.
-type tcpConn = net.TCPConn
+// rawConn is embedded under an unexported name: its Read, Write, ReadFrom and WriteTo (package
+// rawio's) and every other method of *net.TCPConn pass through (deadlines, CloseWrite, the
+// SetKeepAlive and SetKeepAlivePeriod that fasthttp's Serve asserts), while the connection
+// cannot be closed around Close.
+type rawConn = rawio.Conn
 
 // Conn is an accepted client connection: Watch reports its client leaving, and Close lingers.
 type Conn struct {
-	*tcpConn
+	*rawConn
 	rc   syscall.RawConn
 	w    *watcher
 	id   uint64
@@ -34,12 +33,6 @@ type Conn struct {
 	closeOnce sync.Once
 	closeErr  error
 }
-
-// Read reads the client's bytes as net.Conn does (package rawio).
-func (c *Conn) Read(p []byte) (int, error) { return rawio.Read(c.tcpConn, c.rc, p) }
-
-// Write writes to the client as net.Conn does (package rawio).
-func (c *Conn) Write(p []byte) (int, error) { return rawio.Write(c.tcpConn, c.rc, p) }
 
 // Watch calls left once, from the watcher's goroutine, when the client closes (FIN),
 // half-closes or resets its side while the watch is on; if the client had already left, left
@@ -126,18 +119,18 @@ func (c *Conn) close() error {
 	c.mu.Unlock()
 	c.w.remove(c)
 	c.linger()
-	return c.tcpConn.Close()
+	return c.rawConn.Close()
 }
 
 // linger sends FIN, then discards what the client still sends until it closes too, or the
 // bounds are reached. Its errors are ignored: the connection is closed next in any case. A Read
 // waiting meanwhile ends at the deadline set here.
 func (c *Conn) linger() {
-	if c.tcpConn.CloseWrite() != nil {
+	if c.rawConn.CloseWrite() != nil {
 		return
 	}
-	if c.tcpConn.SetReadDeadline(time.Now().Add(c.opts.LingerTimeout)) != nil {
+	if c.rawConn.SetReadDeadline(time.Now().Add(c.opts.LingerTimeout)) != nil {
 		return
 	}
-	_, _ = io.CopyN(io.Discard, c.tcpConn, c.opts.LingerBytes)
+	_, _ = io.CopyN(io.Discard, c.rawConn, c.opts.LingerBytes)
 }

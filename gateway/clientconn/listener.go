@@ -91,7 +91,7 @@ func (l *Listener) Close() error {
 func (l *Listener) CutAll() {
 	for _, c := range l.w.all() {
 		c.clientLeft()
-		c.tcpConn.SetDeadline(time.Now())
+		c.rawConn.SetDeadline(time.Now())
 	}
 }
 

@@ -3,6 +3,8 @@ package clientconn
 import (
 	"net"
 	"sync"
+
+	"github.com/bounded-router/bounded-router/gateway/rawio"
 )
 
 // watcher maps ids to the connections accepted and not yet closed, and lives until the
@@ -34,6 +36,10 @@ func newWatcher() (*watcher, error) {
 // add gives tc an id, puts it in the map, then in the epoll set, in that order so that its
 // first event finds it.
 func (w *watcher) add(tc *net.TCPConn, o Options) (*Conn, error) {
+	raw, err := rawio.New(tc)
+	if err != nil {
+		return nil, err
+	}
 	rc, err := tc.SyscallConn()
 	if err != nil {
 		return nil, err
@@ -44,7 +50,7 @@ func (w *watcher) add(tc *net.TCPConn, o Options) (*Conn, error) {
 		return nil, net.ErrClosed
 	}
 	w.lastID++
-	c := &Conn{tcpConn: tc, rc: rc, w: w, id: w.lastID, opts: o}
+	c := &Conn{rawConn: raw, rc: rc, w: w, id: w.lastID, opts: o}
 	w.conns[c.id] = c
 	w.mu.Unlock()
 	if err := w.p.add(rc, c.id); err != nil {

@@ -2,16 +2,10 @@
 
 package rawio
 
-import (
-	"net"
-	"syscall"
-)
+import "syscall"
 
-// Read is c's own Read outside Linux.
-func Read(c *net.TCPConn, _ syscall.RawConn, p []byte) (int, error) { return c.Read(p) }
-
-// Write is c's own Write outside Linux.
-func Write(c *net.TCPConn, _ syscall.RawConn, p []byte) (int, error) { return c.Write(p) }
+func (c *Conn) read(p []byte) (int, error)  { return c.TCPConn.Read(p) }
+func (c *Conn) write(p []byte) (int, error) { return c.TCPConn.Write(p) }
 
 // Idle says whether the socket of rc is open with nothing to read, by a peek that does not wait.
 func Idle(rc syscall.RawConn) bool {

@@ -1,3 +1,5 @@
+//go:build linux
+
 package rawio
 
 import (
@@ -7,12 +9,16 @@ import (
 	"io"
 	"net"
 	"os"
+	"reflect"
+	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 )
 
-// pair returns both ends of a loopback TCP connection: the dialled end wrapped, and the
+// pair returns both ends of a loopback TCP connection: the dialled end as a Conn, and the
 // accepted end as net gives it.
 func pair(t *testing.T) (*Conn, *net.TCPConn) {
 	t.Helper()
@@ -30,13 +36,23 @@ func pair(t *testing.T) (*Conn, *net.TCPConn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	peer := (<-accepted).(*net.TCPConn)
+	peer, ok := (<-accepted).(*net.TCPConn)
+	if !ok {
+		t.Fatal("the listener accepted no connection")
+	}
 	w, ok := Wrap(c).(*Conn)
 	if !ok {
 		t.Fatalf("Wrap of a TCP connection gave %T", Wrap(c))
 	}
 	t.Cleanup(func() { w.Close(); peer.Close() })
 	return w, peer
+}
+
+// skipInstrumented skips a test of the raw calls in a build that uses net's instead.
+func skipInstrumented(t *testing.T) {
+	if instrumented {
+		t.Skip("under -race, -msan or -asan Read and Write are net's own; make test-go runs this package without the race detector too")
+	}
 }
 
 func TestWrapLeavesOtherConnections(t *testing.T) {
@@ -48,40 +64,86 @@ func TestWrapLeavesOtherConnections(t *testing.T) {
 	}
 }
 
-// A write larger than the socket's buffers ends in pieces, each after the poller's wait for
-// room, and arrives whole and in order.
-func TestLargeWriteArrivesWhole(t *testing.T) {
-	c, peer := pair(t)
-	data := make([]byte, 8<<20)
-	rand.Read(data)
-	c.SetWriteDeadline(time.Now().Add(10 * time.Second)) // a wrong count of what was written fails, not hangs
-	peer.SetReadDeadline(time.Now().Add(10 * time.Second))
-	got := make(chan []byte, 1)
-	go func() {
-		b, _ := io.ReadAll(io.LimitReader(peer, int64(len(data))))
-		got <- b
-	}()
-	n, err := c.Write(data)
-	if n != len(data) || err != nil {
-		t.Fatalf("Write = %d, %v; want %d, nil", n, err, len(data))
-	}
-	if !bytes.Equal(<-got, data) {
-		t.Fatal("the bytes read differ from those written")
+// No copy reaches *net.TCPConn's own ReadFrom or WriteTo, which use net's system calls: the
+// methods that move bytes are all this package's.
+func TestConnMovesBytesOnlyThroughThisPackage(t *testing.T) {
+	typ := reflect.TypeOf(&Conn{})
+	for _, name := range []string{"Read", "Write", "ReadFrom", "WriteTo"} {
+		m, ok := typ.MethodByName(name)
+		if !ok {
+			t.Fatalf("Conn has no %s", name)
+		}
+		// A method promoted from *net.TCPConn has the same name, in a wrapper the compiler
+		// wrote: the file tells them apart.
+		fn := runtime.FuncForPC(m.Func.Pointer())
+		if file, _ := fn.FileLine(fn.Entry()); !strings.HasSuffix(file, "/gateway/rawio/conn.go") {
+			t.Errorf("Conn.%s is %s, from %s, not this package's", name, fn.Name(), file)
+		}
 	}
 }
 
-// A read waits for the peer's bytes, returns what arrived, then io.EOF after the peer's close.
+// A write larger than the socket's buffers ends in pieces, each after the poller's wait for
+// room (the peer starts reading only once the buffers are full), and arrives whole and in order;
+// so does the same through ReadFrom, and back through WriteTo.
+func TestLargeWritesArriveWhole(t *testing.T) {
+	skipInstrumented(t)
+	for _, how := range []string{"Write", "ReadFrom", "WriteTo"} {
+		t.Run(how, func(t *testing.T) {
+			c, peer := pair(t)
+			c.SetWriteBuffer(16 << 10)
+			peer.SetReadBuffer(16 << 10)
+			peer.SetWriteBuffer(16 << 10)
+			c.SetReadBuffer(16 << 10)
+			c.SetDeadline(time.Now().Add(10 * time.Second)) // a wrong count of what was written fails, not hangs
+			peer.SetDeadline(time.Now().Add(10 * time.Second))
+			data := make([]byte, 4<<20)
+			rand.Read(data)
+			if how == "WriteTo" {
+				go func() { peer.Write(data); peer.CloseWrite() }()
+				var got bytes.Buffer
+				time.Sleep(20 * time.Millisecond) // the peer's write fills the buffers first
+				if n, err := c.WriteTo(&got); n != int64(len(data)) || err != nil || !bytes.Equal(got.Bytes(), data) {
+					t.Fatalf("WriteTo = %d, %v; the bytes equal: %v", n, err, bytes.Equal(got.Bytes(), data))
+				}
+				return
+			}
+			got := make(chan []byte, 1)
+			go func() {
+				time.Sleep(20 * time.Millisecond) // the write fills the buffers first
+				b, _ := io.ReadAll(io.LimitReader(peer, int64(len(data))))
+				got <- b
+			}()
+			var n int64
+			var err error
+			if how == "Write" {
+				var m int
+				m, err = c.Write(data)
+				n = int64(m)
+			} else {
+				n, err = c.ReadFrom(bytes.NewReader(data))
+			}
+			if n != int64(len(data)) || err != nil {
+				t.Fatalf("%s = %d, %v; want %d, nil", how, n, err, len(data))
+			}
+			if !bytes.Equal(<-got, data) {
+				t.Fatal("the bytes read differ from those written")
+			}
+		})
+	}
+}
+
+// A read waits in the poller for the peer's bytes, returns what arrived, then io.EOF after
+// the peer's close.
 func TestReadWaitsThenEndsAtClose(t *testing.T) {
+	skipInstrumented(t)
 	c, peer := pair(t)
-	result := make(chan string, 1)
 	go func() {
-		b := make([]byte, 64)
-		n, err := c.Read(b)
-		result <- string(b[:n]) + "|" + errText(err)
+		time.Sleep(20 * time.Millisecond) // the read is waiting by then
+		peer.Write([]byte("hello"))
 	}()
-	peer.Write([]byte("hello"))
-	if got := <-result; got != "hello|<nil>" {
-		t.Fatalf("Read gave %q", got)
+	b := make([]byte, 64)
+	if n, err := c.Read(b); string(b[:n]) != "hello" || err != nil {
+		t.Fatalf("Read gave %q, %v", b[:n], err)
 	}
 	peer.Close()
 	if n, err := c.Read(make([]byte, 8)); n != 0 || err != io.EOF {
@@ -92,50 +154,60 @@ func TestReadWaitsThenEndsAtClose(t *testing.T) {
 	}
 }
 
-func errText(err error) string {
-	if err == nil {
-		return "<nil>"
-	}
-	return err.Error()
-}
-
-// Every error is the one *net.TCPConn gives in the same state: the expected value comes from
+// Every result is the one *net.TCPConn gives in the same state: the expected value comes from
 // net itself, on a second connection treated alike.
-func TestErrorsAreNetConns(t *testing.T) {
-	if raceEnabled {
-		t.Skip("under the race detector Read and Write are net's own; make test-go runs this package without it too")
-	}
+func TestResultsAreNetConns(t *testing.T) {
+	skipInstrumented(t)
 	cases := []struct {
 		name string
 		make func(t *testing.T, c net.Conn, peer *net.TCPConn)
 		op   func(c net.Conn) (int, error)
 	}{
 		{"read past its deadline", func(t *testing.T, c net.Conn, _ *net.TCPConn) { c.SetReadDeadline(time.Now().Add(-time.Second)) }, read},
-		{"read after close", func(t *testing.T, c net.Conn, _ *net.TCPConn) { c.Close() }, read},
-		{"write after close", func(t *testing.T, c net.Conn, _ *net.TCPConn) { c.Close() }, write},
-		{"read after the peer's reset", func(t *testing.T, c net.Conn, peer *net.TCPConn) { reset(t, c, peer) }, read},
+		{"read whose deadline passes while it waits", func(t *testing.T, c net.Conn, _ *net.TCPConn) {
+			c.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+		}, read},
+		{"read after close", closeIt, read},
+		{"read of nothing after close", closeIt, func(c net.Conn) (int, error) { return c.Read(nil) }},
+		{"read closed while it waits", closeSoon, read},
+		{"write after close", closeIt, write},
+		{"write of nothing after close", closeIt, func(c net.Conn) (int, error) { return c.Write(nil) }},
+		{"write of nothing past its deadline", func(t *testing.T, c net.Conn, _ *net.TCPConn) { c.SetWriteDeadline(time.Now().Add(-time.Second)) },
+			func(c net.Conn) (int, error) { return c.Write(nil) }},
+		{"read after the peer's reset", reset, read},
 		{"write past its deadline while the peer reads nothing", func(t *testing.T, c net.Conn, _ *net.TCPConn) {
 			c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
 		}, writeMuch},
+		{"write closed while it waits", closeSoon, writeMuch},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ours, ourPeer := pair(t)
 			tc.make(t, ours, ourPeer)
-			_, got := tc.op(ours)
+			gotN, got := tc.op(ours)
 			theirs, theirPeer := pair(t)
 			tc.make(t, theirs.TCPConn, theirPeer)
-			_, want := tc.op(theirs.TCPConn)
+			wantN, want := tc.op(theirs.TCPConn)
+			if (gotN == 0) != (wantN == 0) || (gotN == len(much)) != (wantN == len(much)) {
+				t.Fatalf("wrote %d bytes, net %d", gotN, wantN)
+			}
 			compareErrors(t, got, want)
 		})
 	}
 }
 
-func read(c net.Conn) (int, error)  { return c.Read(make([]byte, 16)) }
-func write(c net.Conn) (int, error) { return c.Write([]byte("x")) }
+var much = make([]byte, 64<<20) // more than the socket's buffers hold
 
-// writeMuch writes more than the socket's buffers hold.
-func writeMuch(c net.Conn) (int, error) { return c.Write(make([]byte, 64<<20)) }
+func read(c net.Conn) (int, error)      { return c.Read(make([]byte, 16)) }
+func write(c net.Conn) (int, error)     { return c.Write([]byte("x")) }
+func writeMuch(c net.Conn) (int, error) { return c.Write(much) }
+
+func closeIt(_ *testing.T, c net.Conn, _ *net.TCPConn) { c.Close() }
+
+// closeSoon closes c once the operation that follows is waiting in the poller.
+func closeSoon(_ *testing.T, c net.Conn, _ *net.TCPConn) {
+	time.AfterFunc(30*time.Millisecond, func() { c.Close() })
+}
 
 // reset makes the peer close with a reset (SO_LINGER 0), and waits until c has seen it.
 func reset(t *testing.T, c net.Conn, peer *net.TCPConn) {
@@ -149,20 +221,23 @@ func reset(t *testing.T, c net.Conn, peer *net.TCPConn) {
 
 func compareErrors(t *testing.T, got, want error) {
 	t.Helper()
-	if want == nil || got == nil {
-		t.Fatalf("got %v, net's %v: both should fail", got, want)
+	if (got == nil) != (want == nil) {
+		t.Fatalf("got %v, net's %v", got, want)
+	}
+	if want == nil {
+		return
 	}
 	var gotOp, wantOp *net.OpError
 	if !errors.As(got, &gotOp) || !errors.As(want, &wantOp) {
 		t.Fatalf("got %T %v, net's %T %v: both should be *net.OpError", got, got, want, want)
 	}
-	if gotOp.Op != wantOp.Op || gotOp.Net != wantOp.Net || gotOp.Source.String() == "" || gotOp.Addr.String() == "" {
+	if gotOp.Op != wantOp.Op || gotOp.Net != wantOp.Net || gotOp.Source == nil || gotOp.Addr == nil {
 		t.Fatalf("got %q, net's %q", got, want)
 	}
 	if gotOp.Timeout() != wantOp.Timeout() {
 		t.Fatalf("Timeout() = %v, net's %v", gotOp.Timeout(), wantOp.Timeout())
 	}
-	for _, target := range []error{os.ErrDeadlineExceeded, net.ErrClosed, syscall.ECONNRESET, syscall.EPIPE} {
+	for _, target := range []error{os.ErrDeadlineExceeded, net.ErrClosed, syscall.ECONNRESET, syscall.EPIPE, io.ErrUnexpectedEOF} {
 		if errors.Is(got, target) != errors.Is(want, target) {
 			t.Fatalf("errors.Is(%v, %v) = %v, net's %v (%v)", got, target, errors.Is(got, target), errors.Is(want, target), want)
 		}
@@ -196,21 +271,24 @@ func TestIdle(t *testing.T) {
 	}
 }
 
-// waitReadable waits, 5 s at most, until the connection has something to read (bytes or an end).
+// waitReadable waits, 5 s at most, until the connection has something to read (bytes, an end
+// or an error), by poll(2), which takes nothing from the socket.
 func waitReadable(t *testing.T, c syscall.Conn) {
 	t.Helper()
 	rc, err := c.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
-	fds := []int{}
-	rc.Control(func(fd uintptr) { fds = append(fds, int(fd)) })
+	var fd int32
+	rc.Control(func(f uintptr) { fd = int32(f) })
+	pfd := struct {
+		fd             int32
+		events, revent int16
+	}{fd: fd, events: 0x1} // POLLIN
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		var set syscall.FdSet
-		set.Bits[fds[0]/64] |= 1 << (uint(fds[0]) % 64)
-		tv := syscall.Timeval{Usec: 10000}
-		if n, _ := syscall.Select(fds[0]+1, &set, nil, nil, &tv); n > 0 {
+		n, _, _ := syscall.Syscall(syscall.SYS_POLL, uintptr(unsafe.Pointer(&pfd)), 1, 10) // 10 ms
+		if n > 0 {
 			return
 		}
 	}
