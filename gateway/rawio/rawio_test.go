@@ -272,7 +272,7 @@ func TestIdle(t *testing.T) {
 }
 
 // waitReadable waits, 5 s at most, until the connection has something to read (bytes, an end
-// or an error), by poll(2), which takes nothing from the socket.
+// or an error), by ppoll(2), which takes nothing from the socket.
 func waitReadable(t *testing.T, c syscall.Conn) {
 	t.Helper()
 	rc, err := c.SyscallConn()
@@ -285,9 +285,10 @@ func waitReadable(t *testing.T, c syscall.Conn) {
 		fd             int32
 		events, revent int16
 	}{fd: fd, events: 0x1} // POLLIN
+	wait := syscall.NsecToTimespec(int64(10 * time.Millisecond))
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		n, _, _ := syscall.Syscall(syscall.SYS_POLL, uintptr(unsafe.Pointer(&pfd)), 1, 10) // 10 ms
+		n, _, _ := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&wait)), 0, 0, 0)
 		if n > 0 {
 			return
 		}
