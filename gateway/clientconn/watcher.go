@@ -40,10 +40,7 @@ func (w *watcher) add(tc *net.TCPConn, o Options) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
+	rc, _ := raw.SyscallConn()
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()

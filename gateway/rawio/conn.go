@@ -34,6 +34,10 @@ func Wrap(c net.Conn) net.Conn {
 	return c
 }
 
+// SyscallConn is the connection's raw connection, made once by New: a caller that looks at the
+// socket per request (the transport's peek at a pooled connection) allocates nothing for it.
+func (c *Conn) SyscallConn() (syscall.RawConn, error) { return c.rc, nil }
+
 func (c *Conn) Read(p []byte) (int, error) {
 	if instrumented {
 		return c.TCPConn.Read(p)
