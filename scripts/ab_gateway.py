@@ -71,11 +71,9 @@ def main() -> int:
         for r in range(args.rounds):
             order = list(targets)
             rng.shuffle(order)
-            # One sequential request to each target in turn, as bench_gateway.py sends them.
-            in_turn = [urls[r % len(urls)] if name == "direct" else targets[name][0] for name in order]
-            times = bg.tool(tool, "seq", ",".join(in_turn), str(args.sequential * len(order)), bg.KEYS, "0").split()
-            for i, name in enumerate(order):  # the tool's first timed request goes to URL 20 % len
-                median[name].append(statistics.median(int(v) / 1e6 for v in times[(i - 20) % len(order) :: len(order)]))
+            urls_in_turn = [urls[r % len(urls)] if name == "direct" else targets[name][0] for name in order]
+            for name, seconds in bg.in_turn(tool, urls_in_turn, order, args.sequential, False).items():
+                median[name].append(statistics.median(seconds))
             for name in order:
                 url, pid = targets[name]
                 if pid:

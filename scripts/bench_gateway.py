@@ -148,6 +148,15 @@ def wait_http(url: str, timeout: float = 60) -> None:
         time.sleep(0.5)
 
 
+def in_turn(tool_path: str, urls: List[str], order: List[str], per_target: int, stream: bool) -> Dict[str, List[float]]:
+    """Sequential latencies (s) of each target of ``order``, ``per_target`` requests each, sent one
+    to each target in turn so that a change in the machine's state meets every target alike;
+    ``urls`` gives each target's URL in the same order."""
+    times = tool(tool_path, "seq", ",".join(urls), str(per_target * len(order)), KEYS, "1" if stream else "0").split()
+    # The tool's first timed request, after 20 untimed ones, goes to URL 20 % len.
+    return {name: [int(v) / 1e6 for v in times[(i - 20) % len(order) :: len(order)]] for i, name in enumerate(order)}
+
+
 def tool(tool_path: str, *args: str) -> str:
     done = subprocess.run([tool_path] + list(args), capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
@@ -302,14 +311,11 @@ def main() -> int:
         for r in range(args.rounds):
             order = names[:]
             rng.shuffle(order)
-            # One request to each target in turn, so that a change in the machine's state meets
-            # every target alike; the workers are called directly one after the other.
+            # The workers are called directly one after the other.
             urls_in_turn = [urls[r % len(urls)] if name == "direct" else targets[name][0] for name in order]
             for stream in (False, True):
-                out = tool(tool_path, "seq", ",".join(urls_in_turn), str(args.per_round * len(order)), KEYS, "1" if stream else "0")
-                times = out.split()  # the tool's first timed request, after 20 untimed ones, goes to URL 20 % len
-                for i, name in enumerate(order):
-                    latency[(name, stream)] += [int(v) / 1e6 for v in times[(i - 20) % len(order) :: len(order)]]
+                for name, seconds in in_turn(tool_path, urls_in_turn, order, args.per_round, stream).items():
+                    latency[(name, stream)] += seconds
 
         throughput: Dict[Tuple[str, int], List[float]] = {(n, c): [] for n in names for c in (16, 64)}
         cpu: Dict[str, List[float]] = {n: [] for n in names}
