@@ -3,7 +3,6 @@ package clientconn
 import (
 	"io"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/bounded-router/bounded-router/gateway/rawio"
@@ -18,7 +17,6 @@ type rawConn = rawio.Conn
 // Conn is an accepted client connection: Watch reports its client leaving, and Close lingers.
 type Conn struct {
 	*rawConn
-	rc   syscall.RawConn
 	w    *watcher
 	id   uint64
 	opts Options

@@ -166,7 +166,7 @@ func TestLeftIsNeverCalledAfterClose(t *testing.T) {
 func fd(t *testing.T, c *Conn) int {
 	t.Helper()
 	var n int
-	if err := c.rc.Control(func(f uintptr) { n = int(f) }); err != nil {
+	if err := c.Raw().Control(func(f uintptr) { n = int(f) }); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -351,10 +351,10 @@ func TestALeaveIsReportedOnce(t *testing.T) {
 	defer p.wake()
 	first, firstClient := pair(t, l)
 	second, secondClient := pair(t, l)
-	if err := p.add(first.rc, 1); err != nil {
+	if err := p.add(first.Raw(), 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.add(second.rc, 2); err != nil {
+	if err := p.add(second.Raw(), 2); err != nil {
 		t.Fatal(err)
 	}
 	firstClient.Close()

@@ -40,17 +40,16 @@ func (w *watcher) add(tc *net.TCPConn, o Options) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	rc, _ := raw.SyscallConn()
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
 		return nil, net.ErrClosed
 	}
 	w.lastID++
-	c := &Conn{rawConn: raw, rc: rc, w: w, id: w.lastID, opts: o}
+	c := &Conn{rawConn: raw, w: w, id: w.lastID, opts: o}
 	w.conns[c.id] = c
 	w.mu.Unlock()
-	if err := w.p.add(rc, c.id); err != nil {
+	if err := w.p.add(raw.Raw(), c.id); err != nil {
 		w.forget(c.id)
 		return nil, err
 	}
@@ -60,7 +59,7 @@ func (w *watcher) add(tc *net.TCPConn, o Options) (*Conn, error) {
 // remove takes c out of the epoll set, then out of the map. Its fd must still be open.
 func (w *watcher) remove(c *Conn) {
 	// An error here cannot leave the fd watched: closing it drops it from the set anyway.
-	_ = w.p.remove(c.rc)
+	_ = w.p.remove(c.Raw())
 	w.forget(c.id)
 }
 

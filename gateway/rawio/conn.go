@@ -34,8 +34,12 @@ func Wrap(c net.Conn) net.Conn {
 	return c
 }
 
-// SyscallConn is the connection's raw connection, made once by New: a caller that looks at the
-// socket per request (the transport's peek at a pooled connection) allocates nothing for it.
+// Raw is the connection's raw connection, made once by New: a caller that looks at the socket
+// per request (the transport's peek at a pooled connection, the client watcher) allocates
+// nothing for it.
+func (c *Conn) Raw() syscall.RawConn { return c.rc }
+
+// SyscallConn is Raw, as syscall.Conn asks.
 func (c *Conn) SyscallConn() (syscall.RawConn, error) { return c.rc, nil }
 
 func (c *Conn) Read(p []byte) (int, error) {
