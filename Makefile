@@ -83,9 +83,12 @@ test-c: $(LIB)
 test-header: $(LIB)
 	$(PYTHON) scripts/check_header.py build/libbounded_router.h capi/bounded_router.h capi/*.c
 
-# Run from tests/ so Python imports the installed package, never the source tree.
+# Run from tests/ so Python imports the installed package, never the source tree. The suite runs
+# in PYTEST_WORKERS processes (pytest-xdist): most of its time is spent waiting on the gateways and
+# workers its tests start, so two processes on two cores take little more than half as long.
+PYTEST_WORKERS ?= 2
 test-python: install
-	cd tests && ../$(VPY) -m pytest -q
+	cd tests && ../$(VPY) -m pytest -q -n $(PYTEST_WORKERS)
 
 # The build's output goes to a log file; the screen shows the demo's progress and its table.
 # DEMO_SEED=2 replays other seeded draws of the sessions (seeds 2 and 3); each seed prints the same
