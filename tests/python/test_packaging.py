@@ -134,3 +134,24 @@ def test_sdist_builds_a_working_wheel_with_go(sdist: Path, tmp_path: Path) -> No
     module, worker = run.stdout.split()
     assert Path(module).parent == tmp_path / "site" / "bounded_router"
     assert worker in ("http://w0:8000", "http://w1:8000")
+
+
+def test_make_rebuilds_the_library_when_any_package_it_links_changes(tmp_path: Path) -> None:
+    # A stale build/libbounded_router.so would let make test-c and test-header check old code:
+    # pretending one file of each of the module's packages behind ./capi changed (make -W) must
+    # leave the library out of date, whatever its age.
+    listed = subprocess.run(
+        ["go", "list", "-deps", "-f", "{{if not .Standard}}{{.Dir}}/{{index .GoFiles 0}}{{end}}", "./capi"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.split()
+    files = [str(Path(f).relative_to(REPO)) for f in listed if Path(f).is_relative_to(REPO)]
+    assert any(f.startswith("core/") for f in files), "go list found none of the module's packages: %s" % listed
+    library = tmp_path / "libbounded_router.so"
+    library.touch()
+    stale = []
+    for name in files:
+        plan = subprocess.run(["make", "-q", "-W", name, "LIB=%s" % library, str(library)], cwd=REPO, capture_output=True, text=True)
+        assert plan.returncode in (0, 1), plan.stderr
+        if plan.returncode == 0:
+            stale.append(name)
+    assert not stale, "make keeps the library up to date although these changed: %s" % stale
