@@ -98,7 +98,7 @@ esac
 rm -rf "$SITE" && mkdir -p "$SITE"
 # The same lower bounds as requirements-dev.txt (the tests, the reference model's two rings and
 # the metrics parser); aarch64 wheels for the emulated CPython.
-mapfile -t deps < <(grep -E '^(pytest|hypothesis|xxhash|blake3|prometheus_client)\b' requirements-dev.txt)
+mapfile -t deps < <(grep -E '^(pytest|hypothesis|xxhash|blake3|prometheus_client)[<>=!~]' requirements-dev.txt)
 $VPY -m pip install --quiet --no-cache-dir --target "$SITE" --only-binary=:all: \
   --platform manylinux2014_aarch64 --python-version "$PYVER" --implementation cp "${deps[@]}" "$WHEEL"
 CONTRACT=(test_native.py test_router.py test_leases.py test_batch.py test_headers.py test_config.py
