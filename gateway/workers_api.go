@@ -62,7 +62,24 @@ func newControlPlane(router *core.Router, keys []string, bodyTimeout time.Durati
 	c.api.HandleFunc("POST /add_worker", c.addWorkerByQuery)
 	c.api.HandleFunc("POST /remove_worker", c.removeWorkerByQuery)
 	c.api.HandleFunc("GET /list_workers", c.listURLs)
+	// The same paths with another method, and paths below /workers/ that name no id, get the
+	// API's JSON error rather than ServeMux's plain-text one.
+	for path, allow := range map[string]string{"/workers": "GET, HEAD, POST", "/workers/{id}": "GET, HEAD, DELETE",
+		"/add_worker": "POST", "/remove_worker": "POST", "/list_workers": "GET, HEAD"} {
+		c.api.HandleFunc(path, methodNotAllowed(allow))
+	}
+	c.api.HandleFunc("/workers/", func(w http.ResponseWriter, r *http.Request) {
+		c.byID(w, strings.TrimPrefix(r.URL.Path, "/workers/"))
+	})
 	return c
+}
+
+// methodNotAllowed answers 405 naming the method, with the methods allowed on the path.
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		apiError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", r.Method+" is not allowed on "+r.URL.Path)
+	}
 }
 
 // isAPIPath reports whether path belongs to the worker API.
@@ -118,8 +135,7 @@ func allowRead(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		return true
 	}
-	w.Header().Set("Allow", "GET, HEAD")
-	apiError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", r.Method+" is not allowed on "+r.URL.Path)
+	methodNotAllowed("GET, HEAD")(w, r)
 	return false
 }
 
@@ -197,8 +213,8 @@ func (c *controlPlane) createWorker(w http.ResponseWriter, r *http.Request) {
 func decodeBody(body io.Reader, v any) (int, error) {
 	dec := json.NewDecoder(body)
 	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("trailing data after the JSON object")
+	if err == nil {
+		err = nothingButSpace(io.MultiReader(dec.Buffered(), body))
 	}
 	var tooLarge *http.MaxBytesError
 	switch {
@@ -212,6 +228,16 @@ func decodeBody(body io.Reader, v any) (int, error) {
 	return 0, nil
 }
 
+// nothingButSpace reads the rest of a body (bounded by its MaxBytesReader) and fails when it
+// holds anything but JSON whitespace, or when reading it fails (too large, too slow).
+func nothingButSpace(rest io.Reader) error {
+	extra, err := io.ReadAll(rest)
+	if err == nil && strings.Trim(string(extra), " \t\r\n") != "" {
+		err = errors.New("trailing data after the JSON object")
+	}
+	return err
+}
+
 // add checks url and adds it to the router; on failure it answers the client itself.
 func (c *controlPlane) add(w http.ResponseWriter, r *http.Request, workerURL string) (core.WorkerState, bool) {
 	if err := checkWorkerURL(workerURL); err != nil {
@@ -219,7 +245,7 @@ func (c *controlPlane) add(w http.ResponseWriter, r *http.Request, workerURL str
 		return core.WorkerState{}, false
 	}
 	err := c.router.AddWorker(workerURL)
-	s, member := c.member(func(s core.WorkerState) bool { return s.URL == workerURL })
+	s, member := c.memberAt(workerURL)
 	switch {
 	case errors.Is(err, core.ErrDuplicateWorker) && member:
 		apiError(w, http.StatusConflict, "WORKER_ALREADY_EXISTS", fmt.Sprintf("Worker already exists at URL %q with ID %s", workerURL, c.workerID(s)))
@@ -228,7 +254,7 @@ func (c *controlPlane) add(w http.ResponseWriter, r *http.Request, workerURL str
 		apiError(w, http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf("url %q: %v", workerURL, errOr(err, "removed again while being added")))
 		return s, false
 	}
-	c.log.Info("worker added", "url", workerURL, "id", c.workerID(s), "remote", r.RemoteAddr)
+	c.log.Info("worker added", "url", s.URL, "id", c.workerID(s), "remote", r.RemoteAddr)
 	return s, true
 }
 
@@ -292,7 +318,7 @@ func (c *controlPlane) removeWorkerByQuery(w http.ResponseWriter, r *http.Reques
 	if !ok {
 		return
 	}
-	s, member := c.member(func(s core.WorkerState) bool { return s.URL == workerURL })
+	s, member := c.memberAt(workerURL)
 	if !member || !c.remove(r, s) {
 		apiError(w, http.StatusNotFound, "WORKER_NOT_FOUND", fmt.Sprintf("worker %q is not a member", workerURL))
 		return
@@ -355,6 +381,15 @@ func (c *controlPlane) byID(w http.ResponseWriter, id string) (core.WorkerState,
 		apiError(w, http.StatusNotFound, "WORKER_NOT_FOUND", "Worker "+id+" not found")
 	}
 	return s, ok
+}
+
+// memberAt finds the member named by any spelling of its URL (the router keeps its normal form).
+func (c *controlPlane) memberAt(workerURL string) (core.WorkerState, bool) {
+	normal, err := core.NormalizeWorkerURL(workerURL)
+	if err != nil {
+		return core.WorkerState{}, false
+	}
+	return c.member(func(s core.WorkerState) bool { return s.URL == normal })
 }
 
 func (c *controlPlane) member(match func(core.WorkerState) bool) (core.WorkerState, bool) {

@@ -164,12 +164,22 @@ func TestWorkerAPIRefusesBadInput(t *testing.T) {
 		{"POST", "/add_worker?url=a&url=b", "", "", 400, "exactly one"},
 		{"POST", "/add_worker?url=" + unreachable, "", "", 409, "already exists"},
 		{"POST", "/remove_worker?url=http://127.0.0.1:13", "", "", 404, "not a member"},
-		{"PUT", "/workers/" + known, "application/json", `{}`, 405, ""},
+		{"POST", "/workers", "application/json", `{"url":"http://127.0.0.1:12"}]`, 400, "trailing data"},
+		{"POST", "/workers", "application/json", `{"url":"http://127.0.0.1:12"}}`, 400, "trailing data"},
+		{"POST", "/workers", "application/json", `{"url":"` + unreachable + `/"}`, 409, "already exists"},
+		{"PUT", "/workers/" + known, "application/json", `{}`, 405, "PUT is not allowed"},
+		{"PUT", "/workers", "application/json", `{}`, 405, "PUT is not allowed"},
+		{"PATCH", "/workers/" + known, "application/json", `{}`, 405, "PATCH is not allowed"},
+		{"GET", "/add_worker", "", "", 405, "GET is not allowed"},
+		{"GET", "/remove_worker", "", "", 405, "GET is not allowed"},
+		{"POST", "/list_workers", "", "", 405, "POST is not allowed"},
+		{"GET", "/workers/", "", "", 400, "expected UUID"},
+		{"GET", "/workers/a/b", "", "", 400, "expected UUID"},
 	}
 	for _, c := range cases {
-		status, _, body := call(t, c.method, admin, c.path, c.contentType, c.body, nil)
-		if status != c.status || !strings.Contains(body, c.says) {
-			t.Errorf("%s %s %.60q: %d %s, want %d saying %q", c.method, c.path, c.body, status, body, c.status, c.says)
+		status, header, body := call(t, c.method, admin, c.path, c.contentType, c.body, nil)
+		if status != c.status || !strings.Contains(body, c.says) || !strings.Contains(body, `"code":`) || header.Get("Content-Type") != "application/json" {
+			t.Errorf("%s %s %.60q: %d %s %s, want %d saying %q in a JSON error", c.method, c.path, c.body, status, header.Get("Content-Type"), body, c.status, c.says)
 		}
 	}
 	if len(r.Workers()) != 1 {
@@ -177,19 +187,41 @@ func TestWorkerAPIRefusesBadInput(t *testing.T) {
 	}
 }
 
-func TestWorkerAPIBodyTooLargeWithoutContentLength(t *testing.T) {
+// A member is named by any spelling of its URL (contract: Workers and membership), and a worker
+// added under another spelling is added, logged and answered as its normal form.
+func TestWorkerAPIAcceptsAnySpellingOfAWorkerURL(t *testing.T) {
 	r := newRouter(t)
-	_, admin, _ := adminGateway(t, r, Options{})
-	body := io.MultiReader(strings.NewReader(`{"url":"http://127.0.0.1:12","pad":"`), strings.NewReader(strings.Repeat("x", 2*maxControlBody)), strings.NewReader(`"}`))
-	req, _ := http.NewRequest("POST", admin+"/workers", io.NopCloser(body)) // chunked: no length known
-	req.Header.Set("Content-Type", "application/json")
-	res, err := client().Do(req)
-	if err != nil {
-		t.Fatal(err)
+	_, admin, logs := adminGateway(t, r, Options{})
+	status, _, body := call(t, "POST", admin, "/workers", "application/json", `{"url":"`+unreachable+`/"}`, nil)
+	if status != http.StatusAccepted || decode(t, body)["url"] != unreachable || !strings.Contains(logs.String(), "worker added") {
+		t.Fatalf("POST /workers %s/: %d %s, members %v, log %q", unreachable, status, body, r.Workers(), logs.String())
 	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusRequestEntityTooLarge || len(r.Workers()) != 0 {
-		t.Fatalf("a chunked body past the limit: %d, members %v", res.StatusCode, r.Workers())
+	if status, _, body := call(t, "POST", admin, "/remove_worker?url="+unreachable+"/", "", "", nil); status != http.StatusOK || len(r.Workers()) != 0 {
+		t.Fatalf("/remove_worker?url=%s/: %d %s, members %v", unreachable, status, body, r.Workers())
+	}
+	if status, _, body := call(t, "POST", admin, "/add_worker?url="+unreachable+"/", "", "", nil); status != http.StatusOK || len(r.Workers()) != 1 {
+		t.Fatalf("/add_worker?url=%s/: %d %s, members %v", unreachable, status, body, r.Workers())
+	}
+}
+
+func TestWorkerAPIBodyTooLargeWithoutContentLength(t *testing.T) {
+	for _, rest := range []string{
+		`,"pad":"` + strings.Repeat("x", 2*maxControlBody) + `"}`,
+		`}` + strings.Repeat(" ", 2*maxControlBody), // past the limit after the object
+	} {
+		r := newRouter(t)
+		_, admin, _ := adminGateway(t, r, Options{})
+		body := io.MultiReader(strings.NewReader(`{"url":"http://127.0.0.1:12"`), strings.NewReader(rest))
+		req, _ := http.NewRequest("POST", admin+"/workers", io.NopCloser(body)) // chunked: no length known
+		req.Header.Set("Content-Type", "application/json")
+		res, err := client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusRequestEntityTooLarge || len(r.Workers()) != 0 {
+			t.Fatalf("a chunked body past the limit (%.20q...): %d, members %v", rest, res.StatusCode, r.Workers())
+		}
 	}
 }
 
