@@ -97,7 +97,7 @@ func Decode(payload []byte) (Batch, error) {
 		case "events":
 			return decodeEvents(d, &b)
 		default:
-			if err = d.Skip(); err != nil {
+			if err = d.skip(maxSkipDepth); err != nil {
 				return malformed("%s: %v", name, err)
 			}
 		}
@@ -150,8 +150,46 @@ func (d decoder) scalar() (any, error) {
 	return d.DecodeInterfaceLoose()
 }
 
+// skip reads past one value of any type, its lists and maps nested at most depth deep, and
+// none claiming more elements than there are bytes left.
+func (d decoder) skip(depth int) error {
+	code, err := d.PeekCode()
+	if err != nil {
+		return err
+	}
+	elements := 0
+	switch {
+	case msgpcode.IsFixedArray(code) || code == msgpcode.Array16 || code == msgpcode.Array32:
+		elements, err = d.DecodeArrayLen()
+	case msgpcode.IsFixedMap(code) || code == msgpcode.Map16 || code == msgpcode.Map32:
+		elements, err = d.DecodeMapLen()
+		elements *= 2
+	default:
+		return d.Skip() // a scalar, a string, bytes or an extension: no nesting
+	}
+	switch {
+	case err != nil:
+		return err
+	case elements > d.rest.Len():
+		return fmt.Errorf("a list or map of %d values, more than the %d bytes left", elements, d.rest.Len())
+	case elements > 0 && depth == 0:
+		return fmt.Errorf("lists or maps nested more than %d deep", maxSkipDepth)
+	}
+	for range elements {
+		if err := d.skip(depth - 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // maxFields bounds the fields of one struct; vLLM's have at most a dozen.
 const maxFields = 64
+
+// maxSkipDepth bounds the nesting of a value the decoder skips: the msgpack module's own Skip
+// recurses once per level with no bound, and a payload of nested one-element lists would
+// overflow the goroutine's stack, a fatal error no recover catches.
+const maxSkipDepth = 32
 
 // isMap reports whether the next value is a map: a struct encoded without array_like.
 func (d decoder) isMap() (bool, error) {
@@ -305,7 +343,7 @@ func decodeEventField(d decoder, e *Event, name string) error {
 			e.Adapter = true
 		}
 	default:
-		err = d.Skip()
+		err = d.skip(maxSkipDepth)
 	}
 	return err
 }

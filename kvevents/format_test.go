@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"strings"
@@ -102,9 +103,31 @@ func TestDecodeMalformed(t *testing.T) {
 		"parent hash a huge list": {0x92, 0x00, 0x91, 0x93, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x90, 0xdd, 0xdd, 0xdd, 0xdd, 0xdd},
 		"lora_id a huge map":      {0x92, 0x00, 0x91, 0x96, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x90, 0xc0, 0x90, 0x01, 0xdf, 0xdd, 0xdd, 0xdd, 0xdd},
 		"parent hash a list":      {0x92, 0x00, 0x91, 0x93, 0xab, 'B', 'l', 'o', 'c', 'k', 'S', 't', 'o', 'r', 'e', 'd', 0x90, 0x91, 0x01},
+		// Regression (found by an audit): a field the decoder skips (here data_parallel_rank)
+		// holding lists nested 16 Mi deep overflowed the goroutine's stack in the msgpack
+		// module's recursive Skip, a fatal error no recover catches.
+		"a skipped field nested 16 Mi deep": nested([]byte{0x93, 0x00, 0x90}, MaxPayloadBytes-16),
+		"a skipped field nested too deep":   nested([]byte{0x93, 0x00, 0x90}, maxSkipDepth+1),
 	} {
 		_, err := Decode(payload)
 		assert.True(t, errors.Is(err, ErrMalformed), "%s: %v", name, err)
+	}
+}
+
+// nested is prefix, then depth one-element lists around a nil.
+func nested(prefix []byte, depth int) []byte {
+	return append(append(prefix, bytes.Repeat([]byte{0x91}, depth)...), 0xc0)
+}
+
+func TestDecodeSkipsFieldsItDoesNotRead(t *testing.T) {
+	// data_parallel_rank as lists (and a map) nested as deep as a skipped field may be.
+	for _, payload := range [][]byte{
+		nested([]byte{0x93, 0x00, 0x90}, maxSkipDepth),
+		{0x93, 0x00, 0x90, 0x82, 0x01, 0x91, 0x02, 0xa1, 'k', 0x80},
+	} {
+		b, err := Decode(payload)
+		require.NoError(t, err)
+		assert.Empty(t, b.Events)
 	}
 }
 
