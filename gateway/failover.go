@@ -80,7 +80,9 @@ func (ex *exchange) judge(err error) (core.Outcome, int) {
 	case err != nil && ex.timedOut.Load() != notTimedOut:
 		return core.OutcomeFailure, -1
 	case err == errWorkerDown:
-		return core.OutcomeFailure, retryUnavailable
+		// Taken away by the gateway, not failed by the worker: counted against it, these would
+		// eject a worker the user or its probes had set aside, behind their verdict.
+		return core.OutcomeNeutral, retryUnavailable
 	case err != nil:
 		return core.OutcomeFailure, retryConnection
 	}

@@ -358,4 +358,14 @@ func TestRequestsWaitingOnAWorkerThatGoesDownFailOver(t *testing.T) {
 	if n := g.retries[retryUnavailable].Load(); n != 3 {
 		t.Fatalf("retries for an unavailable worker: %d", n)
 	}
+	// Regression (found by an audit): the cancelled tries counted as the worker's failures, so
+	// cb_failure_threshold of them ejected it behind the user's verdict. The worker did not fail
+	// them; the gateway took them away (contract: Worker failures, "Outcomes").
+	if err := r.SetHealthy(silent, true); err != nil {
+		t.Fatal(err)
+	}
+	s := r.Workers()[0]
+	if s.Outcomes[core.OutcomeFailure] != 0 || s.Outcomes[core.OutcomeNeutral] != 3 || s.Condition != core.ConditionAvailable {
+		t.Fatalf("the worker whose waiting requests were taken away: outcomes %v, condition %v", s.Outcomes, s.Condition)
+	}
 }
