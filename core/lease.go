@@ -40,6 +40,9 @@ type leaseSlot struct {
 	// waiting is set until the lease is marked as having seen its first token; while it is,
 	// the weight counts on the worker's prefill load too.
 	waiting bool
+	// ejections is its worker's count of ejections when the lease was taken: the outcome of a
+	// request sent before the latest ejection does not move the breaker (worker_health.go).
+	ejections uint32
 }
 
 // leaseTable stores active leases in reusable slots, so taking and releasing a lease allocates
@@ -61,6 +64,7 @@ func (t *leaseTable) take(w, preferred *worker, hasKey bool, keyPos uint64, weig
 	s := &t.slots[i]
 	s.generation = nextGeneration()
 	s.worker, s.preferred, s.hasKey, s.keyPos, s.weight, s.reports = w, preferred, hasKey, keyPos, weight, w.reports
+	s.ejections = uint32(w.breaker.ejections)
 	s.waiting = true
 	t.active++
 	return LeaseID(uint64(s.generation)<<32 | uint64(i))

@@ -308,28 +308,30 @@ func (r *Router) Release(id LeaseID, abandoned bool) bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.release(id, true) != nil
+	w, _ := r.release(id, true)
+	return w != nil
 }
 
 // releaseWith releases a lease and records its outcome; the caller holds r.mu and announces
 // the change, if any, once it has released the lock.
 func (r *Router) releaseWith(id LeaseID, o Outcome, now time.Time) (bool, ConditionChange, bool) {
-	w := r.release(id, false)
+	w, ejections := r.release(id, false)
 	if w == nil {
 		return false, ConditionChange{}, false
 	}
-	change, changed := r.recordOutcome(w, o, now)
+	change, changed := r.recordOutcome(w, o, now, ejections != uint32(w.breaker.ejections))
 	return true, change, changed
 }
 
 // release is Release without the outcome, for a caller that holds r.mu: it returns the
-// lease's worker, or nil when the lease was not active.
-func (r *Router) release(id LeaseID, abandoned bool) *worker {
+// lease's worker, or nil when the lease was not active, and that worker's ejections when the
+// lease was taken.
+func (r *Router) release(id LeaseID, abandoned bool) (*worker, uint32) {
 	s := r.leases.lookup(id)
 	if s == nil {
-		return nil
+		return nil, 0
 	}
-	w := s.worker
+	w, ejections := s.worker, s.ejections
 	if s.hasKey && r.keys.remove(s.worker.id, s.keyPos) {
 		s.worker.activeKeys--
 	}
@@ -346,7 +348,7 @@ func (r *Router) release(id LeaseID, abandoned bool) *worker {
 		r.leaked++
 	}
 	r.leases.drop(id, s)
-	return w
+	return w, ejections
 }
 
 // LeaseWorkers returns the chosen and preferred worker URLs of an active lease.

@@ -158,10 +158,11 @@ func (r *Router) reassess(w *worker, before health) (ConditionChange, bool) {
 	return change, true
 }
 
-// recordOutcome counts how a lease on w ended and feeds the breaker; the caller holds r.mu.
-func (r *Router) recordOutcome(w *worker, o Outcome, now time.Time) (ConditionChange, bool) {
+// recordOutcome counts how a lease on w ended and feeds the breaker, unless the request was
+// sent before the worker's latest ejection (it was judged already); the caller holds r.mu.
+func (r *Router) recordOutcome(w *worker, o Outcome, now time.Time, sentBeforeEjection bool) (ConditionChange, bool) {
 	w.outcomes[o]++
-	if w.removed || (o == OutcomeSuccess && w.breaker.trusted()) {
+	if w.removed || sentBeforeEjection || (o == OutcomeSuccess && w.breaker.trusted()) {
 		return ConditionChange{}, false // the plain path: a success on a worker with nothing against it
 	}
 	before := w.health()

@@ -86,6 +86,35 @@ func TestBreakerHalfOpenFailureEjectsAgain(t *testing.T) {
 	assert.Equal(t, t0.Add(3*time.Second), r.ExpireEjections(t0.Add(2*time.Second)))
 }
 
+// Regression (found by an audit): a request on its way when the worker was ejected that ended
+// after the ejection had run its time counted as the half-open worker's trial and ejected it
+// again (contract: Worker failures, "Circuit breaker"). Streams outlive a 10 s ejection.
+func TestBreakerIgnoresRequestsSentBeforeTheEjection(t *testing.T) {
+	cfg := BreakerConfig{FailureThreshold: 1, SuccessThreshold: 2, Timeout: 10 * time.Second}
+	r, urls := healthRouter(t, 2, &cfg, nil)
+	var early [3]LeaseID
+	for i := range early {
+		id, _, err := r.Acquire(urls[0], nil)
+		require.NoError(t, err)
+		early[i] = id
+	}
+	failOn(t, r, urls[0], OutcomeFailure, t0)
+	require.Equal(t, ConditionEjected, condition(r, urls[0]))
+	require.True(t, r.Finish(early[0], OutcomeFailure, t0.Add(time.Second)), "while ejected")
+	r.ExpireEjections(t0.Add(10 * time.Second))
+	require.Equal(t, ConditionHalfOpen, condition(r, urls[0]))
+	require.True(t, r.Finish(early[1], OutcomeFailure, t0.Add(11*time.Second)))
+	require.True(t, r.Finish(early[2], OutcomeSuccess, t0.Add(11*time.Second)))
+	s := r.Workers()[0]
+	assert.Equal(t, ConditionHalfOpen, s.Condition, "on trial: only requests sent since count")
+	assert.Equal(t, uint64(1), s.Ejections)
+	assert.Equal(t, uint64(3), s.Outcomes[OutcomeFailure], "their outcomes are still counted")
+	failOn(t, r, urls[0], OutcomeSuccess, t0.Add(12*time.Second))
+	assert.Equal(t, ConditionHalfOpen, condition(r, urls[0]), "1 of 2 successes since the ejection")
+	failOn(t, r, urls[0], OutcomeSuccess, t0.Add(12*time.Second))
+	assert.Equal(t, ConditionAvailable, condition(r, urls[0]))
+}
+
 func TestBreakerCountsFailuresInARowOnly(t *testing.T) {
 	cfg := BreakerConfig{FailureThreshold: 2, SuccessThreshold: 1, Timeout: time.Second}
 	r, urls := healthRouter(t, 2, &cfg, nil)
