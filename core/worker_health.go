@@ -185,9 +185,11 @@ func (r *Router) Finish(id LeaseID, o Outcome, now time.Time) bool {
 	return ok
 }
 
-// ReportProbe records one health-check probe of a member: ok when it answered 2xx in time.
-func (r *Router) ReportProbe(url string, ok bool) error {
-	return r.changeWorker(url, func(w *worker) {
+// ReportProbe records one health-check probe of the member url whose id is id (a worker
+// removed and added again under the same URL has another: a probe of the first never counts on
+// the second): ok when it answered 2xx in time.
+func (r *Router) ReportProbe(url string, id uint32, ok bool) error {
+	return r.changeWorkerOf(url, id, func(w *worker) {
 		if ok {
 			w.probes.Passed++
 		} else {
@@ -200,9 +202,17 @@ func (r *Router) ReportProbe(url string, ok bool) error {
 // changeWorker applies change to a member's verdicts under the lock, reassesses it and tells
 // the listener about the change, if any, once the lock is released.
 func (r *Router) changeWorker(url string, change func(*worker)) error {
+	return r.changeWorkerOf(url, anyID, change)
+}
+
+// anyID names no worker id in particular: changeWorkerOf then takes the member at url.
+const anyID = ^uint32(0)
+
+// changeWorkerOf is changeWorker for the member at url whose id is id, or any id with anyID.
+func (r *Router) changeWorkerOf(url string, id uint32, change func(*worker)) error {
 	r.mu.Lock()
 	w, member := r.members.lookup(memberURL(url))
-	if !member {
+	if !member || (id != anyID && w.id != id) {
 		r.mu.Unlock()
 		return unknownWorker(url)
 	}

@@ -145,27 +145,29 @@ func TestBreakerDisabledNeverEjects(t *testing.T) {
 func TestProbeThresholdsAndUserPrecedence(t *testing.T) {
 	probe := DefaultHealthCheckConfig() // 3 failures down, 2 successes up
 	r, urls := healthRouter(t, 2, nil, &probe)
+	id0, id1 := r.Workers()[0].ID, r.Workers()[1].ID
 	for i := 0; i < 2; i++ {
-		require.NoError(t, r.ReportProbe(urls[0], false))
+		require.NoError(t, r.ReportProbe(urls[0], id0, false))
 	}
 	assert.Equal(t, ConditionAvailable, condition(r, urls[0]))
-	require.NoError(t, r.ReportProbe(urls[0], false))
+	require.NoError(t, r.ReportProbe(urls[0], id0, false))
 	assert.Equal(t, ConditionUnhealthyProbe, condition(r, urls[0]))
-	require.NoError(t, r.ReportProbe(urls[0], true))
+	require.NoError(t, r.ReportProbe(urls[0], id0, true))
 	assert.Equal(t, ConditionUnhealthyProbe, condition(r, urls[0]), "1 of 2 good probes")
 	require.NoError(t, r.SetHealthy(urls[0], false))
 	assert.Equal(t, ConditionUnhealthyUser, condition(r, urls[0]))
-	require.NoError(t, r.ReportProbe(urls[0], true))
+	require.NoError(t, r.ReportProbe(urls[0], id0, true))
 	assert.Equal(t, ConditionUnhealthyUser, condition(r, urls[0]), "the user's word wins over the probes")
 	assert.False(t, r.Workers()[0].Healthy)
 	require.NoError(t, r.SetHealthy(urls[0], true))
 	assert.Equal(t, ConditionAvailable, condition(r, urls[0]), "probes say up, the user says up")
-	require.NoError(t, r.ReportProbe(urls[1], false))
-	require.NoError(t, r.ReportProbe(urls[1], false))
-	require.NoError(t, r.ReportProbe(urls[1], false))
+	require.NoError(t, r.ReportProbe(urls[1], id1, false))
+	require.NoError(t, r.ReportProbe(urls[1], id1, false))
+	require.NoError(t, r.ReportProbe(urls[1], id1, false))
 	require.NoError(t, r.SetHealthy(urls[1], true))
 	assert.Equal(t, ConditionUnhealthyProbe, condition(r, urls[1]), "set_healthy(True) does not override failing probes")
-	assert.ErrorIs(t, r.ReportProbe("http://127.0.0.1:1", true), ErrUnknownWorker)
+	assert.ErrorIs(t, r.ReportProbe("http://127.0.0.1:1", id0, true), ErrUnknownWorker)
+	assert.ErrorIs(t, r.ReportProbe(urls[0], id1, true), ErrUnknownWorker, "a member's URL with another worker's id")
 	assert.Equal(t, ProbeCounts{Passed: 2, Failed: 3}, r.Workers()[0].Probes)
 }
 

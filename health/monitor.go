@@ -34,8 +34,9 @@ type Monitor struct {
 	due     time.Time // when expiry fires
 	stop    chan struct{}
 	done    sync.WaitGroup
-	// probing are the workers whose probe is still out (a hung worker is not probed twice).
-	probing map[string]bool
+	// probing are the workers whose probe is still out (a hung worker is not probed twice), by
+	// id: a worker added again under the same URL is another worker.
+	probing map[uint32]bool
 	// subscribers are told every change after it is logged (see Subscribe), by subscription.
 	subscribers map[int]func(core.ConditionChange)
 	subscribed  int
@@ -60,7 +61,7 @@ func (m *Monitor) Subscribe(fn func(core.ConditionChange)) (unsubscribe func()) 
 // New attaches a monitor to a router: it becomes the router's condition listener. Call Start to
 // run the probes (when the router has a health check) and Stop when the router is closed.
 func New(r *core.Router, opts Options) *Monitor {
-	m := &Monitor{router: r, clock: opts.Clock, probe: opts.Prober, cfg: r.HealthCheck(), log: opts.Logger, stop: make(chan struct{}), probing: map[string]bool{}, subscribers: map[int]func(core.ConditionChange){}}
+	m := &Monitor{router: r, clock: opts.Clock, probe: opts.Prober, cfg: r.HealthCheck(), log: opts.Logger, stop: make(chan struct{}), probing: map[uint32]bool{}, subscribers: map[int]func(core.ConditionChange){}}
 	if m.clock == nil {
 		m.clock = SystemClock
 	}
@@ -126,37 +127,38 @@ func (m *Monitor) probeLoop() {
 func (m *Monitor) ProbeOnce() {
 	var wg sync.WaitGroup
 	for _, w := range m.router.Workers() {
-		if !m.startProbe(w.URL) {
+		if !m.startProbe(w.ID) {
 			continue
 		}
 		wg.Add(1)
-		go func(url string) {
+		go func(url string, id uint32) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
 			err := m.probe(ctx, url)
 			cancel()
-			m.endProbe(url)
-			// A worker removed meanwhile is no longer the router's: nothing to report.
-			_ = m.router.ReportProbe(url, err == nil)
-		}(w.URL)
+			m.endProbe(id)
+			// A worker removed meanwhile (even if added again since) is no longer the router's:
+			// nothing to report.
+			_ = m.router.ReportProbe(url, id, err == nil)
+		}(w.URL, w.ID)
 	}
 	wg.Wait()
 }
 
-func (m *Monitor) startProbe(url string) bool {
+func (m *Monitor) startProbe(id uint32) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.probing[url] || m.stopped {
+	if m.probing[id] || m.stopped {
 		return false
 	}
-	m.probing[url] = true
+	m.probing[id] = true
 	return true
 }
 
-func (m *Monitor) endProbe(url string) {
+func (m *Monitor) endProbe(id uint32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.probing, url)
+	delete(m.probing, id)
 }
 
 // changed is the router's condition listener: it logs every change of condition at WARNING (a

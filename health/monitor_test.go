@@ -170,8 +170,9 @@ func TestProbeOfAHungWorkerIsNotRepeated(t *testing.T) {
 	m, _, _ := newMonitor(t, core.Config{WorkerURLs: urls[:2], Policy: core.DefaultConfig().Policy, VirtualNodes: 10, HealthCheck: &hc}, prober)
 	done := make(chan struct{})
 	go func() { m.ProbeOnce(); close(done) }()
-	require.Eventually(t, func() bool { m.mu.Lock(); defer m.mu.Unlock(); return m.probing[urls[0]] }, 5*time.Second, time.Millisecond)
-	require.Eventually(t, func() bool { m.mu.Lock(); defer m.mu.Unlock(); return !m.probing[urls[1]] }, 5*time.Second, time.Millisecond)
+	ids := m.Router().Workers()
+	require.Eventually(t, func() bool { m.mu.Lock(); defer m.mu.Unlock(); return m.probing[ids[0].ID] }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { m.mu.Lock(); defer m.mu.Unlock(); return !m.probing[ids[1].ID] }, 5*time.Second, time.Millisecond)
 	m.ProbeOnce() // probes urls[1] only
 	close(release)
 	<-done
@@ -179,6 +180,45 @@ func TestProbeOfAHungWorkerIsNotRepeated(t *testing.T) {
 	n1, _ := calls.Load(urls[1])
 	assert.Equal(t, 1, *(n0.(*int)))
 	assert.Equal(t, 2, *(n1.(*int)))
+}
+
+// Regression (found by an audit): probes were reported by URL, so a probe still out when its
+// worker was removed counted on the worker added again under that URL, which started
+// unhealthy_probe; and the new worker was not probed until the old probe returned.
+func TestAProbeOfARemovedWorkerNeverCountsOnOneAddedAgain(t *testing.T) {
+	started, answer := make(chan struct{}, 4), make(chan struct{})
+	var probes sync.Mutex
+	calls := 0
+	prober := func(ctx context.Context, url string) error {
+		probes.Lock()
+		calls++
+		first := calls == 1
+		probes.Unlock()
+		if !first {
+			return nil
+		}
+		started <- struct{}{}
+		select {
+		case <-answer:
+		case <-ctx.Done():
+		}
+		return errors.New("refused")
+	}
+	hc := core.DefaultHealthCheckConfig()
+	hc.FailureThreshold, hc.Timeout = 1, time.Minute
+	m, _, _ := newMonitor(t, core.Config{WorkerURLs: urls[:1], Policy: core.DefaultConfig().Policy, VirtualNodes: 10, HealthCheck: &hc}, prober)
+	r := m.Router()
+	done := make(chan struct{})
+	go func() { m.ProbeOnce(); close(done) }()
+	<-started
+	require.NoError(t, r.RemoveWorker(urls[0]))
+	require.NoError(t, r.AddWorker(urls[0]))
+	m.ProbeOnce() // the new worker is probed at once (and passes)
+	close(answer)
+	<-done
+	w := r.Workers()[0]
+	assert.Equal(t, core.ConditionAvailable, w.Condition)
+	assert.Equal(t, core.ProbeCounts{Passed: 1}, w.Probes)
 }
 
 func TestHTTPProber(t *testing.T) {
