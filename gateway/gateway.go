@@ -77,7 +77,7 @@ type Gateway struct {
 	controlHandler fasthttp.RequestHandler
 	// apiOnProxyPort serves the worker API on the proxy port (keys set, or asked for).
 	apiOnProxyPort bool
-	targets        sync.Map // worker URL -> *target
+	targets        targetCache
 	// inflight counts requests from their routing to their end; shutdown waits for it to reach 0.
 	inflight atomic.Int64
 	serving  sync.WaitGroup

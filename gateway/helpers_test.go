@@ -183,3 +183,11 @@ func unansweredListener(t *testing.T) string {
 	}
 	return addr
 }
+
+// size is the number of targets the cache holds.
+func (c *targetCache) size() int {
+	if m := c.targets.Load(); m != nil {
+		return len(*m)
+	}
+	return 0
+}

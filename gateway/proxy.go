@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -150,8 +151,8 @@ type target struct {
 }
 
 func (g *Gateway) targetOf(workerURL string) (*target, error) {
-	if t, ok := g.targets.Load(workerURL); ok {
-		return t.(*target), nil
+	if t, ok := g.targets.lookup(workerURL); ok {
+		return t, nil
 	}
 	u, err := parseWorkerURL(workerURL)
 	if err != nil {
@@ -161,8 +162,38 @@ func (g *Gateway) targetOf(workerURL string) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.targets.Store(workerURL, t)
+	g.targets.store(workerURL, t, g.router.Workers())
 	return t, nil
+}
+
+// targetCache holds the parsed targets of the members' URLs. A lookup takes no lock; a miss
+// (a worker's first request) stores a new map holding only the current members' targets, so
+// the workers removed since (the worker API) are forgotten and the cache never outgrows them.
+type targetCache struct {
+	mu      sync.Mutex
+	targets atomic.Pointer[map[string]*target]
+}
+
+func (c *targetCache) lookup(workerURL string) (*target, bool) {
+	if m := c.targets.Load(); m != nil {
+		t, ok := (*m)[workerURL]
+		return t, ok
+	}
+	return nil, false
+}
+
+func (c *targetCache) store(workerURL string, t *target, members []core.WorkerState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	next := map[string]*target{workerURL: t}
+	if m := c.targets.Load(); m != nil {
+		for _, s := range members {
+			if known, ok := (*m)[s.URL]; ok {
+				next[s.URL] = known
+			}
+		}
+	}
+	c.targets.Store(&next)
 }
 
 // newTarget reads a worker URL as net/http's Transport does: an internationalised name in its

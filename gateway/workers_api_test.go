@@ -346,3 +346,22 @@ func TestWorkerAPIBodyTrickledPastTheBodyTimeoutIsCut(t *testing.T) {
 		t.Fatalf("a body that never ends: %d, members %v", res.StatusCode, r.Workers())
 	}
 }
+
+// Regression (found by an audit): the gateway kept the parsed target of every worker URL it had
+// ever routed to, so workers registered and deleted through the API grew it for good.
+func TestWorkersRemovedThroughTheAPIAreForgotten(t *testing.T) {
+	r := newRouter(t)
+	g, admin, _ := adminGateway(t, r, Options{})
+	for i := 0; i < 20; i++ {
+		id := register(t, admin, "http://127.0.0.1:9/w"+itoa(int64(i))) // nothing listens on port 9
+		get(t, g, "/v1/models", nil)                                    // routed there: 502
+		if status, _, body := call(t, "DELETE", admin, "/workers/"+id, "", "", nil); status != http.StatusAccepted {
+			t.Fatalf("DELETE: %d %s", status, body)
+		}
+	}
+	register(t, admin, unreachable)
+	get(t, g, "/v1/models", nil)
+	if n := g.targets.size(); n != 1 {
+		t.Fatalf("the gateway keeps %d workers' targets for 1 member", n)
+	}
+}
