@@ -92,10 +92,12 @@ func (s *Subscriber) receive(ctx context.Context, frames [][]byte) {
 	switch {
 	case last >= 0 && seq > last+1:
 		s.recover(ctx, last+1, seq)
-	case seq == 0 && last > 0: // numbering starts again: the engine restarted
+	case last >= 0 && seq == last:
+		return // the batch applied last, sent again
+	case last >= 0 && seq < last:
+		// The numbering went back: the engine restarted. Its first batch seen need not be 0, as
+		// ZeroMQ drops what it published before this subscriber reached it again.
 		s.count(func(st *Stats) { st.Restarts++ })
-	case last >= 0 && seq <= last:
-		return // a batch applied already
 	}
 	s.apply(seq, frames[2])
 }

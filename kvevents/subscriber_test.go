@@ -162,3 +162,31 @@ func TestEventsThatStopLeaveTheWorkerStaleAndItsIndexServing(t *testing.T) {
 		assert.Equal(t, core.BranchCacheAwarePrefixHit, d.Branch)
 	}
 }
+
+// Regression (found by an audit): a restart was seen only when the numbering came back to
+// exactly 0, but ZeroMQ drops what an engine publishes before the subscriber (redialling every
+// second) reaches it, so the restarted engine's first batch seen is rarely 0: every batch up to
+// the old engine's last number was then dropped as applied already, and no restart counted.
+func TestARestartedEngineIsFollowedFromItsFirstBatchSeen(t *testing.T) {
+	urls := []string{"http://127.0.0.1:1"}
+	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: 64, CacheThreshold: 0.3}}, VirtualNodes: 150})
+	require.NoError(t, err)
+	s := &Subscriber{Index: r, Worker: urls[0]}
+	s.stats.last = -1
+	receive := func(seq int64, hash uint64, tokens ...uint32) {
+		s.receive(context.Background(), [][]byte{{}, seqFrame(seq), storedPayload(t, hash, nil, tokens...)})
+	}
+	for seq := int64(0); seq < 6; seq++ {
+		receive(seq, uint64(100+seq), uint32(2*seq), uint32(2*seq+1))
+	}
+	receive(2, 900, 90, 91) // the restarted engine's third batch, its first two missed
+	receive(3, 901, 92, 93)
+	st := s.Stats()
+	assert.Equal(t, uint64(1), st.Restarts)
+	assert.Equal(t, uint64(8), st.Batches)
+	for _, engine := range []uint64{900, 901} {
+		_, ok := r.ReportedBlock(urls[0], engine)
+		assert.True(t, ok, "block %d of the restarted engine", engine)
+	}
+	assert.Equal(t, uint64(0), st.Gaps, "the restarted engine's numbering is followed, not replayed")
+}
