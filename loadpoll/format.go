@@ -77,8 +77,17 @@ func parseSGLang(body []byte) (core.EngineLoad, error) {
 		if rank.NumReqs == nil {
 			return core.EngineLoad{}, fmt.Errorf("%w: /get_load rank %d has no num_reqs", ErrGarbage, i)
 		}
+		if err := checkCount("num_reqs", i, *rank.NumReqs); err != nil {
+			return core.EngineLoad{}, err
+		}
 		requests += *rank.NumReqs
 		if counted = counted && rank.NumWaitingReqs != nil; counted {
+			if err := checkCount("num_waiting_reqs", i, *rank.NumWaitingReqs); err != nil {
+				return core.EngineLoad{}, err
+			}
+			if *rank.NumWaitingReqs > *rank.NumReqs {
+				return core.EngineLoad{}, fmt.Errorf("%w: rank %d: a load of %v requests, %v of them waiting", ErrGarbage, i, *rank.NumReqs, *rank.NumWaitingReqs)
+			}
 			waiting += *rank.NumWaitingReqs
 		}
 	}
@@ -109,8 +118,14 @@ func parseSGLangLoads(body []byte) (core.EngineLoad, error) {
 		if rank.Running == nil || rank.Waiting == nil {
 			return core.EngineLoad{}, fmt.Errorf("%w: /v1/loads rank %d lacks num_running_reqs or num_waiting_reqs", ErrGarbage, i)
 		}
+		if err := errors.Join(checkCount("num_running_reqs", i, *rank.Running), checkCount("num_waiting_reqs", i, *rank.Waiting)); err != nil {
+			return core.EngineLoad{}, err
+		}
 		running, waiting = running+*rank.Running, waiting+*rank.Waiting
 		if counted = counted && rank.Uncached != nil; counted {
+			if err := checkCount("num_waiting_uncached_tokens", i, *rank.Uncached); err != nil {
+				return core.EngineLoad{}, err
+			}
 			tokens += *rank.Uncached
 		}
 	}
@@ -118,7 +133,7 @@ func parseSGLangLoads(body []byte) (core.EngineLoad, error) {
 	if err != nil || !counted {
 		return load, err
 	}
-	if math.IsNaN(tokens) || tokens < 0 || tokens > core.MaxEngineLoad {
+	if !isCount(tokens) {
 		return core.EngineLoad{}, fmt.Errorf("%w: %v waiting uncached tokens", ErrGarbage, tokens)
 	}
 	load.Waiting = int64(math.Round(tokens))
@@ -139,6 +154,9 @@ func parseVLLM(body []byte) (core.EngineLoad, error) {
 		}
 		for i, name := range [2]string{running, waiting} {
 			value, ok, err := sample(line, name)
+			if err == nil && ok && !isCount(value) {
+				err = fmt.Errorf("%w: %s is %v, not a count from 0 to %d", ErrGarbage, name, value, int64(core.MaxEngineLoad))
+			}
 			if err != nil {
 				return core.EngineLoad{}, err
 			}
@@ -177,10 +195,21 @@ func sample(line []byte, name string) (float64, bool, error) {
 	return value, true, nil
 }
 
+// isCount tells whether a figure can be a count of requests or tokens.
+func isCount(v float64) bool { return !math.IsNaN(v) && v >= 0 && v <= core.MaxEngineLoad }
+
+// checkCount refuses a figure of a rank that is no count of requests or tokens.
+func checkCount(name string, rank int, v float64) error {
+	if !isCount(v) {
+		return fmt.Errorf("%w: %s of rank %d is %v, not a count from 0 to %d", ErrGarbage, name, rank, v, int64(core.MaxEngineLoad))
+	}
+	return nil
+}
+
 // checkedLoad is the report of requests running and waiting and of requests waiting.
 func checkedLoad(requests, waiting float64) (core.EngineLoad, error) {
 	for _, n := range [2]float64{requests, waiting} {
-		if math.IsNaN(n) || n < 0 || n > core.MaxEngineLoad || waiting > requests {
+		if !isCount(n) || waiting > requests {
 			return core.EngineLoad{}, fmt.Errorf("%w: a load of %v requests, %v of them waiting", ErrGarbage, requests, waiting)
 		}
 	}

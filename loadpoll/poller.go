@@ -99,7 +99,9 @@ type Poller struct {
 	reporter Reporter
 	config   Config
 	client   *http.Client
-	logf     func(format string, args ...any)
+	// ownClient is set when New made the client: its connections are closed when Run ends.
+	ownClient bool
+	logf      func(format string, args ...any)
 
 	mu       sync.Mutex
 	trackers []*tracker
@@ -120,7 +122,9 @@ func New(reporter Reporter, targets []Target, config Config, client *http.Client
 		p.trackers = append(p.trackers, &tracker{target: t, stats: WorkerStats{Worker: t.Worker, Failures: map[Failure]uint64{}}, logged: map[Failure]bool{}})
 	}
 	if p.client == nil {
-		p.client = &http.Client{}
+		// Its own connections, closed when the poller stops (http.DefaultTransport's would stay).
+		p.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		p.ownClient = true
 	}
 	return p, nil
 }
@@ -146,6 +150,9 @@ func (p *Poller) Run(ctx context.Context) {
 		case <-ctx.Done():
 			polls.Wait()
 			p.forgetAll()
+			if p.ownClient {
+				p.client.CloseIdleConnections()
+			}
 			return
 		case <-ticker.C:
 		}

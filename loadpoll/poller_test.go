@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bounded-router/bounded-router/core"
+	"github.com/bounded-router/bounded-router/internal/loopback"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -191,3 +192,38 @@ func TestConfigErrors(t *testing.T) {
 
 // The router is a Reporter.
 var _ Reporter = (*core.Router)(nil)
+
+// Regression (found by an audit): the poller's default client shared http.DefaultTransport, so
+// its keep-alive connections to the engines stayed open after it stopped (up to 90 s idle).
+func TestAStoppedPollerLeavesNoConnectionToTheEngines(t *testing.T) {
+	var mu sync.Mutex
+	open := 0
+	server := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(`[{"num_reqs": 3}]`))
+	}))
+	server.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch state {
+		case http.StateNew:
+			open++
+		case http.StateClosed, http.StateHijacked:
+			open--
+		}
+	}
+	server.Start()
+	defer server.Close()
+	r, logs := newFakeRouter(), []string{}
+	p := newTestPoller(t, r, server.URL+"/get_load", Config{Interval: 10 * time.Millisecond, Timeout: 5 * time.Second, Expiry: time.Minute}, &logs)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	select {
+	case <-r.reported:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no report within 10 s")
+	}
+	cancel()
+	<-done
+	loopback.WaitFor(t, "the poller's connections to close", func() bool { mu.Lock(); defer mu.Unlock(); return open == 0 })
+}
