@@ -2,6 +2,7 @@ package zmqguard_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -117,4 +118,32 @@ func TestAStalledSubscriberDoesNotStallTheOthers(t *testing.T) {
 		_ = pub.Send(big)
 		return got.Load()-before >= 200
 	})
+}
+
+// Regression (found by an audit): zmq4's accept loop drops a connection whose handshake fails
+// (a garbage greeting, or none within HandshakeTimeout) without closing it, so every such
+// client left a socket open, after the publisher's Stop too. The guard closes an accepted
+// connection that has not completed its handshake by HandshakeTimeout.
+func TestConnectionsThatNeverCompleteAHandshakeAreClosed(t *testing.T) {
+	_, endpoint := guardedPublisher(t)
+	var clients []net.Conn
+	for i := 0; i < 20; i++ {
+		c, err := net.Dial("tcp", strings.TrimPrefix(endpoint, "tcp://"))
+		require.NoError(t, err)
+		defer c.Close()
+		if i > 0 { // the first stays silent; the others send a greeting that is not ZMTP's
+			_, err = c.Write(make([]byte, 64))
+			require.NoError(t, err)
+		}
+		clients = append(clients, c)
+	}
+	buf := make([]byte, 256)
+	for i, c := range clients {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(zmqguard.HandshakeTimeout+5*time.Second)))
+		var err error
+		for n := 0; n < 100 && err == nil; n++ {
+			_, err = c.Read(buf) // the publisher's greeting, then the end of the connection
+		}
+		require.ErrorIs(t, err, io.EOF, "client %d: the publisher kept its connection", i)
+	}
 }

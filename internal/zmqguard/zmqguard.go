@@ -8,8 +8,9 @@
 // A guarded connection reads the ZMTP 3 stream as it passes (a 64-byte greeting, then frames: a
 // flags byte, a size of 1 byte or, with the long flag, 8 bytes big-endian, the body) and fails
 // at a frame or a message over MaxMessageBytes or a message of more than MaxMessageFrames
-// frames, before zmq4 sees its header. Its handshake must end within HandshakeTimeout, each
-// write within WriteTimeout, and a dialled connection closes when its socket's context ends.
+// frames, before zmq4 sees its header. Its handshake must end within HandshakeTimeout (an
+// accepted connection that has not completed it then is closed), each write within
+// WriteTimeout, and a dialled connection closes when its socket's context ends.
 package zmqguard
 
 import (
@@ -21,6 +22,7 @@ import (
 	"log"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -103,7 +105,14 @@ func (l listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return guard(conn), nil
+	c := guard(conn)
+	// zmq4's accept loop drops a connection whose handshake fails without closing it.
+	time.AfterFunc(HandshakeTimeout, func() {
+		if !c.handshed.Load() {
+			conn.Close()
+		}
+	})
+	return c, nil
 }
 
 // conn is a guarded connection; Read is called by one goroutine at a time (zmq4's reader).
@@ -111,7 +120,7 @@ type conn struct {
 	net.Conn
 	stop     func() bool
 	stream   frames
-	handshed bool
+	handshed atomic.Bool // written by the reader, read by an accepted connection's timer
 }
 
 func guard(c net.Conn) *conn {
@@ -127,8 +136,8 @@ func (c *conn) Read(p []byte) (int, error) {
 			c.Conn.Close()
 			return 0, bad
 		}
-		if handshake && !c.handshed { // the peer's first command (READY) has passed
-			c.handshed = true
+		if handshake && !c.handshed.Load() { // the peer's first command (READY) has passed
+			c.handshed.Store(true)
 			_ = c.Conn.SetReadDeadline(time.Time{})
 		}
 	}
