@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/bounded-router/bounded-router/internal/zmqguard"
 )
 
 // Options is the JSON form of a router's KV event subscriptions, as bindings pass them:
@@ -42,8 +44,13 @@ func ParseOptions(data []byte) ([]*Subscriber, time.Duration, error) {
 		}
 	}
 	for worker, endpoint := range o.Endpoints {
-		if !strings.HasPrefix(endpoint, "tcp://") {
-			return nil, 0, fmt.Errorf("kv_events options: the endpoint of %q must be tcp://host:port, got %q", worker, endpoint)
+		if err := zmqguard.CheckEndpoint(endpoint, false); err != nil {
+			return nil, 0, fmt.Errorf("kv_events options: the endpoint of %q %v", worker, err)
+		}
+		if replay, ok := o.ReplayEndpoints[worker]; ok {
+			if err := zmqguard.CheckEndpoint(replay, false); err != nil {
+				return nil, 0, fmt.Errorf("kv_events options: the replay endpoint of %q %v", worker, err)
+			}
 		}
 	}
 	if o.StaleAfterMs < 0 {

@@ -4,9 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
-	"strconv"
-	"strings"
+
+	"github.com/bounded-router/bounded-router/internal/zmqguard"
 )
 
 // Options is the JSON form of a route sharing feed, as bindings pass it: {"publish":
@@ -36,13 +35,13 @@ func ParseOptions(data []byte) (Options, error) {
 		return Options{}, fmt.Errorf("peer routes options: peers may name at most %d endpoints, got %d", MaxPeers, len(o.Peers))
 	}
 	if o.Publish != "" {
-		if err := CheckEndpoint(o.Publish, true); err != nil {
+		if err := zmqguard.CheckEndpoint(o.Publish, true); err != nil {
 			return Options{}, fmt.Errorf("peer routes options: publish %w", err)
 		}
 	}
 	seen := map[string]bool{}
 	for _, p := range o.Peers {
-		if err := CheckEndpoint(p, false); err != nil {
+		if err := zmqguard.CheckEndpoint(p, false); err != nil {
 			return Options{}, fmt.Errorf("peer routes options: peers %w", err)
 		}
 		if seen[p] {
@@ -51,16 +50,4 @@ func ParseOptions(data []byte) (Options, error) {
 		seen[p] = true
 	}
 	return o, nil
-}
-
-// CheckEndpoint refuses an endpoint that is not tcp://host:port with a port from 1 to 65535;
-// one to bind may give port 0, for a port the system picks (the feed's stats show it).
-func CheckEndpoint(endpoint string, bind bool) error {
-	hostPort, ok := strings.CutPrefix(endpoint, "tcp://")
-	host, port, err := net.SplitHostPort(hostPort)
-	n, perr := strconv.Atoi(port)
-	if !ok || err != nil || host == "" || perr != nil || n < 1 && !(bind && n == 0) || n > 65535 {
-		return fmt.Errorf("must be tcp://host:port, got %q", endpoint)
-	}
-	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"io"
 	"log"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -68,6 +69,18 @@ func TCP(endpoint string) string {
 		return "tcp://" + rest
 	}
 	return endpoint
+}
+
+// CheckEndpoint refuses an endpoint that is not tcp://host:port with a port from 1 to 65535;
+// one to bind may give port 0, for a port the system picks (the feed's stats show it).
+func CheckEndpoint(endpoint string, bind bool) error {
+	hostPort, ok := strings.CutPrefix(endpoint, "tcp://")
+	host, port, err := net.SplitHostPort(hostPort)
+	n, perr := strconv.Atoi(port)
+	if !ok || err != nil || host == "" || perr != nil || n < 1 && !(bind && n == 0) || n > 65535 {
+		return fmt.Errorf("must be tcp://host:port, got %q", endpoint)
+	}
+	return nil
 }
 
 // Quiet is the option every socket takes: zmq4 would log each failed handshake (a scanner, a
