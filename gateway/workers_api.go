@@ -165,8 +165,8 @@ func (c *controlPlane) authorized(r *http.Request) bool {
 	if len(c.keys) == 0 {
 		return true
 	}
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !strings.EqualFold(scheme, "Bearer") { // a scheme's name is case-insensitive (RFC 9110, 11.1)
 		return false
 	}
 	sum := sha256.Sum256([]byte(token))

@@ -293,6 +293,15 @@ func TestControlPlaneKeyRequiredOnEveryListener(t *testing.T) {
 	if status, _, _ := call(t, "GET", admin, "/workers", "", "", key); status != http.StatusOK {
 		t.Fatalf("GET /workers with the key: %d", status)
 	}
+	// The scheme's name is case-insensitive (RFC 9110, 11.1); the key is not.
+	for _, value := range []string{"bearer second-key", "BEARER second-key"} {
+		if status, _, body := call(t, "GET", admin, "/workers", "", "", http.Header{"Authorization": {value}}); status != http.StatusOK {
+			t.Fatalf("GET /workers with %q: %d %s", value, status, body)
+		}
+	}
+	if status, _, _ := call(t, "GET", admin, "/workers", "", "", http.Header{"Authorization": {"Bearer SECOND-KEY"}}); status != http.StatusUnauthorized {
+		t.Fatalf("a key in other case: %d", status)
+	}
 }
 
 func TestControlPlaneKeysValidated(t *testing.T) {
