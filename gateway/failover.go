@@ -37,6 +37,7 @@ func (g *Gateway) roundTrips(ex *exchange) (answerBody, error) {
 		if reason < 0 || tries >= g.maxRetries || ex.stopped.err() != nil {
 			return body, err
 		}
+		ex.downsSeen = g.waiting.downs.Load()
 		next := g.router.RouteAvoiding(&ex.request, ex.tried)
 		if next.Lease == 0 {
 			return body, err // nowhere else to go: the client gets this worker's answer
@@ -59,6 +60,9 @@ func (g *Gateway) roundTrips(ex *exchange) (answerBody, error) {
 func (g *Gateway) try(ex *exchange) (answerBody, error) {
 	ex.try.begin(&ex.stopped)
 	g.waiting.add(ex.decision.WorkerID, ex, &ex.try)
+	if g.wentDownSince(ex.decision.WorkerID, ex.downsSeen) {
+		ex.try.cancel(errWorkerDown) // it went down before this try was here to be cancelled
+	}
 	body, err := g.transport.roundTrip(&ex.try, &ex.out, ex.answer)
 	g.waiting.remove(ex)
 	if ex.try.err() == errWorkerDown {

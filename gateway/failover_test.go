@@ -369,3 +369,23 @@ func TestRequestsWaitingOnAWorkerThatGoesDownFailOver(t *testing.T) {
 		t.Fatalf("the worker whose waiting requests were taken away: outcomes %v, condition %v", s.Outcomes, s.Condition)
 	}
 }
+
+// Regression (found by an audit): a worker that stopped being routable after it was chosen but
+// before its try was kept among the waiting ones was announced with no try to cancel, so that
+// request waited out first_byte_timeout there. A try now checks, when some worker went down
+// since its worker was chosen, whether it was that one.
+func TestATryOnAWorkerThatWentDownBeforeItWaitedIsCancelled(t *testing.T) {
+	r := newRouter(t, unreachable, "http://127.0.0.1:10")
+	g := start(t, r, Options{})
+	x, y := r.Workers()[0].ID, r.Workers()[1].ID
+	seen := g.waiting.downs.Load()
+	if g.wentDownSince(x, seen) {
+		t.Fatal("nothing went down")
+	}
+	if err := r.SetHealthy(unreachable, false); err != nil {
+		t.Fatal(err)
+	}
+	if !g.wentDownSince(x, seen) || g.wentDownSince(y, seen) || g.wentDownSince(x, g.waiting.downs.Load()) {
+		t.Fatalf("after %s went down: x %v, y %v, x seen since %v", unreachable, g.wentDownSince(x, seen), g.wentDownSince(y, seen), g.wentDownSince(x, g.waiting.downs.Load()))
+	}
+}

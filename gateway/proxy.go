@@ -35,6 +35,8 @@ type exchange struct {
 	left      atomic.Bool
 	stopWatch func() bool
 	decision  core.Decision
+	// downsSeen is the gateway's count of workers gone down when the decision was taken.
+	downsSeen uint64
 	target    *target
 	// request is the routing request, kept for a retry; tried lists the workers it was sent to
 	// and outcome how the latest try ended (see failover).
@@ -299,6 +301,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	ex.out.body = ctx.Request.Body()
 	ex.request = g.routingRequest(&ctx.Request.Header)
 	ex.request.PrefixBlocks = requestPrefixBlocks(&g.opts, ex.out.body)
+	ex.downsSeen = g.waiting.downs.Load()
 	ex.decision = g.router.Route(&ex.request)
 	if ex.decision.Lease == 0 {
 		g.refuse(ctx, ex, fasthttp.StatusServiceUnavailable, "no worker available")

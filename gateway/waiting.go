@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/bounded-router/bounded-router/core"
 )
@@ -18,6 +19,9 @@ var errWorkerDown = errors.New("the worker stopped being routable before it answ
 type waiting struct {
 	mu    sync.Mutex
 	tries map[*exchange]waitingTry
+	// downs counts the workers that stopped being routable: a try whose worker was chosen
+	// before a change it was not yet here to hear checks that worker itself (wentDownSince).
+	downs atomic.Uint64
 }
 
 type waitingTry struct {
@@ -46,6 +50,7 @@ func (w *waiting) workerChanged(c core.ConditionChange) {
 	if !c.From.Routable() || c.To.Routable() {
 		return
 	}
+	w.downs.Add(1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for ex, try := range w.tries {
@@ -54,4 +59,18 @@ func (w *waiting) workerChanged(c core.ConditionChange) {
 			delete(w.tries, ex)
 		}
 	}
+}
+
+// wentDownSince tells whether worker is no longer routable, when some worker stopped being
+// routable since downs was seen (the router is asked only then: rarely).
+func (g *Gateway) wentDownSince(worker uint32, seen uint64) bool {
+	if g.waiting.downs.Load() == seen {
+		return false
+	}
+	for _, s := range g.router.Workers() {
+		if s.ID == worker {
+			return !s.Condition.Routable()
+		}
+	}
+	return true // removed
 }
