@@ -124,7 +124,10 @@ int64_t br_constants_json(char *buf, size_t capacity);
  * "prefix_hash", "passthrough" are refused as not implemented. "routing_key_headers": [...] names
  * the headers of the routing key (docs/contract.md, "Inputs and precedence"). */
 int32_t br_router_new(const char *config_json, size_t config_len, uint64_t *out_router);
-/* Closes a router; its handle becomes invalid (closing twice is BR_ERR_INVALID_HANDLE). */
+/* Closes a router; its handle becomes invalid (closing twice is BR_ERR_INVALID_HANDLE). Its
+ * feeds (br_load_poll_start, br_kv_events_start, br_peer_routes_start) are stopped first, and
+ * their handles become invalid too. Routers, feeds and gateways draw their handles from one
+ * sequence, so a handle of one kind never names one of another. */
 int32_t br_router_free(uint64_t router);
 
 /* Membership and health. br_set_workers takes a JSON array of URLs. */

@@ -20,30 +20,49 @@ import (
 var errInvalidFeed = invalidArgument("invalid feed handle: the feed was stopped or never started")
 
 type feed struct {
-	stats func() any
-	stop  context.CancelFunc
-	done  chan struct{}
+	router *health.Monitor // a feed ends with its router (br_router_free)
+	stats  func() any
+	stop   context.CancelFunc
+	done   chan struct{}
 }
 
 var feeds = struct {
 	sync.Mutex
-	next    uint64
 	running map[uint64]*feed
 }{running: map[uint64]*feed{}}
 
-// startFeed runs run on a goroutine until the feed is stopped and returns its handle.
-func startFeed(run func(ctx context.Context), stats func() any) uint64 {
+// startFeed runs run on a goroutine until the feed or its router is stopped and returns its
+// handle.
+func startFeed(router *health.Monitor, run func(ctx context.Context), stats func() any) uint64 {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &feed{stats: stats, stop: cancel, done: make(chan struct{})}
+	f := &feed{router: router, stats: stats, stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
 		run(ctx)
 	}()
 	feeds.Lock()
 	defer feeds.Unlock()
-	feeds.next++
-	feeds.running[feeds.next] = f
-	return feeds.next
+	handle := newHandle()
+	feeds.running[handle] = f
+	return handle
+}
+
+// stopFeedsOf stops the feeds of a router being freed and waits for them; their handles become
+// invalid.
+func stopFeedsOf(router *health.Monitor) {
+	feeds.Lock()
+	var ending []*feed
+	for handle, f := range feeds.running {
+		if f.router == router {
+			ending = append(ending, f)
+			delete(feeds.running, handle)
+		}
+	}
+	feeds.Unlock()
+	for _, f := range ending {
+		f.stop()
+		<-f.done
+	}
 }
 
 // br_feed_stats_json writes a running feed's counters as JSON (their form is the feed's kind's:

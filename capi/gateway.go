@@ -26,7 +26,6 @@ var errInvalidGateway = invalidArgument("invalid gateway handle: the gateway was
 // gateways maps the opaque integers C holds to running gateways; handles are never reused.
 var gateways = struct {
 	sync.Mutex
-	next    uint64
 	running map[uint64]*gateway.Gateway
 }{running: map[uint64]*gateway.Gateway{}}
 
@@ -48,9 +47,9 @@ func br_gateway_start(router C.uint64_t, optionsJSON *C.char, optionsLen C.size_
 		}
 		gateways.Lock()
 		defer gateways.Unlock()
-		gateways.next++
-		gateways.running[gateways.next] = g
-		return gateways.next, nil
+		handle := newHandle()
+		gateways.running[handle] = g
+		return handle, nil
 	})
 }
 

@@ -17,9 +17,14 @@ import (
 // Handles are never reused, so a closed handle stays invalid.
 var handles = struct {
 	mu      sync.Mutex
-	next    uint64
 	routers atomic.Pointer[map[uint64]*health.Monitor]
 }{}
+
+// lastHandle numbers every handle of the library, routers, feeds and gateways alike, so that a
+// handle of one kind never names one of another.
+var lastHandle atomic.Uint64
+
+func newHandle() uint64 { return lastHandle.Add(1) }
 
 func init() {
 	empty := map[uint64]*health.Monitor{}
@@ -44,12 +49,12 @@ func lookupMonitor(handle uint64) (*health.Monitor, error) {
 func registerRouter(r *health.Monitor) uint64 {
 	handles.mu.Lock()
 	defer handles.mu.Unlock()
-	handles.next++
-	updateHandles(func(m map[uint64]*health.Monitor) { m[handles.next] = r })
-	return handles.next
+	handle := newHandle()
+	updateHandles(func(m map[uint64]*health.Monitor) { m[handle] = r })
+	return handle
 }
 
-// unregisterRouter closes a handle and stops its router's probes.
+// unregisterRouter closes a handle and stops its router's feeds and probes.
 func unregisterRouter(handle uint64) error {
 	handles.mu.Lock()
 	m, ok := (*handles.routers.Load())[handle]
@@ -60,6 +65,7 @@ func unregisterRouter(handle uint64) error {
 	if !ok {
 		return errInvalidHandle
 	}
+	stopFeedsOf(m)
 	m.Stop()
 	return nil
 }

@@ -76,6 +76,7 @@ class Feed:
         self.kind = _KINDS[export]
         native.check_open()
         text = json.dumps(options).encode()
+        self._native = native  # a feed ends with its router: freeing the native router stops it
         self._lib = native.lib
         out = c_uint64()
         self._lib.check(getattr(self._lib, export)(native.handle, text, len(text), byref(out)))
@@ -128,8 +129,8 @@ class Feed:
 
     @property
     def running(self) -> bool:
-        """Whether :meth:`stop` has not been called."""
-        return self._handle != 0
+        """Whether neither :meth:`stop` nor its router's close has been called."""
+        return self._handle != 0 and not self._native.closed
 
     def statistics(self) -> Dict[str, Dict[str, Any]]:
         """The feed's counters, per worker URL (empty once stopped). A load poll: ``reports``,
@@ -156,10 +157,11 @@ class Feed:
         return [(self.kind, self.statistics())]
 
     def stop(self) -> None:
-        """End the feed and wait for it (a load poll forgets the reports that stand)."""
+        """End the feed and wait for it (a load poll forgets the reports that stand). Nothing
+        once its router is closed: the feed ended with it."""
         with self._lock:
             handle, self._handle = self._handle, 0
-        if handle:
+        if handle and not self._native.closed:
             self._lib.check(self._lib.br_feed_stop(handle))
 
     def __enter__(self) -> Feed:

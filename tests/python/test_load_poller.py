@@ -110,3 +110,50 @@ def test_bad_settings_are_refused() -> None:
             router.poll_loads({W0: "http://127.0.0.1:9/get_load"}, lease_weights="bytes")
         with pytest.raises(ValueError, match="endpoints must name at least one worker"):
             router.poll_loads({})
+
+
+class _Counting(_Handler):
+    polls = 0
+
+    def do_GET(self) -> None:
+        type(self).polls += 1
+        super().do_GET()
+
+
+def test_a_router_freed_stops_its_feeds() -> None:
+    # Regression (found by an audit): freeing the native router (a Router garbage-collected
+    # without close(), or br_router_free from C) left its load poll running for good.
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        router = Router([W0], policy="least_load")
+        poller = router.poll_loads({W0: "http://127.0.0.1:%d/w0/get_load" % server.server_address[1]}, **FAST)
+        _wait_for(poller, lambda s: s[W0]["reports"] > 0)
+        router._native.close()  # what __del__ does
+        time.sleep(0.1)  # a poll already out may still land
+        before = _Counting.polls
+        time.sleep(0.3)  # 30 intervals
+        assert _Counting.polls == before, "the feed polled on after its router was freed"
+        poller.stop()  # its handle went with the router: stopping it again is harmless
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_handle_of_one_kind_never_names_another() -> None:
+    # Regression (found by an audit): routers, feeds and gateways were numbered from 1 each, so
+    # a feed's handle freed the router of the same number and a router's stopped a feed.
+    from bounded_router import _native
+
+    lib = _native.library()
+    with Router([W0], policy="least_load") as a, Router([W0], policy="least_load") as b:
+        feed = b.share_routes(publish="tcp://127.0.0.1:0")
+        try:
+            assert lib.br_feed_stop(a._native.handle) < 0, "a router's handle stopped a feed"
+            assert lib.br_router_free(feed._handle) == lib.status["invalid_handle"], "a feed's handle freed a router"
+            assert feed.statistics() is not None and feed.running
+            assert a.route("k").worker_url == W0
+        finally:
+            feed.stop()
