@@ -4,12 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
-	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/bounded-router/bounded-router/internal/strictjson"
 )
 
 // Defaults of bounded_consistent_hashing (docs/contract.md, "The bounded rule").
@@ -596,31 +595,6 @@ func intSetting(name, rule string, raw json.RawMessage, fallback int) (int, erro
 
 func isNull(raw json.RawMessage) bool { return string(raw) == "null" }
 
-// decodeStrict decodes exactly the documented form: encoding/json alone would replace invalid
-// UTF-8 and lone surrogate escapes with U+FFFD (silently changing a URL) and match field
-// names without regard to case.
-func decodeStrict(data []byte, into any) error {
-	if !utf8.Valid(data) {
-		return fmt.Errorf("the JSON text is not valid UTF-8")
-	}
-	if err := checkSurrogates(data); err != nil {
-		return err
-	}
-	if err := checkFieldNames(data); err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(into); err != nil {
-		return err
-	}
-	// More() would miss a stray '}' or ']' after the object; only the end of input is clean.
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("unexpected data after the JSON object")
-	}
-	return nil
-}
-
 // MarshalJSON writes the {"type": ...} form ParsePolicy reads. The options of
 // bounded_consistent_hashing appear only when they differ from their defaults, so a default
 // policy is written as before they existed; cache_aware writes all its settings.
@@ -682,85 +656,10 @@ func (c Config) MarshalJSON() ([]byte, error) {
 }
 
 // fieldNames are the object keys of every JSON form the core reads, spelled exactly.
-var fieldNames = map[string]bool{"worker_urls": true, "policy": true, "virtual_nodes": true, "type": true, "max_load_skew": true, "min_load_gap": true,
-	"spill_target": true, "balance_by": true, "key_memory": true, "seed": true, "assignment_mode": true, "max_keys": true, "routing_key_headers": true,
-	"blocks_per_worker": true, "cache_threshold": true, "hit_wait_factor": true, "health_check": true, "circuit_breaker": true, "endpoint": true, "interval_secs": true,
-	"timeout_secs": true, "failure_threshold": true, "success_threshold": true, "timeout_duration_secs": true}
+var fieldNames = strictjson.Names("worker_urls", "policy", "virtual_nodes", "type", "max_load_skew", "min_load_gap",
+	"spill_target", "balance_by", "key_memory", "seed", "assignment_mode", "max_keys", "routing_key_headers",
+	"blocks_per_worker", "cache_threshold", "hit_wait_factor", "health_check", "circuit_breaker", "endpoint", "interval_secs",
+	"timeout_secs", "failure_threshold", "success_threshold", "timeout_duration_secs")
 
-// checkFieldNames refuses object keys that differ from a field name only in case, which
-// encoding/json would take for that field (keys it does not know at all it reports itself).
-func checkFieldNames(data []byte) error {
-	type frame struct{ object, wantKey bool }
-	var stack []frame
-	dec := json.NewDecoder(bytes.NewReader(data))
-	for {
-		token, err := dec.Token()
-		if err != nil {
-			return nil // malformed JSON is reported by the decoder proper
-		}
-		top := len(stack) - 1
-		if top >= 0 && stack[top].wantKey {
-			if key, ok := token.(string); ok {
-				if !fieldNames[key] && fieldNames[strings.ToLower(key)] {
-					return fmt.Errorf("unknown field %q (field names are case-sensitive: %q)", key, strings.ToLower(key))
-				}
-				stack[top].wantKey = false
-				continue
-			}
-		}
-		switch token {
-		case json.Delim('{'):
-			stack = append(stack, frame{object: true, wantKey: true})
-			continue
-		case json.Delim('['):
-			stack = append(stack, frame{})
-			continue
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:top]
-		}
-		// A value ended: the enclosing object expects its next key.
-		if n := len(stack); n > 0 && stack[n-1].object {
-			stack[n-1].wantKey = true
-		}
-	}
-}
-
-// checkSurrogates refuses \u escapes of UTF-16 surrogates that do not form a pair.
-func checkSurrogates(data []byte) error {
-	inString := false
-	for i := 0; i < len(data); i++ {
-		switch c := data[i]; {
-		case c == '"':
-			inString = !inString
-		case c == '\\' && inString && i+1 < len(data):
-			if data[i+1] != 'u' {
-				i++ // a one-character escape, such as \\ or \"
-				continue
-			}
-			r, ok := hex4(data[i+2:])
-			switch {
-			case !ok:
-				return nil // malformed JSON is reported by the decoder proper
-			case 0xD800 <= r && r < 0xDC00:
-				if low, ok := hex4(data[min(i+8, len(data)):]); ok && data[i+6] == '\\' && data[i+7] == 'u' && 0xDC00 <= low && low < 0xE000 {
-					i += 11
-					continue
-				}
-				return fmt.Errorf("\\u%04X is a lone UTF-16 surrogate, not a character", r)
-			case 0xDC00 <= r && r < 0xE000:
-				return fmt.Errorf("\\u%04X is a lone UTF-16 surrogate, not a character", r)
-			}
-			i += 5
-		}
-	}
-	return nil
-}
-
-// hex4 decodes the 4 hex digits at the start of b.
-func hex4(b []byte) (rune, bool) {
-	if len(b) < 4 {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(string(b[:4]), 16, 32)
-	return rune(n), err == nil
-}
+// decodeStrict decodes exactly the documented form of a JSON text the core reads.
+func decodeStrict(data []byte, into any) error { return strictjson.Decode(data, into, fieldNames) }

@@ -677,6 +677,10 @@ func TestParseOptions(t *testing.T) {
 		`{"nope": 1}`:           "nope",
 		`{"port": "80"}`:        "port",
 		`[1]`:                   "",
+		// Regression (found by an audit): read more loosely than the contract's "Validation".
+		`{"PORT": 0}`:                      "case-sensitive",
+		`{"port": 0}}`:                     "unexpected data after the JSON object",
+		`{"control_plane_api_keys": null}`: "control_plane_api_keys must be a list, not null",
 	} {
 		_, err := ParseOptions([]byte(text))
 		if err == nil || !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), field) {

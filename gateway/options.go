@@ -2,12 +2,13 @@ package gateway
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"strings"
 	"time"
+
+	"github.com/bounded-router/bounded-router/internal/strictjson"
 )
 
 // ErrInvalidOptions is wrapped by every error of ParseOptions and Options.Validate.
@@ -116,18 +117,16 @@ var Defaults = Options{
 	PrefixMaxBytes:      1 << 20,
 }
 
+// optionFields are the keys of Options, for strictjson.
+var optionFields = strictjson.FieldsOf(Options{})
+
 // ParseOptions reads options from a JSON object; absent fields take their defaults. An empty
 // text is the default options.
 func ParseOptions(text []byte) (Options, error) {
 	var o Options
 	if len(bytes.TrimSpace(text)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(text))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&o); err != nil {
+		if err := strictjson.Decode(text, &o, optionFields); err != nil {
 			return Options{}, fmt.Errorf("%w: %s", ErrInvalidOptions, strings.TrimPrefix(err.Error(), "json: "))
-		}
-		if dec.More() {
-			return Options{}, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalidOptions)
 		}
 	}
 	if err := o.Validate(); err != nil {

@@ -1,14 +1,14 @@
 package kvevents
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/bounded-router/bounded-router/internal/zmqguard"
+
+	"github.com/bounded-router/bounded-router/internal/strictjson"
 )
 
 // Options is the JSON form of a router's KV event subscriptions, as bindings pass them:
@@ -26,13 +26,14 @@ type Options struct {
 // says only that routing rests on this router's own routes for that worker.
 const DefaultStaleAfter = 10 * time.Second
 
+// optionFields are the keys of Options, for strictjson.
+var optionFields = strictjson.FieldsOf(Options{})
+
 // ParseOptions reads Options, refusing unknown fields, and returns one subscriber per worker
 // (sorted by URL, their Index to be set) and the stale age.
 func ParseOptions(data []byte) ([]*Subscriber, time.Duration, error) {
 	var o Options
-	decoder := json.NewDecoder(bytes.NewReader(data))
-	decoder.DisallowUnknownFields()
-	if err := decoder.Decode(&o); err != nil {
+	if err := strictjson.Decode(data, &o, optionFields); err != nil {
 		return nil, 0, fmt.Errorf("kv_events options: %w", err)
 	}
 	if len(o.Endpoints) == 0 {

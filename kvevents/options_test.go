@@ -19,6 +19,7 @@ func TestParseOptionsRefusesBadInputByName(t *testing.T) {
 		`{"endpoints": {"w": "tcp://h:1"}, "replay_endpoints": {"w": "tcp://h"}}`:   `kv_events options: the replay endpoint of "w" must be tcp://host:port, got "tcp://h"`,
 		`{"endpoints": {"w": "tcp://h:1"}, "replay_endpoints": {"v": "tcp://h:2"}}`: `kv_events options: replay_endpoints names "v", which has no endpoint`,
 		`{"endpoints": {"w": "tcp://h:1"}, "stale_after_ms": -1}`:                   `kv_events options: stale_after_ms must not be negative, got -1`,
+		`{"ENDPOINTS": {"w": "tcp://h:1"}}`:                                         `kv_events options: unknown field "ENDPOINTS" (field names are case-sensitive: "endpoints")`,
 	} {
 		_, _, err := ParseOptions([]byte(options))
 		assert.EqualError(t, err, want, options)

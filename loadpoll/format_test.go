@@ -116,6 +116,11 @@ func TestParseOptions(t *testing.T) {
 		`{"endpoints": {"a": "b"}, "format": "vllm", "interval_ms": -1}`:        "interval_ms must be from 0 to 3600000, got -1",
 		`{"endpoints": {"a": "b"}, "format": "vllm", "every": 1}`:               `unknown field "every"`,
 		`{"endpoints": {"a": "b"}, "format": "vllm", "lease_weights": "bytes"}`: `lease_weights must be one of requests, tokens, got "bytes"`,
+		// Regression (found by an audit): the feeds' options were read more loosely than the
+		// contract's "Validation" says every JSON form is.
+		`{"Endpoints": {"a": "b"}, "FORMAT": "vllm"}`:          `unknown field "Endpoints" (field names are case-sensitive: "endpoints")`,
+		`{"endpoints": {"a": "b\ud800"}, "format": "vllm"}`:    `\uD800 is a lone UTF-16 surrogate`,
+		`{"endpoints": {"a": "b"}, "format": "vllm"} trailing`: "unexpected data after the JSON object",
 	} {
 		_, _, err := ParseOptions([]byte(body))
 		assert.ErrorContains(t, err, text, body)

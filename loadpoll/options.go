@@ -1,12 +1,12 @@
 package loadpoll
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/bounded-router/bounded-router/internal/strictjson"
 )
 
 // Options is the JSON form of a poller's settings, as bindings pass them:
@@ -22,13 +22,14 @@ type Options struct {
 	LeaseWeights string            `json:"lease_weights"`
 }
 
+// optionFields are the keys of Options, for strictjson.
+var optionFields = strictjson.FieldsOf(Options{})
+
 // ParseOptions reads Options, refusing unknown fields, and returns the targets (sorted by
 // worker URL) and the config.
 func ParseOptions(data []byte) ([]Target, Config, error) {
 	var o Options
-	decoder := json.NewDecoder(bytes.NewReader(data))
-	decoder.DisallowUnknownFields()
-	if err := decoder.Decode(&o); err != nil {
+	if err := strictjson.Decode(data, &o, optionFields); err != nil {
 		return nil, Config{}, fmt.Errorf("load poll options: %w", err)
 	}
 	if len(o.Endpoints) == 0 {

@@ -1,11 +1,11 @@
 package peerroutes
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 
 	"github.com/bounded-router/bounded-router/internal/zmqguard"
+
+	"github.com/bounded-router/bounded-router/internal/strictjson"
 )
 
 // Options is the JSON form of a route sharing feed, as bindings pass it: {"publish":
@@ -20,12 +20,13 @@ type Options struct {
 // MaxPeers bounds the peers one feed follows (each has its own connection and counters).
 const MaxPeers = 256
 
+// optionFields are the keys of Options, for strictjson.
+var optionFields = strictjson.FieldsOf(Options{})
+
 // ParseOptions reads Options, refusing unknown fields, and checks every endpoint.
 func ParseOptions(data []byte) (Options, error) {
 	var o Options
-	decoder := json.NewDecoder(bytes.NewReader(data))
-	decoder.DisallowUnknownFields()
-	if err := decoder.Decode(&o); err != nil {
+	if err := strictjson.Decode(data, &o, optionFields); err != nil {
 		return Options{}, fmt.Errorf("peer routes options: %w", err)
 	}
 	if o.Publish == "" && len(o.Peers) == 0 {

@@ -28,6 +28,10 @@ func TestParseOptions(t *testing.T) {
 		`{"peers": ["tcp://h:1", "tcp://h:1"]}`: `peer routes options: peers names "tcp://h:1" twice`,
 		`{"peer": ["tcp://h:1"]}`:               `peer routes options: json: unknown field "peer"`,
 		tooMany:                                 "peer routes options: peers may name at most 256 endpoints, got 257",
+		// Regression (found by an audit): read more loosely than the contract's "Validation".
+		`{"publish": "tcp://127.0.0.1:0", "peers": null}`: "peer routes options: peers must be a list, not null",
+		`{"Peers": ["tcp://h:1"]}`:                        `peer routes options: unknown field "Peers" (field names are case-sensitive: "peers")`,
+		`{"peers": ["tcp://h:1"], "topic": "\ud800"}`:     `peer routes options: \uD800 is a lone UTF-16 surrogate, not a character`,
 	} {
 		_, err := ParseOptions([]byte(text))
 		assert.EqualError(t, err, want, text)
