@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -52,4 +54,15 @@ func TestKeyBlocks(t *testing.T) {
 	assert.Contains(t, err.Error(), "keys_len")
 	// Lengths whose sum overflows 32 bits are added in 64.
 	assert.Error(t, checkKeyBlock(nil, []uint32{1 << 31, 1 << 31}))
+}
+
+// Regression (found by an audit): timeout_ms * 1 ms overflowed a Duration for a large
+// timeout, which then fell back to shutdown_timeout and cut requests early.
+func TestDrainTimeoutNeverOverflows(t *testing.T) {
+	for ms, want := range map[int64]time.Duration{
+		3000: 3 * time.Second, 0: 0, -5: -5 * time.Millisecond,
+		1 << 62: time.Duration(math.MaxInt64), math.MaxInt64: time.Duration(math.MaxInt64),
+	} {
+		assert.Equal(t, want, drainTimeout(ms), "%d ms", ms)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/bounded-router/bounded-router/core"
 	"github.com/bounded-router/bounded-router/health"
 )
 
@@ -102,15 +103,16 @@ func br_feed_stop(handle C.uint64_t) (status C.int32_t) {
 	return statusOK
 }
 
-// checkMembers refuses URLs that name no member, so that a typo is an error, not a worker
-// whose feed never reaches the router. what names the option.
+// checkMembers refuses URLs that name no member (in any spelling of its URL, as every call
+// naming a member takes), so that a typo is an error, not a worker whose feed never reaches
+// the router. what names the option.
 func checkMembers(members []string, urls []string, what string) error {
 	known := map[string]bool{}
 	for _, u := range members {
 		known[u] = true
 	}
 	for _, u := range urls {
-		if !known[u] {
+		if normal, err := core.NormalizeWorkerURL(u); err != nil || !known[normal] {
 			return invalidArgument("%s names %q, which is not a worker of this router", what, u)
 		}
 	}

@@ -9,6 +9,7 @@ import "C"
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"time"
 
@@ -91,7 +92,7 @@ func br_gateway_stop(handle C.uint64_t, timeoutMs C.int64_t) (status C.int32_t) 
 	if !ok {
 		return fail(errInvalidGateway)
 	}
-	err := g.Shutdown(time.Duration(timeoutMs) * time.Millisecond)
+	err := g.Shutdown(drainTimeout(int64(timeoutMs)))
 	switch {
 	case err == nil:
 		return statusOK
@@ -101,4 +102,12 @@ func br_gateway_stop(handle C.uint64_t, timeoutMs C.int64_t) (status C.int32_t) 
 		setErrorText(err.Error())
 		return statusInternal
 	}
+}
+
+// drainTimeout is timeout_ms as a Duration, at most the longest one (a product past it would wrap).
+func drainTimeout(ms int64) time.Duration {
+	if ms > int64(math.MaxInt64/time.Millisecond) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(ms) * time.Millisecond
 }

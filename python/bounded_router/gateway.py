@@ -110,11 +110,14 @@ class Gateway:
         every request has ended and released its lease: True if all finished in time, False if
         some were cut. Stopping again returns True.
         """
+        if timeout is not None and not timeout >= 0:
+            raise ValueError("timeout must be a number of seconds >= 0, or None, got %r" % (timeout,))
         with self._lock:
             handle, self._handle = self._handle, 0
         if not handle:
             return True
-        milliseconds = 0 if timeout is None else max(1, int(timeout * 1000))
+        # Capped at 2**62 ms (146 million years) so the int64 argument cannot wrap.
+        milliseconds = 0 if timeout is None else max(1, int(min(timeout * 1000, 2.0**62)))
         return self._lib.check(self._lib.br_gateway_stop(handle, milliseconds)) == 0
 
     def __enter__(self) -> Gateway:

@@ -210,3 +210,25 @@ def _unchecked(blocks: List[Any]) -> PrefixBlocks:
     list.extend(made, blocks)
     made._packed = None
     return made
+
+
+def test_too_many_reported_blocks_are_refused_naming_the_argument_and_their_number(make_router) -> None:
+    # Regression (found by an audit): the C API capped the count at 65537 before its message,
+    # which named prefix_blocks whatever the argument (the Python methods check first).
+    from ctypes import c_uint64
+
+    from bounded_router import _native
+
+    lib = _native.library()
+    router = make_router(2, policy="cache_aware")
+    url = router.workers()[0].url.encode()
+    blocks = (c_uint64 * 100000)()
+    handle = router._native.handle
+    for call, message in (
+        (lambda: lib.br_store_blocks(handle, url, len(url), blocks, 100000, None), ": blocks may hold at most 65536 blocks, got 100000"),
+        (lambda: lib.br_remove_blocks(handle, url, len(url), blocks, 100000), ": engine_hashes may hold at most 65536 blocks, got 100000"),
+        (lambda: lib.br_peer_route(handle, url, len(url), 1, blocks, 100000), ": blocks may hold at most 65536 blocks, got 100000"),
+    ):
+        status = call()
+        assert status < 0
+        assert str(lib.error(status)).endswith(message)

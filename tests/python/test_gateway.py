@@ -141,7 +141,12 @@ def test_stop_drains_finishing_streams(slow_worker: Any) -> None:
         thread = threading.Thread(target=stream)
         thread.start()
         wait_for(lambda: router.active_leases() == 1, "the stream to start")
-        assert gateway.stop(timeout=10) is True
+        for bad in (-1, float("nan")):
+            with pytest.raises(ValueError, match="timeout must be a number of seconds >= 0, or None"):
+                gateway.stop(timeout=bad)
+        # Regression (found by an audit): timeout_ms * 1 ms wrapped for a timeout this long, and
+        # the drain fell back to shutdown_timeout; it is now as long as the stream takes.
+        assert gateway.stop(timeout=1e17) is True
         thread.join(30)
         assert result == [expected_text("d", 10)]
         assert router.active_leases() == 0

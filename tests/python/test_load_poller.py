@@ -157,3 +157,12 @@ def test_a_handle_of_one_kind_never_names_another() -> None:
             assert a.route("k").worker_url == W0
         finally:
             feed.stop()
+
+
+def test_a_member_is_named_in_any_spelling(endpoint: str) -> None:
+    # Regression (found by an audit): the feeds compared the URLs named with the members' as
+    # written, where every other call takes any spelling of a member's URL.
+    with Router([W0, W1], policy="least_load") as router:
+        poller = router.poll_loads({"HTTP://127.0.0.1:9/w0/": endpoint + "/w0/get_load"}, **FAST)
+        _wait_for(poller, lambda s: s["HTTP://127.0.0.1:9/w0/"]["reports"] > 0)
+        assert router.route("k").worker_url == W1  # w0 reports 9 requests
