@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 /* The version of this API; br_abi_version() returns the one the library implements. */
-#define BR_ABI_VERSION 8
+#define BR_ABI_VERSION 9
 
 /* Status codes: 0 or more is success. */
 #define BR_OK 0
@@ -238,11 +238,11 @@ int32_t br_finish(uint64_t router, uint64_t lease, int32_t outcome);
  * (docs/contract.md, "Prefill load"). Idempotent. Returns 1 if it marked the lease, 0 if the
  * lease was marked before or is not active. */
 int32_t br_first_token(uint64_t router, uint64_t lease);
-/* Routes a retry as br_route does with a lease of weight (0 means 1), never to the workers whose URLs the JSON array
- * avoid_json lists (non-members are ignored): a keyed request goes to the next available worker
- * clockwise from its key (BR_BRANCH_FAILOVER), any other where the policy sends it. */
-int32_t br_route_avoiding(uint64_t router, const char *key, size_t key_len, const char *headers, size_t headers_len,
-                          int64_t weight, const char *avoid_json, size_t avoid_len, uint64_t *out);
+/* Routes a retry of request (as br_route_request does with a lease: its key, headers, weight and
+ * prefix blocks) never to the workers whose URLs the JSON array avoid_json lists (non-members are
+ * ignored): a keyed request goes to the next available worker clockwise from its key
+ * (BR_BRANCH_FAILOVER), any other where the policy sends it among the rest. */
+int32_t br_route_avoiding(uint64_t router, const br_request *request, const char *avoid_json, size_t avoid_len, uint64_t *out);
 
 /* JSON reports, answered as br_constants_json. br_lease_workers_json: {"worker_url",
  * "preferred_url"} of an active lease. br_workers_json: [{"url", "id", "healthy", "load",

@@ -1,8 +1,8 @@
 package main
 
 /*
-#include <stddef.h>
-#include <stdint.h>
+#define BR_NO_PROTOTYPES
+#include "bounded_router.h"
 */
 import "C"
 
@@ -32,12 +32,13 @@ func br_finish(router C.uint64_t, lease C.uint64_t, outcome C.int32_t) (status C
 	return 0
 }
 
-// br_route_avoiding routes a request as br_route does with a lease of weight (0 means 1), but never to the workers
-// whose URLs the JSON array avoid_json lists (those a failed request already tried; URLs that
-// are not workers are ignored): a keyed request goes to the key's next ring worker.
+// br_route_avoiding routes a request (every input of br_route_request: its key, headers, weight
+// and prefix blocks) with a lease, but never to the workers whose URLs the JSON array avoid_json
+// lists (those a failed request already tried; URLs that are not workers are ignored): a keyed
+// request goes to the key's next ring worker, any other where the policy sends it.
 //
 //export br_route_avoiding
-func br_route_avoiding(router C.uint64_t, key *C.char, keyLen C.size_t, headers *C.char, headersLen C.size_t, weight C.int64_t, avoidJSON *C.char, avoidLen C.size_t, out *C.uint64_t) (status C.int32_t) {
+func br_route_avoiding(router C.uint64_t, request *C.br_request, avoidJSON *C.char, avoidLen C.size_t, out *C.uint64_t) (status C.int32_t) {
 	defer guard(&status)
 	r, err := lookupRouter(uint64(router))
 	if err != nil {
@@ -47,10 +48,7 @@ func br_route_avoiding(router C.uint64_t, key *C.char, keyLen C.size_t, headers 
 	if err != nil {
 		return fail(err)
 	}
-	req, err := requestFrom(r, key, keyLen, headers, headersLen)
-	if err == nil && weight != 0 {
-		req.Weight, err = int64(weight), core.CheckWeight(int64(weight))
-	}
+	req, err := requestArg(r, request)
 	if err != nil {
 		return fail(err)
 	}

@@ -38,7 +38,7 @@ __all__ = ["ABI_VERSION", "LIBRARY_ENV", "LIBRARY_NAME", "BrRequest", "Library",
 
 #: The ABI version this binding implements (``BR_ABI_VERSION`` of the header): the one constant
 #: a binding must hold itself, to know whether it can read the others.
-ABI_VERSION = 8
+ABI_VERSION = 9
 #: Environment variable naming another build of the library to load.
 LIBRARY_ENV = "BOUNDED_ROUTER_LIBRARY"
 #: File name of the library inside the package.
@@ -333,11 +333,10 @@ class Library:
         """Mark a lease as having seen its first token: 1 if marked, 0 if marked before or not active."""
         raise NotImplementedError
 
-    @_export(c_int32, c_uint64, c_char_p, c_size_t, c_char_p, c_size_t, c_int64, c_char_p, c_size_t, _u64p)
-    def br_route_avoiding(
-        self, router: Any, key: bytes, key_len: int, headers: bytes, headers_len: int, weight: int, avoid: bytes, avoid_len: int, out: Any
-    ) -> int:
-        """Route a retry away from the workers whose URLs the JSON array lists: the branch code."""
+    @_export(c_int32, c_uint64, _requestp, c_char_p, c_size_t, _u64p)
+    def br_route_avoiding(self, router: Any, request: Any, avoid: bytes, avoid_len: int, out: Any) -> int:
+        """Route a retry of a :class:`BrRequest` away from the workers whose URLs the JSON array
+        lists: the branch code."""
         raise NotImplementedError
 
     @_export(c_int64, c_uint64, c_uint64, _buf, c_size_t)

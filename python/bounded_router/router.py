@@ -354,7 +354,7 @@ class Router:
                 invalid from then on).
         """
         if exclude is not None:
-            return self._route_avoiding(routing_key, headers, weight, exclude)
+            return self._route_avoiding(routing_key, headers, weight, prefix_blocks, exclude)
         # One native call per request, which also hands over a lease released since the last
         # one (the release path, see _native_router); the lease's URLs come from the decision
         # cache (NativeRouter.decided). A weight or prefix blocks take the same path with the
@@ -423,19 +423,22 @@ class Router:
         return lease
 
     def _route_avoiding(
-        self, routing_key: Union[str, bytes, None], headers: Optional[HeadersLike], weight: Optional[int], exclude: Iterable[str]
+        self,
+        routing_key: Union[str, bytes, None],
+        headers: Optional[HeadersLike],
+        weight: Optional[int],
+        prefix_blocks: Any,
+        exclude: Iterable[str],
     ) -> Lease:
-        """:meth:`route` for a retry: one ``br_route_avoiding`` call."""
+        """:meth:`route` for a retry: one ``br_route_avoiding`` call, with every input of the request."""
         native = self._native
         avoid = _json(_url_list(exclude, "exclude"))
-        key = key_bytes(routing_key)
-        block = b"" if headers is None else encode_headers(headers, self._header_filter)
-        lease_weight = 0 if weight is None else check_weight(weight)
+        request = _request(routing_key, headers, weight, prefix_blocks, self._header_filter)
         native.check_open()
         native.hand_over()
         out, _ = _native.thread_buffers()
         lib = native.lib
-        code = lib.check(lib.br_route_avoiding(native.handle, key, len(key), block, len(block), lease_weight, avoid, len(avoid), out))
+        code = lib.check(lib.br_route_avoiding(native.handle, request, avoid, len(avoid), out))
         lease_id = out[0]
         if not lease_id:
             raise native.unrouted(code)

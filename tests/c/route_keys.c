@@ -156,11 +156,12 @@ static void check_worker_failures(void) {
 	CHECK(br_finish(router, out[0], 7) == BR_ERR_INVALID_ARGUMENT, "an unknown outcome");
 	CHECK(strstr(br_last_error(), "outcome must be a BR_OUTCOME_* code") != NULL, "names the outcome: %s", br_last_error());
 	const char *tried = chosen(out) == 1 ? "[\"http://127.0.0.1:9\"]" : "[\"http://127.0.0.1:10\"]";
-	CHECK(br_route_avoiding(router, "s", 1, NULL, 0, 0, tried, strlen(tried), retry) == BR_BRANCH_FAILOVER, "failover");
+	br_request again = {"s", 1, NULL, 0, 0, NULL, 0};
+	CHECK(br_route_avoiding(router, &again, tried, strlen(tried), retry) == BR_BRANCH_FAILOVER, "failover");
 	CHECK(chosen(retry) != chosen(out), "the retry avoids the tried worker");
 	CHECK(br_finish(router, out[0], BR_OUTCOME_FAILURE) == 1 && br_finish(router, out[0], BR_OUTCOME_FAILURE) == 0, "finish once");
 	CHECK(br_finish(router, retry[0], BR_OUTCOME_SUCCESS) == 1, "finish the retry");
-	CHECK(br_route_avoiding(router, "s", 1, NULL, 0, 0, "{", 1, retry) == BR_ERR_INVALID_ARGUMENT, "bad avoid_json");
+	CHECK(br_route_avoiding(router, &again, "{", 1, retry) == BR_ERR_INVALID_ARGUMENT, "bad avoid_json");
 	CHECK(strstr(br_last_error(), "avoid_json") != NULL, "names avoid_json: %s", br_last_error());
 	CHECK(br_router_free(router) == BR_OK, "free");
 }

@@ -149,3 +149,24 @@ def test_a_cancelled_stream_releases_while_the_wrapper_is_still_referenced() -> 
         assert router.active_leases() == 0
         assert router.leaked_leases() == 0
         assert json.dumps(router.branch_counts())  # the router is still usable
+
+
+def test_a_retry_keeps_the_requests_prefix_blocks(serve_proxy: ProxyServer, fast_worker: Any, failing_worker: Any, client: httpx.Client) -> None:
+    # Regression (found by an audit): a retry was routed without the request's prefix blocks, so
+    # cache_aware placed it as a request with no prompt (here: the least loaded worker, first in
+    # membership order), not on the worker holding most of its prefix as the gateway does.
+    from bounded_router import prefix_blocks
+
+    dead = dead_url()
+    ids = list(range(64))
+    blocks = list(prefix_blocks(ids, 16))
+    urls = [dead, failing_worker.url, fast_worker.url]
+    with serve_proxy(urls, proxy_options={"prefix_blocks": "tokens"}, policy="cache_aware", health_check=False) as (url, _, router):
+        router.store_blocks(failing_worker.url, blocks)
+        router.store_blocks(fast_worker.url, blocks[:3])
+        body = dict(completion("q", 2, stream=False), input_ids=ids)
+        r = client.post(url + "/v1/completions", content=json.dumps(body), headers={"Content-Type": "application/json"})
+        assert r.status_code == 200, r.text
+        assert r.headers["x-bounded-router-worker"] == fast_worker.url
+        wait_released(router)
+        assert (state(router, failing_worker.url).routed, state(router, dead).routed) == (1, 0), "the retry went where the blocks say"

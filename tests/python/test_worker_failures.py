@@ -173,3 +173,22 @@ def test_from_args_probes_only_when_asked():
             time.sleep(0.02)
         assert [w.condition for w in probing.workers()] == ["unhealthy_probe", "unhealthy_probe"]
         assert [(w.condition, w.probes_failed) for w in quiet.workers()] == [("available", 0), ("available", 0)]
+
+
+def test_exclude_keeps_the_prefix_blocks():
+    # Regression (found by an audit): route(exclude=...) dropped prefix_blocks, so
+    # route(prefix_blocks=b, exclude=[]) was not route(prefix_blocks=b) under cache_aware.
+    from bounded_router import prefix_blocks
+
+    blocks = list(prefix_blocks(list(range(64)), 16))
+    with Router(URLS, policy="cache_aware") as router:
+        router.store_blocks(URLS[3], blocks)
+        plain = router.route(prefix_blocks=blocks)
+        plain.release()
+        none_excluded = router.route(prefix_blocks=blocks, exclude=[])
+        none_excluded.release()
+        assert (none_excluded.worker_url, none_excluded.branch) == (plain.worker_url, plain.branch) == (URLS[3], "cache_aware_prefix_hit")
+        router.store_blocks(URLS[2], blocks[:3])
+        retry = router.route(prefix_blocks=blocks, exclude=[URLS[3]])
+        assert (retry.worker_url, retry.branch) == (URLS[2], "cache_aware_prefix_hit")
+        retry.release()

@@ -238,7 +238,7 @@ class Tries:
         if self.left <= 0:
             return None
         try:
-            lease = self.router.route(headers=self.headers, exclude=self.tried)
+            lease = self.router.route(headers=self.headers, prefix_blocks=self.prefix_blocks, exclude=self.tried)
         except NoWorkerAvailableError:
             return None
         failed.release(outcome=outcome)
