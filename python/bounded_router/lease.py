@@ -181,10 +181,16 @@ class Lease:
             return False
         native = self._native
         self._id = 0
-        self.__class__ = Lease
         if native.closed:
+            self.__class__ = Lease
             return False
-        return bool(native.call("br_finish", lease_id, code))
+        try:
+            finished = native.call("br_finish", lease_id, code)
+        except BaseException:  # ForkedProcessError: nothing was released
+            self._id = lease_id
+            raise
+        self.__class__ = Lease  # nothing left for the safety net (see _HeldLease)
+        return bool(finished)
 
     def __copy__(self) -> NoReturn:
         raise TypeError("a Lease cannot be copied: each one counts one request, released once")

@@ -256,9 +256,11 @@ print(router.loads())
     assert "Exception ignored" not in result.stderr
 
 
-def test_a_release_refused_in_a_forked_child_leaves_the_lease_held(tmp_path):
+@pytest.mark.parametrize("release", ["release()", 'release(outcome="failure")', "fail()"])
+def test_a_release_refused_in_a_forked_child_leaves_the_lease_held(tmp_path, release):
     # The release raises ForkedProcessError; the lease must not claim a release that never
-    # happened, so a second try raises again instead of returning False.
+    # happened, so a second try raises again instead of returning False. Regression (found by an
+    # audit): a release with an outcome other than success, the proxies' path, claimed it.
     result = run_python(
         FORK_HARNESS
         + """
@@ -270,7 +272,7 @@ def child():
     seen = []
     for _ in range(2):
         try:
-            seen.append("returned %r" % lease.release())
+            seen.append("returned %r" % lease.RELEASE)
         except ForkedProcessError:
             seen.append("forked")
         seen.append("released=%s" % lease.released)
@@ -278,8 +280,7 @@ def child():
 
 print(run_child(child))
 print(lease.release(), router.active_leases())
-"""
-        ,
+""".replace("RELEASE", release),
         tmp_path,
     )
     assert result.returncode == 0, result.stderr
