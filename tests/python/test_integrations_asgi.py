@@ -99,3 +99,52 @@ def test_asgi_proxy_reads_the_routers_routing_key_headers(fast_worker: Any, clie
             wait_released(router)
             assert router.branch_counts()["routing_key_hit"] == 1  # X-Session-Id
             assert router.branch_counts()["random_fallback"] == 1  # X-SMG-Routing-Key is not a key header here
+
+
+class _SlowClose(httpx.AsyncByteStream):
+    """A failed answer whose close takes long: the request is cancelled while it closes."""
+
+    async def __aiter__(self) -> Any:
+        yield b"busy"
+
+    async def aclose(self) -> None:
+        import anyio
+
+        await anyio.sleep(5)
+
+
+class _FirstBusy(httpx.AsyncBaseTransport):
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.port == 9:
+            return httpx.Response(503, stream=_SlowClose())
+        return httpx.Response(200, content=b"ok")
+
+
+def test_a_request_cancelled_while_its_failed_answer_closes_leaks_no_lease() -> None:
+    # Regression (found by an audit): after a 503 the retry's lease was taken, then the failed
+    # answer closed outside any handler, so a cancel there left the new lease to the safety net.
+    import gc
+
+    import anyio
+
+    with Router(["http://127.0.0.1:9", "http://127.0.0.1:10"], policy="round_robin") as router:
+        proxy = ASGIProxy(router, transport=_FirstBusy())
+        scope = {"type": "http", "http_version": "1.1", "method": "POST", "path": "/v1/x", "raw_path": b"/v1/x", "root_path": "",
+                 "query_string": b"", "headers": [(b"content-length", b"2")], "scheme": "http", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1)}
+        messages = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+        async def receive() -> Any:
+            if messages:
+                return messages.pop()
+            await anyio.sleep_forever()
+
+        async def send(message: Any) -> None:
+            pass
+
+        async def main() -> None:
+            with anyio.move_on_after(1):
+                await proxy(scope, receive, send)
+
+        anyio.run(main)
+        gc.collect()
+        assert (router.active_leases(), router.leaked_leases()) == (0, 0)

@@ -274,8 +274,12 @@ class ASGIProxy:
             retry = tries.after_answer(lease, upstream.status_code)
             if retry is None:
                 break
-            await upstream.aclose()
             lease = retry
+            try:
+                await upstream.aclose()  # the failed answer's; a cancel here ends the retry's lease
+            except BaseException:
+                lease.release(outcome="neutral")
+                raise
         headers = [(n.lower(), v) for n, v in forward_headers(upstream.headers.raw, _RESPONSE_DROPPED)]
         if self.options.expose_routing_headers:
             headers += [(n.encode(), v.encode("latin-1", "replace")) for n, v in routing_headers(lease.worker_url, lease.branch)]
