@@ -41,6 +41,8 @@ SERVE = [sys.executable, "-m", "bounded_router.integrations.serve"]
         (["--policy", "manual", "--max-keys", "0"], "--max-keys"),
         (["--worker-api-on-proxy-port"], "only the native gateway"),
         (["--control-plane-api-keys", "k:n:admin:s"], "only the native gateway"),
+        # Regression (found by an audit): a traceback and exit 1, the router left running.
+        (["--retry-max-retries", "99"], "--retry-max-retries"),
     ],
 )
 def test_a_bad_flag_is_a_usage_error_naming_it(flags: List[str], named: str) -> None:

@@ -87,11 +87,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         import uvicorn
     except ImportError:
         parser.error("the routing proxy runs on uvicorn, which is not installed: pip install 'bounded-router[fastapi]'")
+    try:
+        retries = RouterArgs.from_cli_args(args).retry_config()
+    except ValueError as e:
+        parser.error("--retry-max-retries: %s" % e)
     router, options = router_and_options(parser, args)
     apps: List[Tuple[str, Any, socket.socket]] = []
     if args.metrics_port is not None:
         apps.append(("metrics", create_metrics_app(router), _listen(parser, args.host, args.metrics_port, "metrics")))
-    retries = RouterArgs.from_cli_args(args).retry_config()
     apps.append(("proxy", create_app(router, options, retries), _listen(parser, args.host, args.port, "proxy")))
     try:
         asyncio.run(_serve(uvicorn, apps, args.log_level, args.lifetime))
