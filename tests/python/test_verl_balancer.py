@@ -153,3 +153,18 @@ def test_the_example_runs_without_verl() -> None:
     example = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples", "verl_balancer.py")
     out = subprocess.run([sys.executable, example], capture_output=True, text=True, check=True).stdout
     assert "leaked: 0" in out and "'replica-0': 0" in out.splitlines()[-1]
+
+
+def test_a_server_added_again_releases_its_earlier_requests_first() -> None:
+    # Regression (found by an audit): release_server released the latest lease of the id, so
+    # after the server left and came back, the first request of the earlier server to finish
+    # took a request off the new one and left its own lease on the removed worker.
+    balancer = BoundedRequestLoadBalancer(SERVERS[:1])
+    server = balancer.acquire_server("before")
+    balancer.remove_servers([server])
+    balancer.add_servers([server])
+    assert balancer.acquire_server("after") == server
+    balancer.release_server(server)  # the request from before the removal finished
+    assert balancer.router.loads() == {server_url(server): 1}, "the new server still holds its request"
+    balancer.release_server(server)
+    assert balancer.router.loads() == {server_url(server): 0} and balancer.router.active_leases() == 0

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import threading
 import urllib.parse
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
+from collections import deque
+from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from ..lease import Lease
 from ..policy import DEFAULT_MAX_LOAD_SKEW, DEFAULT_MIN_LOAD_GAP, BoundedConsistentHashingConfig
@@ -92,7 +93,9 @@ class BoundedRequestLoadBalancer:
         self._router = Router(list(self._ids), policy)
         self._key_fn = key_fn
         self._return_handle = bool(_pick(return_handle, settings.get("return_handle"), False))
-        self._held: Dict[str, List[Lease]] = {sid: [] for sid in self._handles}
+        # Oldest first: after a server leaves and comes back under its id, the requests of the
+        # earlier one are released before the new one's.
+        self._held: Dict[str, Deque[Lease]] = {sid: deque() for sid in self._handles}
         self._lock = threading.Lock()
 
     @property
@@ -118,7 +121,7 @@ class BoundedRequestLoadBalancer:
                 raise ValueError("Invalid server_id for release: %s" % server_id)
             if not held:
                 raise ValueError("Release called with no inflight requests on server %s" % server_id)
-            held.pop().release()
+            held.popleft().release()
             if not held and server_id not in self._handles:
                 del self._held[server_id]  # a removed server's last request
 
@@ -130,7 +133,7 @@ class BoundedRequestLoadBalancer:
                 self._router.add_worker(server_url(server_id))
                 self._ids[server_url(server_id)] = server_id
                 self._handles[server_id] = handle
-                self._held.setdefault(server_id, [])  # requests of an earlier server of that id may still release
+                self._held.setdefault(server_id, deque())  # requests of an earlier server of that id may still release
 
     def remove_servers(self, server_ids: Iterable[str]) -> None:
         """Remove servers: no new request goes there; requests in flight on them still release."""
