@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -65,4 +66,19 @@ func TestDrainTimeoutNeverOverflows(t *testing.T) {
 	} {
 		assert.Equal(t, want, drainTimeout(ms), "%d ms", ms)
 	}
+}
+
+// A feed's goroutine that panics ends that feed and is logged; it must not end the host
+// process, which no exported function's recover would save (a panic on another goroutine).
+func TestAFeedThatPanicsEndsAloneAndTheProcessLives(t *testing.T) {
+	handle := startFeed(nil, func(context.Context) { panic("a decoder bug") }, func() any { return nil })
+	feeds.Lock()
+	f := feeds.running[handle]
+	feeds.Unlock()
+	select {
+	case <-f.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the feed did not end")
+	}
+	assert.NoError(t, stopFeed(handle), "stopped like any feed")
 }

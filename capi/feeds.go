@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"context"
+	"log"
 	"sync"
 
 	"github.com/bounded-router/bounded-router/core"
@@ -39,6 +40,13 @@ func startFeed(router *health.Monitor, run func(ctx context.Context), stats func
 	f := &feed{router: router, stats: stats, stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
+		// A panic here is on the library's own goroutine, where no export's recover reaches:
+		// it would end the host process. It ends this feed alone, logged.
+		defer func() {
+			if p := recover(); p != nil {
+				log.Printf("bounded-router: a feed stopped on an internal error: %v", p)
+			}
+		}()
 		run(ctx)
 	}()
 	feeds.Lock()
@@ -91,16 +99,24 @@ func br_feed_stats_json(handle C.uint64_t, buf *C.char, capacity C.size_t) (stat
 //export br_feed_stop
 func br_feed_stop(handle C.uint64_t) (status C.int32_t) {
 	defer guard(&status)
+	if err := stopFeed(uint64(handle)); err != nil {
+		return fail(err)
+	}
+	return statusOK
+}
+
+// stopFeed stops a running feed and waits for it; its handle becomes invalid.
+func stopFeed(handle uint64) error {
 	feeds.Lock()
-	f, ok := feeds.running[uint64(handle)]
-	delete(feeds.running, uint64(handle))
+	f, ok := feeds.running[handle]
+	delete(feeds.running, handle)
 	feeds.Unlock()
 	if !ok {
-		return fail(errInvalidFeed)
+		return errInvalidFeed
 	}
 	f.stop()
 	<-f.done
-	return statusOK
+	return nil
 }
 
 // checkMembers refuses URLs that name no member (in any spelling of its URL, as every call
