@@ -101,8 +101,8 @@ func br_clear_blocks(router C.uint64_t, url *C.char, urlLen C.size_t) (status C.
 // reportedBlocks views the n block hashes of a report; more than MaxPrefixBlocks is refused
 // before they are read.
 func reportedBlocks(p *C.uint64_t, n C.size_t, name string) ([]uint64, error) {
-	if uint64(n) > core.MaxPrefixBlocks {
-		return nil, invalidArgument("%s may hold at most %d blocks, got %d", name, core.MaxPrefixBlocks, uint64(n))
+	if err := core.CheckBlockCount(name, uint64(n)); err != nil {
+		return nil, err
 	}
 	return uint64sArg(p, n, uint64(n), name, "n")
 }

@@ -79,7 +79,7 @@ func (r *Router) StoreBlocks(url string, blocks, engineHashes []uint64) error {
 	if len(engineHashes) != len(blocks) {
 		return invalid("engine_hashes must name each of the %d blocks, got %d", len(blocks), len(engineHashes))
 	}
-	if err := CheckPrefixBlocks(len(blocks)); err != nil {
+	if err := CheckBlockCount("blocks", uint64(len(blocks))); err != nil {
 		return err
 	}
 	return r.withReports(url, func(x *blockIndex, w *worker) { x.storeReported(w, blocks, engineHashes) })
@@ -88,7 +88,7 @@ func (r *Router) StoreBlocks(url string, blocks, engineHashes []uint64) error {
 // RemoveBlocks records that the engine of worker url reports evicting the blocks it names
 // engineHashes (see StoreBlocks); names it did not report, or that the index forgot, are ignored.
 func (r *Router) RemoveBlocks(url string, engineHashes []uint64) error {
-	if err := CheckPrefixBlocks(len(engineHashes)); err != nil {
+	if err := CheckBlockCount("engine_hashes", uint64(len(engineHashes))); err != nil {
 		return err
 	}
 	return r.withReports(url, func(x *blockIndex, w *worker) { x.removeReported(w, engineHashes) })
