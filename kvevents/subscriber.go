@@ -97,7 +97,7 @@ func (s *Subscriber) receive(ctx context.Context, frames [][]byte) {
 	case last >= 0 && seq < last:
 		// The numbering went back: the engine restarted. Its first batch seen need not be 0, as
 		// ZeroMQ drops what it published before this subscriber reached it again.
-		s.count(func(st *Stats) { st.Restarts++ })
+		s.restarted()
 	}
 	s.apply(seq, frames[2])
 }
@@ -180,6 +180,18 @@ func (s *Subscriber) apply(seq int64, payload []byte) {
 	}
 	s.stats.Batches++
 	s.stats.LastBatch = time.Now()
+}
+
+// restarted counts a restart and empties the worker's index: the engine came back with an
+// empty cache, so the blocks its old run reported would draw requests it no longer serves from
+// cache.
+func (s *Subscriber) restarted() {
+	s.count(func(st *Stats) { st.Restarts++ })
+	if err := s.Index.ClearBlocks(s.Worker); err != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.logOnce("apply", "worker %s: forgetting the blocks of its engine before the restart: %v", s.Worker, err)
+	}
 }
 
 func (s *Subscriber) count(change func(*Stats)) {

@@ -190,3 +190,27 @@ func TestARestartedEngineIsFollowedFromItsFirstBatchSeen(t *testing.T) {
 	}
 	assert.Equal(t, uint64(0), st.Gaps, "the restarted engine's numbering is followed, not replayed")
 }
+
+// Regression: a restarted engine starts with an empty cache, but the blocks its old run
+// reported stayed in the index, so requests kept going to it for prefixes it no longer held.
+func TestARestartForgetsTheOldEnginesBlocks(t *testing.T) {
+	urls := []string{"http://127.0.0.1:1"}
+	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: 64, CacheThreshold: 0.3}}, VirtualNodes: 150})
+	require.NoError(t, err)
+	s := &Subscriber{Index: r, Worker: urls[0]}
+	s.stats.last = -1
+	receive := func(seq int64, hash uint64, tokens ...uint32) {
+		s.receive(context.Background(), [][]byte{{}, seqFrame(seq), storedPayload(t, hash, nil, tokens...)})
+	}
+	for seq := int64(0); seq < 4; seq++ {
+		receive(seq, uint64(100+seq), uint32(2*seq), uint32(2*seq+1))
+	}
+	receive(1, 900, 90, 91) // the restarted engine's second batch
+	for seq := uint64(0); seq < 4; seq++ {
+		_, ok := r.ReportedBlock(urls[0], 100+seq)
+		assert.False(t, ok, "block %d of the engine before its restart", 100+seq)
+	}
+	_, ok := r.ReportedBlock(urls[0], 900)
+	assert.True(t, ok, "the restarted engine's block")
+	assert.Equal(t, uint64(1), s.Stats().Restarts)
+}
