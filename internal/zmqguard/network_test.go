@@ -147,3 +147,23 @@ func TestConnectionsThatNeverCompleteAHandshakeAreClosed(t *testing.T) {
 		require.ErrorIs(t, err, io.EOF, "client %d: the publisher kept its connection", i)
 	}
 }
+
+// Regression: a peer that completed a valid handshake as a socket type the publisher refuses
+// (zmq4 checks the types after READY and drops the connection without closing it) counted as
+// handshaken, so its connection stayed open. Only a connection zmq4 goes on reading from after
+// the handshake is kept.
+func TestAPeerOfARefusedSocketTypeIsClosed(t *testing.T) {
+	_, endpoint := guardedPublisher(t)
+	c, err := net.Dial("tcp", strings.TrimPrefix(endpoint, "tcp://"))
+	require.NoError(t, err)
+	defer c.Close()
+	ready := append([]byte{zmqguard.FlagCommand, 25, 5}, "READY\x0bSocket-Type\x00\x00\x00\x03PUB"...)
+	_, err = c.Write(append(zmqguard.Greeting(), ready...))
+	require.NoError(t, err)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(zmqguard.HandshakeTimeout+5*time.Second)))
+	buf := make([]byte, 256)
+	for n := 0; n < 100 && err == nil; n++ {
+		_, err = c.Read(buf) // the publisher's greeting and READY, then the end of the connection
+	}
+	require.ErrorIs(t, err, io.EOF, "the publisher kept the connection of a PUB peer")
+}

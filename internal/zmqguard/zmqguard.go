@@ -9,7 +9,8 @@
 // flags byte, a size of 1 byte or, with the long flag, 8 bytes big-endian, the body) and fails
 // at a frame or a message over MaxMessageBytes or a message of more than MaxMessageFrames
 // frames, before zmq4 sees its header. Its handshake must end within HandshakeTimeout (an
-// accepted connection that has not completed it then is closed), each write within
+// accepted connection that has not completed it then, or that zmq4 refused after it, is
+// closed), each write within
 // WriteTimeout, and a dialled connection closes when its socket's context ends.
 package zmqguard
 
@@ -131,9 +132,13 @@ func (l listener) Accept() (net.Conn, error) {
 // conn is a guarded connection; Read is called by one goroutine at a time (zmq4's reader).
 type conn struct {
 	net.Conn
-	stop     func() bool
-	stream   frames
-	handshed atomic.Bool // written by the reader, read by an accepted connection's timer
+	stop   func() bool
+	stream frames
+	// readyRead: the peer's first command (READY) has been read. zmq4 then checks the socket
+	// types and, when it keeps the connection, reads on; when it refuses, it never reads again
+	// and never closes. So a connection is handshaken at the first Read after READY.
+	readyRead bool
+	handshed  atomic.Bool // written by the reader, read by an accepted connection's timer
 }
 
 func guard(c net.Conn) *conn {
@@ -142,6 +147,10 @@ func guard(c net.Conn) *conn {
 }
 
 func (c *conn) Read(p []byte) (int, error) {
+	if c.readyRead && !c.handshed.Load() {
+		c.handshed.Store(true)
+		_ = c.Conn.SetReadDeadline(time.Time{})
+	}
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		handshake, bad := c.stream.inspect(p[:n])
@@ -149,10 +158,7 @@ func (c *conn) Read(p []byte) (int, error) {
 			c.Conn.Close()
 			return 0, bad
 		}
-		if handshake && !c.handshed.Load() { // the peer's first command (READY) has passed
-			c.handshed.Store(true)
-			_ = c.Conn.SetReadDeadline(time.Time{})
-		}
+		c.readyRead = c.readyRead || handshake
 	}
 	return n, err
 }
