@@ -81,12 +81,12 @@ func (r *Router) ReleaseMany(ids []LeaseID) int {
 	released := 0
 	var changes []ConditionChange
 	for _, id := range ids {
-		ok, change, changed := r.releaseWith(id, OutcomeSuccess, time.Time{})
+		ok, change := r.releaseWith(id, OutcomeSuccess, time.Time{})
 		if ok {
 			released++
 		}
-		if changed {
-			changes = append(changes, change)
+		if change != nil {
+			changes = append(changes, *change)
 		}
 	}
 	r.mu.Unlock()

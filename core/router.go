@@ -134,16 +134,13 @@ func (r *Router) Route(req *Request) Decision { return r.ReleaseThenRoute(0, req
 func (r *Router) ReleaseThenRoute(previous LeaseID, req *Request) Decision {
 	key, weight := r.explicitKeyOf(req.RoutingKey), req.leaseWeight()
 	r.mu.Lock()
-	var change ConditionChange
-	var changed bool
+	var change *ConditionChange
 	if previous != 0 {
-		_, change, changed = r.releaseWith(previous, OutcomeSuccess, time.Time{})
+		_, change = r.releaseWith(previous, OutcomeSuccess, time.Time{})
 	}
 	d := r.route(req, key, weight)
 	r.mu.Unlock()
-	if changed {
-		r.announce(change)
-	}
+	r.announceIf(change)
 	return d
 }
 
@@ -314,13 +311,12 @@ func (r *Router) Release(id LeaseID, abandoned bool) bool {
 
 // releaseWith releases a lease and records its outcome; the caller holds r.mu and announces
 // the change, if any, once it has released the lock.
-func (r *Router) releaseWith(id LeaseID, o Outcome, now time.Time) (bool, ConditionChange, bool) {
+func (r *Router) releaseWith(id LeaseID, o Outcome, now time.Time) (bool, *ConditionChange) {
 	w, ejections := r.release(id, false)
 	if w == nil {
-		return false, ConditionChange{}, false
+		return false, nil
 	}
-	change, changed := r.recordOutcome(w, o, now, ejections != uint32(w.breaker.ejections))
-	return true, change, changed
+	return true, r.recordOutcome(w, o, now, ejections != uint32(w.breaker.ejections))
 }
 
 // release is Release without the outcome, for a caller that holds r.mu: it returns the
