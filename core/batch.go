@@ -60,7 +60,9 @@ func (r *Router) RouteRequests(n int, request func(i int, req *Request) error, d
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range keys {
-		decided(i, r.route(&keys[i].req, keys[i].key, keys[i].req.leaseWeight()))
+		var d Decision
+		r.route(&d, &keys[i].req, keys[i].key, keys[i].req.leaseWeight())
+		decided(i, d)
 	}
 	return nil
 }
