@@ -60,7 +60,9 @@ func (r *Router) RouteRequests(n int, request func(i int, req *Request) error, d
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range keys {
-		decided(i, r.route(&keys[i].req, keys[i].key, keys[i].req.leaseWeight()))
+		var d Decision
+		r.route(&d, &keys[i].req, keys[i].key, keys[i].req.leaseWeight())
+		decided(i, d)
 	}
 	return nil
 }
@@ -81,12 +83,12 @@ func (r *Router) ReleaseMany(ids []LeaseID) int {
 	released := 0
 	var changes []ConditionChange
 	for _, id := range ids {
-		ok, change, changed := r.releaseWith(id, OutcomeSuccess, time.Time{})
+		ok, change := r.releaseWith(id, OutcomeSuccess, time.Time{})
 		if ok {
 			released++
 		}
-		if changed {
-			changes = append(changes, change)
+		if change != nil {
+			changes = append(changes, *change)
 		}
 	}
 	r.mu.Unlock()

@@ -28,7 +28,9 @@ func (r *Router) RouteAvoiding(req *Request, tried []uint32) Decision {
 		position, keyed = r.view.ring.keyPosition(req.ImplicitKey), true
 	}
 	if !keyed {
-		return r.route(req, key, weight)
+		var d Decision
+		r.route(&d, req, key, weight)
+		return d
 	}
 	w := r.members.workers[r.view.preferred(position)]
 	r.branches[BranchFailover]++

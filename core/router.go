@@ -134,23 +134,22 @@ func (r *Router) Route(req *Request) Decision { return r.ReleaseThenRoute(0, req
 func (r *Router) ReleaseThenRoute(previous LeaseID, req *Request) Decision {
 	key, weight := r.explicitKeyOf(req.RoutingKey), req.leaseWeight()
 	r.mu.Lock()
-	var change ConditionChange
-	var changed bool
+	var change *ConditionChange
 	if previous != 0 {
-		_, change, changed = r.releaseWith(previous, OutcomeSuccess, time.Time{})
+		_, change = r.releaseWith(previous, OutcomeSuccess, time.Time{})
 	}
-	d := r.route(req, key, weight)
+	var d Decision
+	r.route(&d, req, key, weight)
 	r.mu.Unlock()
-	if changed {
-		r.announce(change)
-	}
+	r.announceIf(change)
 	return d
 }
 
 // route is Route for a caller that holds r.mu and has hashed the request's explicit key and
-// checked its weight.
-func (r *Router) route(req *Request, key explicitKey, weight int64) Decision {
-	d, chosen, preferred := r.decide(req, key)
+// checked its weight; it fills d (a zero Decision), written in place because copying a
+// Decision out of each call cost the hot path more than a pointer does (BENCHMARKS.md).
+func (r *Router) route(d *Decision, req *Request, key explicitKey, weight int64) {
+	chosen, preferred := r.decide(d, req, key)
 	r.branches[d.Branch]++
 	if chosen != nil {
 		// Only round_robin reads the counter; advancing it for every policy keeps this branchless.
@@ -164,7 +163,6 @@ func (r *Router) route(req *Request, key explicitKey, weight int64) Decision {
 		}
 		r.tell(chosen, weight, req.PrefixBlocks)
 	}
-	return d
 }
 
 // explicitKey is a request's explicit routing key reduced to what the router needs: its ring
@@ -187,16 +185,17 @@ func (r *Router) Select(req *Request) Decision {
 	key := r.explicitKeyOf(req.RoutingKey)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	d, _, _ := r.decide(req, key)
+	var d Decision
+	r.decide(&d, req, key)
 	return d
 }
 
-// decide runs the policy and describes its choice; the caller holds r.mu.
-func (r *Router) decide(req *Request, key explicitKey) (d Decision, chosen, preferred *worker) {
+// decide runs the policy and describes its choice in d (a zero Decision); the caller holds r.mu.
+func (r *Router) decide(d *Decision, req *Request, key explicitKey) (chosen, preferred *worker) {
 	index, branch := r.policy.selectWorker(&r.view, req, key.position)
 	d.Branch = branch
 	if index < 0 {
-		return d, nil, nil
+		return nil, nil
 	}
 	chosen, preferred = r.members.workers[index], r.members.workers[index]
 	if branch == BranchExplicitRoutingKeySpillover || branch == BranchExplicitRoutingKeyRemembered {
@@ -206,7 +205,7 @@ func (r *Router) decide(req *Request, key explicitKey) (d Decision, chosen, pref
 	}
 	d.WorkerURL, d.WorkerID = chosen.url, chosen.id
 	d.PreferredURL, d.PreferredID = preferred.url, preferred.id
-	return d, chosen, preferred
+	return chosen, preferred
 }
 
 // Acquire counts a request on a worker chosen elsewhere (a load token without a routing
@@ -314,13 +313,12 @@ func (r *Router) Release(id LeaseID, abandoned bool) bool {
 
 // releaseWith releases a lease and records its outcome; the caller holds r.mu and announces
 // the change, if any, once it has released the lock.
-func (r *Router) releaseWith(id LeaseID, o Outcome, now time.Time) (bool, ConditionChange, bool) {
+func (r *Router) releaseWith(id LeaseID, o Outcome, now time.Time) (bool, *ConditionChange) {
 	w, ejections := r.release(id, false)
 	if w == nil {
-		return false, ConditionChange{}, false
+		return false, nil
 	}
-	change, changed := r.recordOutcome(w, o, now, ejections != uint32(w.breaker.ejections))
-	return true, change, changed
+	return true, r.recordOutcome(w, o, now, ejections != uint32(w.breaker.ejections))
 }
 
 // release is Release without the outcome, for a caller that holds r.mu: it returns the

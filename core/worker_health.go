@@ -116,6 +116,13 @@ type conditionListener struct {
 // or back). The health package sets it once, to log and to schedule the end of ejections.
 func (r *Router) OnConditionChange(fn func(ConditionChange)) { r.listener.fn.Store(&fn) }
 
+// announceIf announces change unless it is nil.
+func (r *Router) announceIf(change *ConditionChange) {
+	if change != nil {
+		r.announce(*change)
+	}
+}
+
 func (r *Router) announce(changes ...ConditionChange) {
 	if len(changes) == 0 {
 		return
@@ -136,34 +143,35 @@ type health struct {
 func (w *worker) health() health { return health{w.condition(), w.trusted()} }
 
 // reassess applies a change to a member's verdicts (made since before was read): it updates the
-// worker's availability and the view, and describes the change when there was one. The caller
+// worker's availability and the view, and describes the change when there was one (nil when
+// none: the plain path of every release goes through here and carries no change). The caller
 // holds r.mu.
-func (r *Router) reassess(w *worker, before health) (ConditionChange, bool) {
+func (r *Router) reassess(w *worker, before health) *ConditionChange {
 	if w.removed {
-		return ConditionChange{}, false
+		return nil
 	}
 	w.healthy = w.userHealthy && !w.probe.down && w.breaker.state != breakerOpen
 	after := w.health()
 	if after == before {
-		return ConditionChange{}, false
+		return nil
 	}
 	if before.condition.Routable() && !w.healthy {
 		w.outages++ // key memory forgets what it remembered here
 	}
 	r.refreshAvailable()
-	change := ConditionChange{URL: w.url, ID: w.id, From: before.condition, To: after.condition, Failures: w.breaker.failures}
+	change := &ConditionChange{URL: w.url, ID: w.id, From: before.condition, To: after.condition, Failures: w.breaker.failures}
 	if after.condition == ConditionEjected {
 		change.Until = w.breaker.openUntil
 	}
-	return change, true
+	return change
 }
 
 // recordOutcome counts how a lease on w ended and feeds the breaker, unless the request was
 // sent before the worker's latest ejection (it was judged already); the caller holds r.mu.
-func (r *Router) recordOutcome(w *worker, o Outcome, now time.Time, sentBeforeEjection bool) (ConditionChange, bool) {
+func (r *Router) recordOutcome(w *worker, o Outcome, now time.Time, sentBeforeEjection bool) *ConditionChange {
 	w.outcomes[o]++
 	if w.removed || sentBeforeEjection || (o == OutcomeSuccess && w.breaker.trusted()) {
-		return ConditionChange{}, false // the plain path: a success on a worker with nothing against it
+		return nil // the plain path: a success on a worker with nothing against it
 	}
 	before := w.health()
 	w.breaker.record(o, &r.breakerCfg, now)
@@ -177,11 +185,9 @@ func (r *Router) Finish(id LeaseID, o Outcome, now time.Time) bool {
 		o = OutcomeNeutral
 	}
 	r.mu.Lock()
-	ok, change, changed := r.releaseWith(id, o, now)
+	ok, change := r.releaseWith(id, o, now)
 	r.mu.Unlock()
-	if changed {
-		r.announce(change)
-	}
+	r.announceIf(change)
 	return ok
 }
 
@@ -218,11 +224,9 @@ func (r *Router) changeWorkerOf(url string, id uint32, change func(*worker)) err
 	}
 	before := w.health()
 	change(w)
-	c, changed := r.reassess(w, before)
+	c := r.reassess(w, before)
 	r.mu.Unlock()
-	if changed {
-		r.announce(c)
-	}
+	r.announceIf(c)
 	return nil
 }
 
@@ -235,8 +239,8 @@ func (r *Router) ExpireEjections(now time.Time) time.Time {
 	for _, w := range r.members.workers {
 		before := w.health()
 		if w.breaker.expire(now) {
-			if change, changed := r.reassess(w, before); changed {
-				changes = append(changes, change)
+			if change := r.reassess(w, before); change != nil {
+				changes = append(changes, *change)
 			}
 		} else if w.breaker.state == breakerOpen && (next.IsZero() || w.breaker.openUntil.Before(next)) {
 			next = w.breaker.openUntil
