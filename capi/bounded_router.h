@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 /* The version of this API; br_abi_version() returns the one the library implements. */
-#define BR_ABI_VERSION 9
+#define BR_ABI_VERSION 10
 
 /* Status codes: 0 or more is success. */
 #define BR_OK 0
@@ -250,9 +250,12 @@ int32_t br_route_avoiding(uint64_t router, const br_request *request, const char
  * "routed", "outcomes", "probes"}] in membership order ("load" the weights of the
  * worker's leases, "requests" their number). br_stats_json: {"branches": {name: count},
  * "leaked", "active_leases", "prefix_blocks", "prefix_blocks_matched", "indexed_blocks",
- * "policy", "workers"}, all read in one snapshot. */
+ * "policy", "workers"}, all read in one snapshot. br_members_json: [[id, "url"], ...], the
+ * members' ids and URLs alone in membership order, which costs a small part of
+ * br_workers_json (for a binding that names the workers of its routes by id). */
 int64_t br_lease_workers_json(uint64_t router, uint64_t lease, char *buf, size_t capacity);
 int64_t br_workers_json(uint64_t router, char *buf, size_t capacity);
+int64_t br_members_json(uint64_t router, char *buf, size_t capacity);
 int64_t br_stats_json(uint64_t router, char *buf, size_t capacity);
 
 /* Prefix block hashes for the cache_aware policy: the chained XXH64 of each full block of

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -81,4 +82,25 @@ func TestAFeedThatPanicsEndsAloneAndTheProcessLives(t *testing.T) {
 		t.Fatal("the feed did not end")
 	}
 	assert.NoError(t, stopFeed(handle), "stopped like any feed")
+}
+
+// br_members_json's hand-written answer decodes, with encoding/json, to the ids and URLs that
+// Workers reports, in membership order, URLs that JSON escapes included.
+func TestMembersJSONNamesEveryMemberAsWorkersDoes(t *testing.T) {
+	urls := []string{"http://127.0.0.1:1", "http://127.0.0.1:2/a&b<c>", "http://[::1]:3/é\"q"}
+	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.DefaultConfig().Policy, VirtualNodes: 8})
+	require.NoError(t, err)
+	require.NoError(t, r.RemoveWorker(urls[0]))
+	require.NoError(t, r.AddWorker(urls[0])) // a new id, now last
+	var pairs [][2]any
+	require.NoError(t, json.Unmarshal(membersJSON(r.Members()), &pairs))
+	workers := r.Workers()
+	require.Len(t, pairs, len(workers))
+	for i, w := range workers {
+		assert.Equal(t, float64(w.ID), pairs[i][0], "member %d's id", i)
+		assert.Equal(t, w.URL, pairs[i][1], "member %d's URL", i)
+	}
+	var none []any
+	require.NoError(t, json.Unmarshal(membersJSON(nil), &none))
+	assert.Empty(t, none)
 }

@@ -11,6 +11,9 @@ package main
 import "C"
 
 import (
+	"encoding/json"
+	"strconv"
+
 	"github.com/bounded-router/bounded-router/core"
 	"github.com/bounded-router/bounded-router/health"
 )
@@ -183,6 +186,28 @@ func br_lease_workers_json(router C.uint64_t, lease C.uint64_t, buf *C.char, cap
 func br_workers_json(router C.uint64_t, buf *C.char, capacity C.size_t) (status C.int64_t) {
 	defer guard(&status)
 	return report(router, buf, capacity, func(r *core.Router) (any, error) { return r.Workers(), nil })
+}
+
+//export br_members_json
+func br_members_json(router C.uint64_t, buf *C.char, capacity C.size_t) (status C.int64_t) {
+	defer guard(&status)
+	return report(router, buf, capacity, func(r *core.Router) (any, error) { return membersJSON(r.Members()), nil })
+}
+
+// membersJSON is br_members_json's answer, [[id, url], ...], written without reflection: a
+// binding reads it after every membership change.
+func membersJSON(members []core.Member) json.RawMessage {
+	text := make([]byte, 0, 64*len(members)+2)
+	text = append(text, '[')
+	for i, m := range members {
+		if i > 0 {
+			text = append(text, ',')
+		}
+		text = append(strconv.AppendUint(append(text, '['), uint64(m.ID), 10), ',')
+		url, _ := json.Marshal(m.URL) // a string always encodes
+		text = append(append(text, url...), ']')
+	}
+	return append(text, ']')
 }
 
 //export br_stats_json

@@ -408,6 +408,25 @@ func (r *Router) Workers() []WorkerState {
 	return r.workers()
 }
 
+// Member names a worker of the membership.
+type Member struct {
+	ID  uint32
+	URL string
+}
+
+// Members lists the workers in membership order by id and URL alone: what a binding needs to
+// name the workers its routes return, without building every worker's state (Workers).
+func (r *Router) Members() []Member {
+	r.mu.Lock()
+	m := r.members // a membership is never changed once installed
+	r.mu.Unlock()
+	members := make([]Member, len(m.workers))
+	for i, w := range m.workers {
+		members[i] = Member{ID: w.id, URL: w.url}
+	}
+	return members
+}
+
 func (r *Router) workers() []WorkerState {
 	states := make([]WorkerState, len(r.members.workers))
 	for i, w := range r.members.workers {

@@ -38,7 +38,7 @@ __all__ = ["ABI_VERSION", "LIBRARY_ENV", "LIBRARY_NAME", "BrRequest", "Library",
 
 #: The ABI version this binding implements (``BR_ABI_VERSION`` of the header): the one constant
 #: a binding must hold itself, to know whether it can read the others.
-ABI_VERSION = 9
+ABI_VERSION = 10
 #: Environment variable naming another build of the library to load.
 LIBRARY_ENV = "BOUNDED_ROUTER_LIBRARY"
 #: File name of the library inside the package.
@@ -127,6 +127,9 @@ class Library:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        # The buffer size each *_json export needed last, so that a large answer (the workers of
+        # a big membership) is encoded once per call, not twice.
+        self._json_capacity: Dict[str, int] = {}
         try:
             # CDLL releases the GIL during each call: other threads run while a membership
             # change rebuilds the ring. The request path binds through PyDLL (module docstring).
@@ -200,15 +203,18 @@ class Library:
         """Call a ``*_json`` export (buffer and capacity appended to ``args``) and decode its answer.
 
         The export returns the length of the whole text and writes it only when it fits; the
-        call is repeated with a large enough buffer (the text may grow in between).
+        call is repeated with a large enough buffer (the text may grow in between). The next call
+        of the export starts at half again this answer's length, so a large answer is usually
+        encoded once.
         """
-        capacity = _JSON_BUFFER
+        capacity = self._json_capacity.get(export, _JSON_BUFFER)
         while True:
             buffer = ctypes.create_string_buffer(capacity)
             length = getattr(self, export)(*args, buffer, capacity)
             if length < 0:
                 raise self.error(length)
             if length <= capacity:
+                self._json_capacity[export] = max(_JSON_BUFFER, length + length // 2)
                 return json.loads(buffer.raw[:length])
             capacity = length + length // 2
 
@@ -347,6 +353,11 @@ class Library:
     @_export(c_int64, c_uint64, _buf, c_size_t)
     def br_workers_json(self, router: int, buf: Any, capacity: int) -> int:
         """The members in membership order, as JSON."""
+        raise NotImplementedError
+
+    @_export(c_int64, c_uint64, _buf, c_size_t)
+    def br_members_json(self, router: int, buf: Any, capacity: int) -> int:
+        """The members' ids and URLs in membership order, as JSON pairs."""
         raise NotImplementedError
 
     @_export(c_int64, c_uint64, _buf, c_size_t)

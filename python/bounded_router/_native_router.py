@@ -157,8 +157,7 @@ class NativeRouter:
     # -- worker id -> URL --------------------------------------------------------------------
 
     def refresh_urls(self) -> None:
-        states = self.lib.read_json("br_workers_json", self.handle)
-        self.urls = {state["id"]: state["url"] for state in states}
+        self.urls = {worker_id: url for worker_id, url in self.lib.read_json("br_members_json", self.handle)}
         self.decided = {}
 
     def urls_of(self, ids: int) -> Optional[Tuple[str, str]]:

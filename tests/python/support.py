@@ -143,6 +143,7 @@ _C_SIGNATURES = {
     "br_release_abandoned": (c_int32, [c_uint64, c_uint64]),
     "br_lease_workers_json": (c_int64, [c_uint64, c_uint64, c_void_p, c_size_t]),
     "br_workers_json": (c_int64, [c_uint64, c_void_p, c_size_t]),
+    "br_members_json": (c_int64, [c_uint64, c_void_p, c_size_t]),
     "br_stats_json": (c_int64, [c_uint64, c_void_p, c_size_t]),
 }
 

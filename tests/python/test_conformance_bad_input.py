@@ -330,6 +330,7 @@ def c_calls(lib, handle):
         "br_release_abandoned": lambda: lib.br_release_abandoned(handle, 1 << 32),
         "br_lease_workers_json": lambda: lib.br_lease_workers_json(handle, 1 << 32, buf, 256),
         "br_workers_json": lambda: lib.br_workers_json(handle, buf, 256),
+        "br_members_json": lambda: lib.br_members_json(handle, buf, 256),
         "br_stats_json": lambda: lib.br_stats_json(handle, buf, 256),
     }
 
@@ -371,6 +372,7 @@ def test_null_out_pointers_and_truncated_header_blocks_at_the_c_level(router):
     assert lib.br_route_key(h, None, 5, out) == INVALID_ARGUMENT
     assert "key is NULL but key_len is 5" in last_error(lib)
     assert lib.br_workers_json(h, None, 0) > 0
+    assert lib.br_members_json(h, None, 0) > 0
     # a URL that is not UTF-8 is refused with its reason
     assert lib.br_add_worker(h, b"http://\xff", 8) == INVALID_ARGUMENT
     assert "not valid UTF-8" in last_error(lib)

@@ -453,3 +453,41 @@ def test_spawn_and_forkserver_children_work_after_the_parent_loaded_the_library(
     url, branch = child.split()
     assert branch == "routing_key_hit"
     assert parent == "0 %s 1" % url  # same key, same worker, in both processes
+
+
+def test_a_large_json_answer_is_asked_once_the_next_time(make_router):
+    # read_json asks with a 4 KiB buffer, then again with one large enough; the next call of the
+    # same export starts at half again the last answer's length, so it is one call.
+    router = make_router(3)
+    lib, handle = router._native.lib, router._native.handle
+    for i in range(200):
+        router.add_worker("http://127.0.0.1:%d" % (20000 + i))
+    calls: list = []
+    real = lib.br_workers_json
+
+    def counted(*args: object) -> int:
+        calls.append(args[-1])  # the capacity offered
+        return real(*args)
+
+    lib.br_workers_json = counted  # the process's library: the bound export is put back below
+    try:
+        lib._json_capacity.pop("br_workers_json", None)
+        first = lib.read_json("br_workers_json", handle)
+        assert len(calls) == 2 and calls[0] == 4096 and len(first) == 203
+        del calls[:]
+        assert lib.read_json("br_workers_json", handle) == first
+        assert len(calls) == 1 and calls[0] > 4096
+    finally:
+        lib.br_workers_json = real
+
+
+def test_members_json_names_the_members_as_workers_json_does(make_router):
+    router = make_router(4)
+    router.remove_worker(router.workers()[1].url)
+    router.add_worker("http://127.0.0.1:29999/a&b")
+    lib, handle = router._native.lib, router._native.handle
+    expected = [[state["id"], state["url"]] for state in lib.read_json("br_workers_json", handle)]
+    assert lib.read_json("br_members_json", handle) == expected
+    lease = router.route(b"some key")
+    assert lease.worker_url in {url for _, url in expected}
+    lease.release()
