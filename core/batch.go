@@ -16,8 +16,9 @@ import (
 // A batch is all or nothing: with no available worker no key gets a lease, otherwise every
 // key does (an explicit key always finds a worker, and so does an empty one, at random).
 func (r *Router) RouteKeys(n int, key func(i int) []byte, decided func(i int, d Decision)) {
-	// A key request is always valid: no error.
-	_ = r.RouteRequests(n, func(i int, req *Request) error { *req = KeyRequest(key(i)); return nil }, decided)
+	// A key request is always valid: no error. *req is zero, so setting its key makes it
+	// KeyRequest(key(i)) without writing the whole Request again.
+	_ = r.RouteRequests(n, func(i int, req *Request) error { req.RoutingKey = key(i); return nil }, decided)
 }
 
 // RouteWeightedKeys is RouteKeys with a lease of weight(i) for key i (weight 1 for every key
@@ -25,7 +26,7 @@ func (r *Router) RouteKeys(n int, key func(i int) []byte, decided func(i int, d 
 // invalid (0 included), no key is routed and the error names its index.
 func (r *Router) RouteWeightedKeys(n int, key func(i int) []byte, weight func(i int) int64, decided func(i int, d Decision)) error {
 	return r.RouteRequests(n, func(i int, req *Request) error {
-		*req = KeyRequest(key(i))
+		req.RoutingKey = key(i) // *req is zero: this is KeyRequest(key(i))
 		if weight == nil {
 			return nil
 		}
