@@ -2,6 +2,11 @@
 working tree and an earlier commit (by default the one before the first-token work of issue 25).
 
     .venv/bin/python scripts/bench_builds.py [--base bfd4b3f] [--rounds 9] [--seconds 0.2]
+        [--case route_release|batch_64|add_worker_1024]
+
+``--case`` measures another call instead: ``batch_64`` is ``route_many`` of 64 keys and
+``release_many`` (per request), ``add_worker_1024`` one ``add_worker`` and ``remove_worker`` of a
+worker joining 1,024 (per pair).
 
 Each build is a tree's ``python/`` package with its library built by the same command
 (``go build -buildmode=c-shared -trimpath``; the base from ``git archive``, under
@@ -60,31 +65,48 @@ def build(commit: str) -> Dict[str, str]:
     return {"PYTHONPATH": os.path.join(tree, "python"), "BOUNDED_ROUTER_LIBRARY": library}
 
 
-def route_release_ns(build_env: Dict[str, str], seconds: float) -> Tuple[float, float]:
-    """One measurement through a build, in a fresh interpreter: ns per route+release, and ns per
-    floor (two calls of ``br_abi_version``, an export that does nothing, as scripts/bench.py's
-    floor) measured in turn with it, so that a slower moment of the machine slows both."""
+#: The calls --case measures: the workers of the router, and how many requests one call is.
+CASES = {"route_release": (64, 1), "batch_64": (64, 64), "add_worker_1024": (1024, 1)}
+
+
+def route_release_ns(build_env: Dict[str, str], seconds: float, case: str) -> Tuple[float, float]:
+    """One measurement through a build, in a fresh interpreter: ns per request of the case, and
+    ns per floor (two calls of ``br_abi_version``, an export that does nothing, as
+    scripts/bench.py's floor) measured in turn with it, so that a slower moment of the machine
+    slows both."""
     env = dict(os.environ, **build_env)
-    command = [sys.executable, os.path.abspath(__file__), "--child", str(seconds)]
+    command = [sys.executable, os.path.abspath(__file__), "--child", str(seconds), "--case", case]
     output = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
     route, floor = output.split()
     return float(route), float(floor)
 
 
-def child(seconds: float) -> None:
+def child(seconds: float, case: str) -> None:
     """The measurement of :func:`route_release_ns`, in the build's interpreter."""
-    from bench_weights import CLOCKS, per_call_ns  # the same timing loop as the other Python benchmarks
+    from bench_timing import CLOCKS, per_call_ns  # the same timing loop as the other Python benchmarks
 
     from bounded_router import Router, _native
 
     keys = ["session-%d" % i for i in range(4096)]
     counter = [0]
-    with Router(["http://w%d:8000" % i for i in range(64)]) as router:
+    workers, per_call = CASES[case]
+    urls = ["http://127.0.0.1:%d" % (20000 + i) for i in range(workers + 1)]
+    with Router(urls[:workers]) as router:
         abi = _native.library().br_abi_version
 
         def route() -> None:
             counter[0] = (counter[0] + 1) & 4095
             router.route(keys[counter[0]]).release()
+
+        def batch() -> None:
+            counter[0] = (counter[0] + 64) & 4095
+            router.release_many(router.route_many(keys[counter[0] : counter[0] + 64]))
+
+        def join() -> None:
+            router.add_worker(urls[workers])
+            router.remove_worker(urls[workers])
+
+        call = {"route_release": route, "batch_64": batch, "add_worker_1024": join}[case]
 
         def floor() -> None:
             abi()
@@ -92,19 +114,20 @@ def child(seconds: float) -> None:
 
         routes, floors = [], []
         for _ in range(_SLICES):
-            routes.append(per_call_ns(route, seconds / _SLICES, CLOCKS["cpu"]))
+            routes.append(per_call_ns(call, seconds / _SLICES, CLOCKS["cpu"]) / per_call)
             floors.append(per_call_ns(floor, seconds / _SLICES, CLOCKS["cpu"]))
     print(statistics.median(routes), statistics.median(floors))
 
 
-def measure(base: str, rounds: int, seconds: float) -> Dict[str, float]:
-    """Median ns per route+release of the base and of this tree, the median of the rounds'
-    ratios, that ratio with each build's time over its floor, and the ratio of the fastest runs."""
+def measure(base: str, rounds: int, seconds: float, case: str = "route_release") -> Dict[str, float]:
+    """Median ns per request of the case (route+release by default) for the base and this tree,
+    the median of the rounds' ratios, that ratio with each build's time over its floor, and the
+    ratio of the fastest runs."""
     builds = {"base": build(base), "tree": build("working tree")}
     times: Dict[str, List[Tuple[float, float]]] = {"base": [], "tree": []}
     for i in range(rounds):
         for name in ("base", "tree") if i % 2 == 0 else ("tree", "base"):
-            times[name].append(route_release_ns(builds[name], seconds))
+            times[name].append(route_release_ns(builds[name], seconds, case))
     pairs = list(zip(times["tree"], times["base"]))
     median = statistics.median
     return {
@@ -122,16 +145,19 @@ def main() -> int:
     parser.add_argument("--base", default=DEFAULT_BASE, help="the earlier commit (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--seconds", type=float, default=0.2, help="length of one measurement")
+    parser.add_argument("--case", choices=sorted(CASES), default="route_release", help="the call measured")
     parser.add_argument("--child", type=float, metavar="SECONDS", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        child(args.child)
+        child(args.child, args.case)
         return 0
-    result = measure(args.base, args.rounds, args.seconds)
-    print("route(key) + release, 64 workers, %d rounds, medians" % args.rounds)
+    result = measure(args.base, args.rounds, args.seconds, args.case)
+    workers, per_call = CASES[args.case]
+    print("%s, %d workers, ns per %s, %d rounds, medians" % (args.case, workers, "request" if per_call > 1 else "call", args.rounds))
     print("%-28s %8.0f ns" % ("base %s" % args.base, result["base_ns"]))
     print("%-28s %8.0f ns" % ("this tree", result["tree_ns"]))
-    print("%-28s %8.3f (target <= 1.10)" % ("this tree / base", result["ratio"]))
+    target = " (target <= 1.10)" if args.case == "route_release" else ""
+    print("%-28s %8.3f%s" % ("this tree / base", result["ratio"], target))
     print("%-28s %8.3f" % ("the same, each over its floor", result["floor_ratio"]))
     print("%-28s %8.3f" % ("best run / best run", result["best_ratio"]))
     return 0

@@ -32,36 +32,14 @@ import struct
 from array import array
 import statistics
 import sys
-import time
 from typing import Any, Callable, Dict, List, Tuple
 
+from bench_timing import CLOCKS, per_call_ns
 from bounded_router import Router, prefix_blocks
 from bounded_router._request import prefix_block_bytes
 
 WORKERS = 64
 BATCH = 64
-
-
-#: The clocks a measurement may read: wall time, or the CPU time of the measuring thread (the
-#: library routes on the calling thread, so its work is counted), which a busy shared machine
-#: inflates far less: other processes taking the cores stretch the wall time, not this thread's CPU time.
-CLOCKS: Dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.thread_time}
-
-
-def per_call_ns(call: Callable[[], object], seconds: float, clock: Callable[[], float] = time.perf_counter) -> float:
-    """Nanoseconds per call of ``call`` on ``clock``, timed over about ``seconds`` of it."""
-    n, elapsed = 1, 0.0
-    while elapsed < seconds / 4:  # find a count that takes a measurable time
-        n *= 4
-        start = clock()
-        for _ in range(n):
-            call()
-        elapsed = clock() - start
-    n = max(1, int(n * seconds / elapsed))
-    start = clock()
-    for _ in range(n):
-        call()
-    return (clock() - start) / n * 1e9
 
 
 ROUTE = "route(key)"
