@@ -168,14 +168,8 @@ func TestEventsThatStopLeaveTheWorkerStaleAndItsIndexServing(t *testing.T) {
 // second) reaches it, so the restarted engine's first batch seen is rarely 0: every batch up to
 // the old engine's last number was then dropped as applied already, and no restart counted.
 func TestARestartedEngineIsFollowedFromItsFirstBatchSeen(t *testing.T) {
-	urls := []string{"http://127.0.0.1:1"}
-	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: 64, CacheThreshold: 0.3}}, VirtualNodes: 150})
-	require.NoError(t, err)
-	s := &Subscriber{Index: r, Worker: urls[0]}
-	s.stats.last = -1
-	receive := func(seq int64, hash uint64, tokens ...uint32) {
-		s.receive(context.Background(), [][]byte{{}, seqFrame(seq), storedPayload(t, hash, nil, tokens...)})
-	}
+	r, s, receive := oneEngine(t)
+	urls := []string{s.Worker}
 	for seq := int64(0); seq < 6; seq++ {
 		receive(seq, uint64(100+seq), uint32(2*seq), uint32(2*seq+1))
 	}
@@ -194,14 +188,8 @@ func TestARestartedEngineIsFollowedFromItsFirstBatchSeen(t *testing.T) {
 // Regression: a restarted engine starts with an empty cache, but the blocks its old run
 // reported stayed in the index, so requests kept going to it for prefixes it no longer held.
 func TestARestartForgetsTheOldEnginesBlocks(t *testing.T) {
-	urls := []string{"http://127.0.0.1:1"}
-	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: 64, CacheThreshold: 0.3}}, VirtualNodes: 150})
-	require.NoError(t, err)
-	s := &Subscriber{Index: r, Worker: urls[0]}
-	s.stats.last = -1
-	receive := func(seq int64, hash uint64, tokens ...uint32) {
-		s.receive(context.Background(), [][]byte{{}, seqFrame(seq), storedPayload(t, hash, nil, tokens...)})
-	}
+	r, s, receive := oneEngine(t)
+	urls := []string{s.Worker}
 	for seq := int64(0); seq < 4; seq++ {
 		receive(seq, uint64(100+seq), uint32(2*seq), uint32(2*seq+1))
 	}
@@ -213,4 +201,17 @@ func TestARestartForgetsTheOldEnginesBlocks(t *testing.T) {
 	_, ok := r.ReportedBlock(urls[0], 900)
 	assert.True(t, ok, "the restarted engine's block")
 	assert.Equal(t, uint64(1), s.Stats().Restarts)
+}
+
+// oneEngine is a cache_aware router of one worker with a subscriber for its engine, and a
+// function that hands the subscriber a batch of one stored block.
+func oneEngine(t *testing.T) (*core.Router, *Subscriber, func(seq int64, hash uint64, tokens ...uint32)) {
+	urls := []string{"http://127.0.0.1:1"}
+	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: 64, CacheThreshold: 0.3}}, VirtualNodes: 150})
+	require.NoError(t, err)
+	s := &Subscriber{Index: r, Worker: urls[0]}
+	s.stats.last = -1
+	return r, s, func(seq int64, hash uint64, tokens ...uint32) {
+		s.receive(context.Background(), [][]byte{{}, seqFrame(seq), storedPayload(t, hash, nil, tokens...)})
+	}
 }
