@@ -2,8 +2,10 @@ package zmqguard_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -166,4 +168,46 @@ func TestAPeerOfARefusedSocketTypeIsClosed(t *testing.T) {
 		_, err = c.Read(buf) // the publisher's greeting and READY, then the end of the connection
 	}
 	require.ErrorIs(t, err, io.EOF, "the publisher kept the connection of a PUB peer")
+}
+
+// handSub is a SUB by hand (greeting, READY, a subscription to every topic) that has read the
+// publisher's greeting and READY; stalled makes its receive buffer small, for a peer that never
+// reads.
+func handSub(t *testing.T, endpoint string, stalled bool) net.Conn {
+	c, err := net.Dial("tcp", strings.TrimPrefix(endpoint, "tcp://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	if stalled {
+		require.NoError(t, c.(*net.TCPConn).SetReadBuffer(4096))
+	}
+	ready := append([]byte{zmqguard.FlagCommand, 25, 5}, "READY\x0bSocket-Type\x00\x00\x00\x03SUB"...)
+	_, err = c.Write(append(append(zmqguard.Greeting(), ready...), 0x00, 0x01, 0x01))
+	require.NoError(t, err)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(2*time.Second)))
+	_, err = io.ReadFull(c, make([]byte, 64))
+	require.NoError(t, err)
+	head := make([]byte, 2)
+	_, err = io.ReadFull(c, head)
+	require.NoError(t, err)
+	_, err = io.ReadFull(c, make([]byte, head[1]))
+	require.NoError(t, err)
+	return c
+}
+
+// Regression (found by a review of the first fix for a refused socket type, which counted a
+// connection as handshaken only at zmq4's next read): while the publisher's send loop waits on
+// stalled subscribers, zmq4 cannot register a new one, so it did not read on within
+// HandshakeTimeout and a subscriber that had completed its handshake was closed.
+func TestAValidSubscriberSurvivesASlowSendLoop(t *testing.T) {
+	pub, endpoint := guardedPublisher(t)
+	for i := 0; i < 7; i++ {
+		handSub(t, endpoint, true) // never reads: each send waits WriteTimeout on it
+	}
+	time.Sleep(300 * time.Millisecond)
+	require.NoError(t, pub.Send(zmq4.NewMsgFrom([]byte("t"), make([]byte, 8<<20))))
+	time.Sleep(300 * time.Millisecond)
+	valid := handSub(t, endpoint, false)
+	require.NoError(t, valid.SetReadDeadline(time.Now().Add(zmqguard.HandshakeTimeout+4*time.Second)))
+	_, err := valid.Read(make([]byte, 1))
+	require.True(t, errors.Is(err, os.ErrDeadlineExceeded), "the publisher closed a subscriber that completed its handshake: %v", err)
 }

@@ -9,8 +9,8 @@
 // flags byte, a size of 1 byte or, with the long flag, 8 bytes big-endian, the body) and fails
 // at a frame or a message over MaxMessageBytes or a message of more than MaxMessageFrames
 // frames, before zmq4 sees its header. Its handshake must end within HandshakeTimeout (an
-// accepted connection that has not completed it then, or that zmq4 refused after it, is
-// closed), each write within
+// accepted connection that has not completed it then is closed), a peer of a socket type zmq4
+// refuses is closed at its READY (zmq4 would drop it open), each write within
 // WriteTimeout, and a dialled connection closes when its socket's context ends.
 package zmqguard
 
@@ -134,12 +134,16 @@ type conn struct {
 	net.Conn
 	stop   func() bool
 	stream frames
-	// readyRead: the peer's first command (READY) has been read. zmq4 then checks the socket
-	// types and, when it keeps the connection, reads on; when it refuses, it never reads again
-	// and never closes. So a connection is handshaken at the first Read after READY.
-	readyRead bool
-	handshed  atomic.Bool // written by the reader, read by an accepted connection's timer
+	// sent and received keep the first bytes each way until the handshake ends: the greetings
+	// and READY commands, whose socket types tell whether zmq4 will keep the connection (it
+	// refuses a peer of an incompatible type without closing it). zmq4 writes its READY before
+	// it reads the peer's, on the one goroutine of the handshake.
+	sent, received []byte
+	handshed       atomic.Bool // written by the reader, read by an accepted connection's timer
 }
+
+// maxHandshakeBytes bounds what a connection keeps of each way's handshake.
+const maxHandshakeBytes = 4096
 
 func guard(c net.Conn) *conn {
 	_ = c.SetDeadline(time.Now().Add(HandshakeTimeout))
@@ -147,25 +151,86 @@ func guard(c net.Conn) *conn {
 }
 
 func (c *conn) Read(p []byte) (int, error) {
-	if c.readyRead && !c.handshed.Load() {
-		c.handshed.Store(true)
-		_ = c.Conn.SetReadDeadline(time.Time{})
-	}
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		handshake, bad := c.stream.inspect(p[:n])
+		if bad == nil && !c.handshed.Load() {
+			c.received = keep(c.received, p[:n])
+			if handshake { // the peer's first command (READY) has passed
+				bad = c.handshaken()
+			}
+		}
 		if bad != nil {
 			c.Conn.Close()
 			return 0, bad
 		}
-		c.readyRead = c.readyRead || handshake
 	}
 	return n, err
+}
+
+// handshaken ends the handshake's deadline, or refuses a peer whose socket type zmq4 will refuse.
+func (c *conn) handshaken() error {
+	ours, peers := socketType(c.sent), socketType(c.received)
+	c.sent, c.received = nil, nil
+	if ours != "" && peers != "" && !zmq4.SocketType(ours).IsCompatible(zmq4.SocketType(peers)) {
+		return fmt.Errorf("a peer of socket type %s cannot talk to a %s socket", peers, ours)
+	}
+	c.handshed.Store(true)
+	_ = c.Conn.SetReadDeadline(time.Time{})
+	return nil
+}
+
+// keep appends b to kept, up to maxHandshakeBytes in all.
+func keep(kept, b []byte) []byte {
+	return append(kept, b[:min(len(b), max(0, maxHandshakeBytes-len(kept)))]...)
+}
+
+// socketType is the Socket-Type property of the READY command that follows the greeting in
+// stream, or "" when stream holds none whole (another mechanism's first command, or a READY over
+// maxHandshakeBytes).
+func socketType(stream []byte) string {
+	if len(stream) < 66 {
+		return ""
+	}
+	b := stream[64:]
+	size, n := uint64(b[1]), 2
+	if b[0]&flagLong != 0 {
+		if len(b) < 9 {
+			return ""
+		}
+		size, n = binary.BigEndian.Uint64(b[1:9]), 9
+	}
+	if b[0]&flagCommand == 0 || size > uint64(len(b)-n) {
+		return ""
+	}
+	body := b[n : n+int(size)]
+	if len(body) < 6 || string(body[:6]) != "\x05READY" {
+		return ""
+	}
+	for props := body[6:]; len(props) > 0; {
+		name := int(props[0])
+		if len(props) < 1+name+4 {
+			return ""
+		}
+		value := binary.BigEndian.Uint32(props[1+name:])
+		if uint64(value) > uint64(len(props)-1-name-4) {
+			return ""
+		}
+		end := 1 + name + 4 + int(value)
+		if strings.EqualFold(string(props[1:1+name]), "Socket-Type") {
+			return string(props[1+name+4 : end])
+		}
+		props = props[end:]
+	}
+	return ""
 }
 
 // Write fails past WriteTimeout and then closes the connection: zmq4 goes on writing every
 // message to a connection whose write failed, and each would wait WriteTimeout again.
 func (c *conn) Write(p []byte) (int, error) {
+	if !c.handshed.Load() {
+		c.sent = keep(c.sent, p)
+	}
 	_ = c.Conn.SetWriteDeadline(time.Now().Add(WriteTimeout))
 	n, err := c.Conn.Write(p)
 	if err != nil {

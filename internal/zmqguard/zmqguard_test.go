@@ -83,3 +83,30 @@ func TestEndpoints(t *testing.T) {
 	assert.Equal(t, "ipc:///tmp/x", Endpoint("ipc:///tmp/x"))
 	assert.Equal(t, "tcp://127.0.0.1:5557", TCP("brtcp://127.0.0.1:5557"))
 }
+
+// The Socket-Type of a READY command, written by hand (ZMTP 3 properties: a name of 1-byte
+// length, a value of 4-byte big-endian length), found among other properties and in any case;
+// anything short, lying or of another command names none.
+func TestTheSocketTypeOfAReadyCommand(t *testing.T) {
+	property := func(name, value string) string {
+		return string(append(append([]byte{byte(len(name))}, name...), binary.BigEndian.AppendUint32(nil, uint32(len(value)))...)) + value
+	}
+	ready := func(props string) []byte { return append(greeting(), shortFrame(flagCommand, "\x05READY"+props)...) }
+	sub := ready(property("Identity", "") + property("socket-type", "SUB"))
+	assert.Equal(t, "SUB", socketType(sub))
+	assert.Equal(t, "PUB", socketType(append(ready(property("Socket-Type", "PUB")), 0x00, 0x01, 0x01)), "bytes after READY")
+	long := append(greeting(), longHeader(flagCommand, uint64(len("\x05READY"+property("Socket-Type", "DEALER"))))...)
+	assert.Equal(t, "DEALER", socketType(append(long, "\x05READY"+property("Socket-Type", "DEALER")...)))
+	for name, stream := range map[string][]byte{
+		"no READY yet":       sub[:len(sub)-1],
+		"only the greeting":  greeting(),
+		"another command":    append(greeting(), shortFrame(flagCommand, "\x05HELLO"+property("Socket-Type", "SUB"))...),
+		"a message":          append(greeting(), shortFrame(0, "\x05READY"+property("Socket-Type", "SUB"))...),
+		"a value too long":   append(greeting(), shortFrame(flagCommand, "\x05READY\x0bSocket-Type\x00\x00\x01\x00SUB")...),
+		"a name too long":    append(greeting(), shortFrame(flagCommand, "\x05READY\x40Socket")...),
+		"no Socket-Type":     ready(property("Identity", "x")),
+		"a long frame, torn": append(greeting(), longHeader(flagCommand, 1<<40)[:5]...),
+	} {
+		assert.Equal(t, "", socketType(stream), name)
+	}
+}
