@@ -32,33 +32,22 @@ func selectBoundedExplicit(v *view, position uint64, p *Policy) (int, Branch) {
 // spillTest tells whether a worker is clearly overloaded: its load (as the policy's balance_by
 // measures it) exceeds both the least load of the spillable workers by more than gap and the
 // mean by more than a factor maxLoadSkew (both strict). The relative test needs only the running
-// total; the least load is read only when it fires (under prefill, scanned once per decision).
+// total; the least load, kept by a memo for each measure, is read only when it fires.
 type spillTest struct {
 	v     *view
 	by    LoadMeasure
 	bound float64 // the mean load times maxLoadSkew: also the spill target's load bound
 	gap   int64
-	// leastPrefill is the least prefill load of the spillable workers, -1 until scanned.
-	leastPrefill int64
 }
 
 func newSpillTest(v *view, p *Policy) spillTest {
-	return spillTest{v: v, by: p.BalanceBy, bound: v.meanLoad(p.BalanceBy) * p.MaxLoadSkew, gap: p.MinLoadGap, leastPrefill: -1}
+	return spillTest{v: v, by: p.BalanceBy, bound: v.meanLoad(p.BalanceBy) * p.MaxLoadSkew, gap: p.MinLoadGap}
 }
 
 // overloaded is the test on w; the in-flight form stays small enough to be inlined.
 func (t *spillTest) overloaded(w *worker) bool {
 	if t.by == LoadPrefill {
-		return float64(w.prefillLoad) > t.bound && w.prefillLoad-t.leastPrefillLoad() > t.gap
+		return float64(w.prefillLoad) > t.bound && w.prefillLoad-t.v.leastPrefillLoad() > t.gap
 	}
 	return float64(w.load) > t.bound && w.load-t.v.minLoad() > t.gap
-}
-
-// leastPrefillLoad is the least prefill load of the spillable workers, scanned once per decision.
-func (t *spillTest) leastPrefillLoad() int64 {
-	if t.leastPrefill < 0 {
-		least, _, _ := t.v.leastRanked(LoadPrefill)
-		t.leastPrefill = least.load
-	}
-	return t.leastPrefill
 }

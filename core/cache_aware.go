@@ -170,7 +170,7 @@ func (c *cacheChoice) hitWorthWaiting(chosen int, req *Request, p *Policy) bool 
 	allowed := factor * float64(max(req.Weight, 1)) * float64(c.x.depth) / float64(len(req.PrefixBlocks))
 	// Loads are never negative, so a queue within the allowance needs no scan for the least.
 	queued := c.v.workers[chosen].prefillLoad
-	return float64(queued) <= allowed || float64(queued-c.test.leastPrefillLoad()) <= allowed
+	return float64(queued) <= allowed || float64(queued-c.v.leastPrefillLoad()) <= allowed
 }
 
 // missFrom is where a request without a hit goes, walking clockwise from position: under

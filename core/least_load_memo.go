@@ -3,7 +3,8 @@ package core
 import "math"
 
 // leastLoadMemo remembers the least load of the spillable workers (contract: Worker failures),
-// so that the spill test and the least-loaded choices read it instead of scanning every worker.
+// in-flight or prefill (the view keeps one of each), so that the spill test and the
+// least-loaded choices read it instead of scanning every worker.
 // A load change updates it in constant time; a health, trust or membership change forgets it.
 //
 // Invariant: every spillable worker carries at least load, and exactly count of them carry

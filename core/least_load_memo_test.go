@@ -90,6 +90,11 @@ func TestLeastLoadMemoAgreesWithAScan(t *testing.T) {
 // trusted available ones, or every available one when none is trusted), the first carrying it in
 // membership order and how many do, from the workers themselves (-1, 0, 0 with none available).
 func scannedLeast(v *view) (least int64, at, count int) {
+	return scannedLeastOf(v, func(w *worker) int64 { return w.load })
+}
+
+// scannedLeastOf is scannedLeast of the load that load reads.
+func scannedLeastOf(v *view, load func(*worker) int64) (least int64, at, count int) {
 	trusted := func(w *worker) bool {
 		return w.healthy && w.breaker.state == breakerClosed && w.breaker.failures == 0 && w.probe.failures == 0
 	}
@@ -102,12 +107,68 @@ func scannedLeast(v *view) (least int64, at, count int) {
 		if !w.healthy || (anyTrusted && !trusted(w)) {
 			continue
 		}
-		switch {
-		case least < 0 || w.load < least:
-			least, at, count = w.load, i, 1
-		case w.load == least:
+		switch l := load(w); {
+		case least < 0 || l < least:
+			least, at, count = l, i, 1
+		case l == least:
 			count++
 		}
 	}
 	return least, at, count
+}
+
+// The prefill memo (balance_by prefill) reads as a scan of the spillable workers' prefill loads
+// would, through leases taken, marked and released, engine reports that replace the prefill
+// load or are forgotten, peer routes, and health and membership changes.
+func TestLeastPrefillMemoAgreesWithAScan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	urls := workerURLs(12)
+	p := DefaultConfig().Policy
+	p.BalanceBy = LoadPrefill
+	r := newTestRouter(t, p, urls[:8])
+	var leases []LeaseID
+	members := map[string]bool{}
+	for _, u := range urls[:8] {
+		members[u] = true
+	}
+	for step := 0; step < 20000; step++ {
+		u := urls[rng.IntN(len(urls))]
+		switch op := rng.IntN(24); {
+		case op < 8 && members[u]:
+			id, _, err := r.AcquireWeighted(u, nil, int64(1+rng.IntN(5)))
+			require.NoError(t, err)
+			leases = append(leases, id)
+		case op < 11 && len(leases) > 0:
+			r.FirstToken(leases[rng.IntN(len(leases))])
+		case op < 17 && len(leases) > 0:
+			i := rng.IntN(len(leases))
+			outcome := OutcomeSuccess
+			if op == 16 {
+				outcome = OutcomeFailure
+			}
+			require.True(t, r.Finish(leases[i], outcome, t0))
+			leases[i] = leases[len(leases)-1]
+			leases = leases[:len(leases)-1]
+		case op == 17 && members[u]:
+			require.NoError(t, r.ReportLoad(u, EngineLoad{Requests: Unreported, Waiting: int64(rng.IntN(12)), WaitingRequests: Unreported}))
+		case op == 18 && members[u]:
+			require.NoError(t, r.ForgetLoad(u))
+		case op == 19 && members[u]:
+			require.NoError(t, r.PeerRoute(u, int64(1+rng.IntN(5)), nil))
+		case op == 20 && members[u]:
+			require.NoError(t, r.SetHealthy(u, rng.IntN(3) > 0))
+		case op == 21 && !members[u]:
+			require.NoError(t, r.AddWorker(u))
+			members[u] = true
+		case op == 22 && members[u] && len(members) > 1:
+			require.NoError(t, r.RemoveWorker(u))
+			delete(members, u)
+		}
+		r.mu.Lock()
+		least, _, count := scannedLeastOf(&r.view, func(w *worker) int64 { return w.prefillLoad })
+		if count > 0 && step%2 == 0 {
+			assert.Equal(t, least, r.view.leastPrefillLoad(), "step %d", step)
+		}
+		r.mu.Unlock()
+	}
 }

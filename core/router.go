@@ -262,11 +262,17 @@ func (r *Router) addLoad(w *worker, delta int64) {
 }
 
 // addPrefillLoad changes a worker's routing prefill load and, while it is an available member
-// of a router that balances by it, the running total.
+// of a router that balances by it, the running total and the least prefill load.
 func (r *Router) addPrefillLoad(w *worker, delta int64) {
+	if delta == 0 {
+		return // the least-load memo must not see a move
+	}
 	w.prefillLoad += delta
 	if r.view.byPrefill && w.healthy && !w.removed {
 		r.view.availablePrefill += delta
+		if w.spillable {
+			r.view.leastPrefill.moved(w.index, w.prefillLoad-delta, w.prefillLoad)
+		}
 	}
 }
 
@@ -532,7 +538,7 @@ func (r *Router) refreshAvailable() {
 	v := &r.view
 	v.available, v.spillable = v.available[:0], v.spillable[:0]
 	v.availableLoad, v.availablePrefill = 0, 0
-	v.least.forget()
+	v.forgetLeast()
 	for i, w := range r.members.workers {
 		w.spillable = w.trusted()
 		if w.healthy {

@@ -1,6 +1,9 @@
 package core
 
-import "math/rand/v2"
+import (
+	"math"
+	"math/rand/v2"
+)
 
 // view is what a policy sees when it decides: the membership, its ring, which workers are
 // available and their loads. Policies only read it (reading the least load may fill its memo
@@ -17,9 +20,10 @@ type view struct {
 	// workers; availablePrefill only when byPrefill (the policy's balance_by is prefill).
 	availableLoad, availablePrefill int64
 	byPrefill                       bool
-	// least remembers the least load of the spillable workers (see leastLoadMemo). Reading
-	// the least load may fill it in, which is why even a policy's reads happen under the lock.
-	least leastLoadMemo
+	// least remembers the least load of the spillable workers (see leastLoadMemo), and
+	// leastPrefill their least prefill load (kept only when byPrefill). Reading either may fill
+	// it in, which is why even a policy's reads happen under the lock.
+	least, leastPrefill leastLoadMemo
 	// roundRobin is the shared round_robin counter; the router advances it after each route.
 	roundRobin uint64
 	// memory is the key memory of bounded_consistent_hashing; nil when it is off.
@@ -32,7 +36,7 @@ type view struct {
 
 func newView() view {
 	v := view{ring: &ring{}, randomIndex: rand.IntN}
-	v.least.forget()
+	v.forgetLeast()
 	return v
 }
 
@@ -60,9 +64,24 @@ func (v *view) minLoad() int64 {
 // leastLoadCount is minLoad and how many spillable workers carry it.
 func (v *view) leastLoadCount() (least int64, count int) {
 	if v.least.count == 0 {
-		v.scanLeast()
+		v.least = v.scanLeast(LoadInFlight)
 	}
 	return v.least.load, v.least.count
+}
+
+// leastPrefillLoad is the smallest prefill load among the spillable workers (there is at least
+// one), under balance_by prefill.
+func (v *view) leastPrefillLoad() int64 {
+	if v.leastPrefill.count == 0 {
+		v.leastPrefill = v.scanLeast(LoadPrefill)
+	}
+	return v.leastPrefill.load
+}
+
+// forgetLeast forgets both memos, after a health or membership change.
+func (v *view) forgetLeast() {
+	v.least.forget()
+	v.leastPrefill.forget()
 }
 
 // leastLoaded is minLoad, the first spillable worker (in membership order) carrying it and how
@@ -79,11 +98,16 @@ func (v *view) leastLoaded() (least int64, at, count int) {
 	return least, m.at, count
 }
 
-// scanLeast fills the memo in from a scan of the spillable workers.
-func (v *view) scanLeast() {
+// scanLeast is the memo of the least load, as m measures it, from a scan of the spillable workers.
+func (v *view) scanLeast(m LoadMeasure) leastLoadMemo {
 	least, at, count := int64(-1), 0, 0
 	for _, i := range v.spillable {
-		switch load := v.workers[i].load; {
+		w := v.workers[i]
+		load := w.load
+		if m == LoadPrefill {
+			load = w.prefillLoad
+		}
+		switch {
 		case load == least:
 			count++
 		case load < least || least < 0:
@@ -91,10 +115,9 @@ func (v *view) scanLeast() {
 		}
 	}
 	if count == 0 {
-		v.least.forget()
-		return
+		return leastLoadMemo{load: math.MinInt64}
 	}
-	v.least = leastLoadMemo{load: least, count: count, at: at}
+	return leastLoadMemo{load: least, count: count, at: at}
 }
 
 // leastRanked is the least rank (see rank) among the spillable workers, the first of them in
