@@ -37,40 +37,8 @@ func TestLeastLoadMemoMoves(t *testing.T) {
 // weighted leases taken and released, health and membership changes, and reads of the least
 // load (which fill it in) at random points.
 func TestLeastLoadMemoAgreesWithAScan(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 11))
-	urls := workerURLs(12)
-	r := newTestRouter(t, DefaultConfig().Policy, urls[:8])
-	var leases []LeaseID
-	members := map[string]bool{}
-	for _, u := range urls[:8] {
-		members[u] = true
-	}
-	for step := 0; step < 20000; step++ {
-		u := urls[rng.IntN(len(urls))]
-		switch op := rng.IntN(20); {
-		case op < 9 && members[u]:
-			id, _, err := r.AcquireWeighted(u, nil, int64(1+rng.IntN(3)))
-			require.NoError(t, err)
-			leases = append(leases, id)
-		case op < 17 && len(leases) > 0:
-			i := rng.IntN(len(leases))
-			outcome := OutcomeSuccess
-			if op == 16 {
-				outcome = OutcomeFailure // the worker turns suspect (or ejected): no longer among the least loads
-			}
-			require.True(t, r.Finish(leases[i], outcome, t0))
-			leases[i] = leases[len(leases)-1]
-			leases = leases[:len(leases)-1]
-		case op == 17 && members[u]:
-			require.NoError(t, r.SetHealthy(u, rng.IntN(3) > 0))
-		case op == 18 && !members[u]:
-			require.NoError(t, r.AddWorker(u))
-			members[u] = true
-		case op == 19 && members[u] && len(members) > 1:
-			require.NoError(t, r.RemoveWorker(u))
-			delete(members, u)
-		}
-		r.mu.Lock()
+	r := newTestRouter(t, DefaultConfig().Policy, workerURLs(12)[:8])
+	walkLoads(t, r, rand.New(rand.NewPCG(7, 11)), func(step int) {
 		least, at, count := scannedLeast(&r.view)
 		switch step % 3 {
 		case 0:
@@ -82,50 +50,30 @@ func TestLeastLoadMemoAgreesWithAScan(t *testing.T) {
 				assert.Equal(t, [2]int64{least, int64(count)}, [2]int64{gotLeast, int64(gotCount)}, "step %d", step)
 			}
 		}
-		r.mu.Unlock()
-	}
-}
-
-// scannedLeast is the least load of the spillable workers (contract: Worker failures: the
-// trusted available ones, or every available one when none is trusted), the first carrying it in
-// membership order and how many do, from the workers themselves (-1, 0, 0 with none available).
-func scannedLeast(v *view) (least int64, at, count int) {
-	return scannedLeastOf(v, func(w *worker) int64 { return w.load })
-}
-
-// scannedLeastOf is scannedLeast of the load that load reads.
-func scannedLeastOf(v *view, load func(*worker) int64) (least int64, at, count int) {
-	trusted := func(w *worker) bool {
-		return w.healthy && w.breaker.state == breakerClosed && w.breaker.failures == 0 && w.probe.failures == 0
-	}
-	anyTrusted := false
-	for _, w := range v.workers {
-		anyTrusted = anyTrusted || trusted(w)
-	}
-	least = -1
-	for i, w := range v.workers {
-		if !w.healthy || (anyTrusted && !trusted(w)) {
-			continue
-		}
-		switch l := load(w); {
-		case least < 0 || l < least:
-			least, at, count = l, i, 1
-		case l == least:
-			count++
-		}
-	}
-	return least, at, count
+	})
 }
 
 // The prefill memo (balance_by prefill) reads as a scan of the spillable workers' prefill loads
-// would, through leases taken, marked and released, engine reports that replace the prefill
-// load or are forgotten, peer routes, and health and membership changes.
+// would, through the same walk.
 func TestLeastPrefillMemoAgreesWithAScan(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 5))
-	urls := workerURLs(12)
 	p := DefaultConfig().Policy
 	p.BalanceBy = LoadPrefill
-	r := newTestRouter(t, p, urls[:8])
+	r := newTestRouter(t, p, workerURLs(12)[:8])
+	walkLoads(t, r, rand.New(rand.NewPCG(3, 5)), func(step int) {
+		least, _, count := scannedLeastOf(&r.view, func(w *worker) int64 { return w.prefillLoad })
+		if count > 0 && step%2 == 0 {
+			assert.Equal(t, least, r.view.leastPrefillLoad(), "step %d", step)
+		}
+	})
+}
+
+// walkLoads changes r's loads 20,000 times at random, over the first 8 of 12 workers, and calls
+// check under the router's lock after each change: weighted leases taken, marked at their first
+// token and released (a few as failures, which turn their worker suspect or ejected, out of the
+// least loads), engine reports of the prefill queue given and forgotten, peer routes, health and
+// membership changes.
+func walkLoads(t *testing.T, r *Router, rng *rand.Rand, check func(step int)) {
+	urls := workerURLs(12)
 	var leases []LeaseID
 	members := map[string]bool{}
 	for _, u := range urls[:8] {
@@ -165,10 +113,38 @@ func TestLeastPrefillMemoAgreesWithAScan(t *testing.T) {
 			delete(members, u)
 		}
 		r.mu.Lock()
-		least, _, count := scannedLeastOf(&r.view, func(w *worker) int64 { return w.prefillLoad })
-		if count > 0 && step%2 == 0 {
-			assert.Equal(t, least, r.view.leastPrefillLoad(), "step %d", step)
-		}
+		check(step)
 		r.mu.Unlock()
 	}
+}
+
+// scannedLeast is the least load of the spillable workers (contract: Worker failures: the
+// trusted available ones, or every available one when none is trusted), the first carrying it in
+// membership order and how many do, from the workers themselves (-1, 0, 0 with none available).
+func scannedLeast(v *view) (least int64, at, count int) {
+	return scannedLeastOf(v, func(w *worker) int64 { return w.load })
+}
+
+// scannedLeastOf is scannedLeast of the load that load reads.
+func scannedLeastOf(v *view, load func(*worker) int64) (least int64, at, count int) {
+	trusted := func(w *worker) bool {
+		return w.healthy && w.breaker.state == breakerClosed && w.breaker.failures == 0 && w.probe.failures == 0
+	}
+	anyTrusted := false
+	for _, w := range v.workers {
+		anyTrusted = anyTrusted || trusted(w)
+	}
+	least = -1
+	for i, w := range v.workers {
+		if !w.healthy || (anyTrusted && !trusted(w)) {
+			continue
+		}
+		switch l := load(w); {
+		case least < 0 || l < least:
+			least, at, count = l, i, 1
+		case l == least:
+			count++
+		}
+	}
+	return least, at, count
 }
