@@ -160,11 +160,20 @@ MUTANTS: List[Mutant] = [
     Mutant(
         "core-hit-wait-ignores-the-least",
         "core/cache_aware.go",
-        "float64(queued-c.test.leastPrefillLoad()) <= allowed",
+        "float64(queued-c.v.leastPrefillLoad()) <= allowed",
         "float64(queued) <= allowed",
         ("python/test_prefill.py", "python/test_conformance_differential.py"),
         ("./core",),
         why="the hit wait compares a hit's queue with its allowance, not its excess over the least prefill load",
+    ),
+    Mutant(
+        "core-prefill-memo-not-moved",
+        "core/router.go",
+        "r.view.leastPrefill.moved(w.index, w.prefillLoad-delta, w.prefillLoad)",
+        "_ = delta",
+        (),
+        ("./core",),
+        why="a prefill load change does not update the least prefill load's memo",
     ),
     Mutant(
         "core-release-many-counts-unknown",
