@@ -104,15 +104,7 @@ func TestAStalledSubscriberDoesNotStallTheOthers(t *testing.T) {
 	small := zmq4.NewMsgFrom([]byte("t"), []byte("x"))
 	loopback.WaitFor(t, "the healthy subscriber", func() bool { _ = pub.Send(small); return got.Load() > 0 })
 
-	// A SUB by hand (ZMTP 3: greeting, READY with Socket-Type SUB, a subscription to every
-	// topic), then never read again.
-	stalled, err := net.Dial("tcp", strings.TrimPrefix(endpoint, "tcp://"))
-	require.NoError(t, err)
-	defer stalled.Close()
-	require.NoError(t, stalled.(*net.TCPConn).SetReadBuffer(4096))
-	ready := append([]byte{zmqguard.FlagCommand, 25, 5}, "READY\x0bSocket-Type\x00\x00\x00\x03SUB"...)
-	_, err = stalled.Write(append(append(zmqguard.Greeting(), ready...), 0x00, 0x01, 0x01))
-	require.NoError(t, err)
+	handSub(t, endpoint, true) // then never read again
 
 	big := zmq4.NewMsgFrom([]byte("t"), make([]byte, 1<<20))
 	before := got.Load()

@@ -193,14 +193,8 @@ func socketType(stream []byte) string {
 		return ""
 	}
 	b := stream[64:]
-	size, n := uint64(b[1]), 2
-	if b[0]&flagLong != 0 {
-		if len(b) < 9 {
-			return ""
-		}
-		size, n = binary.BigEndian.Uint64(b[1:9]), 9
-	}
-	if b[0]&flagCommand == 0 || size > uint64(len(b)-n) {
+	size, n, whole := frameHeader(b)
+	if !whole || b[0]&flagCommand == 0 || size > uint64(len(b)-n) {
 		return ""
 	}
 	body := b[n : n+int(size)]
@@ -287,20 +281,27 @@ func (f *frames) inspect(b []byte) (handshake bool, err error) {
 	return f.commands > 0, nil
 }
 
+// frameHeader reads the frame header at the start of b: the frame's size and the header's
+// length, with whole false while b holds less than the whole header.
+func frameHeader(b []byte) (size uint64, length int, whole bool) {
+	switch {
+	case len(b) < 2:
+		return 0, 0, false
+	case b[0]&flagLong == 0:
+		return uint64(b[1]), 2, true
+	case len(b) < 9:
+		return 0, 0, false
+	}
+	return binary.BigEndian.Uint64(b[1:9]), 9, true
+}
+
 // headerRead starts the frame once its header is whole.
 func (f *frames) headerRead() error {
-	flags := f.header[0]
-	want := 2
-	if flags&flagLong != 0 {
-		want = 9
-	}
-	if f.have < want {
+	size, _, whole := frameHeader(f.header[:f.have])
+	if !whole {
 		return nil
 	}
-	size := uint64(f.header[1])
-	if want == 9 {
-		size = binary.BigEndian.Uint64(f.header[1:9])
-	}
+	flags := f.header[0]
 	f.have, f.command = 0, flags&flagCommand != 0
 	if !f.command {
 		f.message.frames++
