@@ -72,7 +72,7 @@ test-go:
 
 # Each Go fuzz target for FUZZTIME (their seed corpora also run in test-go).
 FUZZTIME ?= 10s
-FUZZ_TARGETS := FuzzRequestFromHeaders FuzzParseConfig FuzzRouterOperations FuzzCacheAware ./gateway:FuzzPromptTextMatchesEncodingJSON ./gateway:FuzzTokenBlocksMatchEncodingJSON ./kvevents:FuzzDecode ./peerroutes:FuzzDecode ./gateway/httpcheck:FuzzHeadersMatchNetHTTP ./gateway/httpcheck:FuzzRequestMatchesNetHTTP
+FUZZ_TARGETS := FuzzRequestFromHeaders FuzzParseConfig FuzzRouterOperations FuzzCacheAware ./gateway:FuzzPromptTextMatchesEncodingJSON ./gateway:FuzzTokenBlocksMatchEncodingJSON ./kvevents:FuzzDecode ./peerroutes:FuzzDecode ./internal/zmqguard:FuzzReadyTypeMatchesZmq4 ./gateway/httpcheck:FuzzHeadersMatchNetHTTP ./gateway/httpcheck:FuzzRequestMatchesNetHTTP
 test-fuzz:
 	GO=$(GO) bash scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
 

@@ -10,7 +10,8 @@
 // at a frame or a message over MaxMessageBytes or a message of more than MaxMessageFrames
 // frames, before zmq4 sees its header. Its handshake must end within HandshakeTimeout (an
 // accepted connection that has not completed it then is closed), a peer of a socket type zmq4
-// refuses is closed at its READY (zmq4 would drop it open), each write within
+// refuses is closed at its READY (zmq4 would drop it open), and so is one whose READY zmq4
+// could not read without a panic (a type it does not know, a property cut short), each write within
 // WriteTimeout, and a dialled connection closes when its socket's context ends.
 package zmqguard
 
@@ -29,6 +30,8 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/go-zeromq/zmq4/transport"
+	"golang.org/x/text/cases"
+	"golang.org/x/text/language"
 )
 
 // Scheme is the transport's name in a zmq4 endpoint ("brtcp://host:port").
@@ -168,11 +171,16 @@ func (c *conn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// handshaken ends the handshake's deadline, or refuses a peer whose socket type zmq4 will refuse.
+// handshaken ends the handshake's deadline, or refuses a peer whose READY zmq4 would refuse or
+// could not read without a panic (one in its accept goroutine ends the process).
 func (c *conn) handshaken() error {
-	ours, peers := socketType(c.sent), socketType(c.received)
+	ours, _ := readyType(c.sent)
+	peers, ok := readyType(c.received)
 	c.sent, c.received = nil, nil
-	if ours != "" && peers != "" && !zmq4.SocketType(ours).IsCompatible(zmq4.SocketType(peers)) {
+	if !ok {
+		return errors.New("a peer's first command is not a READY naming a known socket type")
+	}
+	if !peers.IsCompatible(ours) { // zmq4's own test, the peer's type first
 		return fmt.Errorf("a peer of socket type %s cannot talk to a %s socket", peers, ours)
 	}
 	c.handshed.Store(true)
@@ -185,38 +193,60 @@ func keep(kept, b []byte) []byte {
 	return append(kept, b[:min(len(b), max(0, maxHandshakeBytes-len(kept)))]...)
 }
 
-// socketType is the Socket-Type property of the READY command that follows the greeting in
-// stream, or "" when stream holds none whole (another mechanism's first command, or a READY over
-// maxHandshakeBytes).
-func socketType(stream []byte) string {
+// knownTypes are the socket types zmq4.SocketType.IsCompatible knows; it panics on any other.
+var knownTypes = map[zmq4.SocketType]bool{
+	zmq4.Pair: true, zmq4.Pub: true, zmq4.Sub: true, zmq4.Req: true, zmq4.Rep: true, zmq4.Dealer: true,
+	zmq4.Router: true, zmq4.Pull: true, zmq4.Push: true, zmq4.XPub: true, zmq4.XSub: true,
+}
+
+// readyType is the socket type zmq4 reads from the READY command that follows the greeting in
+// stream, read as zmq4 reads it (each property's name title-cased, the last Socket-Type kept),
+// with ok false when zmq4 could not read it safely: no whole READY within maxHandshakeBytes,
+// a property cut short (zmq4 slices past its end) or a type it does not know.
+func readyType(stream []byte) (typ zmq4.SocketType, ok bool) {
+	props, ok := readyProperties(stream)
+	title := cases.Title(language.Und, cases.NoLower) // zmq4's; a Caser is not for sharing
+	for ok && len(props) > 0 {
+		var name, value string
+		name, value, props, ok = property(props)
+		if ok && title.String(name) == "Socket-Type" {
+			typ = zmq4.SocketType(value)
+		}
+	}
+	return typ, ok && knownTypes[typ]
+}
+
+// readyProperties is the body of the READY command after its name, when stream holds the
+// greeting and that command whole.
+func readyProperties(stream []byte) ([]byte, bool) {
 	if len(stream) < 66 {
-		return ""
+		return nil, false
 	}
 	b := stream[64:]
 	size, n, whole := frameHeader(b)
 	if !whole || b[0]&flagCommand == 0 || size > uint64(len(b)-n) {
-		return ""
+		return nil, false
 	}
 	body := b[n : n+int(size)]
 	if len(body) < 6 || string(body[:6]) != "\x05READY" {
-		return ""
+		return nil, false
 	}
-	for props := body[6:]; len(props) > 0; {
-		name := int(props[0])
-		if len(props) < 1+name+4 {
-			return ""
-		}
-		value := binary.BigEndian.Uint32(props[1+name:])
-		if uint64(value) > uint64(len(props)-1-name-4) {
-			return ""
-		}
-		end := 1 + name + 4 + int(value)
-		if strings.EqualFold(string(props[1:1+name]), "Socket-Type") {
-			return string(props[1+name+4 : end])
-		}
-		props = props[end:]
+	return body[6:], true
+}
+
+// property reads one ZMTP 3 property (a name of 1-byte length, a value of 4-byte big-endian
+// length) off the start of props.
+func property(props []byte) (name, value string, rest []byte, ok bool) {
+	length := int(props[0])
+	if len(props) < 1+length+4 {
+		return "", "", nil, false
 	}
-	return ""
+	size := binary.BigEndian.Uint32(props[1+length:])
+	if uint64(size) > uint64(len(props)-1-length-4) {
+		return "", "", nil, false
+	}
+	end := 1 + length + 4 + int(size)
+	return string(props[1 : 1+length]), string(props[1+length+4 : end]), props[end:], true
 }
 
 // Write fails past WriteTimeout and then closes the connection: zmq4 goes on writing every

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-zeromq/zmq4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -84,29 +85,93 @@ func TestEndpoints(t *testing.T) {
 	assert.Equal(t, "tcp://127.0.0.1:5557", TCP("brtcp://127.0.0.1:5557"))
 }
 
+// prop is one ZMTP 3 property written by hand.
+func prop(name, value string) string {
+	return string(append(append([]byte{byte(len(name))}, name...), binary.BigEndian.AppendUint32(nil, uint32(len(value)))...)) + value
+}
+
+func readyStream(props string) []byte {
+	return append(greeting(), shortFrame(flagCommand, "\x05READY"+props)...)
+}
+
 // The Socket-Type of a READY command, written by hand (ZMTP 3 properties: a name of 1-byte
-// length, a value of 4-byte big-endian length), found among other properties and in any case;
-// anything short, lying or of another command names none.
+// length, a value of 4-byte big-endian length), found among other properties, its name in any
+// case zmq4 title-cases to Socket-Type, the last of two; anything short, lying, of another
+// command or of a type zmq4 does not know names none.
 func TestTheSocketTypeOfAReadyCommand(t *testing.T) {
-	property := func(name, value string) string {
-		return string(append(append([]byte{byte(len(name))}, name...), binary.BigEndian.AppendUint32(nil, uint32(len(value)))...)) + value
-	}
-	ready := func(props string) []byte { return append(greeting(), shortFrame(flagCommand, "\x05READY"+props)...) }
-	sub := ready(property("Identity", "") + property("socket-type", "SUB"))
-	assert.Equal(t, "SUB", socketType(sub))
-	assert.Equal(t, "PUB", socketType(append(ready(property("Socket-Type", "PUB")), 0x00, 0x01, 0x01)), "bytes after READY")
-	long := append(greeting(), longHeader(flagCommand, uint64(len("\x05READY"+property("Socket-Type", "DEALER"))))...)
-	assert.Equal(t, "DEALER", socketType(append(long, "\x05READY"+property("Socket-Type", "DEALER")...)))
-	for name, stream := range map[string][]byte{
-		"no READY yet":       sub[:len(sub)-1],
-		"only the greeting":  greeting(),
-		"another command":    append(greeting(), shortFrame(flagCommand, "\x05HELLO"+property("Socket-Type", "SUB"))...),
-		"a message":          append(greeting(), shortFrame(0, "\x05READY"+property("Socket-Type", "SUB"))...),
-		"a value too long":   append(greeting(), shortFrame(flagCommand, "\x05READY\x0bSocket-Type\x00\x00\x01\x00SUB")...),
-		"a name too long":    append(greeting(), shortFrame(flagCommand, "\x05READY\x40Socket")...),
-		"no Socket-Type":     ready(property("Identity", "x")),
-		"a long frame, torn": append(greeting(), longHeader(flagCommand, 1<<40)[:5]...),
+	sub := readyStream(prop("Identity", "") + prop("socket-type", "SUB"))
+	for name, tc := range map[string]struct {
+		stream []byte
+		typ    zmq4.SocketType
+	}{
+		"after another property": {sub, zmq4.Sub},
+		"bytes after READY":      {append(readyStream(prop("Socket-Type", "PUB")), 0x00, 0x01, 0x01), zmq4.Pub},
+		"the last of two":        {readyStream(prop("Socket-Type", "PUB") + prop("socket-Type", "XSUB")), zmq4.XSub},
+		"a long frame": {append(append(greeting(), longHeader(flagCommand, uint64(len("\x05READY"+prop("Socket-Type", "DEALER"))))...),
+			"\x05READY"+prop("Socket-Type", "DEALER")...), zmq4.Dealer},
 	} {
-		assert.Equal(t, "", socketType(stream), name)
+		typ, ok := readyType(tc.stream)
+		assert.True(t, ok, name)
+		assert.Equal(t, tc.typ, typ, name)
 	}
+	for name, stream := range map[string][]byte{
+		"no READY yet":        sub[:len(sub)-1],
+		"only the greeting":   greeting(),
+		"another command":     append(greeting(), shortFrame(flagCommand, "\x05HELLO"+prop("Socket-Type", "SUB"))...),
+		"a message":           append(greeting(), shortFrame(0, "\x05READY"+prop("Socket-Type", "SUB"))...),
+		"a value too long":    append(greeting(), shortFrame(flagCommand, "\x05READY\x0bSocket-Type\x00\x00\x01\x00SUB")...),
+		"a name too long":     append(greeting(), shortFrame(flagCommand, "\x05READY\x40Socket")...),
+		"no Socket-Type":      readyStream(prop("Identity", "x")),
+		"an upper-case name":  readyStream(prop("SOCKET-TYPE", "SUB")),
+		"an unknown type":     readyStream(prop("Socket-Type", "FOO")),
+		"a lower-case type":   readyStream(prop("Socket-Type", "sub")),
+		"unknown, the last":   readyStream(prop("Socket-Type", "SUB") + prop("Socket-Type", "FOO")),
+		"a property cut":      readyStream("\x01"),
+		"a long frame, torn":  append(greeting(), longHeader(flagCommand, 1<<40)[:5]...),
+		"over the bytes kept": readyStream(prop("X-Pad", strings.Repeat("x", maxHandshakeBytes)) + prop("Socket-Type", "SUB"))[:maxHandshakeBytes],
+	} {
+		_, ok := readyType(stream)
+		assert.False(t, ok, name)
+	}
+}
+
+// readyType agrees with zmq4's own reading of a READY body (Metadata.UnmarshalZMTP, then the
+// Socket-Type its compatibility test takes): where zmq4 reads a known type, the same one; where
+// it fails, panics or reads a type it does not know, none.
+func FuzzReadyTypeMatchesZmq4(f *testing.F) {
+	for _, props := range []string{
+		prop("Socket-Type", "SUB"), prop("socket-type", "PUB") + prop("Identity", "x"),
+		prop("SOCKET-TYPE", "SUB"), "\x01", "\x00", prop("Socket-Type", "SUB") + prop("Socket-type", "FOO"),
+		prop("Socket-Type", "") + "\x0b", prop("sOCKET-tYPE", "ROUTER"), prop("socket\u00e9-type", "SUB"),
+	} {
+		f.Add([]byte(props))
+	}
+	f.Fuzz(func(t *testing.T, props []byte) {
+		if len(props) > 200 {
+			return // one short frame's body
+		}
+		want, zmqOK := zmq4ReadyType(props)
+		got, ok := readyType(readyStream(string(props)))
+		require.Equal(t, zmqOK, ok, "%q: zmq4 reads %q", props, want)
+		if ok {
+			require.Equal(t, want, got, "%q", props)
+		}
+	})
+}
+
+// zmq4ReadyType is what zmq4 makes of a READY body: the peer's socket type, with false when its
+// reading fails or panics, or the type is one IsCompatible panics on.
+func zmq4ReadyType(props []byte) (typ zmq4.SocketType, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	md := make(zmq4.Metadata)
+	if err := md.UnmarshalZMTP(props); err != nil {
+		return "", false
+	}
+	typ = zmq4.SocketType(md["Socket-Type"])
+	typ.IsCompatible(zmq4.Sub)
+	return typ, true
 }
