@@ -3,11 +3,13 @@ package zmqguard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,15 +133,24 @@ func TestConnectionsThatNeverCompleteAHandshakeAreClosed(t *testing.T) {
 		}
 		clients = append(clients, c)
 	}
-	buf := make([]byte, 256)
 	for i, c := range clients {
-		require.NoError(t, c.SetReadDeadline(time.Now().Add(zmqguard.HandshakeTimeout+5*time.Second)))
-		var err error
-		for n := 0; n < 100 && err == nil; n++ {
-			_, err = c.Read(buf) // the publisher's greeting, then the end of the connection
-		}
-		require.ErrorIs(t, err, io.EOF, "client %d: the publisher kept its connection", i)
+		requireClosed(t, c, zmqguard.HandshakeTimeout+5*time.Second, "client %d", i)
 	}
+}
+
+// requireClosed reads c (the publisher's greeting and READY, whatever it sends) until the
+// publisher closes it, and fails if it has not within the time given.
+func requireClosed(t *testing.T, c net.Conn, within time.Duration, what string, args ...any) {
+	t.Helper()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(within)))
+	buf := make([]byte, 256)
+	var err error
+	for n := 0; n < 100 && err == nil; n++ {
+		_, err = c.Read(buf)
+	}
+	// Unread bytes at the close make it a reset.
+	closed := errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
+	require.True(t, closed, "%s: the publisher kept the connection (%v)", fmt.Sprintf(what, args...), err)
 }
 
 // Regressions. A peer that completed a valid handshake as a socket type the publisher refuses
@@ -165,12 +176,7 @@ func TestAPeerWhoseReadyZmq4CannotReadIsClosed(t *testing.T) {
 		ready := append([]byte{zmqguard.FlagCommand, byte(len(body) + 1), 5}, body...)
 		_, err = c.Write(append(zmqguard.Greeting(), ready...))
 		require.NoError(t, err)
-		require.NoError(t, c.SetReadDeadline(time.Now().Add(zmqguard.HandshakeTimeout+5*time.Second)))
-		buf := make([]byte, 256)
-		for n := 0; n < 100 && err == nil; n++ {
-			_, err = c.Read(buf) // the publisher's greeting and READY, then the end of the connection
-		}
-		require.ErrorIs(t, err, io.EOF, "%s: the publisher kept the connection", name)
+		requireClosed(t, c, zmqguard.HandshakeTimeout+5*time.Second, "%s", name)
 		c.Close()
 	}
 	got, stop := subscribed(endpoint)
@@ -203,6 +209,38 @@ func handSub(t *testing.T, endpoint string, stalled bool) net.Conn {
 	_, err = io.ReadFull(c, make([]byte, head[1]))
 	require.NoError(t, err)
 	return c
+}
+
+// Regression: zmq4's PUB keeps every topic a subscriber sends (each up to a frame's bound) and
+// queues any other message from it for a receive the publisher never makes, so one subscriber
+// could hold memory without bound. A SUB peer may send subscriptions only: single frames of at
+// most MaxSubscriptionBytes starting 0 or 1, at most MaxSubscriptions of them.
+func TestASubscriberSendsSubscriptionsOnly(t *testing.T) {
+	_, endpoint := guardedPublisher(t)
+	many := []byte{}
+	for i := 0; i < zmqguard.MaxSubscriptions; i++ {
+		many = append(many, 0x00, 0x02, 0x01, byte(i))
+	}
+	big := zmqguard.LongHeader(0, zmqguard.MaxSubscriptionBytes+1)
+	for name, tail := range map[string][]byte{
+		"a message":                 {0x00, 0x02, 0x07, 'x'},
+		"an empty frame":            {0x00, 0x00},
+		"two frames":                {0x01, 0x01, 0x01, 0x00, 0x01, 0x01},
+		"a subscription over bound": append(big, 0x01),
+		"one subscription too many": many,
+		"a command":                 {zmqguard.FlagCommand, 0x05, 0x04, 'P', 'I', 'N', 'G'},
+	} {
+		c := handSub(t, endpoint, false)
+		_, err := c.Write(tail)
+		require.NoError(t, err)
+		requireClosed(t, c, 5*time.Second, "%s", name)
+	}
+	c := handSub(t, endpoint, false)
+	_, err := c.Write(many[:len(many)-4]) // its own subscription and these: MaxSubscriptions
+	require.NoError(t, err)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Second)))
+	_, err = c.Read(make([]byte, 1))
+	require.True(t, errors.Is(err, os.ErrDeadlineExceeded), "the publisher closed a subscriber within the bounds: %v", err)
 }
 
 // Regression (found by a review of the first fix for a refused socket type, which counted a

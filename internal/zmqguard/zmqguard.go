@@ -11,8 +11,9 @@
 // frames, before zmq4 sees its header. Its handshake must end within HandshakeTimeout (an
 // accepted connection that has not completed it then is closed), a peer of a socket type zmq4
 // refuses is closed at its READY (zmq4 would drop it open), and so is one whose READY zmq4
-// could not read without a panic (a type it does not know, a property cut short), each write within
-// WriteTimeout, and a dialled connection closes when its socket's context ends.
+// could not read without a panic (a type it does not know, a property cut short), a SUB peer
+// may send only subscriptions (MaxSubscriptions of at most MaxSubscriptionBytes), each write
+// must end within WriteTimeout, and a dialled connection closes when its socket's context ends.
 package zmqguard
 
 import (
@@ -48,10 +49,18 @@ const (
 	// WriteTimeout bounds one write: a subscriber that stops reading is dropped after it (a
 	// write of the largest message to a reading peer takes milliseconds).
 	WriteTimeout = time.Second
+	// MaxSubscriptionBytes and MaxSubscriptions bound what a SUB peer sends: zmq4's PUB keeps
+	// every topic it is sent, and queues any other message for a receive nobody makes.
+	MaxSubscriptionBytes = 64<<10 + 1
+	MaxSubscriptions     = 64
 )
 
-// ErrTooLarge is a frame or message over the bounds.
-var ErrTooLarge = errors.New("zmq frame or message over the bound")
+var (
+	// ErrTooLarge is a frame or message over the bounds.
+	ErrTooLarge = errors.New("zmq frame or message over the bound")
+	// ErrNotSubscription is a SUB peer's frame that is not a subscription, or one too many.
+	ErrNotSubscription = errors.New("a subscriber sent what is not a subscription, or too many")
+)
 
 func init() {
 	if err := zmq4.RegisterTransport(Scheme, guarded{}); err != nil {
@@ -156,19 +165,31 @@ func guard(c net.Conn) *conn {
 func (c *conn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
-		handshake, bad := c.stream.inspect(p[:n])
-		if bad == nil && !c.handshed.Load() {
-			c.received = keep(c.received, p[:n])
-			if handshake { // the peer's first command (READY) has passed
-				bad = c.handshaken()
-			}
-		}
-		if bad != nil {
+		if bad := c.check(p[:n]); bad != nil {
 			c.Conn.Close()
 			return 0, bad
 		}
 	}
 	return n, err
+}
+
+// check follows the bytes read; the peer's first command (READY) ends the handshake, and what
+// follows it is read under the rules of the peer's socket type.
+func (c *conn) check(b []byte) error {
+	if c.handshed.Load() {
+		_, err := c.stream.inspect(b)
+		return err
+	}
+	c.received = keep(c.received, b)
+	n, err := c.stream.inspect(b)
+	if err != nil || c.stream.commands == 0 {
+		return err
+	}
+	if err := c.handshaken(); err != nil {
+		return err
+	}
+	_, err = c.stream.inspect(b[n:])
+	return err
 }
 
 // handshaken ends the handshake's deadline, or refuses a peer whose READY zmq4 would refuse or
@@ -183,6 +204,7 @@ func (c *conn) handshaken() error {
 	if !peers.IsCompatible(ours) { // zmq4's own test, the peer's type first
 		return fmt.Errorf("a peer of socket type %s cannot talk to a %s socket", peers, ours)
 	}
+	c.stream.subscriber = peers == zmq4.Sub || peers == zmq4.XSub
 	c.handshed.Store(true)
 	_ = c.Conn.SetReadDeadline(time.Time{})
 	return nil
@@ -279,6 +301,10 @@ type frames struct {
 	command  bool   // the current frame is a command
 	commands int    // commands completed
 	message  struct{ frames, bytes uint64 }
+	// subscriber: the peer is a SUB, whose frames must all be subscriptions (a first byte of 0
+	// or 1, checked while unchecked is set); subscriptions counts them.
+	subscriber, unchecked bool
+	subscriptions         int
 }
 
 const (
@@ -287,28 +313,32 @@ const (
 	flagCommand = 0x04
 )
 
-// inspect advances over b and says whether a command has been completed so far (the
-// handshake's), or why the stream breaks the bounds.
-func (f *frames) inspect(b []byte) (handshake bool, err error) {
-	for len(b) > 0 {
+// inspect advances over b and says how far it read, or why the stream breaks the bounds; it
+// stops after the peer's first command (its READY), whose end changes the rules.
+func (f *frames) inspect(b []byte) (int, error) {
+	start, handshaking := len(b), f.commands == 0
+	for len(b) > 0 && !(handshaking && f.commands > 0) {
 		switch {
 		case f.greeting > 0:
 			n := min(f.greeting, len(b))
 			f.greeting, b = f.greeting-n, b[n:]
 		case f.body > 0:
+			if f.unchecked && b[0] > 1 {
+				return 0, fmt.Errorf("%w: a message starting %#x", ErrNotSubscription, b[0])
+			}
 			n := min(f.body, uint64(len(b)))
-			f.body, b = f.body-n, b[n:]
+			f.body, b, f.unchecked = f.body-n, b[n:], false
 			if f.body == 0 && f.command {
 				f.commands++
 			}
 		default:
 			f.header[f.have], f.have, b = b[0], f.have+1, b[1:]
 			if err := f.headerRead(); err != nil {
-				return false, err
+				return 0, err
 			}
 		}
 	}
-	return f.commands > 0, nil
+	return start - len(b), nil
 }
 
 // frameHeader reads the frame header at the start of b: the frame's size and the header's
@@ -325,6 +355,17 @@ func frameHeader(b []byte) (size uint64, length int, whole bool) {
 	return binary.BigEndian.Uint64(b[1:9]), 9, true
 }
 
+// subscription checks the header of a SUB peer's frame: a one-frame message of 1 to
+// MaxSubscriptionBytes bytes, at most MaxSubscriptions of them; inspect checks its first byte.
+func (f *frames) subscription(flags byte, size uint64) error {
+	f.subscriptions++
+	if flags&(flagMore|flagCommand) != 0 || size == 0 || size > MaxSubscriptionBytes || f.subscriptions > MaxSubscriptions {
+		return fmt.Errorf("%w: frame %d, of %d bytes, flags %#x", ErrNotSubscription, f.subscriptions, size, flags)
+	}
+	f.unchecked = true
+	return nil
+}
+
 // headerRead starts the frame once its header is whole.
 func (f *frames) headerRead() error {
 	size, _, whole := frameHeader(f.header[:f.have])
@@ -333,6 +374,11 @@ func (f *frames) headerRead() error {
 	}
 	flags := f.header[0]
 	f.have, f.command = 0, flags&flagCommand != 0
+	if f.subscriber {
+		if err := f.subscription(flags, size); err != nil {
+			return err
+		}
+	}
 	if !f.command {
 		f.message.frames++
 		f.message.bytes += min(size, MaxMessageBytes+1)
