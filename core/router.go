@@ -471,10 +471,21 @@ func (r *Router) AddWorker(raw string) error {
 
 // RemoveWorker removes a worker. Its leases stay valid and release against it alone.
 func (r *Router) RemoveWorker(url string) error {
+	return r.removeWorker(url, func(*worker) bool { return true })
+}
+
+// RemoveMember removes the worker m names while it is that member: a worker removed and added
+// again at the same URL is another member, with another id, and stays.
+func (r *Router) RemoveMember(m Member) error {
+	return r.removeWorker(m.URL, func(w *worker) bool { return w.id == m.ID })
+}
+
+// removeWorker removes the member at url when is says it is the one meant.
+func (r *Router) removeWorker(url string, is func(*worker) bool) error {
 	r.membershipMu.Lock()
 	defer r.membershipMu.Unlock()
 	i, ok := r.members.byURL[memberURL(url)]
-	if !ok {
+	if !ok || !is(r.members.workers[i]) {
 		return unknownWorker(url)
 	}
 	r.install(r.members.withoutWorker(i))

@@ -290,6 +290,25 @@ func TestRemoveWorker(t *testing.T) {
 	}
 }
 
+// Regression (found by a review): the gateway removed a worker named by its id by looking the
+// id up, then removing its URL, so a worker removed and added again in between at the same URL
+// was removed in its place. RemoveMember removes a worker only while it is the member named.
+func TestRemoveMemberLeavesAWorkerAddedAgain(t *testing.T) {
+	urls := workerURLs(3)
+	r := newTestRouter(t, Policy{Kind: PolicyConsistentHashing}, urls)
+	old := r.Members()[1]
+	require.NoError(t, r.RemoveWorker(urls[1]))
+	require.NoError(t, r.AddWorker(urls[1]))
+	assert.ErrorIs(t, r.RemoveMember(old), ErrUnknownWorker)
+	assert.Equal(t, []string{urls[0], urls[2], urls[1]}, memberURLs(r), "the worker added again stays")
+	again := r.Members()[2]
+	require.NotEqual(t, old.ID, again.ID)
+	require.NoError(t, r.RemoveMember(again))
+	assert.Equal(t, []string{urls[0], urls[2]}, memberURLs(r))
+	assert.ErrorIs(t, r.RemoveMember(again), ErrUnknownWorker)
+	checkInvariants(t, r)
+}
+
 func TestReleaseAfterRemoveWorker(t *testing.T) {
 	urls := workerURLs(3)
 	r := newTestRouter(t, boundedPolicy(1.5, 2), urls)

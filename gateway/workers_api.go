@@ -265,9 +265,10 @@ func errOr(err error, text string) error {
 	return errors.New(text)
 }
 
-// remove takes a member out of the router and logs it; false when it had left already.
+// remove takes the member s out of the router and logs it; false when it had left already
+// (a worker added again at its URL since is another member, and stays).
 func (c *controlPlane) remove(r *http.Request, s core.WorkerState) bool {
-	if err := c.router.RemoveWorker(s.URL); err != nil {
+	if err := c.router.RemoveMember(core.Member{ID: s.ID, URL: s.URL}); err != nil {
 		return false
 	}
 	c.log.Info("worker removed", "url", s.URL, "id", c.workerID(s), "remote", r.RemoteAddr)

@@ -5,7 +5,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/bounded-router/bounded-router/core"
@@ -344,6 +346,43 @@ func TestWorkerIDsAreNewForAWorkerAddedAgain(t *testing.T) {
 	}
 	if status, _, _ := call(t, "GET", admin, "/workers/"+strings.ToUpper(second), "", "", nil); status != http.StatusOK {
 		t.Fatalf("an id in uppercase: %d", status)
+	}
+}
+
+// Regression (found by a review): DELETE /workers/{id} looked the id up, then removed the
+// worker's URL, so a worker removed and added again at that URL in between was removed in its
+// place, with a 202 naming the old id. Each round races the DELETE with that remove and add.
+func TestDeleteByAnOldIDLeavesTheWorkerAddedAgain(t *testing.T) {
+	r := newRouter(t)
+	c := newControlPlane(r, nil, 0)
+	if err := r.AddWorker(unreachable); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2000; i++ {
+		old, _ := c.memberAt(unreachable)
+		rec, readded := httptest.NewRecorder(), false
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			c.serveAPI(rec, httptest.NewRequest("DELETE", "/workers/"+c.workerID(old), nil))
+		}()
+		go func() {
+			defer wg.Done()
+			if readded = r.RemoveWorker(unreachable) == nil; readded {
+				_ = r.AddWorker(unreachable) // a member again (the DELETE may have taken it since)
+			}
+		}()
+		wg.Wait()
+		_, member := c.memberAt(unreachable)
+		if rec.Code == http.StatusAccepted && readded {
+			t.Fatalf("round %d: DELETE of the old id answered 202 though that worker was removed first (the one added again a member: %v)", i, member)
+		}
+		if !member {
+			if err := r.AddWorker(unreachable); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
 
