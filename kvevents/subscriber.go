@@ -105,19 +105,22 @@ func (s *Subscriber) receive(ctx context.Context, frames [][]byte) {
 // recover asks the replay endpoint for the batches from first to before next.
 func (s *Subscriber) recover(ctx context.Context, first, next int64) {
 	s.count(func(st *Stats) { st.Gaps++ })
+	var replayed int64
 	if s.ReplayEndpoint != "" {
-		s.replay(ctx, first, next)
+		replayed = s.replay(ctx, first, next)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if missed := next - 1 - s.stats.last; missed > 0 {
+	s.stats.last = next - 1
+	if missed := next - first - replayed; missed > 0 {
 		s.stats.Lost += uint64(missed)
-		s.stats.last = next - 1
 		s.logOnce("lost", "worker %s: %d KV event batches lost before sequence %d", s.Worker, missed, next)
 	}
 }
 
-func (s *Subscriber) replay(ctx context.Context, first, next int64) {
+// replay applies the batches from first to before next that the replay endpoint returns, each
+// once and in order, and says how many it applied.
+func (s *Subscriber) replay(ctx context.Context, first, next int64) (applied int64) {
 	timeout := s.ReplayTimeout
 	if timeout <= 0 {
 		timeout = time.Second
@@ -135,6 +138,7 @@ func (s *Subscriber) replay(ctx context.Context, first, next int64) {
 		s.problem("replay", "replay from %s: %v", s.ReplayEndpoint, err)
 		return
 	}
+	after := first - 1
 	for {
 		msg, err := dealer.Recv()
 		if err != nil {
@@ -153,9 +157,10 @@ func (s *Subscriber) replay(ctx context.Context, first, next int64) {
 		if seq < 0 || len(frames[1]) == 0 { // the end marker
 			return
 		}
-		if seq >= first && seq < next {
+		if seq > after && seq < next { // past the last one applied: none twice, none out of order
 			s.apply(seq, frames[1])
 			s.count(func(st *Stats) { st.Replayed++ })
+			after, applied = seq, applied+1
 		}
 		if seq >= next-1 {
 			return

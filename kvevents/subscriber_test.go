@@ -95,6 +95,41 @@ func TestSubscriberFollowsAStreamAndReplaysAGap(t *testing.T) {
 	assert.Len(t, logs, 1, "the malformed messages are logged once: %v", logs)
 }
 
+// Regression (found by a review): a replay that returned some of a gap's batches counted as lost
+// only those after the last one it returned (the contract counts every batch it does not
+// return). Sequence 0, then 10: the replay endpoint returns 8 alone, twice; 1-7 and 9 are lost.
+func TestAPartialReplayCountsEveryBatchItDidNotReturn(t *testing.T) {
+	urls := []string{"http://127.0.0.1:1"}
+	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: 64, CacheThreshold: 0.3}}, VirtualNodes: 150})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	endpoint := loopback.FreeEndpoint(t)
+	replay := zmq4.NewRouter(ctx)
+	defer replay.Close()
+	require.NoError(t, replay.Listen(endpoint))
+	go func() {
+		msg, err := replay.Recv()
+		if err != nil {
+			return
+		}
+		id := msg.Frames[0]
+		for i := 0; i < 2; i++ {
+			_ = replay.SendMulti(zmq4.NewMsgFrom(id, []byte{}, seqFrame(8), storedPayload(t, 108, nil, 1, 2)))
+		}
+		_ = replay.SendMulti(zmq4.NewMsgFrom(id, []byte{}, seqFrame(-1), []byte{}))
+	}()
+	s := &Subscriber{Index: r, Worker: urls[0], ReplayEndpoint: endpoint, ReplayTimeout: 5 * time.Second}
+	s.stats.last = -1
+	s.receive(ctx, [][]byte{{}, seqFrame(0), storedPayload(t, 100, nil, 3, 4)})
+	s.receive(ctx, [][]byte{{}, seqFrame(10), storedPayload(t, 110, nil, 5, 6)})
+	st := s.Stats()
+	assert.Equal(t, uint64(1), st.Gaps)
+	assert.Equal(t, uint64(1), st.Replayed, "batch 8, applied once")
+	assert.Equal(t, uint64(8), st.Lost, "batches 1-7 and 9")
+	assert.Equal(t, uint64(3), st.Batches)
+}
+
 // A publisher that floods (issue 21, "Bad input"): thousands of batches, each storing a block
 // the worker never held, as fast as the socket takes them. Every batch is applied or counted
 // lost, the worker's index stays within blocks_per_worker, and the engine names of the blocks
