@@ -122,8 +122,11 @@ func New(reporter Reporter, targets []Target, config Config, client *http.Client
 		p.trackers = append(p.trackers, &tracker{target: t, stats: WorkerStats{Worker: t.Worker, Failures: map[Failure]uint64{}}, logged: map[Failure]bool{}})
 	}
 	if p.client == nil {
-		// Its own connections, closed when the poller stops (http.DefaultTransport's would stay).
-		p.client = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		// Its own connections, closed when the poller stops (http.DefaultTransport's would stay),
+		// and never through a proxy, as the gateway reaches the workers.
+		transport := http.DefaultTransport.(*http.Transport).Clone()
+		transport.Proxy = nil
+		p.client = &http.Client{Transport: transport}
 		p.ownClient = true
 	}
 	return p, nil

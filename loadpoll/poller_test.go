@@ -102,6 +102,18 @@ func TestWaitingTokensOnlyForTokenWeights(t *testing.T) {
 	}
 }
 
+// Regression (found by a review): the poller's own client cloned http.DefaultTransport, whose
+// proxy comes from HTTP_PROXY and HTTPS_PROXY, so load polls went through a proxy the gateway's
+// requests and probes never use (docs/contract.md: workers are reached directly). Go reads those
+// variables once per process and never proxies loopback, so the transport itself is checked.
+func TestPollsAreNeverSentThroughAProxy(t *testing.T) {
+	p, err := New(newFakeRouter(), nil, Config{Interval: time.Second, Timeout: time.Second}, nil, nil)
+	require.NoError(t, err)
+	transport, ok := p.client.Transport.(*http.Transport)
+	require.True(t, ok)
+	assert.Nil(t, transport.Proxy, "a proxy function is set")
+}
+
 // Each poll against a real HTTP server on loopback: a load, a bad status, garbage, a flood, a
 // hang (cut by the timeout) and a refused connection.
 func TestPollOutcomes(t *testing.T) {
