@@ -28,12 +28,15 @@ type Monitor struct {
 	cfg    core.HealthCheckConfig
 	log    *slog.Logger
 
-	mu      sync.Mutex
-	stopped bool
-	expiry  Timer     // pending end of the earliest ejection
-	due     time.Time // when expiry fires
-	stop    chan struct{}
-	done    sync.WaitGroup
+	mu        sync.Mutex
+	stopped   bool
+	expiry    Timer     // pending end of the earliest ejection
+	due       time.Time // when expiry fires
+	nextRound Timer     // pending round of probes
+	// probes are the probes out, each under ctx, which Stop cancels before it waits for them.
+	probes sync.WaitGroup
+	ctx    context.Context
+	cancel context.CancelFunc
 	// probing are the workers whose probe is still out (a hung worker is not probed twice), by
 	// id: a worker added again under the same URL is another worker.
 	probing map[uint32]bool
@@ -61,7 +64,8 @@ func (m *Monitor) Subscribe(fn func(core.ConditionChange)) (unsubscribe func()) 
 // New attaches a monitor to a router: it becomes the router's condition listener. Call Start to
 // run the probes (when the router has a health check) and Stop when the router is closed.
 func New(r *core.Router, opts Options) *Monitor {
-	m := &Monitor{router: r, clock: opts.Clock, probe: opts.Prober, cfg: r.HealthCheck(), log: opts.Logger, stop: make(chan struct{}), probing: map[uint32]bool{}, subscribers: map[int]func(core.ConditionChange){}}
+	m := &Monitor{router: r, clock: opts.Clock, probe: opts.Prober, cfg: r.HealthCheck(), log: opts.Logger, probing: map[uint32]bool{}, subscribers: map[int]func(core.ConditionChange){}}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if m.clock == nil {
 		m.clock = SystemClock
 	}
@@ -83,16 +87,16 @@ func (m *Monitor) Finish(id core.LeaseID, o core.Outcome) bool {
 	return m.router.Finish(id, o, m.clock.Now())
 }
 
-// Start runs the probe loop when the router has a health check; it returns at once.
+// Start runs the probes when the router has a health check: a round now, then one every
+// interval on the monitor's clock. It returns at once.
 func (m *Monitor) Start() {
-	if m.cfg.Disabled {
-		return
+	if !m.cfg.Disabled {
+		m.round()
 	}
-	m.done.Add(1)
-	go m.probeLoop()
 }
 
-// Stop ends the probe loop and the pending ejection timer and waits for the loop to return.
+// Stop ends the rounds of probes and the pending ejection timer, and cancels the probes out
+// and waits for them to return.
 func (m *Monitor) Stop() {
 	m.mu.Lock()
 	if m.stopped {
@@ -100,40 +104,48 @@ func (m *Monitor) Stop() {
 		return
 	}
 	m.stopped = true
-	close(m.stop)
-	if m.expiry != nil {
-		m.expiry.Stop()
+	for _, t := range []Timer{m.expiry, m.nextRound} {
+		if t != nil {
+			t.Stop()
+		}
 	}
 	m.mu.Unlock()
-	m.done.Wait()
+	m.cancel()
+	m.probes.Wait()
 }
 
-func (m *Monitor) probeLoop() {
-	defer m.done.Done()
-	ticker := time.NewTicker(m.cfg.Interval)
-	defer ticker.Stop()
-	for {
-		m.ProbeOnce()
-		select {
-		case <-m.stop:
-			return
-		case <-ticker.C:
-		}
+// round starts a round of probes without waiting for them, so a hung worker holds no other
+// worker's probes, and schedules the next one.
+func (m *Monitor) round() {
+	m.startProbes(nil)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.stopped {
+		m.nextRound = m.clock.AfterFunc(m.cfg.Interval, m.round)
 	}
 }
 
-// ProbeOnce probes every member whose last probe has returned, each within the health check's
-// timeout and in its own goroutine, and reports each result to the router as it comes.
+// ProbeOnce probes every member whose last probe has returned and waits for these probes.
 func (m *Monitor) ProbeOnce() {
-	var wg sync.WaitGroup
+	var these sync.WaitGroup
+	m.startProbes(&these)
+	these.Wait()
+}
+
+// startProbes probes every member whose last probe has returned, each within the health
+// check's timeout and in its own goroutine, and reports each result to the router as it comes;
+// these (when given) counts them too.
+func (m *Monitor) startProbes(these *sync.WaitGroup) {
 	for _, w := range m.router.Workers() {
-		if !m.startProbe(w.ID) {
+		if !m.startProbe(w.ID, these) {
 			continue
 		}
-		wg.Add(1)
 		go func(url string, id uint32) {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
+			defer m.probes.Done()
+			if these != nil {
+				defer these.Done()
+			}
+			ctx, cancel := context.WithTimeout(m.ctx, m.cfg.Timeout)
 			err := m.probe(ctx, url)
 			cancel()
 			m.endProbe(id)
@@ -142,16 +154,21 @@ func (m *Monitor) ProbeOnce() {
 			_ = m.router.ReportProbe(url, id, err == nil)
 		}(w.URL, w.ID)
 	}
-	wg.Wait()
 }
 
-func (m *Monitor) startProbe(id uint32) bool {
+// startProbe marks the worker's probe out, unless one is out already or the monitor stopped;
+// under the lock Stop takes, so that no probe starts once Stop waits for them.
+func (m *Monitor) startProbe(id uint32, these *sync.WaitGroup) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.probing[id] || m.stopped {
 		return false
 	}
 	m.probing[id] = true
+	m.probes.Add(1)
+	if these != nil {
+		these.Add(1)
+	}
 	return true
 }
 

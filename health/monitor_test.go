@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,6 +181,39 @@ func TestProbeOfAHungWorkerIsNotRepeated(t *testing.T) {
 	n1, _ := calls.Load(urls[1])
 	assert.Equal(t, 1, *(n0.(*int)))
 	assert.Equal(t, 2, *(n1.(*int)))
+}
+
+// Regression (found by a review): each round of probes waited for all of them, so one hung
+// worker spaced every worker's probes by the probe timeout, not the interval, and Stop waited
+// for the hung probe to time out. Rounds run on the monitor's clock.
+func TestAHungProbeHoldsNeitherTheOthersNorStop(t *testing.T) {
+	hung := make(chan struct{}, 8)
+	var answered atomic.Int64
+	prober := func(ctx context.Context, url string) error {
+		if url == urls[0] {
+			hung <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		answered.Add(1)
+		return nil
+	}
+	hc := core.DefaultHealthCheckConfig()
+	hc.Interval, hc.Timeout = time.Second, time.Hour
+	m, clock, _ := newMonitor(t, core.Config{WorkerURLs: urls[:2], Policy: core.DefaultConfig().Policy, VirtualNodes: 10, HealthCheck: &hc}, prober)
+	m.Start()
+	for round := int64(1); round <= 3; round++ {
+		require.Eventually(t, func() bool { return answered.Load() == round }, 5*time.Second, time.Millisecond, "round %d", round)
+		clock.Advance(time.Second)
+	}
+	assert.Len(t, hung, 1, "the hung worker is probed once while its probe is out")
+	stopped := make(chan struct{})
+	go func() { m.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stop waited for the hung probe")
+	}
 }
 
 // Regression (found by an audit): probes were reported by URL, so a probe still out when its
