@@ -454,19 +454,18 @@ func (r *Router) AddWorker(raw string) error {
 	if err != nil {
 		return err
 	}
-	r.membershipMu.Lock()
-	defer r.membershipMu.Unlock()
-	if _, exists := r.members.lookup(url); exists {
-		if raw != url {
-			return fmt.Errorf("%w: worker %q is already a member, as %q", ErrDuplicateWorker, raw, url)
+	return r.changeMembership(func(m *membership) (*membership, error) {
+		if _, exists := m.lookup(url); exists {
+			if raw != url {
+				return nil, fmt.Errorf("%w: worker %q is already a member, as %q", ErrDuplicateWorker, raw, url)
+			}
+			return nil, fmt.Errorf("%w: worker %q is already a member", ErrDuplicateWorker, url)
 		}
-		return fmt.Errorf("%w: worker %q is already a member", ErrDuplicateWorker, url)
-	}
-	if err := checkRingSize(len(r.members.workers)+1, r.virtualNodes); err != nil {
-		return err
-	}
-	r.install(r.members.withWorker(r.newWorker(url), r.virtualNodes))
-	return nil
+		if err := checkRingSize(len(m.workers)+1, r.virtualNodes); err != nil {
+			return nil, err
+		}
+		return m.withWorker(r.newWorker(url), r.virtualNodes), nil
+	})
 }
 
 // RemoveWorker removes a worker. Its leases stay valid and release against it alone.
@@ -482,14 +481,13 @@ func (r *Router) RemoveMember(m Member) error {
 
 // removeWorker removes the member at url when is says it is the one meant.
 func (r *Router) removeWorker(url string, is func(*worker) bool) error {
-	r.membershipMu.Lock()
-	defer r.membershipMu.Unlock()
-	i, ok := r.members.byURL[memberURL(url)]
-	if !ok || !is(r.members.workers[i]) {
-		return unknownWorker(url)
-	}
-	r.install(r.members.withoutWorker(i))
-	return nil
+	return r.changeMembership(func(m *membership) (*membership, error) {
+		i, ok := m.byURL[memberURL(url)]
+		if !ok || !is(m.workers[i]) {
+			return nil, unknownWorker(url)
+		}
+		return m.withoutWorker(i), nil
+	})
 }
 
 // SetWorkers replaces the membership with urls, in that order. Workers that stay keep their
@@ -502,10 +500,23 @@ func (r *Router) SetWorkers(given []string) error {
 	if err := checkRingSize(len(urls), r.virtualNodes); err != nil {
 		return err
 	}
+	return r.changeMembership(func(m *membership) (*membership, error) {
+		return rebuilt(r.newWorkers(urls, m), r.policy.HashRing, r.virtualNodes), nil
+	})
+}
+
+// changeMembership installs the membership next builds from the current one, one change at a
+// time, then tells the condition listener of each worker that left (ConditionChange.Removed).
+func (r *Router) changeMembership(next func(current *membership) (*membership, error)) error {
 	r.membershipMu.Lock()
-	defer r.membershipMu.Unlock()
-	r.install(rebuilt(r.newWorkers(urls, r.members), r.policy.HashRing, r.virtualNodes))
-	return nil
+	m, err := next(r.members)
+	var left []ConditionChange
+	if err == nil {
+		left = r.install(m)
+	}
+	r.membershipMu.Unlock()
+	r.announce(left...)
+	return err
 }
 
 // newWorkers returns the workers for urls, reusing the members of current that stay.
@@ -523,13 +534,16 @@ func (r *Router) newWorkers(urls []string, current *membership) []*worker {
 
 func (r *Router) newWorker(url string) *worker { return newWorker(url, r.nextWorkerID.Add(1)) }
 
-// install swaps in a new membership. Members that left are marked removed so their
-// outstanding leases no longer touch the totals. The caller holds membershipMu.
-func (r *Router) install(next *membership) {
+// install swaps in a new membership and returns the removals to announce. Members that left
+// are marked removed so their outstanding leases no longer touch the totals. The caller holds
+// membershipMu.
+func (r *Router) install(next *membership) (left []ConditionChange) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, w := range r.members.workers {
 		if still, ok := next.lookup(w.url); !ok || still != w {
+			last := w.condition()
+			left = append(left, ConditionChange{URL: w.url, ID: w.id, From: last, To: last, Removed: true})
 			w.removed = true
 			w.outages++
 			r.view.blocks.forget(w)
@@ -541,6 +555,7 @@ func (r *Router) install(next *membership) {
 	r.members = next
 	r.view.workers, r.view.ring = next.workers, next.ring
 	r.refreshAvailable()
+	return left
 }
 
 // refreshAvailable recomputes the available workers and their total load after a health or

@@ -104,6 +104,14 @@ type ConditionChange struct {
 	Failures int
 	// Until is when an ejection ends (zero for other changes).
 	Until time.Time
+	// Removed: the worker left the membership (From and To are its last condition).
+	Removed bool
+}
+
+// StoppedRouting tells whether the worker was routable before the change and is no longer:
+// its condition turned unroutable, or it was removed.
+func (c ConditionChange) StoppedRouting() bool {
+	return c.From.Routable() && (c.Removed || !c.To.Routable())
 }
 
 // conditionListener holds the function told about condition changes (nil: nobody listens).
@@ -111,9 +119,9 @@ type conditionListener struct {
 	fn atomic.Pointer[func(ConditionChange)]
 }
 
-// OnConditionChange sets the function told, after the router's lock is released, about every
+// OnConditionChange sets the function told, after the router's locks are released, about every
 // change of a worker's condition and of its suspicion (failures in a row turning from 0 to more
-// or back). The health package sets it once, to log and to schedule the end of ejections.
+// or back), and about every worker removed. The health package sets it once, to log and to schedule the end of ejections.
 func (r *Router) OnConditionChange(fn func(ConditionChange)) { r.listener.fn.Store(&fn) }
 
 // announceIf announces change unless it is nil.

@@ -310,3 +310,32 @@ func must(b []byte, err error) []byte {
 	}
 	return b
 }
+
+// A worker that leaves the membership, by any of the calls that remove one, is announced once,
+// with its last condition, after the router's locks are released (the listener may call it).
+func TestARemovedWorkerIsAnnounced(t *testing.T) {
+	r, urls := healthRouter(t, 4, nil, nil)
+	require.NoError(t, r.SetHealthy(urls[3], false))
+	ids := map[string]uint32{}
+	for _, m := range r.Members() {
+		ids[m.URL] = m.ID
+	}
+	var changes []ConditionChange
+	r.OnConditionChange(func(c ConditionChange) {
+		changes = append(changes, c)
+		_ = r.Members() // would deadlock under the membership lock
+	})
+	require.NoError(t, r.RemoveWorker(urls[0]))
+	require.NoError(t, r.RemoveMember(Member{ID: ids[urls[1]], URL: urls[1]}))
+	require.NoError(t, r.SetWorkers(urls[2:3]))
+	require.NoError(t, r.AddWorker(urls[0]))
+	require.Error(t, r.RemoveWorker("http://127.0.0.1:1"))
+	want := []ConditionChange{
+		{URL: urls[0], ID: ids[urls[0]], From: ConditionAvailable, To: ConditionAvailable, Removed: true},
+		{URL: urls[1], ID: ids[urls[1]], From: ConditionAvailable, To: ConditionAvailable, Removed: true},
+		{URL: urls[3], ID: ids[urls[3]], From: ConditionUnhealthyUser, To: ConditionUnhealthyUser, Removed: true},
+	}
+	assert.Equal(t, want, changes)
+	assert.True(t, changes[0].StoppedRouting())
+	assert.False(t, changes[2].StoppedRouting(), "an unroutable worker removed had stopped routing before")
+}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/bounded-router/bounded-router/core"
 )
@@ -367,6 +368,49 @@ func TestRequestsWaitingOnAWorkerThatGoesDownFailOver(t *testing.T) {
 	s := r.Workers()[0]
 	if s.Outcomes[core.OutcomeFailure] != 0 || s.Outcomes[core.OutcomeNeutral] != 3 || s.Condition != core.ConditionAvailable {
 		t.Fatalf("the worker whose waiting requests were taken away: outcomes %v, condition %v", s.Outcomes, s.Condition)
+	}
+}
+
+// Regression (found by a review): removing a worker told nobody, so a request waiting for a
+// removed worker's headers waited out first_byte_timeout there and got a 504. The router now
+// announces a removal as a condition change, and the waiting tries on that worker fail over.
+func TestARequestWaitingOnARemovedWorkerFailsOver(t *testing.T) {
+	hung := make(chan struct{})
+	defer close(hung)
+	silent := worker(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hung:
+		case <-r.Context().Done():
+		}
+	}).URL
+	good := newFleet(t, 1).urls[0]
+	urls := []string{silent, good}
+	key := "r"
+	for i := 0; ringOrder(t, urls, key)[0] != 0 && i < 1000; i++ {
+		key = "r" + itoa(int64(i))
+	}
+	r := newRouter(t, urls...)
+	g := start(t, r, Options{FirstByteTimeout: 60})
+	done := make(chan string, 1)
+	go func() {
+		res, body := get(t, g, "/x", keyed(key))
+		done <- itoa(int64(res.StatusCode)) + " " + body
+	}()
+	waitLeases(t, r, 1)
+	if err := r.RemoveWorker(silent); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-done:
+		if got != "200 w0" {
+			t.Fatalf("got %q, want the other worker's answer", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request waiting on the removed worker was not sent to another")
+	}
+	waitLeases(t, r, 0)
+	if n := g.retries[retryUnavailable].Load(); n != 1 {
+		t.Fatalf("retries for an unavailable worker: %d", n)
 	}
 }
 

@@ -45,9 +45,10 @@ func (w *waiting) remove(ex *exchange) {
 }
 
 // workerChanged is the gateway's subscription to its monitor: a worker that stops being
-// routable has its waiting tries cancelled, and the failover loop sends them elsewhere.
+// routable (or is removed) has its waiting tries cancelled, and the failover loop sends them
+// elsewhere.
 func (w *waiting) workerChanged(c core.ConditionChange) {
-	if !c.From.Routable() || c.To.Routable() {
+	if !c.StoppedRouting() {
 		return
 	}
 	w.downs.Add(1)

@@ -179,9 +179,12 @@ func (m *Monitor) endProbe(id uint32) {
 }
 
 // changed is the router's condition listener: it logs every change of condition at WARNING (a
-// worker turning suspect or trusted again at DEBUG) and schedules the end of an ejection.
+// worker turning suspect or trusted again, or removed, at DEBUG) and schedules the end of an
+// ejection.
 func (m *Monitor) changed(c core.ConditionChange) {
-	if c.From == c.To {
+	if c.Removed {
+		m.log.Debug("bounded-router: worker removed", "worker", c.URL, "condition", c.From.String())
+	} else if c.From == c.To {
 		m.log.Debug("bounded-router: worker failures in a row", "worker", c.URL, "condition", c.To.String(), "consecutive_failures", c.Failures)
 	} else {
 		attrs := []any{"worker", c.URL, "from", c.From.String(), "to", c.To.String()}
