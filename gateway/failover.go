@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"io"
-
 	"github.com/valyala/fasthttp"
 
 	"github.com/bounded-router/bounded-router/core"
@@ -18,10 +16,6 @@ const (
 )
 
 var retryReasonNames = [numRetryReasons]string{"connection", "status", "pushback", "unavailable"}
-
-// maxDiscard is how much of a failed answer's body is read before its connection is dropped, so
-// that a short error body leaves the connection reusable.
-const maxDiscard = 4 << 10
 
 // roundTrips sends the request to the exchange's worker (contract: Worker failures, "Where a retry
 // goes") and, when that worker fails it before any byte of the answer reached the client,
@@ -101,9 +95,10 @@ func (ex *exchange) judge(err error) (core.Outcome, int) {
 	return outcome, -1
 }
 
+// discard closes a failed answer unread, and its connection with it: reading even a short
+// error body could wait on a worker that went silent after its head.
 func discard(body answerBody) {
 	if body != nil {
-		io.Copy(io.Discard, io.LimitReader(body, maxDiscard))
 		body.Close()
 	}
 }

@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"math/rand"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -368,6 +370,39 @@ func TestRequestsWaitingOnAWorkerThatGoesDownFailOver(t *testing.T) {
 	s := r.Workers()[0]
 	if s.Outcomes[core.OutcomeFailure] != 0 || s.Outcomes[core.OutcomeNeutral] != 3 || s.Condition != core.ConditionAvailable {
 		t.Fatalf("the worker whose waiting requests were taken away: outcomes %v, condition %v", s.Outcomes, s.Condition)
+	}
+}
+
+// Regression (found by a review): before a retry, the failed answer's body was read (up to 4
+// KiB) with no deadline of its own, so a worker that sent a 503's head and part of its body and
+// went silent held the request until first_byte_timeout: a 504 to the client, though another
+// worker was there, and a failure charged to the lease on that worker, which never saw the
+// request. The failed answer is now closed unread.
+func TestARetryDoesNotWaitOnTheFailedAnswersBody(t *testing.T) {
+	addr, _ := rawWorker(t, func(conn net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(conn)); err == nil {
+			conn.Write([]byte("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 100\r\n\r\npartial"))
+			conn.Read(make([]byte, 1)) // silent until the gateway closes it, or the test ends
+		}
+	})
+	stalled := "http://" + addr
+	good := newFleet(t, 1).urls[0]
+	urls := []string{stalled, good}
+	key := "s"
+	for i := 0; ringOrder(t, urls, key)[0] != 0 && i < 1000; i++ {
+		key = "s" + itoa(int64(i))
+	}
+	r := newRouter(t, urls...)
+	g := start(t, r, Options{FirstByteTimeout: 30})
+	begin := time.Now()
+	res, body := get(t, g, "/v1/completions", keyed(key))
+	took := time.Since(begin)
+	waitLeases(t, r, 0)
+	if res.StatusCode != 200 || body != "w0" || took > 10*time.Second {
+		t.Fatalf("got %d %q after %v, want the second worker's answer at once", res.StatusCode, body, took)
+	}
+	if o := r.Workers()[1].Outcomes; o[core.OutcomeFailure] != 0 || o[core.OutcomeSuccess] != 1 {
+		t.Fatalf("the second worker's outcomes: %v", o)
 	}
 }
 
