@@ -148,3 +148,52 @@ def test_a_request_cancelled_while_its_failed_answer_closes_leaks_no_lease() -> 
         anyio.run(main)
         gc.collect()
         assert (router.active_leases(), router.leaked_leases()) == (0, 0)
+
+
+class _OneChunkThenSilence(httpx.AsyncByteStream):
+    async def __aiter__(self) -> Any:
+        import anyio
+
+        yield b"data: x\n\n"
+        await anyio.sleep_forever()
+
+
+class _StreamsForever(httpx.AsyncBaseTransport):
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=_OneChunkThenSilence())
+
+
+def test_a_server_cancelling_a_stream_is_not_the_workers_failure() -> None:
+    # Regression (found by a review): a stream cancelled by the server (uvicorn at the end of
+    # timeout_graceful_shutdown, a timeout middleware) while the client was still reading counted
+    # as the worker's failure, so a few such cancels ejected a healthy worker; the same cancel
+    # before the response head, and AiohttpProxy's, count neutral (docs/contract.md, "Outcomes").
+    import anyio
+
+    with Router(["http://127.0.0.1:9"]) as router:
+        proxy = ASGIProxy(router, transport=_StreamsForever())
+        sent: List[Any] = []
+        scope = {"type": "http", "method": "POST", "path": "/v1/x", "raw_path": b"/v1/x", "root_path": "",
+                 "query_string": b"", "headers": [(b"content-length", b"2")]}
+        messages = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+        async def receive() -> Any:
+            if messages:
+                return messages.pop()
+            await anyio.sleep_forever()
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        async def main() -> None:
+            async with anyio.create_task_group() as group:
+                group.start_soon(proxy, scope, receive, send)
+                with anyio.fail_after(10):
+                    while not any(m.get("body") for m in sent):
+                        await anyio.sleep(0.01)
+                group.cancel_scope.cancel()  # the client is still there
+
+        anyio.run(main)
+        assert router.active_leases() == 0
+        outcomes = router.workers()[0].outcomes
+        assert (outcomes["failure"], outcomes["neutral"]) == (0, 1), outcomes

@@ -196,12 +196,12 @@ def outcome_of_status(status: int) -> str:
 
 
 def final_outcome(status: int, ending: str) -> str:
-    """How a request ended for its worker: one that failed (no answer, or a broken stream) is
-    the worker's failure, a client that left says nothing of it, a finished one counts by its
-    status."""
+    """How a request ended for its worker: a finished one counts by its status, one that failed
+    (no answer, or a broken stream) is the worker's failure, and one the client left or the
+    server cancelled ("disconnected", "cancelled") says nothing of it."""
     if ending == "finished":
         return outcome_of_status(status)
-    return "neutral" if ending == "disconnected" else "failure"
+    return "failure" if ending == "failed" else "neutral"
 
 
 class Tries:

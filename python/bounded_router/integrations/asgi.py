@@ -160,6 +160,10 @@ class _LeasedResponse(Response):
                 ending = "disconnected"
             if failure is not None:
                 raise failure
+        except anyio.get_cancelled_exc_class():
+            if ending == "failed" and failure is None:
+                ending = "cancelled"  # by the server (its shutdown, a timeout), not the worker
+            raise
         finally:
             log.debug("response from %s ended: %s", self.lease.worker_url, ending)
             self.lease.release(outcome=final_outcome(self.status_code, ending))
