@@ -168,3 +168,39 @@ def test_a_server_added_again_releases_its_earlier_requests_first() -> None:
     assert balancer.router.loads() == {server_url(server): 1}, "the new server still holds its request"
     balancer.release_server(server)
     assert balancer.router.loads() == {server_url(server): 0} and balancer.router.active_leases() == 0
+
+
+def test_get_status_while_servers_join_and_leave() -> None:
+    # Regression (found by a review): get_status read the router's statistics without the lock,
+    # so a server add_servers had added to the router but not yet named raised KeyError. The
+    # balancer is documented as safe to share between threads.
+    import threading
+
+    balancer = BoundedRequestLoadBalancer(["s0"])
+    errors: List[BaseException] = []
+    stop = threading.Event()
+
+    def churn() -> None:
+        for i in range(3000):
+            if stop.is_set():
+                break
+            balancer.add_servers(["n%d" % i])
+            balancer.remove_servers(["n%d" % i])
+        stop.set()
+
+    def status() -> None:
+        try:
+            while not stop.is_set():
+                assert set(balancer.get_status()["inflight"]) <= {"s0"} | {"n%d" % i for i in range(3000)}
+        except BaseException as e:  # noqa: B902 - reported below
+            errors.append(e)
+            stop.set()
+
+    threads = [threading.Thread(target=churn), threading.Thread(target=status)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    balancer.close()
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []

@@ -151,9 +151,11 @@ class BoundedRequestLoadBalancer:
 
     def get_status(self) -> Dict[str, Any]:
         """In-flight requests per server and the router's counters, for debugging."""
-        stats = self._router.statistics()
+        with self._lock:  # a server joins the router and the names in one step
+            stats = self._router.statistics()
+            inflight = {self._ids[w.url]: w.requests for w in stats.workers}
         return {
-            "inflight": {self._ids[w.url]: w.requests for w in stats.workers},
+            "inflight": inflight,
             "branches": self._router.branch_counts(),
             "active_leases": stats.active_leases,
             "leaked_leases": stats.leaked_leases,
