@@ -281,6 +281,21 @@ class _StartedLease(_HeldLease):
         return False
 
 
+class _WrappedLease(Lease):
+    """A lease a wrapper (:meth:`Lease.wrap_iter`, :meth:`Lease.wrap_aiter`) releases: its own
+    safety net is gone, for in a reference cycle the collector may run the lease's finalizer
+    before the wrapper's, and the lease would count as leaked though the wrapper releases it."""
+
+    __slots__ = ()
+
+
+def _owned_by(lease: Lease) -> Lease:
+    """Leave the lease's release to the wrapper taking it (see _WrappedLease)."""
+    if type(lease) in (_HeldLease, _StartedLease):
+        lease.__class__ = _WrappedLease
+    return lease
+
+
 class LeasedIterator(Generator[T, None, None]):
     """The generator returned by :meth:`Lease.wrap_iter`.
 
@@ -293,7 +308,7 @@ class LeasedIterator(Generator[T, None, None]):
     def __init__(self, lease: Lease, iterable: Iterable[T]) -> None:
         # The iterator first: if iterable is not iterable, no half-built wrapper releases the lease.
         self._iterator: Any = iter(iterable)
-        self._lease = lease
+        self._lease = _owned_by(lease)
         self._done = False
         self._started = False
 
@@ -364,7 +379,7 @@ class LeasedAsyncIterator(AsyncGenerator[T, None]):
         except AttributeError:
             raise TypeError("wrap_aiter needs an async iterable, got %s" % type(iterable).__name__) from None
         self._iterator: Any = make_iterator(iterable)
-        self._lease = lease
+        self._lease = _owned_by(lease)
         self._done = False
         self._started = False
 

@@ -351,6 +351,33 @@ def test_wrap_iter_garbage_collected(router):
     assert router.leaked_leases() == 0  # released by the wrapper, not by the safety net
 
 
+@pytest.mark.parametrize("kind", ["iter", "aiter"])
+def test_a_wrapper_collected_in_a_reference_cycle_releases_its_lease(router, kind):
+    # Regression (found by a review): when the wrapper was its lease's only holder and both were
+    # collected in a cycle (a frame that kept the exception it caught), the collector could run
+    # the lease's safety net first, which counted the lease as leaked.
+    async def chunks():
+        yield b"a"
+
+    def handler():
+        lease = router.route("k")
+        body = lease.wrap_iter(iter([b"a"])) if kind == "iter" else lease.wrap_aiter(chunks())
+        del lease  # the wrapper is the lease's only holder
+        try:
+            raise ConnectionError("the client left")
+        except ConnectionError as e:
+            caught = e  # the frame holds caught, whose traceback holds the frame: a cycle with body
+        assert body and caught
+
+    gc.disable()
+    try:
+        handler()
+        gc.collect()
+    finally:
+        gc.enable()
+    assert (router.active_leases(), router.leaked_leases()) == (0, 0)
+
+
 def test_wrap_non_iterable_keeps_the_lease(router):
     lease = router.route("k")
     with pytest.raises(TypeError):
