@@ -10,7 +10,7 @@ import json
 import logging
 import re
 from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar
-from urllib.parse import unquote_to_bytes
+from urllib.parse import unquote_to_bytes, urlsplit
 
 from ..errors import NoWorkerAvailableError
 from ..health import RetryConfig
@@ -131,10 +131,13 @@ def below_mount(raw_path: bytes, mount_path: str) -> bytes:
     return b"/" + parts[depth + 1] if len(parts) > depth + 1 else b"/"
 
 
-def worker_target(worker_url: str, raw_path: bytes, raw_query: bytes) -> str:
-    """The URL of ``raw_path?raw_query`` on ``worker_url``, every byte as the client sent it."""
-    target = worker_url.rstrip("/") + raw_path.decode("latin-1")
-    return target + "?" + raw_query.decode("latin-1") if raw_query else target
+def worker_path(worker_url: str, raw_path: bytes) -> str:
+    """The path to ask ``worker_url`` for: the worker's own path (if any), then the client's,
+    every byte as it came (docs/contract.md, "HTTP proxies", step 5). The HTTP clients would
+    percent-encode what they find unsafe in it and cut it at a "#": the proxies hand it to them
+    as it is (see ASGIProxy's _ClientTargetURL, AiohttpProxy's URL.build)."""
+    own = urlsplit(worker_url).path.rstrip("/")
+    return own + raw_path.decode("latin-1")
 
 
 def json_error(message: str, **fields: Any) -> bytes:

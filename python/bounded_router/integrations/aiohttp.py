@@ -59,7 +59,7 @@ from ._forwarding import (
     no_worker_body,
     routing_headers,
     worker_failed,
-    worker_target,
+    worker_path,
 )
 from ._prompt import request_prefix_blocks
 from .options import ProxyOptions
@@ -259,7 +259,8 @@ class AiohttpProxy:
         headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in forward_headers(request.raw_headers, REQUEST_RESET)]
         if body or "Content-Length" in request.headers:
             headers.append(("Content-Length", str(len(body))))
-        url = URL(worker_target(lease.worker_url, raw_path, raw_query), encoded=True)
+        worker, path = URL(lease.worker_url), worker_path(lease.worker_url, raw_path)
+        url = URL.build(scheme=worker.scheme, authority=worker.raw_authority, path=path, query_string=raw_query.decode("latin-1"), encoded=True)
         try:
             async with timeout(self.options.first_byte_timeout):
                 return await self.session.request(

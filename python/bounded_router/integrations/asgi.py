@@ -65,7 +65,7 @@ from ._forwarding import (
     no_worker_body,
     routing_headers,
     worker_failed,
-    worker_target,
+    worker_path,
 )
 from ._prompt import request_prefix_blocks
 from .options import ProxyOptions
@@ -91,6 +91,19 @@ __all__ = ["ASGIProxy", "ProxyOptions", "WorkerStreamError"]
 _RESPONSE_DROPPED = HOP_BY_HOP | {"date", "server"}
 # Characters kept as they are when a path given to forward() is percent-encoded.
 _PATH_SAFE = "/%:@!$&'()*+,;=~"
+
+
+class _ClientTargetURL(httpx.URL):
+    """A worker's URL whose request target is the one given, byte for byte: httpx would
+    percent-encode what it finds unsafe in a path or query, and cut the target at a "#"."""
+
+    def __init__(self, worker_url: str, target: bytes) -> None:
+        super().__init__(worker_url)
+        self._target = target
+
+    @property
+    def raw_path(self) -> bytes:  # what httpx's transports send as the request target
+        return self._target
 
 
 class _ClientWatch:
@@ -316,13 +329,10 @@ class ASGIProxy:
         headers = forward_headers(request.scope["headers"], REQUEST_RESET)
         if body or "content-length" in request.headers:
             headers.append((b"content-length", str(len(body)).encode()))
-        outgoing = httpx.Request(
-            request.method,
-            worker_target(lease.worker_url, raw_path, request.scope["query_string"]),
-            headers=headers,
-            content=body,
-            extensions={"timeout": self._timeouts},
-        )
+        outgoing = httpx.Request(request.method, lease.worker_url, headers=headers, content=body, extensions={"timeout": self._timeouts})
+        query: bytes = request.scope["query_string"]
+        target = worker_path(lease.worker_url, raw_path).encode("latin-1") + (b"?" + query if query else b"")
+        outgoing.url = _ClientTargetURL(lease.worker_url, target)
         response: Optional[httpx.Response] = None
         failure: Optional[Refused] = None
         async with anyio.create_task_group() as group:
