@@ -67,11 +67,11 @@ MUTANTS: List[Mutant] = [
     # -- the Python mutants -------------------------------------------------------------
     Mutant(
         "proxy-drops-query",
-        PACKAGE + "integrations/_forwarding.py",
-        '    return target + "?" + raw_query.decode("latin-1") if raw_query else target',
-        "    return target",
+        PACKAGE + "integrations/asgi.py",
+        'target = worker_path(lease.worker_url, raw_path).encode("latin-1") + (b"?" + query if query else b"")',
+        'target = worker_path(lease.worker_url, raw_path).encode("latin-1")',
         PROXY_TESTS,
-        why="the proxies forward the path without its query string",
+        why="ASGIProxy (and serve) forward the path without its query string",
     ),
     Mutant(
         "proxy-forwards-hop-by-hop",
