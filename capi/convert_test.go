@@ -72,7 +72,10 @@ func TestDrainTimeoutNeverOverflows(t *testing.T) {
 // A feed's goroutine that panics ends that feed and is logged; it must not end the host
 // process, which no exported function's recover would save (a panic on another goroutine).
 func TestAFeedThatPanicsEndsAloneAndTheProcessLives(t *testing.T) {
-	handle := startFeed(nil, func(context.Context) { panic("a decoder bug") }, func() any { return nil })
+	handle, err := startFeed(nil, func(context.Context) { panic("a decoder bug") }, func() any { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
 	feeds.Lock()
 	f := feeds.running[handle]
 	feeds.Unlock()

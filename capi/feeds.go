@@ -34,8 +34,9 @@ var feeds = struct {
 }{running: map[uint64]*feed{}}
 
 // startFeed runs run on a goroutine until the feed or its router is stopped and returns its
-// handle.
-func startFeed(router *health.Monitor, run func(ctx context.Context), stats func() any) uint64 {
+// handle, or stops it at once when its router was freed since it was looked up (its feeds were
+// stopped then: see unregisterRouter).
+func startFeed(router *health.Monitor, run func(ctx context.Context), stats func() any) (uint64, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &feed{router: router, stats: stats, stop: cancel, done: make(chan struct{})}
 	go func() {
@@ -50,10 +51,19 @@ func startFeed(router *health.Monitor, run func(ctx context.Context), stats func
 		run(ctx)
 	}()
 	feeds.Lock()
-	defer feeds.Unlock()
-	handle := newHandle()
-	feeds.running[handle] = f
-	return handle
+	freed := router != nil && router.Stopped()
+	var handle uint64
+	if !freed {
+		handle = newHandle()
+		feeds.running[handle] = f
+	}
+	feeds.Unlock()
+	if freed {
+		f.stop()
+		<-f.done // what it opened, closed
+		return 0, errInvalidHandle
+	}
+	return handle, nil
 }
 
 // stopFeedsOf stops the feeds of a router being freed and waits for them; their handles become

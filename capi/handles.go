@@ -65,8 +65,8 @@ func unregisterRouter(handle uint64) error {
 	if !ok {
 		return errInvalidHandle
 	}
+	m.Stop() // first: a feed start that looked the router up before it left sees it stopped
 	stopFeedsOf(m)
-	m.Stop()
 	return nil
 }
 

@@ -51,7 +51,7 @@ func br_kv_events_start(router C.uint64_t, optionsJSON *C.char, optionsLen C.siz
 			}
 			all.Wait()
 		}
-		return startFeed(m, run, func() any { return kvEventStats(subs, staleAfter, time.Now()) }), nil
+		return startFeed(m, run, func() any { return kvEventStats(subs, staleAfter, time.Now()) })
 	})
 }
 

@@ -38,7 +38,7 @@ func br_load_poll_start(router C.uint64_t, optionsJSON *C.char, optionsLen C.siz
 		if err != nil {
 			return 0, invalidArgument("%v", err)
 		}
-		return startFeed(m, p.Run, func() any { return loadPollStats(p) }), nil
+		return startFeed(m, p.Run, func() any { return loadPollStats(p) })
 	})
 }
 

@@ -30,6 +30,6 @@ func br_peer_routes_start(router C.uint64_t, optionsJSON *C.char, optionsLen C.s
 		if err != nil {
 			return 0, invalidArgument("%v", err)
 		}
-		return startFeed(m, f.Run, func() any { return f.Stats() }), nil
+		return startFeed(m, f.Run, func() any { return f.Stats() })
 	})
 }

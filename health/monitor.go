@@ -114,6 +114,13 @@ func (m *Monitor) Stop() {
 	m.probes.Wait()
 }
 
+// Stopped tells whether Stop was called.
+func (m *Monitor) Stopped() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stopped
+}
+
 // round starts a round of probes without waiting for them, so a hung worker holds no other
 // worker's probes, and schedules the next one.
 func (m *Monitor) round() {
