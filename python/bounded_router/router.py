@@ -20,7 +20,7 @@ from ._encoding import DEFAULT_FILTER, DEFAULT_ROUTING_KEY_HEADERS, HeaderFilter
 from ._native_router import NativeRouter
 from ._request import MAX_LEASE_WEIGHT, check_weight, one_request, pack_requests, prefix_block_array, prefix_block_bytes, weight_array
 from .args import RouterArgs
-from .errors import NoWorkerAvailableError
+from .errors import ForkedProcessError, NoWorkerAvailableError
 from .gateway import Gateway
 from .health import CircuitBreakerConfig, HealthCheckConfig, circuit_breaker_setting, health_check_setting
 from .lease import Lease, _HeldLease
@@ -277,9 +277,23 @@ class Router:
         closed (the parent's router is untouched). Stops the feeds it started first
         (``kv_events``, :meth:`poll_loads`, :meth:`subscribe_kv_events`, :meth:`share_routes`).
         """
-        for feed in self._feeds:
-            feed.stop()
+        self._stop_feeds()
         self._native.close()
+
+    def __del__(self) -> None:
+        # Feeds end with their router (docs/contract.md), also when their Feed objects or this
+        # router's leases outlive it and keep the native router alive.
+        try:
+            self._stop_feeds()
+        except BaseException:
+            pass
+
+    def _stop_feeds(self) -> None:
+        for feed in getattr(self, "_feeds", ()):  # none when __init__ failed before making them
+            try:
+                feed.stop()
+            except ForkedProcessError:  # in a forked child: the parent's feeds, nothing to stop
+                pass
 
     def __enter__(self) -> Router:
         self._native.check_open()
@@ -534,17 +548,30 @@ class Router:
         native = self._native
         batch = leases if type(leases) is list else list(leases)
         try:
-            lease_ids = [lease._id for lease in batch if lease._native is native]
+            foreign = any(lease._native is not native for lease in batch)
         except AttributeError:
             raise TypeError("release_many takes Lease objects") from None
-        if len(lease_ids) != len(batch):
+        if foreign:
             raise ValueError("release_many: every lease must come from this router")
+        claimed: List[Tuple[Lease, int]] = []
         for lease in batch:
-            lease._id = 0
+            # Read and cleared with no call nor jump between them, where CPython 3.11 and later
+            # never switch threads, so one call alone claims each lease, as in Lease.release
+            # (3.9 and 3.10 may switch there: the library still releases the lease once).
+            lease_id, lease._id = lease._id, 0
+            if lease_id:
+                claimed.append((lease, lease_id))
+        released = 0
+        if not native.closed:
+            try:
+                released = native.release_ids([lease_id for _, lease_id in claimed])
+            except BaseException:  # ForkedProcessError: nothing was released, the leases stay held
+                for lease, lease_id in claimed:
+                    lease._id = lease_id
+                raise
+        for lease, _ in claimed:
             lease.__class__ = Lease  # as Lease.release does: no safety net needed any more
-        if native.closed:
-            return 0
-        return native.release_ids(lease_ids)
+        return released
 
     def select(
         self,

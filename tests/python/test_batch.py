@@ -178,3 +178,46 @@ def test_batches_and_single_routes_from_two_threads():
     assert errors == []
     assert router.active_leases() == 0
     router.close()
+
+
+def test_release_many_and_release_claim_each_lease_once_at_any_thread_switch(make_router):
+    # Regression (found by a review): release_many read the lease ids in one pass and cleared
+    # them in another, so a release() by another thread in between was counted by both (the
+    # library still released the lease once). A trace hook plays that other thread's release at
+    # each line release_many runs, in turn.
+    import sys
+
+    from bounded_router import Router
+
+    code = Router.release_many.__code__
+    for switch_at in range(40):
+        router = make_router(2)
+        leases = router.route_many(["a", "b"])
+        other = []
+        lines = [0]
+
+        def tracer(frame, event, arg):
+            if frame.f_code is not code:
+                return None
+
+            def local(frame, event, arg):
+                if event == "line":
+                    if lines[0] == switch_at and not other:
+                        other.append(leases[0].release())  # "the other thread"
+                    lines[0] += 1
+                return local
+
+            return local
+
+        sys.settrace(tracer)
+        try:
+            many = router.release_many(leases)
+        finally:
+            sys.settrace(None)
+        claimed = many + sum(other)
+        assert claimed == 2, "at line %d: release_many counted %d, release() said %r" % (switch_at, many, other)
+        assert router.active_leases() == 0
+        if not other:  # release_many ran fewer lines than switch_at
+            break
+    else:
+        raise AssertionError("release_many ran more than 40 lines")

@@ -142,6 +142,23 @@ def test_a_router_freed_stops_its_feeds() -> None:
         thread.join()
 
 
+def test_a_router_garbage_collected_stops_the_feed_whose_object_is_still_held() -> None:
+    # Regression (found by a review): the Feed object held the native router, so a Router
+    # garbage-collected unclosed while its feed (or a lease) was still referenced kept its poll
+    # running (docs/contract.md, "Feeds end with their router").
+    import gc
+
+    router = Router(["http://127.0.0.1:9"], policy="least_load")
+    feed = router.poll_loads({"http://127.0.0.1:9": "http://127.0.0.1:9/get_load"}, **FAST)
+    lease = router.route("k")
+    del router
+    gc.collect()
+    assert not feed.running
+    assert feed.statistics() == {}
+    assert lease.release()  # the lease still releases against its router
+    feed.stop()
+
+
 def test_a_handle_of_one_kind_never_names_another() -> None:
     # Regression (found by an audit): routers, feeds and gateways were numbered from 1 each, so
     # a feed's handle freed the router of the same number and a router's stopped a feed.

@@ -256,11 +256,12 @@ print(router.loads())
     assert "Exception ignored" not in result.stderr
 
 
-@pytest.mark.parametrize("release", ["release()", 'release(outcome="failure")', "fail()"])
+@pytest.mark.parametrize("release", ["lease.release()", 'lease.release(outcome="failure")', "lease.fail()", "router.release_many([lease])"])
 def test_a_release_refused_in_a_forked_child_leaves_the_lease_held(tmp_path, release):
     # The release raises ForkedProcessError; the lease must not claim a release that never
-    # happened, so a second try raises again instead of returning False. Regression (found by an
-    # audit): a release with an outcome other than success, the proxies' path, claimed it.
+    # happened, so a second try raises again instead of returning False. Regressions (found by an
+    # audit, then a review): a release with an outcome other than success, the proxies' path,
+    # and release_many claimed it.
     result = run_python(
         FORK_HARNESS
         + """
@@ -272,7 +273,7 @@ def child():
     seen = []
     for _ in range(2):
         try:
-            seen.append("returned %r" % lease.RELEASE)
+            seen.append("returned %r" % RELEASE)
         except ForkedProcessError:
             seen.append("forked")
         seen.append("released=%s" % lease.released)
@@ -287,6 +288,31 @@ print(lease.release(), router.active_leases())
     lines = result.stdout.splitlines()
     assert lines[0] == "exit=0 forked released=False forked released=False", lines[0]
     assert lines[1] == "True 0"
+
+
+def test_close_in_a_forked_child_with_a_running_feed_marks_the_copy_closed(tmp_path):
+    # Regression (found by a review): close() stopped the router's feeds first, and a feed's stop
+    # raised ForkedProcessError in the child, so the copy was never marked closed.
+    result = run_python(
+        FORK_HARNESS
+        + """
+from bounded_router import Router
+router = Router(["http://127.0.0.1:9"])
+feed = router.poll_loads({"http://127.0.0.1:9": "http://127.0.0.1:9/get_load"}, interval_secs=1)
+
+def child():
+    router.close()
+    return "closed=%s" % router.closed
+
+print(run_child(child))
+print(feed.running)
+router.close()
+print(feed.running)
+""",
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["exit=0 closed=True", "True", "False"], result.stdout
 
 
 def test_forked_child_exits_quietly_with_live_router_and_leases(tmp_path):
