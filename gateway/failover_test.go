@@ -75,6 +75,17 @@ func ringOrder(t *testing.T, urls []string, key string) []int {
 	return order
 }
 
+// firstOn is a routing key whose first ring worker is urls[i].
+func firstOn(t *testing.T, urls []string, i int) string {
+	for n := 0; n < 1000; n++ {
+		if key := "key-" + itoa(int64(n)); ringOrder(t, urls, key)[0] == i {
+			return key
+		}
+	}
+	t.Fatalf("no key of 1000 has %s first", urls[i])
+	return ""
+}
+
 func keyed(key string) http.Header {
 	return http.Header{"X-Smg-Routing-Key": {key}}
 }
@@ -207,16 +218,7 @@ func TestNoRetryAfterTheFirstByte(t *testing.T) {
 	})
 	spare := worker(t, func(w http.ResponseWriter, r *http.Request) { other.Add(1); w.Write([]byte("spare")) })
 	urls := []string{cut.URL, spare.URL}
-	order := ringOrder(t, urls, "s")
-	key := "s"
-	if order[0] != 0 {
-		key = ""
-		for i := 0; i < 1000 && key == ""; i++ {
-			if k := "s" + itoa(int64(i)); ringOrder(t, urls, k)[0] == 0 {
-				key = k
-			}
-		}
-	}
+	key := firstOn(t, urls, 0)
 	r := newRouter(t, urls...)
 	g := start(t, r, Options{})
 	req, _ := http.NewRequest("GET", "http://"+g.Addr()+"/stream", nil)
@@ -319,12 +321,8 @@ func TestRequestsWaitingOnAWorkerThatGoesDownFailOver(t *testing.T) {
 	}).URL
 	f := newFleet(t, 2)
 	urls := append([]string{silent}, f.urls...)
-	order := ringOrder(t, urls, "h")
-	key := "h"
-	for i := 0; order[0] != 0 && i < 1000; i++ {
-		key = "h" + itoa(int64(i))
-		order = ringOrder(t, urls, key)
-	}
+	key := firstOn(t, urls, 0)
+	order := ringOrder(t, urls, key)
 	r := newRouter(t, urls...)
 	g := start(t, r, Options{ExposeRoutingHeaders: true})
 	type answer struct {
@@ -388,10 +386,7 @@ func TestARetryDoesNotWaitOnTheFailedAnswersBody(t *testing.T) {
 	stalled := "http://" + addr
 	good := newFleet(t, 1).urls[0]
 	urls := []string{stalled, good}
-	key := "s"
-	for i := 0; ringOrder(t, urls, key)[0] != 0 && i < 1000; i++ {
-		key = "s" + itoa(int64(i))
-	}
+	key := firstOn(t, urls, 0)
 	r := newRouter(t, urls...)
 	g := start(t, r, Options{FirstByteTimeout: 30})
 	begin := time.Now()
@@ -420,10 +415,7 @@ func TestARequestWaitingOnARemovedWorkerFailsOver(t *testing.T) {
 	}).URL
 	good := newFleet(t, 1).urls[0]
 	urls := []string{silent, good}
-	key := "r"
-	for i := 0; ringOrder(t, urls, key)[0] != 0 && i < 1000; i++ {
-		key = "r" + itoa(int64(i))
-	}
+	key := firstOn(t, urls, 0)
 	r := newRouter(t, urls...)
 	g := start(t, r, Options{FirstByteTimeout: 60})
 	done := make(chan string, 1)

@@ -139,14 +139,21 @@ func tokenBytes(ids ...uint32) []byte {
 	return out
 }
 
+// indexRouter is a cache_aware router over urls whose index keeps blocksPerWorker blocks a worker.
+func indexRouter(t *testing.T, blocksPerWorker int, urls ...string) *core.Router {
+	t.Helper()
+	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: blocksPerWorker, CacheThreshold: 0.3}}, VirtualNodes: 150})
+	require.NoError(t, err)
+	return r
+}
+
 // Applied to a router, the stored blocks are named as prefix_blocks names the whole prompt:
 // a request routed by the prompt's blocks finds them.
 func TestApplyNamesBlocksByThePromptsPrefixHashes(t *testing.T) {
 	urls := []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}
-	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: 64, CacheThreshold: 0.3}}, VirtualNodes: 150})
-	require.NoError(t, err)
+	r := indexRouter(t, 64, urls...)
 	prompt := make([]uint64, 3)
-	_, err = core.HashPrefixBlocks(tokenBytes(1, 2, 3, 4, 5, 6), 8, prompt)
+	_, err := core.HashPrefixBlocks(tokenBytes(1, 2, 3, 4, 5, 6), 8, prompt)
 	require.NoError(t, err)
 
 	var c Counts

@@ -30,8 +30,7 @@ func seqFrame(seq int64) []byte { return binary.BigEndian.AppendUint64(nil, uint
 // a gap recovered by replay, garbage counted.
 func TestSubscriberFollowsAStreamAndReplaysAGap(t *testing.T) {
 	urls := []string{"http://127.0.0.1:1"}
-	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: 64, CacheThreshold: 0.3}}, VirtualNodes: 150})
-	require.NoError(t, err)
+	r := indexRouter(t, 64, urls...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pubEndpoint, replayEndpoint := loopback.FreeEndpoint(t), loopback.FreeEndpoint(t)
@@ -83,7 +82,7 @@ func TestSubscriberFollowsAStreamAndReplaysAGap(t *testing.T) {
 	assert.Equal(t, uint64(4), st.Stored)
 	// The four blocks chain as one prompt's: prefix_blocks of its tokens finds them all.
 	prompt := make([]uint64, 4)
-	_, err = core.HashPrefixBlocks(tokenBytes(1, 2, 3, 4, 5, 6, 7, 8), 8, prompt)
+	_, err := core.HashPrefixBlocks(tokenBytes(1, 2, 3, 4, 5, 6, 7, 8), 8, prompt)
 	require.NoError(t, err)
 	for i, engine := range []uint64{100, 101, 102, 103} {
 		block, ok := r.ReportedBlock(urls[0], engine)
@@ -100,8 +99,7 @@ func TestSubscriberFollowsAStreamAndReplaysAGap(t *testing.T) {
 // return). Sequence 0, then 10: the replay endpoint returns 8 alone, twice; 1-7 and 9 are lost.
 func TestAPartialReplayCountsEveryBatchItDidNotReturn(t *testing.T) {
 	urls := []string{"http://127.0.0.1:1"}
-	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: 64, CacheThreshold: 0.3}}, VirtualNodes: 150})
-	require.NoError(t, err)
+	r := indexRouter(t, 64, urls...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	endpoint := loopback.FreeEndpoint(t)
@@ -137,8 +135,7 @@ func TestAPartialReplayCountsEveryBatchItDidNotReturn(t *testing.T) {
 func TestAFloodingPublisherLeavesTheIndexBounded(t *testing.T) {
 	const flood, perWorker = 5000, 64
 	urls := []string{"http://127.0.0.1:1"}
-	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: perWorker, CacheThreshold: 0.3}}, VirtualNodes: 150})
-	require.NoError(t, err)
+	r := indexRouter(t, perWorker, urls...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	endpoint := loopback.FreeEndpoint(t)
@@ -179,8 +176,7 @@ func TestEventsThatStopLeaveTheWorkerStaleAndItsIndexServing(t *testing.T) {
 	assert.True(t, st.Stale(applied.Add(10*time.Second+time.Millisecond), 10*time.Second))
 
 	urls := []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}
-	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: 64, CacheThreshold: 0.3}}, VirtualNodes: 150})
-	require.NoError(t, err)
+	r := indexRouter(t, 64, urls...)
 	batch, err := Decode(storedPayload(t, 100, nil, 1, 2))
 	require.NoError(t, err)
 	var counts Counts
@@ -242,8 +238,7 @@ func TestARestartForgetsTheOldEnginesBlocks(t *testing.T) {
 // function that hands the subscriber a batch of one stored block.
 func oneEngine(t *testing.T) (*core.Router, *Subscriber, func(seq int64, hash uint64, tokens ...uint32)) {
 	urls := []string{"http://127.0.0.1:1"}
-	r, err := core.NewRouter(core.Config{WorkerURLs: urls, Policy: core.Policy{Kind: core.PolicyCacheAware, MaxLoadSkew: 1.5, MinLoadGap: 2, CacheAware: core.CacheAwareSettings{BlocksPerWorker: 64, CacheThreshold: 0.3}}, VirtualNodes: 150})
-	require.NoError(t, err)
+	r := indexRouter(t, 64, urls...)
 	s := &Subscriber{Index: r, Worker: urls[0]}
 	s.stats.last = -1
 	return r, s, func(seq int64, hash uint64, tokens ...uint32) {

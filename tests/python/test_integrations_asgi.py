@@ -120,6 +120,22 @@ class _FirstBusy(httpx.AsyncBaseTransport):
         return httpx.Response(200, content=b"ok")
 
 
+def _post_and_stay() -> Any:
+    """An ASGI scope and receive of a client that POSTs "{}" to /v1/x and stays connected."""
+    import anyio
+
+    scope = {"type": "http", "http_version": "1.1", "method": "POST", "path": "/v1/x", "raw_path": b"/v1/x", "root_path": "",
+             "query_string": b"", "headers": [(b"content-length", b"2")], "scheme": "http", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1)}
+    messages = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+    async def receive() -> Any:
+        if messages:
+            return messages.pop()
+        await anyio.sleep_forever()
+
+    return scope, receive
+
+
 def test_a_request_cancelled_while_its_failed_answer_closes_leaks_no_lease() -> None:
     # Regression (found by an audit): after a 503 the retry's lease was taken, then the failed
     # answer closed outside any handler, so a cancel there left the new lease to the safety net.
@@ -129,14 +145,7 @@ def test_a_request_cancelled_while_its_failed_answer_closes_leaks_no_lease() -> 
 
     with Router(["http://127.0.0.1:9", "http://127.0.0.1:10"], policy="round_robin") as router:
         proxy = ASGIProxy(router, transport=_FirstBusy())
-        scope = {"type": "http", "http_version": "1.1", "method": "POST", "path": "/v1/x", "raw_path": b"/v1/x", "root_path": "",
-                 "query_string": b"", "headers": [(b"content-length", b"2")], "scheme": "http", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1)}
-        messages = [{"type": "http.request", "body": b"{}", "more_body": False}]
-
-        async def receive() -> Any:
-            if messages:
-                return messages.pop()
-            await anyio.sleep_forever()
+        scope, receive = _post_and_stay()
 
         async def send(message: Any) -> None:
             pass
@@ -173,14 +182,7 @@ def test_a_server_cancelling_a_stream_is_not_the_workers_failure() -> None:
     with Router(["http://127.0.0.1:9"]) as router:
         proxy = ASGIProxy(router, transport=_StreamsForever())
         sent: List[Any] = []
-        scope = {"type": "http", "method": "POST", "path": "/v1/x", "raw_path": b"/v1/x", "root_path": "",
-                 "query_string": b"", "headers": [(b"content-length", b"2")]}
-        messages = [{"type": "http.request", "body": b"{}", "more_body": False}]
-
-        async def receive() -> Any:
-            if messages:
-                return messages.pop()
-            await anyio.sleep_forever()
+        scope, receive = _post_and_stay()
 
         async def send(message: Any) -> None:
             sent.append(message)
