@@ -433,6 +433,15 @@ func (r *Router) Members() []Member {
 	return members
 }
 
+// IsMember tells whether url (in any spelling) names a worker of the membership.
+func (r *Router) IsMember(url string) bool {
+	r.mu.Lock()
+	m := r.members
+	r.mu.Unlock()
+	_, ok := m.lookup(memberURL(url))
+	return ok
+}
+
 func (r *Router) workers() []WorkerState {
 	states := make([]WorkerState, len(r.members.workers))
 	for i, w := range r.members.workers {

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -276,7 +277,10 @@ func TestRemoveWorker(t *testing.T) {
 		before[key] = selectKey(r, key).WorkerURL
 	}
 	assert.ErrorIs(t, r.RemoveWorker("http://nope"), ErrUnknownWorker)
+	assert.True(t, r.IsMember(urls[1]))
+	assert.True(t, r.IsMember(strings.ToUpper(urls[1][:7])+urls[1][7:]+"/"), "any spelling")
 	require.NoError(t, r.RemoveWorker(urls[1]))
+	assert.False(t, r.IsMember(urls[1]))
 	assert.ErrorIs(t, r.RemoveWorker(urls[1]), ErrUnknownWorker)
 	checkInvariants(t, r)
 	ws := r.Workers()

@@ -16,6 +16,7 @@ import (
 type Reporter interface {
 	ReportLoad(url string, load core.EngineLoad) error
 	ForgetLoad(url string) error
+	IsMember(url string) bool
 }
 
 // Target is one worker's load endpoint.
@@ -163,13 +164,13 @@ func (p *Poller) Run(ctx context.Context) {
 }
 
 // due marks the targets without a poll in flight as polled and returns them: a worker that
-// hangs has at most one poll open.
+// hangs has at most one poll open, and one that left the router has none until it joins again.
 func (p *Poller) due() []*tracker {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []*tracker
 	for _, t := range p.trackers {
-		if !t.inFlight {
+		if !t.inFlight && p.reporter.IsMember(t.target.Worker) {
 			t.inFlight = true
 			out = append(out, t)
 		}
@@ -222,7 +223,7 @@ func (p *Poller) apply(t *tracker, now time.Time, load core.EngineLoad, failure 
 			t.last, t.stats.Reports, t.stats.Standing = now, t.stats.Reports+1, true
 			return
 		}
-		failure = FailureGarbage // the router refused the load, or the worker has left it
+		failure = FailureGarbage // the router refused the load, or the worker left it during the poll
 	}
 	t.stats.Failures[failure]++
 	if !t.logged[failure] && p.logf != nil {

@@ -2,6 +2,7 @@ package loadpoll
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -22,10 +23,17 @@ type fakeRouter struct {
 	loads    map[string]core.EngineLoad
 	forgets  map[string]int
 	reported chan struct{}
+	left     map[string]bool // workers removed from the router
 }
 
 func newFakeRouter() *fakeRouter {
-	return &fakeRouter{loads: map[string]core.EngineLoad{}, forgets: map[string]int{}, reported: make(chan struct{}, 1000)}
+	return &fakeRouter{loads: map[string]core.EngineLoad{}, forgets: map[string]int{}, reported: make(chan struct{}, 1000), left: map[string]bool{}}
+}
+
+func (f *fakeRouter) IsMember(url string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.left[url]
 }
 
 func (f *fakeRouter) ReportLoad(url string, load core.EngineLoad) error {
@@ -56,6 +64,30 @@ func newTestPoller(t *testing.T, r Reporter, endpoint string, cfg Config, logs *
 	})
 	require.NoError(t, err)
 	return p
+}
+
+// Regression (found by a review): a worker removed from the router was polled on forever, each
+// refused report counted as garbage. A worker that left is not polled until it joins again.
+func TestAWorkerThatLeftIsNotPolled(t *testing.T) {
+	r := newFakeRouter()
+	p, err := New(r, []Target{{Worker: w0, Format: FormatSGLang}, {Worker: "http://127.0.0.1:2", Format: FormatSGLang}}, Config{Interval: time.Second}, nil, nil)
+	require.NoError(t, err)
+	polled := func() (workers []string) {
+		for _, t := range p.due() {
+			workers = append(workers, t.target.Worker)
+			p.apply(t, time.Now(), core.EngineLoad{}, FailureUnreachable, errors.New("refused"))
+		}
+		return workers
+	}
+	assert.Equal(t, []string{w0, "http://127.0.0.1:2"}, polled())
+	r.mu.Lock()
+	r.left[w0] = true
+	r.mu.Unlock()
+	assert.Equal(t, []string{"http://127.0.0.1:2"}, polled())
+	r.mu.Lock()
+	r.left[w0] = false
+	r.mu.Unlock()
+	assert.Equal(t, []string{w0, "http://127.0.0.1:2"}, polled(), "polled again once it joined again")
 }
 
 // The state machine with a fake clock: a report stands until it is older than Expiry; each
