@@ -548,28 +548,29 @@ class Router:
         native = self._native
         batch = leases if type(leases) is list else list(leases)
         try:
-            foreign = any(lease._native is not native for lease in batch)
+            mine = [lease for lease in batch if lease._native is native]
         except AttributeError:
             raise TypeError("release_many takes Lease objects") from None
-        if foreign:
+        if len(mine) != len(batch):
             raise ValueError("release_many: every lease must come from this router")
-        claimed: List[Tuple[Lease, int]] = []
+        lease_ids: List[int] = []
+        claim = lease_ids.append
         for lease in batch:
             # Read and cleared with no call nor jump between them, where CPython 3.11 and later
             # never switch threads, so one call alone claims each lease, as in Lease.release
-            # (3.9 and 3.10 may switch there: the library still releases the lease once).
+            # (3.9 and 3.10 may switch there: the library still releases the lease once). A
+            # lease released before is claimed as 0, which the library skips.
             lease_id, lease._id = lease._id, 0
-            if lease_id:
-                claimed.append((lease, lease_id))
+            claim(lease_id)
         released = 0
         if not native.closed:
             try:
-                released = native.release_ids([lease_id for _, lease_id in claimed])
+                released = native.release_ids(lease_ids)
             except BaseException:  # ForkedProcessError: nothing was released, the leases stay held
-                for lease, lease_id in claimed:
+                for lease, lease_id in zip(batch, lease_ids):
                     lease._id = lease_id
                 raise
-        for lease, _ in claimed:
+        for lease in batch:
             lease.__class__ = Lease  # as Lease.release does: no safety net needed any more
         return released
 
