@@ -138,7 +138,9 @@ func TestBadInputIsCountedAndLoggedOnce(t *testing.T) {
 	valid := Route{URL: workers[0], Weight: 1}
 	loopback.WaitFor(t, "the subscriber to join", func() bool { batch(); return peer(sub).Batches > 0 }) // no route
 	long := "http://127.0.0.1:9/" + strings.Repeat("x", 1<<16)                                           // logged cut short
-	batch(valid, Route{URL: long, Weight: 1}, Route{URL: workers[1], Weight: 1 << 31}, Route{URL: workers[1], Weight: -2})
+	// A weight of 0 on the wire breaks peer_route's rule as any other (regression, found by a
+	// review: it was taken as 1, as the C call's 0 means).
+	batch(valid, Route{URL: long, Weight: 1}, Route{URL: workers[1], Weight: 1 << 31}, Route{URL: workers[1], Weight: -2}, Route{URL: workers[1], Weight: 0})
 	send([]byte("two frames"), []byte{0})
 	send([]byte{}, binary.BigEndian.AppendUint64(nil, seq), []byte{0xc1}) // 0xc1 is never used in msgpack
 	seq += 2                                                              // a message lost
@@ -149,7 +151,7 @@ func TestBadInputIsCountedAndLoggedOnce(t *testing.T) {
 	assert.Equal(t, uint64(2), st.Routes)
 	assert.Equal(t, uint64(2), st.Malformed)
 	assert.Equal(t, uint64(2), st.UnknownWorker)
-	assert.Equal(t, uint64(2), st.Invalid)
+	assert.Equal(t, uint64(3), st.Invalid)
 	assert.Equal(t, uint64(1), st.Gaps, "the sequence number of the undecodable message counts too: one hole")
 	mu.Lock()
 	defer mu.Unlock()

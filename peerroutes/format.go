@@ -17,6 +17,7 @@ import (
 
 	"github.com/bounded-router/bounded-router/core"
 	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
 
 // Route is one lease a router took.
@@ -79,8 +80,8 @@ func Decode(payload []byte) (Batch, error) {
 		return Batch{}, err
 	}
 	var err error
-	if b.Origin, err = d.DecodeUint64(); err != nil {
-		return Batch{}, malformed("origin: %v", err)
+	if b.Origin, err = d.unsigned("origin"); err != nil {
+		return Batch{}, err
 	}
 	n, err := d.arrayLen(MaxRoutes, "routes")
 	if err != nil {
@@ -121,6 +122,52 @@ func (d decoder) arrayLen(limit int, what string) (int, error) {
 	return n, nil
 }
 
+// notNil fails at a nil: msgpack's typed reads take it for the type's zero.
+func (d decoder) notNil(what string) error {
+	c, err := d.PeekCode()
+	switch {
+	case err != nil:
+		return malformed("%s: %v", what, err)
+	case c == msgpcode.Nil:
+		return malformed("%s: nil", what)
+	}
+	return nil
+}
+
+// integer fails unless an integer comes next (not nil, a float or anything else).
+func (d decoder) integer(what string) error {
+	c, err := d.PeekCode()
+	switch {
+	case err != nil:
+		return malformed("%s: %v", what, err)
+	case !msgpcode.IsFixedNum(c) && (c < msgpcode.Uint8 || c > msgpcode.Int64):
+		return malformed("%s: not an integer (msgpack code %#x)", what, c)
+	}
+	return nil
+}
+
+// unsigned reads an integer from 0 to 2^64-1: msgpack's DecodeUint64 takes a negative one for
+// its two's complement.
+func (d decoder) unsigned(what string) (uint64, error) {
+	if err := d.integer(what); err != nil {
+		return 0, err
+	}
+	v, err := d.DecodeInterfaceLoose() // an int64 or a uint64, as its code says
+	if err != nil {
+		return 0, malformed("%s: %v", what, err)
+	}
+	switch n := v.(type) {
+	case uint64:
+		return n, nil
+	case int64:
+		if n >= 0 {
+			return uint64(n), nil
+		}
+		return 0, malformed("%s: %d, below 0", what, n)
+	}
+	return 0, malformed("%s: %v, not an integer", what, v)
+}
+
 func (d decoder) fixedArray(n int, what string) error {
 	got, err := d.arrayLen(n, what)
 	if err == nil && got != n {
@@ -135,8 +182,14 @@ func (d decoder) route() (Route, error) {
 		return r, err
 	}
 	var err error
+	if err = d.notNil("worker_url"); err != nil {
+		return r, err
+	}
 	if r.URL, err = d.DecodeString(); err != nil {
 		return r, malformed("worker_url: %v", err)
+	}
+	if err = d.integer("weight"); err != nil {
+		return r, err
 	}
 	if r.Weight, err = d.DecodeInt64(); err != nil {
 		return r, malformed("weight: %v", err)
@@ -147,8 +200,8 @@ func (d decoder) route() (Route, error) {
 	}
 	r.Blocks = make([]uint64, n)
 	for i := range r.Blocks {
-		if r.Blocks[i], err = d.DecodeUint64(); err != nil {
-			return r, malformed("block %d: %v", i, err)
+		if r.Blocks[i], err = d.unsigned("block"); err != nil {
+			return r, fmt.Errorf("block %d: %w", i, err)
 		}
 	}
 	return r, nil

@@ -109,7 +109,11 @@ func (s *subscriber) apply(routes []Route) {
 	var add PeerStats
 	var unknown, invalid error // the first of each kind
 	for _, r := range routes {
-		switch err := s.router.PeerRoute(r.URL, r.Weight, r.Blocks); {
+		err := core.CheckWeight(r.Weight) // 0 too: the Go call's 1, a rule broken on the wire
+		if err == nil {
+			err = s.router.PeerRoute(r.URL, r.Weight, r.Blocks)
+		}
+		switch {
 		case err == nil:
 			add.Routes++
 		case errors.Is(err, core.ErrUnknownWorker):
