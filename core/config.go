@@ -544,15 +544,15 @@ func setInt(into *int, v *int) {
 	}
 }
 
-// setSeconds sets a duration given in seconds; a value too large for a Duration becomes one that
-// Validate refuses, never a wrapped-around one.
+// setSeconds sets a duration given in seconds, its sign kept for the error Validate gives; a value
+// too large for a Duration becomes one that Validate refuses, never a wrapped-around one.
 func setSeconds(into *time.Duration, secs *float64) {
 	switch {
 	case secs == nil:
-	case math.IsNaN(*secs) || *secs <= 0:
+	case math.IsNaN(*secs):
 		*into = 0
-	case *secs > MaxHealthDuration.Seconds():
-		*into = MaxHealthDuration + time.Second
+	case math.Abs(*secs) > MaxHealthDuration.Seconds():
+		*into = time.Duration(math.Copysign(float64(MaxHealthDuration+time.Second), *secs))
 	default:
 		*into = time.Duration(*secs * float64(time.Second))
 	}

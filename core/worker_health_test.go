@@ -277,8 +277,11 @@ func TestRouteAvoidingKeylessUsesThePolicyAmongUntried(t *testing.T) {
 
 func TestHealthSettingsRefusedWithTheirNames(t *testing.T) {
 	for text, want := range map[string]string{
-		`{"worker_urls":[],"health_check":{"interval_secs":0}}`:                "health_check_interval_secs",
-		`{"worker_urls":[],"health_check":{"timeout_secs":-1}}`:                "health_check_timeout_secs",
+		`{"worker_urls":[],"health_check":{"interval_secs":0}}`: "health_check_interval_secs",
+		`{"worker_urls":[],"health_check":{"timeout_secs":-1}}`: "health_check_timeout_secs",
+		// Regression (found by a review): a negative time was reported as "got 0".
+		`{"worker_urls":[],"health_check":{"interval_secs":-1.5}}`:             "health_check_interval_secs must be a number of seconds > 0 and at most 86400, got -1.5",
+		`{"worker_urls":[],"circuit_breaker":{"timeout_duration_secs":-2}}`:    "got -2",
 		`{"worker_urls":[],"health_check":{"failure_threshold":0}}`:            "health_failure_threshold",
 		`{"worker_urls":[],"health_check":{"success_threshold":-2}}`:           "health_success_threshold",
 		`{"worker_urls":[],"health_check":{"endpoint":"health"}}`:              "health_check_endpoint",
