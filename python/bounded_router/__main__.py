@@ -112,6 +112,8 @@ def _start_feeds(router: Router, args: argparse.Namespace) -> List[Feed]:
     if args.load_poll:
         endpoints = {w.url: w.url.rstrip("/") + _LOAD_PATHS[args.load_poll] for w in router.workers()}
         started.append(router.poll_loads(endpoints, format=args.load_poll, interval_secs=args.load_poll_interval_secs))
+    elif args.load_poll_interval_secs is not None:
+        raise ValueError("--load-poll-interval-secs needs --load-poll")
     if args.peer_routes_publish or args.peer_routes:
         try:
             started.append(router.share_routes(args.peer_routes_publish, args.peer_routes))

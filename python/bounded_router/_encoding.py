@@ -12,6 +12,8 @@ ignored is decided by the native library, which receives those headers in their 
 
 from __future__ import annotations
 
+import json
+import math
 import struct
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
@@ -181,3 +183,32 @@ def url_bytes(url: Any) -> bytes:
         return str.encode(url, "utf-8")
     except UnicodeEncodeError as e:
         raise ValueError("worker URL %r is not valid Unicode text (%s)" % (url, e.reason)) from None
+
+
+def options_json(value: Any) -> bytes:
+    """Settings for the library as JSON. JSON has no NaN nor infinity: such a number is refused
+    naming its setting (``health_check.interval_secs must be a finite number, got nan``)."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except ValueError:
+        found = _non_finite(value, "")
+        if found is None:
+            raise
+        raise ValueError("%s must be a finite number, got %r" % found) from None
+
+
+def _non_finite(value: Any, path: str) -> Optional[Tuple[str, float]]:
+    """The first NaN or infinite float in ``value`` and where it is (``a.b[2]``), or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path or "the value", value)
+    if isinstance(value, Mapping):
+        items: Iterable[Tuple[str, Any]] = (("%s.%s" % (path, k) if path else str(k), v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = (("%s[%d]" % (path, i), v) for i, v in enumerate(value))
+    else:
+        return None
+    for where, item in items:
+        found = _non_finite(item, where)
+        if found is not None:
+            return found
+    return None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from typing import Any, Callable, Dict, List, Optional, Union
 
 from ._encoding import DEFAULT_ROUTING_KEY_HEADERS
@@ -51,6 +52,17 @@ def port_number(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError("a port is between 0 and 65535, not %d" % port)
     return port
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a number of seconds" % text) from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError("must be a positive number of seconds, not %s" % text)
+    return value
 
 
 def _policy_name(text: str) -> str:
@@ -369,11 +381,11 @@ def _add_failure_args(add: Callable[..., None]) -> None:
     add("health-check-endpoint", type=str, default=d.health_check_endpoint, help="path each health probe GETs (default: %(default)s)")
     add(
         "health-check-interval-secs",
-        type=float,
+        type=positive_seconds,
         default=d.health_check_interval_secs,
         help="seconds between a worker's probes; 1 flags a dead worker within seconds (default: %(default)s)",
     )
-    add("health-check-timeout-secs", type=float, default=d.health_check_timeout_secs, help="seconds a probe may take (default: %(default)s)")
+    add("health-check-timeout-secs", type=positive_seconds, default=d.health_check_timeout_secs, help="seconds a probe may take (default: %(default)s)")
     add(
         "health-failure-threshold",
         type=int,
@@ -401,7 +413,7 @@ def _add_failure_args(add: Callable[..., None]) -> None:
     )
     add(
         "cb-timeout-duration-secs",
-        type=float,
+        type=positive_seconds,
         default=d.cb_timeout_duration_secs,
         help="seconds an ejected worker waits before trial requests (default: %(default)s)",
     )
@@ -415,7 +427,7 @@ def _add_failure_args(add: Callable[..., None]) -> None:
     add("disable-retries", action="store_true", default=None, help="proxies: send every request once")
     add(
         "request-timeout-secs",
-        type=float,
+        type=positive_seconds,
         default=d.request_timeout_secs,
         help="serve: seconds a whole request may take, streaming included (default: %(default)s)",
     )

@@ -46,12 +46,12 @@ Options (keyword arguments of :meth:`Router.serve`, all optional):
 
 from __future__ import annotations
 
-import json
 import threading
 from ctypes import byref, c_uint64
 from types import TracebackType
 from typing import Any, Dict, Optional, Type
 
+from ._encoding import options_json
 from ._native_router import NativeRouter
 
 
@@ -72,7 +72,7 @@ class Gateway:
         native.check_open()
         settings = {name: value for name, value in options.items() if value is not None}
         settings.update(host=host, port=port)
-        text = json.dumps(settings).encode()
+        text = options_json(settings)
         self._lib = native.lib
         out = c_uint64()
         self._lib.check(self._lib.br_gateway_start(native.handle, text, len(text), byref(out)))

@@ -8,7 +8,6 @@ handle, the release path and the worker id map) and turns the answers into Pytho
 from __future__ import annotations
 
 import ctypes
-import json
 from array import array
 from ctypes import c_size_t, c_uint64
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from types import TracebackType
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NoReturn, Optional, Sequence, Tuple, Type, Union
 
 from . import _native
-from ._encoding import DEFAULT_FILTER, DEFAULT_ROUTING_KEY_HEADERS, HeaderFilter, HeadersLike, encode_headers, key_bytes, url_bytes
+from ._encoding import DEFAULT_FILTER, DEFAULT_ROUTING_KEY_HEADERS, HeaderFilter, HeadersLike, encode_headers, key_bytes, options_json, url_bytes
 from ._native_router import NativeRouter
 from ._request import MAX_LEASE_WEIGHT, check_weight, one_request, pack_requests, prefix_block_array, prefix_block_bytes, weight_array
 from .args import RouterArgs
@@ -94,8 +93,6 @@ def _header_names(names: Any) -> List[str]:
     return [str.__str__(name) for name in items]
 
 
-def _json(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 class Router:
@@ -205,7 +202,7 @@ class Router:
             config["health_check"] = probes
         if breaker is not None:
             config["circuit_breaker"] = breaker
-        self._native = NativeRouter(_json(config))
+        self._native = NativeRouter(options_json(config))
         self._routing_key_headers = tuple(config.get("routing_key_headers", DEFAULT_ROUTING_KEY_HEADERS))
         # Built once the library has accepted the names (tokens, hence ASCII).
         self._header_filter = (
@@ -446,7 +443,7 @@ class Router:
     ) -> Lease:
         """:meth:`route` for a retry: one ``br_route_avoiding`` call, with every input of the request."""
         native = self._native
-        avoid = _json(_url_list(exclude, "exclude"))
+        avoid = options_json(_url_list(exclude, "exclude"))
         request = _request(routing_key, headers, weight, prefix_blocks, self._header_filter)
         native.check_open()
         native.hand_over()
@@ -662,7 +659,7 @@ class Router:
                 be too large.
             TypeError: a URL is not a str.
         """
-        data = _json(_url_list(urls, "urls"))
+        data = options_json(_url_list(urls, "urls"))
         self._native.change_membership("br_set_workers", data, len(data))
 
     def set_healthy(self, url: str, healthy: bool) -> None:

@@ -238,6 +238,16 @@ def _run_cli(*args: str) -> "subprocess.CompletedProcess[str]":
         (["--worker-urls", "127.0.0.1:18101"], '"127.0.0.1:18101" has no scheme: write it as http://127.0.0.1:18101'),
         (["--worker-urls", "http://127.0.0.1:1,http://127.0.0.1:2"], "contains a comma"),
         (["--worker-urls", "http://127.0.0.1:9/"], '"http://127.0.0.1:9" and "http://127.0.0.1:9/" are the same worker'),
+        # Regressions (found by a review): non-finite times failed with a JSON error naming no
+        # flag; a negative one was reported as 0; 0 was taken for the default; a poll interval
+        # without a poll was ignored.
+        (["--request-timeout-secs", "nan"], "argument --request-timeout-secs: must be a positive number of seconds, not nan"),
+        (["--request-timeout-secs", "inf"], "argument --request-timeout-secs"),
+        (["--request-timeout-secs", "0"], "argument --request-timeout-secs"),
+        (["--health-check-timeout-secs", "nan"], "argument --health-check-timeout-secs"),
+        (["--health-check-interval-secs", "-1"], "argument --health-check-interval-secs: must be a positive number of seconds, not -1"),
+        (["--cb-timeout-duration-secs", "-1"], "argument --cb-timeout-duration-secs"),
+        (["--load-poll-interval-secs", "5"], "--load-poll-interval-secs needs --load-poll"),
     ],
 )
 def test_cli_usage_errors(args: List[str], message: str) -> None:

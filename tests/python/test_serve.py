@@ -43,6 +43,11 @@ SERVE = [sys.executable, "-m", "bounded_router.integrations.serve"]
         (["--control-plane-api-keys", "k:n:admin:s"], "only the native gateway"),
         # Regression (found by an audit): a traceback and exit 1, the router left running.
         (["--retry-max-retries", "99"], "--retry-max-retries"),
+        # Regressions (found by a review): a non-finite time failed with a JSON error naming no
+        # flag, and --request-timeout-secs, which only the native gateway keeps, was taken and
+        # ignored.
+        (["--health-check-interval-secs", "nan"], "argument --health-check-interval-secs"),
+        (["--request-timeout-secs", "60"], "--request-timeout-secs applies to the native gateway"),
     ],
 )
 def test_a_bad_flag_is_a_usage_error_naming_it(flags: List[str], named: str) -> None:

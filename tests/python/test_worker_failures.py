@@ -101,6 +101,9 @@ def test_exclude_keeps_the_weight():
         (HealthCheckConfig(timeout_secs=-1), "health_check_timeout_secs"),
         (HealthCheckConfig(failure_threshold=-3), "health_failure_threshold"),
         (HealthCheckConfig(endpoint="health"), "health_check_endpoint"),
+        # Regression (found by a review): JSON's error, naming nothing.
+        (HealthCheckConfig(interval_secs=float("nan")), r"health_check\.interval_secs must be a finite number, got nan"),
+        (HealthCheckConfig(timeout_secs=float("inf")), r"health_check\.timeout_secs must be a finite number, got inf"),
     ],
 )
 def test_bad_health_check_settings_name_the_flag(settings, flag):
@@ -113,6 +116,14 @@ def test_bad_breaker_settings_name_the_flag():
         Router(URLS[:1], circuit_breaker=CircuitBreakerConfig(success_threshold=0))
     with pytest.raises(TypeError, match="health_check must be"):
         Router(URLS[:1], health_check="yes")
+
+
+def test_a_non_finite_gateway_option_is_refused_naming_it():
+    # Regression (found by a review): the gateway's options went to the library as JSON with NaN
+    # in it, and the error was the JSON parser's ("invalid character 'N'").
+    with Router(URLS[:1]) as router:
+        with pytest.raises(ValueError, match="request_timeout_secs must be a finite number, got nan"):
+            router.serve(request_timeout_secs=float("nan"))
 
 
 def test_probes_mark_a_dead_worker_unhealthy():

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Tuple
 
+from ..args import positive_seconds
 from ..prefix import DEFAULT_BLOCK_SIZE, DEFAULT_BYTES_PER_BLOCK
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -122,17 +123,6 @@ _HELP = {
     "prefix_block_size": "token ids per prefix block with --prefix-blocks tokens: the engine's KV block (page) size",
     "prefix_max_bytes": "bytes of a prompt hashed (UTF-8 text, 4 per token id); a longer prompt is routed by its beginning",
 }
-
-
-def positive_seconds(text: str) -> float:
-    """An argparse type: a finite number of seconds above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("%r is not a number of seconds" % text) from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError("must be a positive number of seconds, not %s" % text)
-    return value
 
 
 def router_and_options(

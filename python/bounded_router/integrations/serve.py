@@ -87,6 +87,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         import uvicorn
     except ImportError:
         parser.error("the routing proxy runs on uvicorn, which is not installed: pip install 'bounded-router[fastapi]'")
+    if args.request_timeout_secs != RouterArgs.request_timeout_secs:
+        parser.error("--request-timeout-secs applies to the native gateway (python -m bounded_router serve); "
+                     "this proxy bounds a request by --first-byte-timeout and --idle-timeout")
     try:
         retries = RouterArgs.from_cli_args(args).retry_config()
     except ValueError as e:
