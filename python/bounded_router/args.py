@@ -339,6 +339,8 @@ class RouterArgs:
 
     def gateway_options(self) -> Dict[str, Any]:
         """The native gateway's options these arguments set (see :mod:`bounded_router.gateway`)."""
+        if not self.request_timeout_secs > 0:  # the library's 0 would be its default, silently
+            raise ValueError("request_timeout_secs must be a number of seconds above 0, got %r" % self.request_timeout_secs)
         return {
             "host": self.host,
             "port": self.port,

@@ -181,3 +181,12 @@ def test_serve_refuses_a_key_of_the_wrong_form_naming_it() -> None:
     )  # fmt: skip
     assert done.returncode == 2 and "--control-plane-api-keys[0] must be ID:NAME:ROLE:KEY" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan")])
+def test_a_request_timeout_below_or_not_above_0_is_refused(timeout: float) -> None:
+    # Regression (found by a review): launch_router(RouterArgs(request_timeout_secs=0)) served with
+    # the library's default (0 means it there), and nan failed in the JSON parser.
+    args = RouterArgs(worker_urls=["http://127.0.0.1:9"], request_timeout_secs=timeout)
+    with pytest.raises(ValueError, match="request_timeout_secs must be a number of seconds above 0"):
+        args.gateway_options()
