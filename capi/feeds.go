@@ -129,20 +129,28 @@ func stopFeed(handle uint64) error {
 	return nil
 }
 
-// checkMembers refuses URLs that name no member (in any spelling of its URL, as every call
-// naming a member takes), so that a typo is an error, not a worker whose feed never reaches
-// the router. what names the option.
-func checkMembers(members []string, urls []string, what string) error {
+// memberNames is the normal form of each URL, as the router names its members (the feed's rows
+// then join the worker's own); it refuses a URL that names no member, in any spelling, so that a
+// typo is an error, not a worker whose feed never reaches the router, and a member named twice,
+// which would be two series of one metric. what names the option.
+func memberNames(members []string, urls []string, what string) ([]string, error) {
 	known := map[string]bool{}
 	for _, u := range members {
 		known[u] = true
 	}
-	for _, u := range urls {
-		if normal, err := core.NormalizeWorkerURL(u); err != nil || !known[normal] {
-			return invalidArgument("%s names %q, which is not a worker of this router", what, u)
+	names := make([]string, len(urls))
+	seen := map[string]string{}
+	for i, u := range urls {
+		normal, err := core.NormalizeWorkerURL(u)
+		if err != nil || !known[normal] {
+			return nil, invalidArgument("%s names %q, which is not a worker of this router", what, u)
 		}
+		if first, twice := seen[normal]; twice {
+			return nil, invalidArgument("%s names the worker %s twice (as %q and %q)", what, normal, first, u)
+		}
+		seen[normal], names[i] = u, normal
 	}
-	return nil
+	return names, nil
 }
 
 // withStart checks the arguments every start export takes (a router, options as JSON, the

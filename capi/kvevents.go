@@ -37,8 +37,12 @@ func br_kv_events_start(router C.uint64_t, optionsJSON *C.char, optionsLen C.siz
 		for i, s := range subs {
 			s.Index, s.Logf, workers[i] = r, log.Printf, s.Worker
 		}
-		if err := checkMembers(memberURLs(r), workers, "kv_events options: endpoints"); err != nil {
+		names, err := memberNames(memberURLs(r), workers, "kv_events options: endpoints")
+		if err != nil {
 			return 0, err
+		}
+		for i, s := range subs {
+			s.Worker = names[i]
 		}
 		run := func(ctx context.Context) {
 			var all sync.WaitGroup

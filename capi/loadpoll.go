@@ -31,8 +31,12 @@ func br_load_poll_start(router C.uint64_t, optionsJSON *C.char, optionsLen C.siz
 		for i, t := range targets {
 			workers[i] = t.Worker
 		}
-		if err := checkMembers(memberURLs(r), workers, "load poll options: endpoints"); err != nil {
+		names, err := memberNames(memberURLs(r), workers, "load poll options: endpoints")
+		if err != nil {
 			return 0, err
+		}
+		for i := range targets {
+			targets[i].Worker = names[i]
 		}
 		p, err := loadpoll.New(r, targets, cfg, nil, log.Printf)
 		if err != nil {

@@ -726,7 +726,8 @@ class Router:
         waiting uncached tokens (``format="sglang_loads"``) are then its prefill queue.
 
         Raises:
-            ValueError: a setting breaks its rule, or a worker named is not a member.
+            ValueError: a setting breaks its rule, or a worker named is not a member, is named
+                twice (in two spellings) or is polled already by another running feed.
         """
         return self._started(Feed.load_poll(self._native, endpoints, format, interval_secs, timeout_secs, expiry_secs, lease_weights))
 
@@ -743,7 +744,7 @@ class Router:
 
         Raises:
             ValueError: the policy is not ``cache_aware``, a setting breaks its rule, or a worker
-                named is not a member.
+                named is not a member, is named twice or is followed already by another feed.
         """
         return self._started(Feed.kv_events(self._native, endpoints, replay_endpoints, topic, stale_after_secs))
 
@@ -775,7 +776,17 @@ class Router:
         return feed
 
     def _started(self, feed: Feed) -> Feed:
-        self._feeds = [f for f in self._feeds if f.running] + [feed]
+        running = [f for f in self._feeds if f.running]
+        if feed.kind != "peer_routes":  # share_routes checks its peers before it starts
+            taken = {worker for f in running if f.kind == feed.kind for worker in f.statistics()}
+            again = sorted(taken.intersection(feed.statistics()))
+            if again:
+                feed.stop()
+                raise ValueError(
+                    "%s is %s already (one feed per worker: its counters would be two series of one metric; stop the other first)"
+                    % (again[0], "polled" if feed.kind == "load_poll" else "followed for KV events")
+                )
+        self._feeds = running + [feed]
         return feed
 
     def feed_statistics(self) -> List[Tuple[str, Dict[str, Dict[str, Any]]]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, Iterator, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -181,5 +181,34 @@ def test_a_member_is_named_in_any_spelling(endpoint: str) -> None:
     # written, where every other call takes any spelling of a member's URL.
     with Router([W0, W1], policy="least_load") as router:
         poller = router.poll_loads({"HTTP://127.0.0.1:9/w0/": endpoint + "/w0/get_load"}, **FAST)
-        _wait_for(poller, lambda s: s["HTTP://127.0.0.1:9/w0/"]["reports"] > 0)
+        _wait_for(poller, lambda s: s[W0]["reports"] > 0)  # its counters name it in its normal form
         assert router.route("k").worker_url == W1  # w0 reports 9 requests
+
+
+def _metric_workers(text: str, family: str) -> List[str]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sorted(s.labels["worker"] for f in text_string_to_metric_families(text) for s in f.samples if f.name == family)
+
+
+def test_a_feeds_rows_name_the_worker_in_its_normal_form() -> None:
+    # Regression (found by a review): the rows carried the worker as the caller spelled it, so
+    # they did not join bounded_router_worker_load{worker=...}, and two spellings of one worker
+    # were two series (and two polls of it).
+    with Router(["http://127.0.0.1:1"]) as router:
+        with router.poll_loads({"HTTP://127.0.0.1:1/": "http://127.0.0.1:1/get_load"}, interval_secs=60):
+            assert _metric_workers(router.metrics_text(), "bounded_router_engine_load_standing") == ["http://127.0.0.1:1"]
+        with pytest.raises(ValueError, match="names the worker http://127.0.0.1:1 twice"):
+            router.poll_loads({"http://127.0.0.1:1": "http://127.0.0.1:1/get_load", "http://127.0.0.1:1/": "http://127.0.0.1:1/get_load"})
+
+
+def test_a_worker_polled_already_is_refused_a_second_poll() -> None:
+    # Regression (found by a review): two polls of one worker gave duplicate series, which
+    # Prometheus refuses, and two polls in flight where the contract keeps one.
+    with Router(["http://127.0.0.1:1", "http://127.0.0.1:2"]) as router:
+        first = router.poll_loads({"http://127.0.0.1:1": "http://127.0.0.1:1/get_load"}, interval_secs=60)
+        with pytest.raises(ValueError, match="http://127.0.0.1:1 is polled already"):
+            router.poll_loads({"http://127.0.0.1:1/": "http://127.0.0.1:1/get_load"}, interval_secs=60)
+        router.poll_loads({"http://127.0.0.1:2": "http://127.0.0.1:2/get_load"}, interval_secs=60)
+        first.stop()
+        router.poll_loads({"http://127.0.0.1:1": "http://127.0.0.1:1/get_load"}, interval_secs=60)  # stopped: free again

@@ -204,3 +204,15 @@ def test_get_status_while_servers_join_and_leave() -> None:
     balancer.close()
     assert not any(t.is_alive() for t in threads)
     assert errors == []
+
+
+def test_removed_servers_are_forgotten() -> None:
+    # Regression (found by a review): the map of server URLs to ids kept every server ever
+    # removed, so a balancer whose servers churn grew without bound.
+    balancer = BoundedRequestLoadBalancer(["s0"])
+    for i in range(2000):
+        balancer.add_servers(["churn-%d" % i])
+        balancer.remove_servers(["churn-%d" % i])
+    assert balancer.get_all_servers() == ["s0"]
+    assert (len(balancer._held), len(balancer._handles), len(balancer._ids)) == (1, 1, 1)
+    balancer.close()

@@ -140,6 +140,7 @@ class BoundedRequestLoadBalancer:
         with self._lock:
             for server_id in server_ids:
                 self._router.remove_worker(server_url(server_id))
+                del self._ids[server_url(server_id)]  # a removed server takes no new request
                 self._handles.pop(server_id)
                 if not self._held[server_id]:
                     del self._held[server_id]
