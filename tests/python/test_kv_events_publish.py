@@ -58,8 +58,8 @@ def test_a_router_learns_the_published_blocks_and_replays_a_lost_batch() -> None
     publisher = KVEventPublisher(replay_endpoint="tcp://127.0.0.1:0")
     try:
         router = Router([W0, W1], policy="cache_aware", kv_events={W1: publisher.endpoint})
+        router.kv_events.stop()  # type: ignore[union-attr]  # one feed per worker: this one with the replay endpoint
         feed = router.subscribe_kv_events({W1: publisher.endpoint}, {W1: publisher.replay_endpoint or ""})
-        router.kv_events.stop()  # type: ignore[union-attr]  # keep the one with the replay endpoint
         tokens = list(range(8))
         blocks = prefix_blocks(tokens, 2)
 
