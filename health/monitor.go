@@ -156,6 +156,9 @@ func (m *Monitor) startProbes(these *sync.WaitGroup) {
 			err := m.probe(ctx, url)
 			cancel()
 			m.endProbe(id)
+			if m.ctx.Err() != nil {
+				return // cut short by Stop: says nothing of the worker
+			}
 			// A worker removed meanwhile (even if added again since) is no longer the router's:
 			// nothing to report.
 			_ = m.router.ReportProbe(url, id, err == nil)

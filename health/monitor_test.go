@@ -282,3 +282,22 @@ func TestHTTPProber(t *testing.T) {
 	srv.Close()
 	assert.Error(t, probe(ctx, srv.URL), "nothing listens any more")
 }
+
+// Regression (found by a review): a probe out when Stop cancelled it was reported as a failed
+// probe, so freeing a router marked a healthy worker unhealthy_probe (failure_threshold 1).
+func TestStopsCancelIsNoFailedProbe(t *testing.T) {
+	out := make(chan struct{}, 1)
+	prober := func(ctx context.Context, url string) error {
+		out <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	hc := core.DefaultHealthCheckConfig()
+	hc.FailureThreshold, hc.Timeout = 1, time.Hour
+	m, _, logs := newMonitor(t, core.Config{WorkerURLs: urls[:1], Policy: core.DefaultConfig().Policy, VirtualNodes: 10, HealthCheck: &hc}, prober)
+	m.Start()
+	<-out
+	m.Stop()
+	assert.Equal(t, core.ConditionAvailable, conditionOf(m.Router(), urls[0]), "logs: %s", logs)
+	assert.Equal(t, core.ProbeCounts{}, m.Router().Workers()[0].Probes)
+}

@@ -152,20 +152,22 @@ func (d decoder) unsigned(what string) (uint64, error) {
 	if err := d.integer(what); err != nil {
 		return 0, err
 	}
-	v, err := d.DecodeInterfaceLoose() // an int64 or a uint64, as its code says
-	if err != nil {
-		return 0, malformed("%s: %v", what, err)
-	}
-	switch n := v.(type) {
-	case uint64:
-		return n, nil
-	case int64:
-		if n >= 0 {
-			return uint64(n), nil
+	c, _ := d.PeekCode() // integer read it
+	if signed := c >= msgpcode.Int8 && c <= msgpcode.Int64 || msgpcode.IsFixedNum(c) && int8(c) < 0; !signed {
+		n, err := d.DecodeUint64()
+		if err != nil {
+			return 0, malformed("%s: %v", what, err)
 		}
+		return n, nil
+	}
+	n, err := d.DecodeInt64()
+	switch {
+	case err != nil:
+		return 0, malformed("%s: %v", what, err)
+	case n < 0:
 		return 0, malformed("%s: %d, below 0", what, n)
 	}
-	return 0, malformed("%s: %v, not an integer", what, v)
+	return uint64(n), nil
 }
 
 func (d decoder) fixedArray(n int, what string) error {
