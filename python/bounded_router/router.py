@@ -565,7 +565,8 @@ class Router:
                 released = native.release_ids(lease_ids)
             except BaseException:  # ForkedProcessError: nothing was released, the leases stay held
                 for lease, lease_id in zip(batch, lease_ids):
-                    lease._id = lease_id
+                    if lease_id:  # a lease listed twice was claimed once: its second is 0
+                        lease._id = lease_id
                 raise
         for lease in batch:
             lease.__class__ = Lease  # as Lease.release does: no safety net needed any more

@@ -256,7 +256,9 @@ print(router.loads())
     assert "Exception ignored" not in result.stderr
 
 
-@pytest.mark.parametrize("release", ["lease.release()", 'lease.release(outcome="failure")', "lease.fail()", "router.release_many([lease])"])
+@pytest.mark.parametrize(
+    "release", ["lease.release()", 'lease.release(outcome="failure")', "lease.fail()", "router.release_many([lease])", "router.release_many([lease, lease])"]
+)
 def test_a_release_refused_in_a_forked_child_leaves_the_lease_held(tmp_path, release):
     # The release raises ForkedProcessError; the lease must not claim a release that never
     # happened, so a second try raises again instead of returning False. Regressions (found by an

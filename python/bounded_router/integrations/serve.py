@@ -61,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
         description="A routing proxy: forwards each request to the worker the router chooses and streams the answer back.",
     )
     RouterArgs.add_cli_args(parser)  # with --host and --port
+    parser.set_defaults(request_timeout_secs=None)  # the gateway's alone: refused when given (main)
     parser.add_argument("--metrics-port", type=port_number, default=None, help="serve GET /metrics on this port (same host); off by default")
     ProxyOptions.add_cli_args(parser)
     parser.add_argument("--lifetime", type=positive_seconds, default=None, help="exit after this many seconds (default: run until stopped)")
@@ -87,9 +88,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         import uvicorn
     except ImportError:
         parser.error("the routing proxy runs on uvicorn, which is not installed: pip install 'bounded-router[fastapi]'")
-    if args.request_timeout_secs != RouterArgs.request_timeout_secs:
+    if args.request_timeout_secs is not None:
         parser.error("--request-timeout-secs applies to the native gateway (python -m bounded_router serve); "
                      "this proxy bounds a request by --first-byte-timeout and --idle-timeout")
+    args.request_timeout_secs = RouterArgs.request_timeout_secs
     try:
         retries = RouterArgs.from_cli_args(args).retry_config()
     except ValueError as e:
