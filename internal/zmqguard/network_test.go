@@ -1,6 +1,7 @@
 package zmqguard_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -227,20 +228,37 @@ func TestASubscriberSendsSubscriptionsOnly(t *testing.T) {
 		"an empty frame":            {0x00, 0x00},
 		"two frames":                {0x01, 0x01, 0x01, 0x00, 0x01, 0x01},
 		"a subscription over bound": append(big, 0x01),
-		"one subscription too many": many,
-		"a command":                 {zmqguard.FlagCommand, 0x05, 0x04, 'P', 'I', 'N', 'G'},
+		"one topic too many":        many,
+		"a command over the bound":  append(zmqguard.LongHeader(zmqguard.FlagCommand, zmqguard.MaxSubscriptionBytes+1), 0x04),
 	} {
 		c := handSub(t, endpoint, false)
 		_, err := c.Write(tail)
 		require.NoError(t, err)
 		requireClosed(t, c, 5*time.Second, "%s", name)
 	}
-	c := handSub(t, endpoint, false)
-	_, err := c.Write(many[:len(many)-4]) // its own subscription and these: MaxSubscriptions
-	require.NoError(t, err)
-	require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Second)))
-	_, err = c.Read(make([]byte, 1))
-	require.True(t, errors.Is(err, os.ErrDeadlineExceeded), "the publisher closed a subscriber within the bounds: %v", err)
+	// Within the bounds (regressions, found by a review of the first rule): MaxSubscriptions
+	// topics; one topic sent again and again (a zmq4 SUB sends its topics to every publisher
+	// each time it connects to one more); libzmq's heartbeat PINGs.
+	again := []byte{}
+	for i := 0; i < 10*zmqguard.MaxSubscriptions; i++ {
+		again = append(again, 0x00, 0x02, 0x01, 'k')
+	}
+	ping := []byte{zmqguard.FlagCommand, 0x07, 0x04, 'P', 'I', 'N', 'G', 0x00, 0x0a}
+	for name, tail := range map[string][]byte{
+		"MaxSubscriptions topics": many[:len(many)-4], // with its own "": MaxSubscriptions
+		"one topic, many times":   again,
+		"PINGs":                   bytes.Repeat(ping, 100),
+	} {
+		c := handSub(t, endpoint, false)
+		_, err := c.Write(tail)
+		require.NoError(t, err)
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Second)))
+		_, err = c.Read(make([]byte, 1))
+		if err == nil {
+			continue // the publisher answered (a PONG): it kept the connection
+		}
+		require.True(t, errors.Is(err, os.ErrDeadlineExceeded), "%s: the publisher closed a subscriber within the bounds: %v", name, err)
+	}
 }
 
 // Regression (found by a review of the first fix for a refused socket type, which counted a
@@ -259,4 +277,43 @@ func TestAValidSubscriberSurvivesASlowSendLoop(t *testing.T) {
 	require.NoError(t, valid.SetReadDeadline(time.Now().Add(zmqguard.HandshakeTimeout+4*time.Second)))
 	_, err := valid.Read(make([]byte, 1))
 	require.True(t, errors.Is(err, os.ErrDeadlineExceeded), "the publisher closed a subscriber that completed its handshake: %v", err)
+}
+
+// Regression (found by a review of the first subscriber rule, which counted subscription
+// messages): a zmq4 SUB sends all its topics to every publisher each time it connects to one
+// more, so one following 64 other publishers went past the count and was reset.
+func TestAZmq4SubFollowingManyPublishersIsKept(t *testing.T) {
+	pub, endpoint := guardedPublisher(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sub := zmq4.NewSub(ctx, zmqguard.Quiet())
+	defer sub.Close()
+	require.NoError(t, sub.Dial(zmqguard.Endpoint(endpoint)))
+	require.NoError(t, sub.SetOption(zmq4.OptionSubscribe, ""))
+	for i := 0; i < zmqguard.MaxSubscriptions+8; i++ {
+		other := zmq4.NewPub(ctx, zmqguard.Quiet())
+		defer other.Close()
+		require.NoError(t, other.Listen(zmqguard.Endpoint(loopback.FreeEndpoint(t))))
+		require.NoError(t, sub.Dial(zmqguard.Endpoint("tcp://"+other.Addr().String())))
+	}
+	got := make(chan error, 1)
+	go func() {
+		for i := 0; i < 5; i++ {
+			if _, err := sub.Recv(); err != nil {
+				got <- err
+				return
+			}
+		}
+		got <- nil
+	}()
+	loopback.WaitFor(t, "five messages through the publisher", func() bool {
+		_ = pub.Send(zmq4.NewMsgFrom([]byte("t"), []byte("x")))
+		select {
+		case err := <-got:
+			require.NoError(t, err)
+			return true
+		default:
+			return false
+		}
+	})
 }

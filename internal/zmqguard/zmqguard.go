@@ -12,7 +12,7 @@
 // accepted connection that has not completed it then is closed), a peer of a socket type zmq4
 // refuses is closed at its READY (zmq4 would drop it open), and so is one whose READY zmq4
 // could not read without a panic (a type it does not know, a property cut short), a SUB peer
-// may send only subscriptions (MaxSubscriptions of at most MaxSubscriptionBytes), each write
+// may send only subscriptions (MaxSubscriptions topics of at most MaxSubscriptionBytes), each write
 // must end within WriteTimeout, and a dialled connection closes when its socket's context ends.
 package zmqguard
 
@@ -21,6 +21,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log"
 	"net"
@@ -50,7 +51,9 @@ const (
 	// write of the largest message to a reading peer takes milliseconds).
 	WriteTimeout = time.Second
 	// MaxSubscriptionBytes and MaxSubscriptions bound what a SUB peer sends: zmq4's PUB keeps
-	// every topic it is sent, and queues any other message for a receive nobody makes.
+	// every topic it is sent, and queues any other message for a receive nobody makes. A frame
+	// of a SUB is at most MaxSubscriptionBytes (a command too: libzmq's heartbeat PINGs), and
+	// it holds at most MaxSubscriptions distinct topics at a time.
 	MaxSubscriptionBytes = 64<<10 + 1
 	MaxSubscriptions     = 64
 )
@@ -154,6 +157,9 @@ type conn struct {
 	handshed       atomic.Bool // written by the reader, read by an accepted connection's timer
 }
 
+// topicSeed seeds the hashes of the topics subscribers send.
+var topicSeed = maphash.MakeSeed()
+
 // maxHandshakeBytes bounds what a connection keeps of each way's handshake.
 const maxHandshakeBytes = 4096
 
@@ -204,7 +210,10 @@ func (c *conn) handshaken() error {
 	if !peers.IsCompatible(ours) { // zmq4's own test, the peer's type first
 		return fmt.Errorf("a peer of socket type %s cannot talk to a %s socket", peers, ours)
 	}
-	c.stream.subscriber = peers == zmq4.Sub || peers == zmq4.XSub
+	if peers == zmq4.Sub || peers == zmq4.XSub {
+		c.stream.subscriber = true
+		c.stream.topic.SetSeed(topicSeed) // a seed of this process: no peer can aim at collisions
+	}
 	c.handshed.Store(true)
 	_ = c.Conn.SetReadDeadline(time.Time{})
 	return nil
@@ -301,10 +310,12 @@ type frames struct {
 	command  bool   // the current frame is a command
 	commands int    // commands completed
 	message  struct{ frames, bytes uint64 }
-	// subscriber: the peer is a SUB, whose frames must all be subscriptions (a first byte of 0
-	// or 1, checked while unchecked is set); subscriptions counts them.
-	subscriber, unchecked bool
-	subscriptions         int
+	// subscriber: the peer is a SUB, whose messages must all be subscriptions: a first byte of
+	// 0 (cancel) or 1 (subscribe), read while unchecked is set, then the topic, whose hash
+	// topic takes as it passes. topics holds the hashes of the topics it subscribes to.
+	subscriber, unchecked, subscribing bool
+	topic                              maphash.Hash
+	topics                             map[uint64]bool
 }
 
 const (
@@ -323,13 +334,17 @@ func (f *frames) inspect(b []byte) (int, error) {
 			n := min(f.greeting, len(b))
 			f.greeting, b = f.greeting-n, b[n:]
 		case f.body > 0:
-			if f.unchecked && b[0] > 1 {
-				return 0, fmt.Errorf("%w: a message starting %#x", ErrNotSubscription, b[0])
-			}
 			n := min(f.body, uint64(len(b)))
-			f.body, b, f.unchecked = f.body-n, b[n:], false
+			if err := f.readTopic(b[:n]); err != nil {
+				return 0, err
+			}
+			f.body, b = f.body-n, b[n:]
 			if f.body == 0 && f.command {
 				f.commands++
+			} else if f.body == 0 && f.subscriber {
+				if err := f.subscribed(); err != nil {
+					return 0, err
+				}
 			}
 		default:
 			f.header[f.have], f.have, b = b[0], f.have+1, b[1:]
@@ -355,14 +370,48 @@ func frameHeader(b []byte) (size uint64, length int, whole bool) {
 	return binary.BigEndian.Uint64(b[1:9]), 9, true
 }
 
-// subscription checks the header of a SUB peer's frame: a one-frame message of 1 to
-// MaxSubscriptionBytes bytes, at most MaxSubscriptions of them; inspect checks its first byte.
+// subscription checks the header of a SUB peer's frame: a command or a one-frame message of
+// at most MaxSubscriptionBytes, the message not empty (readTopic reads it).
 func (f *frames) subscription(flags byte, size uint64) error {
-	f.subscriptions++
-	if flags&(flagMore|flagCommand) != 0 || size == 0 || size > MaxSubscriptionBytes || f.subscriptions > MaxSubscriptions {
-		return fmt.Errorf("%w: frame %d, of %d bytes, flags %#x", ErrNotSubscription, f.subscriptions, size, flags)
+	command := flags&flagCommand != 0
+	if size > MaxSubscriptionBytes || !command && (flags&flagMore != 0 || size == 0) {
+		return fmt.Errorf("%w: a frame of %d bytes, flags %#x", ErrNotSubscription, size, flags)
 	}
-	f.unchecked = true
+	if !command {
+		f.unchecked = true
+		f.topic.Reset()
+	}
+	return nil
+}
+
+// readTopic follows the body of a SUB peer's subscription as it passes.
+func (f *frames) readTopic(b []byte) error {
+	if !f.subscriber || f.command {
+		return nil
+	}
+	if f.unchecked {
+		if b[0] > 1 {
+			return fmt.Errorf("%w: a message starting %#x", ErrNotSubscription, b[0])
+		}
+		f.subscribing, f.unchecked, b = b[0] == 1, false, b[1:]
+	}
+	f.topic.Write(b)
+	return nil
+}
+
+// subscribed counts the topic of a subscription read whole, and takes off a cancelled one.
+func (f *frames) subscribed() error {
+	if f.topics == nil {
+		f.topics = map[uint64]bool{}
+	}
+	if !f.subscribing {
+		delete(f.topics, f.topic.Sum64())
+		return nil
+	}
+	f.topics[f.topic.Sum64()] = true
+	if len(f.topics) > MaxSubscriptions {
+		return fmt.Errorf("%w: %d topics, more than %d", ErrNotSubscription, len(f.topics), MaxSubscriptions)
+	}
 	return nil
 }
 
