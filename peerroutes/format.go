@@ -134,26 +134,27 @@ func (d decoder) notNil(what string) error {
 	return nil
 }
 
-// integer fails unless an integer comes next (not nil, a float or anything else).
-func (d decoder) integer(what string) error {
+// integer fails unless an integer comes next (not nil, a float or anything else), and says
+// whether its msgpack code is one of the signed forms.
+func (d decoder) integer(what string) (signed bool, err error) {
 	c, err := d.PeekCode()
 	switch {
 	case err != nil:
-		return malformed("%s: %v", what, err)
+		return false, malformed("%s: %v", what, err)
 	case !msgpcode.IsFixedNum(c) && (c < msgpcode.Uint8 || c > msgpcode.Int64):
-		return malformed("%s: not an integer (msgpack code %#x)", what, c)
+		return false, malformed("%s: not an integer (msgpack code %#x)", what, c)
 	}
-	return nil
+	return c >= msgpcode.Int8 && c <= msgpcode.Int64 || msgpcode.IsFixedNum(c) && int8(c) < 0, nil
 }
 
 // unsigned reads an integer from 0 to 2^64-1: msgpack's DecodeUint64 takes a negative one for
 // its two's complement.
 func (d decoder) unsigned(what string) (uint64, error) {
-	if err := d.integer(what); err != nil {
+	signed, err := d.integer(what)
+	if err != nil {
 		return 0, err
 	}
-	c, _ := d.PeekCode() // integer read it
-	if signed := c >= msgpcode.Int8 && c <= msgpcode.Int64 || msgpcode.IsFixedNum(c) && int8(c) < 0; !signed {
+	if !signed {
 		n, err := d.DecodeUint64()
 		if err != nil {
 			return 0, malformed("%s: %v", what, err)
@@ -190,7 +191,7 @@ func (d decoder) route() (Route, error) {
 	if r.URL, err = d.DecodeString(); err != nil {
 		return r, malformed("worker_url: %v", err)
 	}
-	if err = d.integer("weight"); err != nil {
+	if _, err = d.integer("weight"); err != nil {
 		return r, err
 	}
 	if r.Weight, err = d.DecodeInt64(); err != nil {
