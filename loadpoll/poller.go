@@ -147,6 +147,9 @@ func (p *Poller) Run(ctx context.Context) {
 			go func() {
 				defer polls.Done()
 				load, failure, err := p.poll(ctx, t.target)
+				if ctx.Err() != nil {
+					return // cut short by the stop: says nothing of the worker
+				}
 				p.apply(t, time.Now(), load, failure, err)
 			}()
 		}

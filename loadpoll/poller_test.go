@@ -116,6 +116,34 @@ func TestReportsExpireAndFailuresAreLoggedOnce(t *testing.T) {
 	assert.Equal(t, 1, r.forgets[w0])
 }
 
+// Regression (found by a review; docs/contract.md, "Engine load reports"): a poll cut short by
+// the poller's stop was counted and logged as the worker's failure ("context canceled"), for
+// every healthy worker slow to answer when a router closed. A stop says nothing of the worker.
+func TestAPollCutShortByStopIsNoFailure(t *testing.T) {
+	asked := make(chan struct{}, 1)
+	release := make(chan struct{})
+	server := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		asked <- struct{}{}
+		<-release // answers only once the poller has stopped
+	}))
+	defer server.Close()
+	defer close(release)
+	r, logs := newFakeRouter(), []string{}
+	p := newTestPoller(t, r, server.URL+"/get_load", Config{Interval: time.Hour, Timeout: time.Minute}, &logs)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.Run(ctx); close(done) }()
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no poll within 10 s")
+	}
+	cancel()
+	<-done
+	assert.Empty(t, p.Stats()[0].Failures)
+	assert.Empty(t, logs)
+}
+
 // Waiting tokens reach only a router whose leases weigh tokens, the requests only one whose
 // leases weigh 1; the requests waiting reach every one.
 func TestWaitingTokensOnlyForTokenWeights(t *testing.T) {
