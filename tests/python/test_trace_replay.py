@@ -165,6 +165,14 @@ def test_a_long_prompt_is_prefilled_in_chunks_that_a_chunk_may_share() -> None:
     assert result.duration_ms == 17.0
 
 
+def test_requests_arriving_together_at_an_idle_worker_share_its_first_step() -> None:
+    # Regression (found by a review): the first of two arrivals at an idle worker started a step
+    # alone and the second waited for it. Both 2-token prompts fit one chunk of 4: one step of
+    # 1 + 4 = 5 ms gives both their first token (batching.py: an arrival at a step's start joins it).
+    result = _replay([_line(0, 2, 1, [1]), _line(0, 2, 1, [2])])
+    assert result.ttft_ms == [5.0, 5.0]
+
+
 @pytest.mark.parametrize("arrival, ttft", [(5.5, 4.0), (6.0, 3.5), (3.0, 3.5)])
 def test_an_arrival_cuts_a_decode_segment_at_the_step_in_progress(arrival: float, ttft: float) -> None:
     # A: prefill 2 tokens (3 ms), then decodes its 4 remaining tokens in steps of 1.5 ms from 3 ms

@@ -17,7 +17,7 @@ import heapq
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .batching import EVENTS_AT, BatchingWorker, Job, StepCosts
 from .engine import CacheAndLatency
@@ -319,6 +319,7 @@ class _Run:
         self.in_flight = [0] * config.workers
         self.spill_excess: List[int] = []
         self.last = 0.0
+        self.arrived: Set[int] = set()  # workers given a request at this instant, to start
 
     def schedule(self, w: int, end: Optional[float]) -> None:
         if end is not None:
@@ -336,8 +337,18 @@ class _Run:
         worker = self.workers[w]
         job = Job(i, now, request.input_tokens, request.output_tokens, request.blocks, lease)
         self.schedule(w, worker.add(job, now))
-        self.schedule(w, worker.start(now))
-        self.publish(w, now)  # a step scheduled now may report its blocks (events_at "schedule")
+        self.arrived.add(w)
+        if not self.arrival_next(now):
+            # An idle worker starts once every arrival of this instant has queued, so the ones
+            # that arrive together share its first step, as they would a step starting now.
+            for w in sorted(self.arrived):
+                self.schedule(w, self.workers[w].start(now))
+                self.publish(w, now)  # a step scheduled now may report its blocks (events_at "schedule")
+            self.arrived.clear()
+
+    def arrival_next(self, now: float) -> bool:
+        """Whether the next event is another arrival at ``now`` (arrivals come first among ties)."""
+        return bool(self.events) and self.events[0][0] == now and self.events[0][2] == _ARRIVE
 
     def step_end(self, w: int, now: float) -> None:
         worker = self.workers[w]
