@@ -168,6 +168,19 @@ def test_cli_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert rows[0][3] == "20" and rows[1][5] == "20"  # strict: 20 x 8:0; bounded gap 1: 20 x 6:2
 
 
+def test_the_default_run_prints_the_table_of_docs_ab_reproduction(capsys: pytest.CaptureFixture[str]) -> None:
+    # Regression (found by a review): the doc calls its table the exact output, and its random
+    # row had gone stale when the random policy became seeded.
+    import pathlib
+    import re
+
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "ab-reproduction.md").read_text()
+    documented = re.search(r"## Simulated .*?```\n(.*?)```", doc, re.S)
+    assert documented is not None
+    assert main([]) == 0
+    assert capsys.readouterr().out == documented.group(1)
+
+
 def test_cli_json_rows(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--groups", "10", "--json", "--gaps", "2", "--skew", "1.25"]) == 0
     rows = json.loads(capsys.readouterr().out)
