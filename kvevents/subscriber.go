@@ -109,6 +109,9 @@ func (s *Subscriber) recover(ctx context.Context, first, next int64) {
 	if s.ReplayEndpoint != "" {
 		replayed = s.replay(ctx, first, next)
 	}
+	if ctx.Err() != nil {
+		return // stopped: what the replay did not return says nothing of the engine
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stats.last = next - 1
@@ -125,9 +128,9 @@ func (s *Subscriber) replay(ctx context.Context, first, next int64) (applied int
 	if timeout <= 0 {
 		timeout = time.Second
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	bounded, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	dealer := zmq4.NewDealer(ctx, zmqguard.Quiet())
+	dealer := zmq4.NewDealer(bounded, zmqguard.Quiet())
 	defer dealer.Close()
 	if err := dealer.Dial(zmqguard.Endpoint(s.ReplayEndpoint)); err != nil {
 		s.problem("replay", "replay from %s: %v", s.ReplayEndpoint, err)
@@ -142,7 +145,9 @@ func (s *Subscriber) replay(ctx context.Context, first, next int64) (applied int
 	for {
 		msg, err := dealer.Recv()
 		if err != nil {
-			s.problem("replay", "replay from %s: %v", s.ReplayEndpoint, err)
+			if ctx.Err() == nil { // a stop is no failure of the replay
+				s.problem("replay", "replay from %s: %v", s.ReplayEndpoint, err)
+			}
 			return
 		}
 		frames := msg.Frames

@@ -128,6 +128,37 @@ func TestAPartialReplayCountsEveryBatchItDidNotReturn(t *testing.T) {
 	assert.Equal(t, uint64(3), st.Batches)
 }
 
+// Regression (docs/contract.md, "KV events over the wire"): a replay cut short by the
+// subscriber's stop counted the batches it was asking for as lost and logged the stop as a
+// replay failure and a loss, for a healthy engine whose router was closing.
+func TestAReplayCutShortByStopLosesAndLogsNothing(t *testing.T) {
+	urls := []string{"http://127.0.0.1:1"}
+	r := indexRouter(t, 64, urls...)
+	endpoint := loopback.FreeEndpoint(t)
+	replay := zmq4.NewRouter(context.Background())
+	defer replay.Close()
+	require.NoError(t, replay.Listen(endpoint))
+	var logs []string
+	s := &Subscriber{Index: r, Worker: urls[0], ReplayEndpoint: endpoint, ReplayTimeout: time.Minute,
+		Logf: func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) }}
+	s.stats.last = -1
+	s.logged = map[string]bool{}
+	ctx, stop := context.WithCancel(context.Background())
+	s.receive(ctx, [][]byte{{}, seqFrame(0), storedPayload(t, 100, nil, 3, 4)})
+	done := make(chan struct{})
+	go func() { s.receive(ctx, [][]byte{{}, seqFrame(5), storedPayload(t, 105, nil, 5, 6)}); close(done) }()
+	_, err := replay.Recv() // the replay asked for: the engine never answers it
+	require.NoError(t, err)
+	stop()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the replay did not end within 10 s of the stop")
+	}
+	assert.Zero(t, s.Stats().Lost)
+	assert.Empty(t, logs)
+}
+
 // A publisher that floods (issue 21, "Bad input"): thousands of batches, each storing a block
 // the worker never held, as fast as the socket takes them. Every batch is applied or counted
 // lost, the worker's index stays within blocks_per_worker, and the engine names of the blocks
