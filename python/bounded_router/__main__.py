@@ -20,8 +20,8 @@ import sys
 from typing import List, Optional, Tuple
 
 from ._cli import SERVE_HINT, CommandParser
-from .args import RouterArgs, port_number
-from .feeds import LOAD_FORMATS, Feed
+from .args import RouterArgs, port_number, seconds_at_most
+from .feeds import LOAD_FORMATS, MAX_FEED_SECONDS, Feed
 from .launch_router import serve_until_signalled
 from .router import Router
 from .integrations.options import ProxyOptions, positive_seconds, router_and_options
@@ -71,7 +71,9 @@ def _parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         default=None,
         help="poll every worker's load: sglang (GET /get_load), sglang_loads (GET /v1/loads) or vllm (GET /metrics); off by default",
     )
-    feeds.add_argument("--load-poll-interval-secs", type=positive_seconds, default=None, help="seconds between polls (default 0.2)")
+    feeds.add_argument(
+        "--load-poll-interval-secs", type=seconds_at_most(MAX_FEED_SECONDS), default=None, help="seconds between polls, at most %d (default 0.2)" % MAX_FEED_SECONDS
+    )
     peers = serve.add_argument_group("router replicas (docs/contract.md, \"Sharing routes over the wire\")")
     peers.add_argument(
         "--peer-routes-publish",

@@ -33,6 +33,7 @@ from .policy import (
     DEFAULT_MIN_LOAD_GAP,
     DEFAULT_VIRTUAL_NODES,
     HASH_RINGS,
+    MAX_SEED,
     SPILL_TARGETS,
     PolicyType,
     _check_assignment_mode,
@@ -63,6 +64,30 @@ def positive_seconds(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError("must be a positive number of seconds, not %s" % text)
     return value
+
+
+def seconds_at_most(limit: float) -> Callable[[str], float]:
+    """An argparse type: a number of seconds above 0 and at most ``limit``."""
+
+    def seconds(text: str) -> float:
+        value = positive_seconds(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError("must be a number of seconds above 0 and at most %g, not %s" % (limit, text))
+        return value
+
+    return seconds
+
+
+def _random_seed(text: str) -> int:
+    """An argparse type: a seed of the random policy, 0 to 2**64 - 1, checked as the flag is read
+    so that the error names the flag (the library names its setting ``seed``)."""
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not an integer" % text) from None
+    if not 0 <= seed <= MAX_SEED:
+        raise argparse.ArgumentTypeError("must be an integer from 0 to %d, not %s" % (MAX_SEED, text))
+    return seed
 
 
 def _policy_name(text: str) -> str:
@@ -245,7 +270,7 @@ class RouterArgs:
         )
         add(
             "random-seed",
-            type=int,
+            type=_random_seed,
             default=RouterArgs.random_seed,
             help="random: seed the router's choices (an integer from 0 to 2**64-1), so that runs "
             "given the same requests choose the same workers (default: unseeded)",

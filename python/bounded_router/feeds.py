@@ -51,11 +51,15 @@ __all__ = ["Feed", "PeerRoutesFeed", "LOAD_FORMATS"]
 LOAD_FORMATS = ("sglang", "sglang_loads", "vllm")
 
 
+#: The longest interval, timeout or expiry a feed takes, in seconds.
+MAX_FEED_SECONDS = 3600
+
+
 def _milliseconds(name: str, seconds: Optional[float]) -> int:
     if seconds is None:
         return 0
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
-        raise ValueError("%s must be a number of seconds above 0 and at most 3600, got %r" % (name, seconds))
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= MAX_FEED_SECONDS:
+        raise ValueError("%s must be a number of seconds above 0 and at most %d, got %r" % (name, MAX_FEED_SECONDS, seconds))
     return max(1, int(round(seconds * 1000)))
 
 

@@ -248,6 +248,9 @@ def _run_cli(*args: str) -> "subprocess.CompletedProcess[str]":
         (["--health-check-interval-secs", "-1"], "argument --health-check-interval-secs: must be a positive number of seconds, not -1"),
         (["--cb-timeout-duration-secs", "-1"], "argument --cb-timeout-duration-secs"),
         (["--load-poll-interval-secs", "5"], "--load-poll-interval-secs needs --load-poll"),
+        # Regressions (found by a review): these named the library's setting (seed, interval_secs).
+        (["--policy", "random", "--random-seed", "-1"], "argument --random-seed: must be an integer from 0 to 18446744073709551615, not -1"),
+        (["--load-poll", "sglang", "--load-poll-interval-secs", "1e9"], "argument --load-poll-interval-secs: must be a number of seconds above 0 and at most 3600, not 1e9"),
     ],
 )
 def test_cli_usage_errors(args: List[str], message: str) -> None:

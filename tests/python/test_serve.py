@@ -49,6 +49,7 @@ SERVE = [sys.executable, "-m", "bounded_router.integrations.serve"]
         (["--health-check-interval-secs", "nan"], "argument --health-check-interval-secs"),
         (["--request-timeout-secs", "60"], "--request-timeout-secs applies to the native gateway"),
         (["--request-timeout-secs", "1800"], "--request-timeout-secs applies to the native gateway"),  # its default too
+        (["--policy", "random", "--random-seed", "-1"], "argument --random-seed"),
     ],
 )
 def test_a_bad_flag_is_a_usage_error_naming_it(flags: List[str], named: str) -> None:
