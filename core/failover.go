@@ -16,11 +16,13 @@ func (r *Router) RouteAvoiding(req *Request, tried []uint32) Decision {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if req.HasTarget {
+		r.branches[BranchTargetWorkerMiss]++
 		return Decision{Branch: BranchTargetWorkerMiss}
 	}
 	set := r.setAside(tried)
 	defer r.restore(set)
 	if len(r.view.available) == 0 {
+		r.branches[BranchNoHealthyWorkers]++
 		return Decision{Branch: BranchNoHealthyWorkers}
 	}
 	position, keyed := key.position, key.present
@@ -34,8 +36,13 @@ func (r *Router) RouteAvoiding(req *Request, tried []uint32) Decision {
 	}
 	w := r.members.workers[r.view.preferred(position)]
 	r.branches[BranchFailover]++
-	lease := r.take(w, w, key, weight)
-	r.tell(w, weight, nil) // a retry records no blocks here, so it tells none
+	if r.view.blocks != nil {
+		r.view.blocks.epoch++ // no decision matched blocks for this worker: the index looks them up
+	}
+	// The key's second home becomes its last worker under key memory; manual's keys keep the
+	// worker they were assigned until it turns unavailable.
+	remember := key.present && r.policy.Kind == PolicyBoundedConsistentHashing
+	lease := r.commit(w, w, req, key, weight, remember)
 	return Decision{Branch: BranchFailover, WorkerURL: w.url, WorkerID: w.id, PreferredURL: w.url, PreferredID: w.id, Lease: lease}
 }
 

@@ -154,15 +154,23 @@ func (r *Router) route(d *Decision, req *Request, key explicitKey, weight int64)
 	if chosen != nil {
 		// Only round_robin reads the counter; advancing it for every policy keeps this branchless.
 		r.view.roundRobin++
-		d.Lease = r.take(chosen, preferred, key, weight)
-		if r.view.memory != nil && remembers(d.Branch) {
-			r.view.memory.remember(key.position, chosen)
-		}
-		if r.view.blocks != nil && len(req.PrefixBlocks) > 0 {
-			r.recordPrefix(chosen, req.PrefixBlocks)
-		}
-		r.tell(chosen, weight, req.PrefixBlocks)
+		d.Lease = r.commit(chosen, preferred, req, key, weight, remembers(d.Branch))
 	}
+}
+
+// commit takes the lease of a route (or a retry) to chosen and records what a route records:
+// the key's last worker (when remember), the request's blocks in the index, the route for the
+// peers.
+func (r *Router) commit(chosen, preferred *worker, req *Request, key explicitKey, weight int64, remember bool) LeaseID {
+	lease := r.take(chosen, preferred, key, weight)
+	if r.view.memory != nil && remember {
+		r.view.memory.remember(key.position, chosen)
+	}
+	if r.view.blocks != nil && len(req.PrefixBlocks) > 0 {
+		r.recordPrefix(chosen, req.PrefixBlocks)
+	}
+	r.tell(chosen, weight, req.PrefixBlocks)
+	return lease
 }
 
 // explicitKey is a request's explicit routing key reduced to what the router needs: its ring
