@@ -488,7 +488,7 @@ func TestSelectBoundedExplicitOnHandBuiltView(t *testing.T) {
 	ws[0].load, ws[1].load, ws[2].load = 6, 3, 3
 	v := newView()
 	v.workers, v.ring = ws, buildRing(HashRingXXH64, urls, 50)
-	v.available, v.spillable, v.availableLoad = []uint32{0, 1, 2}, []uint32{0, 1, 2}, 12
+	v.available, v.spillable, v.spillableLoad = []uint32{0, 1, 2}, []uint32{0, 1, 2}, 12
 	key := newRefRing(urls, 50).keyPreferring(t, urls[0])
 	pos := HashRingXXH64.Position(key)
 

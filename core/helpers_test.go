@@ -213,7 +213,8 @@ func selectKey(r *Router, key string) Decision {
 }
 
 // checkInvariants verifies the router's internal bookkeeping: the available list is the
-// healthy members in membership order and the running total is the sum of their loads.
+// healthy members in membership order and the running totals are the sums of the spillable
+// workers' loads.
 func checkInvariants(t testing.TB, r *Router) {
 	t.Helper()
 	r.mu.Lock()
@@ -224,6 +225,9 @@ func checkInvariants(t testing.TB, r *Router) {
 		require.False(t, w.removed, "member %s is marked removed", w.url)
 		if w.healthy {
 			available = append(available, uint32(i))
+		}
+		if w.spillable {
+			require.True(t, w.healthy, "spillable %s is unavailable", w.url)
 			total += w.load
 			prefill += w.prefillLoad
 		}
@@ -236,11 +240,11 @@ func checkInvariants(t testing.TB, r *Router) {
 	if len(available) > 0 {
 		require.Equal(t, available, r.view.available)
 	}
-	require.Equal(t, total, r.view.availableLoad, "running total of available load")
+	require.Equal(t, total, r.view.spillableLoad, "running total of spillable load")
 	if !r.view.byPrefill {
 		prefill = 0 // kept only for balance_by prefill
 	}
-	require.Equal(t, prefill, r.view.availablePrefill, "running total of available prefill load")
+	require.Equal(t, prefill, r.view.spillablePrefill, "running total of spillable prefill load")
 	require.Len(t, r.view.workers, len(r.members.workers))
 	require.Same(t, r.members.ring, r.view.ring)
 }

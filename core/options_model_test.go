@@ -203,6 +203,6 @@ func TestBoundedOptionsUnderConcurrentChurn(t *testing.T) {
 		require.Zero(t, w.load, w.url)
 		require.Zero(t, w.requests, w.url)
 	}
-	require.Zero(t, r.view.availableLoad)
+	require.Zero(t, r.view.spillableLoad)
 	checkKeyMemory(t, r, policy)
 }

@@ -261,11 +261,9 @@ func (r *Router) addLoad(w *worker, delta int64) {
 		return // an engine report equal to the load: the least-load memo must not see a move
 	}
 	w.load += delta
-	if w.healthy && !w.removed {
-		r.view.availableLoad += delta
-		if w.spillable {
-			r.view.least.moved(w.index, w.load-delta, w.load)
-		}
+	if w.spillable && w.healthy && !w.removed {
+		r.view.spillableLoad += delta
+		r.view.least.moved(w.index, w.load-delta, w.load)
 	}
 }
 
@@ -276,11 +274,9 @@ func (r *Router) addPrefillLoad(w *worker, delta int64) {
 		return // the least-load memo must not see a move
 	}
 	w.prefillLoad += delta
-	if r.view.byPrefill && w.healthy && !w.removed {
-		r.view.availablePrefill += delta
-		if w.spillable {
-			r.view.leastPrefill.moved(w.index, w.prefillLoad-delta, w.prefillLoad)
-		}
+	if r.view.byPrefill && w.spillable && w.healthy && !w.removed {
+		r.view.spillablePrefill += delta
+		r.view.leastPrefill.moved(w.index, w.prefillLoad-delta, w.prefillLoad)
 	}
 }
 
@@ -580,16 +576,11 @@ func (r *Router) install(next *membership) (left []ConditionChange) {
 func (r *Router) refreshAvailable() {
 	v := &r.view
 	v.available, v.spillable = v.available[:0], v.spillable[:0]
-	v.availableLoad, v.availablePrefill = 0, 0
 	v.forgetLeast()
 	for i, w := range r.members.workers {
 		w.spillable = w.trusted()
 		if w.healthy {
 			v.available = append(v.available, uint32(i))
-			v.availableLoad += w.load
-			if v.byPrefill {
-				v.availablePrefill += w.prefillLoad
-			}
 		}
 		if w.spillable {
 			v.spillable = append(v.spillable, uint32(i))
@@ -600,6 +591,14 @@ func (r *Router) refreshAvailable() {
 		v.spillable = append(v.spillable, v.available...)
 		for _, i := range v.available {
 			r.members.workers[i].spillable = true
+		}
+	}
+	v.spillableLoad, v.spillablePrefill = 0, 0
+	for _, i := range v.spillable {
+		w := r.members.workers[i]
+		v.spillableLoad += w.load
+		if v.byPrefill {
+			v.spillablePrefill += w.prefillLoad
 		}
 	}
 }

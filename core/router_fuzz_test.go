@@ -249,8 +249,8 @@ func FuzzRouterOperations(f *testing.F) {
 				t.Fatalf("worker %s left with load %d, %d keys", w.url, w.load, w.activeKeys)
 			}
 		}
-		if r.leases.active != 0 || r.leaked != abandoned || r.view.availableLoad != 0 {
-			t.Fatalf("active %d, leaked %d (want %d), available load %d", r.leases.active, r.leaked, abandoned, r.view.availableLoad)
+		if r.leases.active != 0 || r.leaked != abandoned || r.view.spillableLoad != 0 {
+			t.Fatalf("active %d, leaked %d (want %d), available load %d", r.leases.active, r.leaked, abandoned, r.view.spillableLoad)
 		}
 	})
 }

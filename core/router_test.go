@@ -212,10 +212,10 @@ func TestSetHealthy(t *testing.T) {
 	require.NoError(t, r.SetHealthy(urls[1], false)) // idempotent
 	checkInvariants(t, r)
 	assert.False(t, r.Workers()[1].Healthy)
-	assert.Equal(t, int64(4), r.view.availableLoad)
+	assert.Equal(t, int64(4), r.view.spillableLoad)
 	require.NoError(t, r.SetHealthy(urls[1], true))
 	checkInvariants(t, r)
-	assert.Equal(t, int64(6), r.view.availableLoad)
+	assert.Equal(t, int64(6), r.view.spillableLoad)
 	assert.Same(t, ringBefore, r.members.ring, "health never rebuilds the ring")
 
 	// Loads taken and released while unhealthy keep the total right.
@@ -329,7 +329,7 @@ func TestReleaseAfterRemoveWorker(t *testing.T) {
 	}
 	require.NoError(t, r.RemoveWorker(urls[1]))
 	checkInvariants(t, r)
-	assert.Equal(t, int64(2), r.view.availableLoad)
+	assert.Equal(t, int64(2), r.view.spillableLoad)
 	assert.Equal(t, 5, r.Stats().ActiveLeases)
 
 	for _, id := range onW1 {
@@ -340,7 +340,7 @@ func TestReleaseAfterRemoveWorker(t *testing.T) {
 		assert.False(t, r.Release(id, false))
 	}
 	assert.Equal(t, []int64{1, 1}, loadsOf(r))
-	assert.Equal(t, int64(2), r.view.availableLoad)
+	assert.Equal(t, int64(2), r.view.spillableLoad)
 	assert.Equal(t, 2, r.Stats().ActiveLeases)
 	checkInvariants(t, r)
 	releaseAll(t, r, others)
@@ -405,7 +405,7 @@ func TestSetWorkers(t *testing.T) {
 	assert.Equal(t, WorkerState{URL: urls[3], ID: ws[0].ID, Healthy: true}, ws[0])
 	assert.Equal(t, WorkerState{URL: urls[2], ID: idsBefore[urls[2]], Healthy: true, Load: 3, Requests: 3, PrefillLoad: 3, PrefillRequests: 3, Routed: 3}, ws[1])
 	assert.Equal(t, WorkerState{URL: urls[1], ID: idsBefore[urls[1]], Healthy: false, Load: 2, Requests: 2, PrefillLoad: 2, PrefillRequests: 2, Routed: 2, Condition: ConditionUnhealthyUser}, ws[2])
-	assert.Equal(t, int64(3), r.view.availableLoad)
+	assert.Equal(t, int64(3), r.view.spillableLoad)
 	assert.Equal(t, buildRing(HashRingXXH64, next, DefaultVirtualNodes).positions, r.members.ring.positions)
 
 	// Rejected lists leave the membership as it was.
@@ -624,7 +624,7 @@ func TestConcurrentRoutingAndMembershipChanges(t *testing.T) {
 		require.NoError(t, r.SetHealthy(u, true))
 	}
 	checkInvariants(t, r)
-	assert.Zero(t, r.view.availableLoad)
+	assert.Zero(t, r.view.spillableLoad)
 	for _, w := range r.Workers() {
 		assert.Zero(t, w.Load, w.URL)
 	}

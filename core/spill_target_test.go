@@ -82,7 +82,7 @@ func TestLeastLoadedSpillWithNoEligibleWorker(t *testing.T) {
 	ws[0].load, ws[1].load, ws[2].load = 6, 3, 3
 	v := newView()
 	v.workers, v.ring = ws, buildRing(HashRingXXH64, urls, 50)
-	v.available, v.spillable, v.availableLoad = []uint32{0, 1, 2}, []uint32{0, 1, 2}, 12
+	v.available, v.spillable, v.spillableLoad = []uint32{0, 1, 2}, []uint32{0, 1, 2}, 12
 	key := newRefRing(urls, 50).keyPreferring(t, urls[0])
 	p := Policy{MaxLoadSkew: 0.75, SpillTarget: SpillLeastLoaded} // mean 4, bound 3: w1 and w2 tie at 3
 	idx, b := selectBoundedExplicit(&v, HashRingXXH64.Position(key), &p)

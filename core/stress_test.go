@@ -221,5 +221,5 @@ func TestStressLeasesUnderChurn(t *testing.T) {
 		assert.Zero(t, w.state().Load, "load of %s (removed %v)", w.url, w.removed)
 		assert.Zero(t, w.state().ActiveKeys, "active keys of %s (removed %v)", w.url, w.removed)
 	}
-	assert.Zero(t, r.view.availableLoad)
+	assert.Zero(t, r.view.spillableLoad)
 }

@@ -15,10 +15,12 @@ type view struct {
 	// spillable those of them that take spills and enter the least loads: the trusted ones, or
 	// all of them when none is (contract: Worker failures).
 	available, spillable []uint32
-	// availableLoad and availablePrefill are the sums of the loads and prefill loads of the
-	// available workers, kept as running totals so the relative test never has to scan the
-	// workers; availablePrefill only when byPrefill (the policy's balance_by is prefill).
-	availableLoad, availablePrefill int64
+	// spillableLoad and spillablePrefill are the sums of the loads and prefill loads of the
+	// spillable workers, kept as running totals so the relative test never has to scan the
+	// workers; spillablePrefill only when byPrefill (the policy's balance_by is prefill). The
+	// mean is theirs: a suspect worker, which fails fast and holds little, must not pull the
+	// bound below every worker a spill may go to.
+	spillableLoad, spillablePrefill int64
 	byPrefill                       bool
 	// least remembers the least load of the spillable workers (see leastLoadMemo), and
 	// leastPrefill their least prefill load (kept only when byPrefill). Reading either may fill
@@ -48,11 +50,11 @@ func (v *view) preferred(position uint64) int { return v.ring.first(position, v.
 
 // meanLoad is the mean load, as m measures it, over the available workers (there is at least one).
 func (v *view) meanLoad(m LoadMeasure) float64 {
-	total := v.availableLoad
+	total := v.spillableLoad
 	if m == LoadPrefill {
-		total = v.availablePrefill
+		total = v.spillablePrefill
 	}
-	return float64(total) / float64(len(v.available))
+	return float64(total) / float64(len(v.spillable))
 }
 
 // minLoad is the smallest load among the spillable workers (there is at least one).

@@ -181,13 +181,13 @@ func TestFailingWorkersTakeNoSpills(t *testing.T) {
 			return order[0] == urls[0] && order[1] == urls[1] // w1 is w0's clockwise spill target
 		})
 		failOn(t, r, urls[1], OutcomeFailure, t0) // w1 turns suspect: 1 failure in a row
-		held := holdLoads(t, r, []int{8, 0, 4})   // w0 overloaded, w1 the least loaded
+		held := holdLoads(t, r, []int{10, 0, 2})  // w0 overloaded (the trusted mean 6), w1 the least loaded
 		d := r.Route(&Request{RoutingKey: key})
 		assert.Equal(t, BranchExplicitRoutingKeySpillover, d.Branch, target.String())
 		assert.Equal(t, urls[2], d.WorkerURL, "%s: the suspect w1 takes no spill", target)
 		r.Release(d.Lease, false)
 
-		// The gap is measured against trusted workers only: w2 at 4 is the least load there.
+		// The gap and the mean are measured over trusted workers only: w2 at 2 is the least load there.
 		failOn(t, r, urls[1], OutcomeSuccess, t0)
 		d = r.Route(&Request{RoutingKey: key})
 		assert.Equal(t, urls[1], d.WorkerURL, "%s: trusted again after a success", target)
@@ -213,6 +213,39 @@ func TestEjectedWorkerIsNeverChosen(t *testing.T) {
 			d := r.Route(&Request{RoutingKey: []byte{byte(i), 'k'}})
 			require.NotEqual(t, urls[0], d.WorkerURL, kind.String())
 			r.Release(d.Lease, false)
+		}
+	}
+}
+
+// Regression (found by a review; contract: Worker failures, "No black holes"): the relative
+// bound's mean was over every available worker while spills go only to trusted ones, so suspect
+// workers, which fail fast and hold little, pulled the bound below every trusted worker and a
+// hot key stayed on its overloaded worker (explicit_routing_key_no_eligible_candidate, which the
+// contract says a skew of at least 1 never reaches). The mean is over the trusted workers.
+func TestSuspectWorkersLeaveTheMeanToTheTrustedOnes(t *testing.T) {
+	urls := workerURLs(4)
+	key := keyPreferringURL(t, urls, urls[0])
+	for _, by := range []LoadMeasure{LoadInFlight, LoadPrefill} {
+		for _, target := range []SpillTarget{SpillClockwise, SpillLeastLoaded} {
+			for _, c := range []struct {
+				loads  []int
+				branch Branch
+				worker string
+			}{
+				{[]int{9, 6, 0, 0}, BranchExplicitRoutingKeyHit, urls[0]},       // trusted mean 7.5, bound 11.25
+				{[]int{9, 2, 0, 0}, BranchExplicitRoutingKeySpillover, urls[1]}, // bound 8.25: to w1, no suspect
+			} {
+				policy := Policy{Kind: PolicyBoundedConsistentHashing, MaxLoadSkew: 1.5, MinLoadGap: 2, SpillTarget: target, BalanceBy: by}
+				r := newTestRouter(t, policy, urls)
+				failOn(t, r, urls[2], OutcomeFailure, t0)
+				failOn(t, r, urls[3], OutcomeFailure, t0)
+				held := holdLoads(t, r, c.loads)
+				d := r.Route(&Request{RoutingKey: key})
+				assert.Equal(t, c.branch, d.Branch, "%v %v %v", by, target, c.loads)
+				assert.Equal(t, c.worker, d.WorkerURL, "%v %v %v", by, target, c.loads)
+				r.Release(d.Lease, false)
+				releaseAll(t, r, held)
+			}
 		}
 	}
 }
