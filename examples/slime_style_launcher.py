@@ -4,9 +4,11 @@
 slime's launcher adds the router's flags to its parser with the ``--router-`` prefix, builds the
 ``RouterArgs`` from the parsed namespace, writes the attributes it needs (address, Prometheus
 port, SMG-only switches) and runs ``launch_router`` in a child process. Its engines then
-register themselves with ``POST /workers`` on the router's port and rollouts send
-``X-SMG-Routing-Key: <session id>``. Run it with ``--router-worker-api-on-proxy-port`` (slime's
-engines register on the proxy port without a key) or ``--router-control-plane-api-keys``::
+register themselves with ``POST /workers`` on the router's port, and rollouts send
+``X-SMG-Routing-Key: <session id>``: slime's agent adapters always, its SGLang rollouts only when
+its ``--router-policy`` is ``consistent_hashing`` (README.md, "slime", says how to keep the
+bound). Run it with ``--router-worker-api-on-proxy-port`` (slime's engines register on the proxy
+port without a key) or ``--router-control-plane-api-keys``::
 
     python examples/slime_style_launcher.py --sglang-router-port 3000 --router-worker-api-on-proxy-port \\
         --router-policy bounded_consistent_hashing

@@ -46,7 +46,8 @@ def free_port() -> int:
 
 
 def rollout(client: httpx.Client, base: str, session: str) -> str:
-    """One turn of a session, as slime's sglang_rollout sends it; the engine that answered."""
+    """One turn of a session, with its key as slime's agent adapters send it (its SGLang rollouts
+    only under its --router-policy consistent_hashing: README, "slime"); the engine that answered."""
     body = {"model": "mock-model", "prompt": "turn of " + session, "max_tokens": 2}
     response = client.post(base + "/v1/completions", json=body, headers={"X-SMG-Routing-Key": session})
     assert response.status_code == 200, response.text
@@ -97,6 +98,26 @@ def _answers(client: httpx.Client, url: str) -> bool:
         return client.get(url).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_the_readmes_slime_flags_make_slimes_rollouts_send_the_key() -> None:
+    # Regression (found by a review): the README had slime's rollouts route by the key whatever
+    # the policy, but slime (THUDM/slime 624b824a, slime/rollout/sglang_rollout.py:199-200 and
+    # sglang_streaming_rollout.py:90-91) sends X-SMG-Routing-Key only when its
+    # args.router_policy == "consistent_hashing". The README's flags for slime must pass that
+    # test and give slime the router's address, so that slime starts none of its own
+    # (slime/ray/rollout.py:923).
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read().replace("\n  ", " ")
+    found = re.search(r"and to slime `([^`]*)`", readme)
+    assert found, "the README's flags for slime"
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sglang-router-ip")
+    parser.add_argument("--sglang-router-port", type=int)
+    RouterArgs.add_cli_args(parser, use_router_prefix=True, exclude_host_port=True)
+    args = parser.parse_args(found.group(1).split())
+    assert args.sglang_router_ip is not None and args.sglang_router_port is not None
+    assert getattr(args, "router_policy", None) == "consistent_hashing"
 
 
 def test_unsupported_settings_are_the_attributes_that_are_not_fields() -> None:
