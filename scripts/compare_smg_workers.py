@@ -147,7 +147,8 @@ DIFFERENCES = """Differences by design:
   here; SMG 1.13.0 answers `404` for all three.
 - Who can reach it: SMG serves the worker API on its main port, open unless keys are set
   (`--control-plane-api-keys`, JWT, or the shared `--api-key`). Here it is always on the admin
-  listener (`--metrics-port`, `prometheus_port` under `launch_router`), and on the proxy port
+  listener (`--prometheus-port`, SMG's flag, or `--metrics-port`; `prometheus_port` under
+  `launch_router`), and on the proxy port
   only with `--control-plane-api-keys` or `--worker-api-on-proxy-port`. Keys have SMG's
   `id:name:role:key` form; only `admin` keys are accepted, as SMG's middleware requires the admin
   role on these routes (`check_admin_role`); here a `user` key gets `401` like an unknown one, and

@@ -3,7 +3,7 @@
 Routes every request to the worker the router chooses and streams the answer back, with the
 router's flags and the gateway's options (see :mod:`bounded_router.gateway`)::
 
-    bounded-router serve --port 8080 --metrics-port 9090 \\
+    bounded-router serve --port 8080 --prometheus-port 9090 \\
         --worker-urls http://10.0.0.1:8000 http://10.0.0.2:8000 \\
         --policy bounded_consistent_hashing --max-load-skew 1.5 --min-load-gap 2
 
@@ -37,16 +37,23 @@ def _parser() -> Tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     serve = commands.add_parser(
         "serve",
         hint=SERVE_HINT,
+        settings={"metrics_port": "--prometheus-port"},
         help="run the native HTTP gateway in front of the workers",
         description="Run the native HTTP gateway: each request goes to the worker the router chooses from its "
         "headers (X-SMG-Routing-Key, ...), and the answer streams back.",
     )
     RouterArgs.add_cli_args(serve)  # with --host and --port
-    serve.add_argument("--metrics-port", type=port_number, default=None, help="serve GET /metrics (Prometheus) on this port; off by default")
+    serve.add_argument("--metrics-port", dest="prometheus_port", type=port_number, default=None, help="the same as --prometheus-port")
     ProxyOptions.add_cli_args(serve)
-    serve.add_argument("--shutdown-timeout", type=positive_seconds, default=10.0, help="seconds in-flight requests may take to finish on SIGTERM/SIGINT (default: %(default)s)")
+    serve.add_argument(
+        "--shutdown-timeout",
+        "--shutdown-grace-period-secs",
+        type=positive_seconds,
+        default=10.0,
+        help="seconds in-flight requests may take to finish on SIGTERM/SIGINT (SMG: --shutdown-grace-period-secs; default: %(default)s)",
+    )
     serve.add_argument("--access-log", action="store_true", help="log one JSON line per request to stderr")
-    serve.add_argument("--pprof", action="store_true", help="serve Go's profiles on /debug/pprof/ of the --metrics-port listener (for profiling; off by default)")
+    serve.add_argument("--pprof", action="store_true", help="serve Go's profiles on /debug/pprof/ of the --prometheus-port listener (for profiling; off by default)")
     serve.add_argument("--lifetime", type=positive_seconds, default=None, help="stop after this many seconds (for demos and tests)")
     feeds = serve.add_argument_group("engine state (docs/contract.md, \"Reported blocks\", \"Engine load reports\")")
     feeds.add_argument(
@@ -135,7 +142,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error(str(e))
     try:
         settings = RouterArgs.from_cli_args(args).gateway_options()
-        settings.update(metrics_port=args.metrics_port, shutdown_timeout=args.shutdown_timeout, access_log=args.access_log, pprof=args.pprof)
+        settings.update(shutdown_timeout=args.shutdown_timeout, access_log=args.access_log, pprof=args.pprof)
         serve_until_signalled(router, args.lifetime, **settings, **dataclasses.asdict(options))
     except ValueError as e:
         router.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import Any, Dict, NoReturn
+from typing import Any, Dict, NoReturn, Optional
 
 __all__ = ["SERVE_HINT", "CommandParser"]
 
@@ -21,20 +21,24 @@ class CommandParser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are ``PROG: error: MESSAGE`` with the settings named
     as their flags (``--min-load-gap``), then ``hint`` (the few flags every run needs), exit 2.
 
-    Also the class of its subparsers, which take the same ``hint`` keyword.
+    Also the class of its subparsers, which take the same keywords. ``settings`` names the
+    flag of a library setting that no destination is called (``{"metrics_port":
+    "--prometheus-port"}``).
     """
 
-    def __init__(self, *args: Any, hint: str = "", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, hint: str = "", settings: Optional[Dict[str, str]] = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.hint = hint
+        self.settings = dict(settings or {})
 
     def flag_names(self) -> Dict[str, str]:
-        """The long flag of each destination that is a multi-word name (``min_load_gap``)."""
-        names: Dict[str, str] = {}
+        """The long flag of each destination that is a multi-word name (``min_load_gap``), and
+        of each of ``settings``."""
+        names: Dict[str, str] = dict(self.settings)
         for action in self._actions:
             long = [option for option in action.option_strings if option.startswith("--")]
             if long and "_" in action.dest:
-                names[action.dest] = long[0]
+                names.setdefault(action.dest, long[0])  # the first flag of a destination two share
         return names
 
     def in_flags(self, message: str) -> str:

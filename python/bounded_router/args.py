@@ -345,6 +345,13 @@ class RouterArgs:
             help="gateway: serve the worker API on the proxy port, as SMG does (without keys anyone who reaches "
             "the port can add and remove workers); otherwise only on the metrics (admin) port",
         )
+        add(
+            "prometheus-port",
+            type=port_number,
+            default=None,
+            help="serve GET /metrics (Prometheus) on this admin port, and the native gateway's worker API (SMG's "
+            "flag; off by default, where SMG's default is 29000)",
+        )
 
     def control_plane_keys(self) -> List[str]:
         """The bearer keys of ``control_plane_api_keys`` (SMG's ``id:name:role:key``, role

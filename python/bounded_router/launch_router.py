@@ -20,6 +20,10 @@ Attributes a launcher sets on the :class:`RouterArgs` that are not among its fie
 settings this package has no equivalent of, such as ``pd_disaggregation``) do not take effect;
 :func:`launch_router` names them all in one warning instead of dropping them silently. Which
 attributes have an equivalent is read from :class:`RouterArgs`' own fields.
+
+As a command, like ``python -m smg.launch_router``: ``python -m bounded_router.launch_router
+--worker-urls URL ... [--port PORT] [--prometheus-port PORT]`` serves with the router's flags
+(``bounded-router serve`` has the gateway's other options).
 """
 
 from __future__ import annotations
@@ -27,14 +31,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import signal
+import sys
 import threading
 import warnings
 from typing import Any, List, Optional, Union
 
+from ._cli import SERVE_HINT, CommandParser
 from .args import RouterArgs
 from .router import Router
 
-__all__ = ["RouterArgs", "launch_router", "serve_until_signalled", "unsupported_settings"]
+__all__ = ["RouterArgs", "launch_router", "main", "serve_until_signalled", "unsupported_settings"]
 
 
 def unsupported_settings(args: RouterArgs) -> List[str]:
@@ -87,3 +93,23 @@ def serve_until_signalled(router: Router, lifetime: Optional[float] = None, **op
     stop.wait(lifetime)
     gateway.stop()
     router.close()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m bounded_router.launch_router``: :func:`launch_router` with the router's flags."""
+    parser = CommandParser(
+        prog="python -m bounded_router.launch_router",
+        hint=SERVE_HINT,
+        description="Start the router and its native gateway, as python -m smg.launch_router starts SMG's.",
+    )
+    RouterArgs.add_cli_args(parser)
+    args = parser.parse_args(argv)
+    try:
+        launch_router(RouterArgs.from_cli_args(args))
+    except ValueError as e:
+        parser.error(str(e))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

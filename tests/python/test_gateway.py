@@ -32,6 +32,9 @@ from support import key_preferring
 from support import parse_metrics as parse
 
 from bounded_router import Router, RouterClosedError
+from bounded_router.__main__ import _parser as cli_parser
+from bounded_router.args import RouterArgs
+from bounded_router.integrations.options import ProxyOptions
 from bounded_router.testing.fleet import ServerProcess
 from bounded_router.testing.mock_worker import expected_text
 
@@ -180,7 +183,7 @@ def test_pprof_only_when_asked_and_only_on_the_metrics_port(fast_worker: Any, cl
         with pytest.raises(ValueError, match="pprof needs metrics_port"):
             router.serve(pprof=True)
     done = _run_cli("serve", "--pprof", "--port", "0", "--worker-urls", fast_worker.url)
-    assert done.returncode == 2 and "pprof needs --metrics-port" in done.stderr
+    assert done.returncode == 2 and "pprof needs --prometheus-port" in done.stderr
 
 
 def test_edges_through_the_c_boundary(fast_worker: Any, client: httpx.Client) -> None:
@@ -260,6 +263,24 @@ def test_cli_usage_errors(args: List[str], message: str) -> None:
     error, hint = done.stderr.splitlines()
     assert error.startswith("bounded-router serve: error: ") and message in error, error
     assert hint == "usage: bounded-router serve --worker-urls URL [URL ...] [--port PORT] [--policy NAME] [...] (--help: every flag)"
+
+
+@pytest.mark.parametrize(
+    "flags, read, expected",
+    [
+        (["--prometheus-port", "29000"], lambda args: RouterArgs.from_cli_args(args).gateway_options()["metrics_port"], 29000),
+        (["--metrics-port", "29001"], lambda args: RouterArgs.from_cli_args(args).gateway_options()["metrics_port"], 29001),
+        (["--max-payload-size", "1048576"], lambda args: ProxyOptions.from_cli_args(args).max_body_size, 1048576),
+        (["--block-size", "32"], lambda args: ProxyOptions.from_cli_args(args).prefix_block_size, 32),
+        (["--shutdown-grace-period-secs", "5"], lambda args: args.shutdown_timeout, 5.0),
+    ],
+)
+def test_serve_takes_smgs_flag_names(flags: List[str], read: Any, expected: object) -> None:
+    # Regression (found by a review): SMG 1.13.0 names these --prometheus-port, --max-payload-size,
+    # --block-size (the KV block in tokens) and --shutdown-grace-period-secs; serve took only its
+    # own names (--metrics-port, --max-body-size, --prefix-block-size, --shutdown-timeout).
+    _, serve = cli_parser()
+    assert read(serve.parse_args(["--worker-urls", "http://127.0.0.1:9"] + flags)) == expected
 
 
 def test_cli_needs_a_command_and_workers() -> None:

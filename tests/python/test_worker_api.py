@@ -120,6 +120,30 @@ def test_the_readmes_slime_flags_make_slimes_rollouts_send_the_key() -> None:
     assert getattr(args, "router_policy", None) == "consistent_hashing"
 
 
+@pytest.mark.parametrize("prefix", [False, True])
+def test_router_args_take_smgs_prometheus_port_flag(prefix: bool) -> None:
+    # Regression (found by a review): RouterArgs had the field but no flag, so a launcher built
+    # on add_cli_args and from_cli_args could not set the admin port, as it can with SMG's.
+    parser = argparse.ArgumentParser()
+    RouterArgs.add_cli_args(parser, use_router_prefix=prefix)
+    args = parser.parse_args(["--router-prometheus-port" if prefix else "--prometheus-port", "29000"])
+    assert RouterArgs.from_cli_args(args, use_router_prefix=prefix).gateway_options()["metrics_port"] == 29000
+
+
+def test_python_m_launch_router_serves_as_smgs_does(engines: List[ServerProcess]) -> None:
+    # Regression (found by a review): python -m bounded_router.launch_router did nothing and exited
+    # 0, where python -m smg.launch_router --worker-urls ... serves (smg/launch_router.py, main).
+    done = subprocess.run([sys.executable, "-m", "bounded_router.launch_router", "--help"], capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode == 0 and "--worker-urls" in done.stdout and "--prometheus-port" in done.stdout
+    args = ["--port", "0", "--prometheus-port", "0", "--disable-health-check", "--worker-urls", engines[1].url]
+    with ServerProcess("launch_router", "bounded_router.launch_router", args) as router:
+        with httpx.Client(trust_env=False, timeout=WAIT_S) as client:
+            assert rollout(client, router.url, "session-1") == "engine-1"
+            assert client.get(router.metrics_url + "/workers").json()["workers"][0]["url"] == engines[1].url
+        router.process.terminate()
+        assert router.process.wait(WAIT_S) == 0
+
+
 def test_unsupported_settings_are_the_attributes_that_are_not_fields() -> None:
     args = RouterArgs(worker_urls=["http://127.0.0.1:9"])
     args.prometheus_port = 4000  # a field: it takes effect

@@ -93,21 +93,24 @@ class ProxyOptions:
         """Add ``--max-body-size``, ``--first-byte-timeout``, ... (one flag per option) to ``parser``."""
         defaults = ProxyOptions()
         for field in fields(ProxyOptions):
-            flag = "--" + field.name.replace("_", "-")
+            flags = ["--" + field.name.replace("_", "-")] + ([_SMG_FLAGS[field.name]] if field.name in _SMG_FLAGS else [])
             default = getattr(defaults, field.name)
             if field.type == "bool":
-                parser.add_argument(flag, action="store_true", help=_HELP[field.name])
+                parser.add_argument(*flags, action="store_true", help=_HELP[field.name])
             elif field.type == "str":
-                parser.add_argument(flag, choices=PREFIX_BLOCK_MODES, default=default, help=_HELP[field.name] + " (default: %(default)s)")
+                parser.add_argument(*flags, choices=PREFIX_BLOCK_MODES, default=default, help=_HELP[field.name] + " (default: %(default)s)")
             else:
                 kind = int if field.type == "int" else float
-                parser.add_argument(flag, type=kind, default=default, help=_HELP[field.name] + " (default: %(default)s)")
+                parser.add_argument(*flags, type=kind, default=default, help=_HELP[field.name] + " (default: %(default)s)")
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> "ProxyOptions":
         """The options the flags of :meth:`add_cli_args` give; ValueError names a bad one."""
         return cls(**{field.name: getattr(args, field.name) for field in fields(cls)})
 
+
+#: SMG 1.13.0's names of the same options, taken as well so that its users find them.
+_SMG_FLAGS = {"max_body_size": "--max-payload-size", "prefix_block_size": "--block-size"}
 
 _HELP = {
     "max_body_size": "largest request body accepted, in bytes; larger is a 413",

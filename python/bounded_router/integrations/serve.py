@@ -6,12 +6,12 @@ the router's flags and the proxy's limits::
     python -m bounded_router.integrations.serve --port 8080 \\
         --worker-urls http://10.0.0.1:8000 http://10.0.0.2:8000 \\
         --policy bounded_consistent_hashing --max-load-skew 1.5 --min-load-gap 2 \\
-        --metrics-port 9090
+        --prometheus-port 9090
 
 The router's Prometheus metrics name every worker, so they are served only on their own port
-(``--metrics-port``), never on the proxy's. It prints ``metrics listening on http://HOST:PORT``
-(with ``--metrics-port``) and then ``proxy listening on http://HOST:PORT`` once it accepts
-requests (port 0 picks a free port), and runs until SIGINT/SIGTERM or ``--lifetime`` seconds.
+(``--prometheus-port``, SMG's name, or ``--metrics-port``), never on the proxy's. It prints
+``metrics listening on http://HOST:PORT`` (with ``--prometheus-port``) and then ``proxy
+listening on http://HOST:PORT`` once it accepts requests (port 0 picks a free port), and runs until SIGINT/SIGTERM or ``--lifetime`` seconds.
 Needs ``pip install 'bounded-router[fastapi]'``.
 """
 
@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     RouterArgs.add_cli_args(parser)  # with --host and --port
     parser.set_defaults(request_timeout_secs=None)  # the gateway's alone: refused when given (main)
-    parser.add_argument("--metrics-port", type=port_number, default=None, help="serve GET /metrics on this port (same host); off by default")
+    parser.add_argument("--metrics-port", dest="prometheus_port", type=port_number, default=None, help="the same as --prometheus-port")
     ProxyOptions.add_cli_args(parser)
     parser.add_argument("--lifetime", type=positive_seconds, default=None, help="exit after this many seconds (default: run until stopped)")
     parser.add_argument("--log-level", choices=_LOG_LEVELS, default="warning", help="uvicorn log level (default: %(default)s)")
@@ -98,8 +98,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error("--retry-max-retries: %s" % e)
     router, options = router_and_options(parser, args)
     apps: List[Tuple[str, Any, socket.socket]] = []
-    if args.metrics_port is not None:
-        apps.append(("metrics", create_metrics_app(router), _listen(parser, args.host, args.metrics_port, "metrics")))
+    if args.prometheus_port is not None:
+        apps.append(("metrics", create_metrics_app(router), _listen(parser, args.host, args.prometheus_port, "metrics")))
     apps.append(("proxy", create_app(router, options, retries), _listen(parser, args.host, args.port, "proxy")))
     try:
         asyncio.run(_serve(uvicorn, apps, args.log_level, args.lifetime))
