@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import List
+from typing import List, Set
 
 import httpx
 import pytest
@@ -50,6 +50,9 @@ SERVE = [sys.executable, "-m", "bounded_router.integrations.serve"]
         (["--request-timeout-secs", "60"], "--request-timeout-secs applies to the native gateway"),
         (["--request-timeout-secs", "1800"], "--request-timeout-secs applies to the native gateway"),  # its default too
         (["--policy", "random", "--random-seed", "-1"], "argument --random-seed"),
+        # The engine feeds are the native gateway's flags (README, "integrations.serve").
+        (["--load-poll-interval-secs", "5"], "--load-poll-interval-secs needs --load-poll"),
+        (["--kv-events", "http://127.0.0.1:9=tcp://127.0.0.1:7"], "--kv-events apply only to cache_aware"),
     ],
 )
 def test_a_bad_flag_is_a_usage_error_naming_it(flags: List[str], named: str) -> None:
@@ -61,6 +64,26 @@ def test_a_bad_flag_is_a_usage_error_naming_it(flags: List[str], named: str) -> 
     error, hint = done.stderr.splitlines()
     assert error.startswith("python -m bounded_router.integrations.serve: error: ") and named in error
     assert hint.startswith("usage: python -m bounded_router.integrations.serve --worker-urls URL [URL ...]")
+
+
+def test_it_has_the_native_gateways_flags_but_those_the_readme_names() -> None:
+    # Regression (found by a review): the README said "the same flags as bounded-router serve",
+    # and nine of them were unrecognized. The engine feeds and peer routes are shared now; the
+    # README names the gateway's own, which this proxy lacks or refuses.
+    import re
+
+    def flags(module: List[str]) -> Set[str]:
+        done = subprocess.run([sys.executable, "-m"] + module + ["--help"], capture_output=True, text=True, timeout=WAIT_S)
+        assert done.returncode == 0, done.stderr
+        return set(re.findall(r"--[a-z][a-z0-9-]*[a-z0-9]", done.stdout))
+
+    native, python = flags(["bounded_router", "serve"]), flags(["bounded_router.integrations.serve"])
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read().replace("\n", " ")
+    said = re.search(r"the flags of `bounded-router serve` but the gateway's own, (.*?)\(its limits", readme)
+    assert said, "the README's sentence on integrations.serve's flags"
+    named = set(re.findall(r"`(--[a-z-]+)`", said.group(1)))
+    refused = {"--control-plane-api-keys", "--worker-api-on-proxy-port", "--request-timeout-secs"}
+    assert native - (python - refused) == named
 
 
 def test_metrics_are_only_on_their_own_port(worker: EchoWorker) -> None:

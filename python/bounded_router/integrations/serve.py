@@ -23,6 +23,7 @@ import sys
 from typing import Any, List, Optional, Tuple
 
 from .._cli import SERVE_HINT, CommandParser
+from .._feed_flags import add_feed_args, start_feeds
 from ..args import RouterArgs, port_number
 from ..health import RetryConfig
 from ..router import Router
@@ -64,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.set_defaults(request_timeout_secs=None)  # the gateway's alone: refused when given (main)
     parser.add_argument("--metrics-port", dest="prometheus_port", type=port_number, default=None, help="the same as --prometheus-port")
     ProxyOptions.add_cli_args(parser)
+    add_feed_args(parser)
     parser.add_argument("--lifetime", type=positive_seconds, default=None, help="exit after this many seconds (default: run until stopped)")
     parser.add_argument("--log-level", choices=_LOG_LEVELS, default="warning", help="uvicorn log level (default: %(default)s)")
     return parser
@@ -97,6 +99,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ValueError as e:
         parser.error("--retry-max-retries: %s" % e)
     router, options = router_and_options(parser, args)
+    try:
+        start_feeds(router, args)  # stopped when the router closes
+    except ValueError as e:
+        router.close()
+        parser.error(str(e))
     apps: List[Tuple[str, Any, socket.socket]] = []
     if args.prometheus_port is not None:
         apps.append(("metrics", create_metrics_app(router), _listen(parser, args.host, args.prometheus_port, "metrics")))
