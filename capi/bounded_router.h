@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 /* The version of this API; br_abi_version() returns the one the library implements. */
-#define BR_ABI_VERSION 10
+#define BR_ABI_VERSION 11
 
 /* Status codes: 0 or more is success. */
 #define BR_OK 0
@@ -135,6 +135,10 @@ int32_t br_add_worker(uint64_t router, const char *url, size_t url_len);
 int32_t br_remove_worker(uint64_t router, const char *url, size_t url_len);
 int32_t br_set_workers(uint64_t router, const char *urls_json, size_t urls_len);
 int32_t br_set_healthy(uint64_t router, const char *url, size_t url_len, int32_t healthy);
+/* Forgets the remembered worker of every routing key (key_memory of bounded_consistent_hashing,
+ * the keys of manual; docs/contract.md, "Key memory"); leases and loads are untouched. Returns
+ * how many keys were remembered (0 without a memory). */
+int32_t br_forget_keys(uint64_t router);
 /* Engine load reports (docs/contract.md, "Engine load reports"): br_report_load records what a
  * worker's engine reports, each figure 0 to 2^40 or -1 when the report does not carry it: load,
  * its requests running and waiting; waiting, its prefill queue in the unit of the lease weights;

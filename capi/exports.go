@@ -254,6 +254,19 @@ func br_report_load(router C.uint64_t, url *C.char, urlLen C.size_t, load, waiti
 	return withWorker(router, url, urlLen, func(r *core.Router, u string) error { return r.ReportLoad(u, report) })
 }
 
+// br_forget_keys forgets every routing key's remembered worker (core.Router.ForgetKeys) and
+// returns how many keys were remembered.
+//
+//export br_forget_keys
+func br_forget_keys(router C.uint64_t) (status C.int32_t) {
+	defer guard(&status)
+	r, err := lookupRouter(uint64(router))
+	if err != nil {
+		return fail(err)
+	}
+	return C.int32_t(r.ForgetKeys()) // at most core.MaxKeyMemory keys
+}
+
 // br_forget_load drops a worker's standing engine load report (core.Router.ForgetLoad).
 //
 //export br_forget_load

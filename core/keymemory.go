@@ -152,3 +152,26 @@ func (m *keyMemory) vacate(i int) {
 	}
 	m.slots[i] = 0
 }
+
+// forget forgets every key and says how many were remembered (those whose worker has had an
+// outage since included).
+func (m *keyMemory) forget() int {
+	n := m.len()
+	m.entries = m.entries[:1]
+	m.entries[0].next, m.entries[0].prev = 0, 0
+	clear(m.slots)
+	return n
+}
+
+// ForgetKeys forgets the remembered worker of every routing key (the key memory of
+// bounded_consistent_hashing, the keys of manual) and says how many keys were remembered; leases
+// and loads are untouched (docs/contract.md, "Key memory"). Each key's next request is decided
+// as a new key's, so workers that joined since take their share of the keys.
+func (r *Router) ForgetKeys() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.view.memory == nil {
+		return 0
+	}
+	return r.view.memory.forget()
+}

@@ -195,6 +195,24 @@ func TestKeyMemoryThenSpill(t *testing.T) {
 	assert.Equal(t, f.urls[2], d.WorkerURL)
 }
 
+// ForgetKeys (contract: "Key memory", "Forgetting every key") forgets every key at once, as
+// verl's clear_sticky_cache does after servers join: the key goes back to its ring worker, its
+// lease still releases, and the memory takes keys again.
+func TestForgetKeysSendsEveryKeyBackToItsRingWorker(t *testing.T) {
+	f := newMemoryFixture(t, 16)
+	spilled := f.spillToW1(t)
+	route(f.r, "another key")
+	assert.Equal(t, 2, f.r.ForgetKeys())
+	d := f.send(t)
+	assert.Equal(t, BranchExplicitRoutingKeyHit, d.Branch)
+	assert.Equal(t, f.urls[0], d.WorkerURL)
+	assert.True(t, f.r.Release(spilled.Lease, false), "a lease taken before the keys were forgotten")
+	assert.Equal(t, 1, f.r.ForgetKeys(), "remembered again since")
+	assert.Zero(t, f.r.ForgetKeys())
+	assert.Zero(t, newTestRouter(t, boundedPolicy(1.25, 1), f.urls).ForgetKeys(), "no memory, nothing to forget")
+	checkInvariants(t, f.r)
+}
+
 func TestKeyMemoryForgetsAWorkerThatTurnedUnhealthy(t *testing.T) {
 	f := newMemoryFixture(t, 16)
 	f.spillToW1(t)

@@ -38,7 +38,7 @@ __all__ = ["ABI_VERSION", "LIBRARY_ENV", "LIBRARY_NAME", "BrRequest", "Library",
 
 #: The ABI version this binding implements (``BR_ABI_VERSION`` of the header): the one constant
 #: a binding must hold itself, to know whether it can read the others.
-ABI_VERSION = 10
+ABI_VERSION = 11
 #: Environment variable naming another build of the library to load.
 LIBRARY_ENV = "BOUNDED_ROUTER_LIBRARY"
 #: File name of the library inside the package.
@@ -374,6 +374,11 @@ class Library:
     def br_report_load(self, router: int, url: bytes, url_len: int, load: int, waiting: int, waiting_requests: int) -> int:
         """The worker's engine reports its requests running and waiting, its prefill queue in
         lease weights and its requests waiting (-1: a figure not reported)."""
+        raise NotImplementedError
+
+    @_export(c_int32, c_uint64)
+    def br_forget_keys(self, router: int) -> int:
+        """Forget every routing key's remembered worker; how many keys were remembered."""
         raise NotImplementedError
 
     @_export(c_int32, c_uint64, c_char_p, c_size_t)

@@ -674,6 +674,14 @@ class Router:
         raw = url_bytes(url)
         self._native.call("br_set_healthy", raw, len(raw), 1 if healthy else 0)
 
+    def forget_keys(self) -> int:
+        """Forget the remembered worker of every routing key (``key_memory`` of
+        ``bounded_consistent_hashing``, the keys of ``manual``; contract: "Key memory"): each
+        key's next request is decided as a new key's, so workers that joined since take their
+        share. Leases and loads are unaffected. Returns how many keys were remembered (0 under a
+        policy without a memory)."""
+        return self._native.call("br_forget_keys")
+
     # -- loads the engines report ---------------------------------------------------------------
 
     def report_load(self, url: str, load: Optional[int] = None, *, waiting: Optional[int] = None, waiting_requests: Optional[int] = None) -> None:

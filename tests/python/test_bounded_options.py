@@ -71,6 +71,26 @@ def test_a_remembered_key_returns_to_the_worker_it_spilled_to(key_memory, branch
         again.release()
 
 
+@pytest.mark.parametrize("policy", ["bounded_consistent_hashing", "manual", "random"])
+def test_forget_keys_sends_each_key_to_where_a_new_key_would_go(policy):
+    # contract: "Key memory", "Forgetting every key" (verl's clear_sticky_cache).
+    kwargs = {"key_memory": 16} if policy == "bounded_consistent_hashing" else {}
+    with Router(urls(4), policy, **kwargs) as router:
+        if policy == "random":
+            assert router.forget_keys() == 0
+            return
+        key = key_preferring(router, urls(4)[0])
+        held = hold(router, [3, 0, 0, 0], urls(4)) if policy != "manual" else []
+        first = router.route(key)
+        for lease in held:
+            lease.release()
+        assert router.forget_keys() == 1
+        again = router.route(key)
+        assert again.branch == ("explicit_routing_key_hit" if policy != "manual" else "manual_vacant")
+        assert first.release() and again.release()
+        assert router.forget_keys() == 1 and router.forget_keys() == 0
+
+
 def test_flags_reach_the_router():
     import argparse
 
