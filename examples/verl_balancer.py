@@ -61,7 +61,7 @@ def main() -> None:
         {"replica-%d" % i: None for i in range(4)}, min_load_gap=2, key_fn=lambda request_id: request_id.split("/")[0]
     )
     # One GRPO step: 16 prompts, 8 samples each, all in flight at once.
-    placed = {(p, s): balancer.acquire_server("prompt-%d/sample-%d" % (p, s)) for p in range(16) for s in range(8)}
+    placed = {(p, s): balancer.acquire_server("prompt-%d/sample-%d" % (p, s))[0] for p in range(16) for s in range(8)}
     for p in range(3):
         print("prompt-%d: samples on %s" % (p, dict(Counter(placed[(p, s)] for s in range(8)))))
     print("in flight per replica:", balancer.get_status()["inflight"])

@@ -34,7 +34,8 @@ class Replay:
         self.held: Dict[str, List[int]] = {s: [] for s in servers}
 
     def acquire(self, request_id: str) -> str:
-        server = self.balancer.acquire_server(request_id)
+        server, handle = self.balancer.acquire_server(request_id)
+        assert handle == "handle-" + server
         key = request_id if self.key_fn is None else self.key_fn(request_id)
         decision = self.model.route(key)
         assert server_url(server) == decision.worker_url, "request %s: balancer %s, model %s" % (request_id, server, decision.worker_url)
@@ -216,3 +217,20 @@ def test_removed_servers_are_forgotten() -> None:
     assert balancer.get_all_servers() == ["s0"]
     assert (len(balancer._held), len(balancer._handles), len(balancer._ids)) == (1, 1, 1)
     balancer.close()
+
+
+def test_acquire_returns_the_server_and_its_handle_as_verl_unpacks_them() -> None:
+    # Regression (found by a review): verl's LLMServerClient._acquire_server does
+    # `server_id, handle = await balancer.acquire_server.remote(request_id=...)`, and its
+    # LLMServerManager passes servers={address: handle}; the id alone came back unless
+    # return_handle=True.
+    handles = {s: object() for s in SERVERS}
+    balancer = BoundedRequestLoadBalancer(servers=handles, max_cache_size=DEFAULT_ROUTING_CACHE_SIZE)
+    server_id, handle = balancer.acquire_server(request_id="conv")
+    assert handle is handles[server_id]
+    # Older shapes: ids without handles (verl v0.7.1's server_actor_ids) get the id alone.
+    assert balancer.acquire_server("conv") == (server_id, handle)
+    assert isinstance(BoundedRequestLoadBalancer(server_actor_ids=SERVERS).acquire_server("conv"), str)
+    assert isinstance(BoundedRequestLoadBalancer(SERVERS).acquire_server("conv"), str)
+    assert isinstance(BoundedRequestLoadBalancer(handles, return_handle=False).acquire_server("conv"), str)
+    assert BoundedRequestLoadBalancer(SERVERS, return_handle=True).acquire_server("conv")[1] is None

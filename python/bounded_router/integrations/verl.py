@@ -3,8 +3,8 @@
 
 verl's balancer keeps a request id on its server (an LRU of 10,000 ids), sends a new id to the
 server with the fewest requests in flight, and breaks ties by ``candidates[0]``. This one keeps
-its surface, ``acquire_server(request_id) -> server_id`` and ``release_server(server_id)``, and
-routes by the bounded rule (docs/contract.md, "The bounded rule", "Key memory", "Spill target",
+its surface, ``acquire_server(request_id) -> (server_id, handle)`` and
+``release_server(server_id)``, and routes by the bounded rule (docs/contract.md, "The bounded rule", "Key memory", "Spill target",
 "Ties by the key"):
 
 * a request id stays on its server (key memory, ``key_memory`` ids, least recently routed
@@ -62,8 +62,9 @@ class BoundedRequestLoadBalancer:
         max_load_skew, min_load_gap: the bounded rule's two tests, on requests in flight.
         key_memory: how many request ids (keys) keep their server.
         key_fn: the routing key of a request id (default: the id itself); give siblings one key.
-        return_handle: ``acquire_server`` returns ``(server_id, handle)``, as verl's newer
-            balancer protocol does, instead of the id alone.
+        return_handle: whether ``acquire_server`` returns ``(server_id, handle)``, as verl since
+            v0.8.0 unpacks it, or the server id alone, as verl v0.7.1 takes it. By default the
+            pair when ``servers`` is a mapping of handles, the id alone when it gives ids alone.
     """
 
     def __init__(
@@ -80,7 +81,8 @@ class BoundedRequestLoadBalancer:
         return_handle: Optional[bool] = None,
     ) -> None:
         settings = dict(config or {})
-        self._handles = _handles(servers if servers is not None else server_actor_ids or ())
+        given = servers if servers is not None else server_actor_ids or ()
+        self._handles = _handles(given)
         if not self._handles:
             raise ValueError("servers must be non-empty")
         policy = BoundedConsistentHashingConfig(
@@ -92,7 +94,9 @@ class BoundedRequestLoadBalancer:
         self._ids = {server_url(sid): sid for sid in self._handles}
         self._router = Router(list(self._ids), policy)
         self._key_fn = key_fn
-        self._return_handle = bool(_pick(return_handle, settings.get("return_handle"), False))
+        # verl passes {address: handle} and unpacks (server_id, handle); ids alone (verl v0.7.1's
+        # server_actor_ids) get the id alone, as that verl expects.
+        self._return_handle = bool(_pick(return_handle, settings.get("return_handle"), isinstance(given, Mapping)))
         # Oldest first: after a server leaves and comes back under its id, the requests of the
         # earlier one are released before the new one's.
         self._held: Dict[str, Deque[Lease]] = {sid: deque() for sid in self._handles}
