@@ -234,3 +234,24 @@ def test_acquire_returns_the_server_and_its_handle_as_verl_unpacks_them() -> Non
     assert isinstance(BoundedRequestLoadBalancer(SERVERS).acquire_server("conv"), str)
     assert isinstance(BoundedRequestLoadBalancer(handles, return_handle=False).acquire_server("conv"), str)
     assert BoundedRequestLoadBalancer(SERVERS, return_handle=True).acquire_server("conv")[1] is None
+
+
+def test_full_determinism_routes_each_id_to_its_ring_server_whatever_the_load() -> None:
+    # Regression (found by a review): verl's LLMServerManager builds its balancer with
+    # full_determinism=<rollout config> (route by the request id alone, bypassing load, so runs
+    # reproduce); the keyword raised TypeError. It is honoured by strict consistent hashing.
+    servers = {s: None for s in SERVERS}
+    ring = ReferenceRouter([server_url(s) for s in SERVERS], policy="consistent_hashing")
+    ids = ["prompt-%d/sample-%d" % (p, s) for p in range(8) for s in range(4)]
+    first = BoundedRequestLoadBalancer(servers=servers, max_cache_size=DEFAULT_ROUTING_CACHE_SIZE, full_determinism=True)
+    hot = [first.acquire_server(request_id=ids[0])[0] for _ in range(12)]  # held: the bound would spill
+    assert set(hot) == {hot[0]} and server_url(hot[0]) == ring.preferred(ids[0].encode())
+    placed = {rid: first.acquire_server(request_id=rid)[0] for rid in ids}
+    assert all(server_url(placed[rid]) == ring.preferred(rid.encode()) for rid in ids)
+    second = BoundedRequestLoadBalancer(servers, {"full_determinism": True})  # another run, another order
+    assert {rid: second.acquire_server(rid)[0] for rid in reversed(ids)} == placed
+    assert first.router.policy.policy_type.value == "consistent_hashing"
+    off = BoundedRequestLoadBalancer(servers=servers, max_cache_size=10, full_determinism=False)
+    assert off.router.policy.policy_type.value == "bounded_consistent_hashing"
+    with pytest.raises(ValueError, match="full_determinism must be a bool"):
+        BoundedRequestLoadBalancer(servers, full_determinism="yes")  # type: ignore[arg-type]

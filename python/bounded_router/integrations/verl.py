@@ -4,8 +4,8 @@
 verl's balancer keeps a request id on its server (an LRU of 10,000 ids), sends a new id to the
 server with the fewest requests in flight, and breaks ties by ``candidates[0]``. This one keeps
 its surface, ``acquire_server(request_id) -> (server_id, handle)`` and
-``release_server(server_id)``, and routes by the bounded rule (docs/contract.md, "The bounded rule", "Key memory", "Spill target",
-"Ties by the key"):
+``release_server(server_id)``, and routes by the bounded rule (docs/contract.md, "The bounded
+rule", "Key memory", "Spill target", "Ties by the key"):
 
 * a request id stays on its server (key memory, ``key_memory`` ids, least recently routed
   forgotten first) until that server is clearly overloaded: its in-flight count exceeds the
@@ -15,7 +15,9 @@ its surface, ``acquire_server(request_id) -> (server_id, handle)`` and
 * a new id starts on its ring server, so an idle fleet spreads new ids instead of sending them
   all to the first server;
 * GRPO siblings can share one key: ``key_fn`` maps a request id to its routing key (say the
-  prompt's group id), and the bound spreads a hot group over several servers.
+  prompt's group id), and the bound spreads a hot group over several servers;
+* with verl's ``full_determinism`` a request id goes to its ring server whatever the loads
+  (strict consistent hashing), so runs route alike.
 
 Nothing of verl is imported: the class is plain Python and verl wraps it as its own balancer (a
 Ray actor: ``ray.remote(BoundedRequestLoadBalancer)``), see ``examples/verl_balancer.py``.
@@ -29,7 +31,13 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from ..lease import Lease
-from ..policy import DEFAULT_MAX_LOAD_SKEW, DEFAULT_MIN_LOAD_GAP, BoundedConsistentHashingConfig
+from ..policy import (
+    DEFAULT_MAX_LOAD_SKEW,
+    DEFAULT_MIN_LOAD_GAP,
+    BoundedConsistentHashingConfig,
+    ConsistentHashingConfig,
+    PolicyConfig,
+)
 from ..router import Router
 
 __all__ = ["BoundedRequestLoadBalancer", "DEFAULT_ROUTING_CACHE_SIZE", "server_url"]
@@ -56,9 +64,17 @@ class BoundedRequestLoadBalancer:
         servers: ``{server_id: handle}`` as verl passes them (or server ids alone);
             ``server_actor_ids``, the ids alone, as older verl versions pass them.
         max_cache_size: verl's name for ``key_memory``.
-        config: verl's ``router_config`` dict; its keys ``max_load_skew``, ``min_load_gap``,
-            ``key_memory`` (or verl's ``max_cache_size``) and ``return_handle`` are read, the
-            others (``full_determinism``, ...) ignored. Keyword arguments win over it.
+        config: settings as a dict; its keys ``max_load_skew``, ``min_load_gap``, ``key_memory``
+            (or verl's ``max_cache_size``), ``full_determinism`` and ``return_handle`` are read,
+            the others ignored. Keyword arguments win over it.
+        full_determinism: verl's flag (its ``actor_rollout_ref.rollout.full_determinism``, which
+            its ``LLMServerManager`` passes): route every request id to the server its routing
+            key hashes to, whatever the loads, so a run routes as the runs before it did. The
+            router is then strict consistent hashing (``consistent_hashing``): a key's server
+            depends only on the key and the set of servers, never on timing, and the bounded
+            settings and key memory are not used. verl hashes with Python's ``hash`` modulo the
+            pool size; this ring (XXH64) needs no ``PYTHONHASHSEED`` and moves about 1/n of the
+            ids when a server joins or leaves instead of most of them.
         max_load_skew, min_load_gap: the bounded rule's two tests, on requests in flight.
         key_memory: how many request ids (keys) keep their server.
         key_fn: the routing key of a request id (default: the id itself); give siblings one key.
@@ -74,6 +90,7 @@ class BoundedRequestLoadBalancer:
         *,
         server_actor_ids: Optional[Iterable[str]] = None,
         max_cache_size: Optional[int] = None,
+        full_determinism: Optional[bool] = None,
         max_load_skew: Optional[float] = None,
         min_load_gap: Optional[int] = None,
         key_memory: Optional[int] = None,
@@ -85,12 +102,16 @@ class BoundedRequestLoadBalancer:
         self._handles = _handles(given)
         if not self._handles:
             raise ValueError("servers must be non-empty")
-        policy = BoundedConsistentHashingConfig(
+        bounded = BoundedConsistentHashingConfig(  # checked also when full_determinism leaves it unused
             max_load_skew=_pick(max_load_skew, settings.get("max_load_skew"), DEFAULT_MAX_LOAD_SKEW),
             min_load_gap=_pick(min_load_gap, settings.get("min_load_gap"), DEFAULT_MIN_LOAD_GAP),
             spill_target="least_loaded",
             key_memory=_pick(_pick(key_memory, max_cache_size, None), settings.get("key_memory", settings.get("max_cache_size")), DEFAULT_ROUTING_CACHE_SIZE),
         )
+        deterministic = _pick(full_determinism, settings.get("full_determinism"), False)
+        if isinstance(deterministic, (str, bytes)) or deterministic not in (True, False):
+            raise ValueError("full_determinism must be a bool, got %r" % (deterministic,))
+        policy: PolicyConfig = ConsistentHashingConfig() if deterministic else bounded
         self._ids = {server_url(sid): sid for sid in self._handles}
         self._router = Router(list(self._ids), policy)
         self._key_fn = key_fn
