@@ -132,8 +132,6 @@ def test_config_dict_as_verl_passes_it() -> None:
     policy = balancer.router.policy
     assert (policy.key_memory, policy.min_load_gap, policy.spill_target) == (7, 4, "least_loaded")
     assert BoundedRequestLoadBalancer(SERVERS, {"min_load_gap": 4}, min_load_gap=1).router.policy.min_load_gap == 1
-    with pytest.raises(ValueError, match="servers must be non-empty"):
-        BoundedRequestLoadBalancer({})
 
 
 def test_importing_it_imports_no_verl_nor_ray() -> None:
@@ -255,3 +253,21 @@ def test_full_determinism_routes_each_id_to_its_ring_server_whatever_the_load() 
     assert off.router.policy.policy_type.value == "bounded_consistent_hashing"
     with pytest.raises(ValueError, match="full_determinism must be a bool"):
         BoundedRequestLoadBalancer(servers, full_determinism="yes")  # type: ignore[arg-type]
+
+
+def test_an_empty_pool_takes_servers_later() -> None:
+    # Regression (found by a review): verl allows an empty initial pool (dynamic resource
+    # scheduling registers every replica later with add_servers); "servers must be non-empty"
+    # was raised. With no server, acquire raises as verl's balancer does.
+    balancer = BoundedRequestLoadBalancer(servers={}, max_cache_size=DEFAULT_ROUTING_CACHE_SIZE)
+    assert balancer.get_all_servers() == []
+    with pytest.raises(RuntimeError, match="^No available servers in load balancer$"):
+        balancer.acquire_server(request_id="r0")
+    balancer.add_servers({"s0": "h0"})
+    assert balancer.acquire_server(request_id="r0") == ("s0", "h0")
+    balancer.release_server("s0")
+    balancer.remove_servers(["s0"])
+    with pytest.raises(RuntimeError, match="^No available servers in load balancer$"):
+        balancer.acquire_server(request_id="r0")
+    assert balancer.router.active_leases() == 0
+    assert BoundedRequestLoadBalancer().get_all_servers() == []

@@ -30,6 +30,7 @@ import urllib.parse
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from ..errors import NoWorkerAvailableError
 from ..lease import Lease
 from ..policy import (
     DEFAULT_MAX_LOAD_SKEW,
@@ -61,8 +62,9 @@ class BoundedRequestLoadBalancer:
     """verl's ``acquire_server`` / ``release_server`` on a bounded router; thread-safe.
 
     Args:
-        servers: ``{server_id: handle}`` as verl passes them (or server ids alone);
-            ``server_actor_ids``, the ids alone, as older verl versions pass them.
+        servers: ``{server_id: handle}`` as verl passes them (or server ids alone), possibly
+            none yet (:meth:`add_servers` adds them); ``server_actor_ids``, the ids alone, as
+            verl v0.7.1 passes them.
         max_cache_size: verl's name for ``key_memory``.
         config: settings as a dict; its keys ``max_load_skew``, ``min_load_gap``, ``key_memory``
             (or verl's ``max_cache_size``), ``full_determinism`` and ``return_handle`` are read,
@@ -99,9 +101,7 @@ class BoundedRequestLoadBalancer:
     ) -> None:
         settings = dict(config or {})
         given = servers if servers is not None else server_actor_ids or ()
-        self._handles = _handles(given)
-        if not self._handles:
-            raise ValueError("servers must be non-empty")
+        self._handles = _handles(given)  # may be empty: verl can register every server later
         bounded = BoundedConsistentHashingConfig(  # checked also when full_determinism leaves it unused
             max_load_skew=_pick(max_load_skew, settings.get("max_load_skew"), DEFAULT_MAX_LOAD_SKEW),
             min_load_gap=_pick(min_load_gap, settings.get("min_load_gap"), DEFAULT_MIN_LOAD_GAP),
@@ -129,10 +129,18 @@ class BoundedRequestLoadBalancer:
         return self._router
 
     def acquire_server(self, request_id: str, prompt_ids: Optional[List[int]] = None) -> Union[str, Tuple[str, Any]]:
-        """The server for a request, counted in flight until :meth:`release_server`."""
+        """The server for a request, counted in flight until :meth:`release_server`.
+
+        Raises:
+            NoWorkerAvailableError: a RuntimeError, "No available servers in load balancer" as
+                verl's balancer says it, when the pool is empty.
+        """
         key = request_id if self._key_fn is None else self._key_fn(request_id)
         with self._lock:
-            lease = self._router.route(key)
+            try:
+                lease = self._router.route(key)
+            except NoWorkerAvailableError:
+                raise NoWorkerAvailableError("no_healthy_workers", "No available servers in load balancer") from None
             server_id = self._ids[lease.worker_url]
             self._held[server_id].append(lease)
         return (server_id, self._handles[server_id]) if self._return_handle else server_id
