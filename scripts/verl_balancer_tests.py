@@ -9,8 +9,8 @@ defines ``GlobalRequestLoadBalancer`` before the tests import it, then runs the 
 
 Tests that assert verl's own placement rule (a new request to the least loaded server, ties to
 the first) can fail by design: the bounded balancer sends a new id to its ring server and moves
-ids only past the bound (docs/contract.md, "Ties by the key"). Stickiness, release accounting and
-the errors of release_server are the same.
+ids only past the bound (docs/contract.md, "Ties by the key"). Stickiness and release accounting
+are the same, and release_server of a server unknown or idle does nothing, as verl's.
 """
 
 from __future__ import annotations

@@ -146,14 +146,13 @@ class BoundedRequestLoadBalancer:
         return (server_id, self._handles[server_id]) if self._return_handle else server_id
 
     def release_server(self, server_id: str, prompt_len: int = 0, request_id: Optional[str] = None) -> None:
-        """One request on ``server_id`` finished. ValueError for an unknown server or one with
-        nothing in flight, as verl's balancer."""
+        """One request on ``server_id`` finished: its oldest lease there is released, also on a
+        server removed since. As verl's balancer (since verl d324b014d), a server unknown or
+        with nothing in flight is no error: nothing happens."""
         with self._lock:
             held = self._held.get(server_id)
-            if held is None:
-                raise ValueError("Invalid server_id for release: %s" % server_id)
             if not held:
-                raise ValueError("Release called with no inflight requests on server %s" % server_id)
+                return
             held.popleft().release()
             if not held and server_id not in self._handles:
                 del self._held[server_id]  # a removed server's last request
