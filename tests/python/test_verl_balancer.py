@@ -285,3 +285,75 @@ def test_releasing_an_unknown_or_idle_server_does_nothing() -> None:
     assert balancer.router.active_leases() == 1  # the release before did not take it
     balancer.release_server(again)
     assert balancer.router.active_leases() == 0
+
+
+def test_the_surface_verl_calls_today() -> None:
+    # Regression (found by a review): verl calls clear_sticky_cache() and get_total_inflight()
+    # (fully_async_rollouter, trainer_separate_async), has get_inflight_count(server_id), and
+    # get_status() returns servers / total_inflight / active_servers / registered_handles; the
+    # first three were missing and get_status had other keys.
+    balancer = BoundedRequestLoadBalancer(servers={s: None for s in SERVERS}, max_cache_size=DEFAULT_ROUTING_CACHE_SIZE)
+    placed = [balancer.acquire_server(request_id="r-%d" % i)[0] for i in range(6)]
+    counts = {s: placed.count(s) for s in SERVERS}
+    assert all(balancer.get_inflight_count(server_id=s) == counts[s] for s in SERVERS)
+    assert balancer.get_inflight_count(server_id="nope") == 0
+    assert balancer.get_total_inflight() == 6
+    assert balancer.get_all_servers() == SERVERS
+    status = balancer.get_status()
+    assert {k: status[k] for k in ("servers", "total_inflight", "active_servers", "registered_handles")} == {
+        "servers": counts,
+        "total_inflight": 6,
+        "active_servers": 4,
+        "registered_handles": SERVERS,
+    }
+    assert balancer.clear_sticky_cache() == {"cleared_entries": 6, "server_loads": counts}
+    assert balancer.clear_sticky_cache() == {"cleared_entries": 0, "server_loads": counts}
+    balancer.remove_servers([placed[0]])  # verl counts only the servers in the pool
+    assert balancer.get_total_inflight() == 6 - counts[placed[0]]
+    assert balancer.get_inflight_count(placed[0]) == 0 and placed[0] not in balancer.get_status()["servers"]
+
+
+def test_clear_sticky_cache_forgets_where_ids_went_and_leases_still_release() -> None:
+    balancer = BoundedRequestLoadBalancer({s: None for s in SERVERS}, min_load_gap=2)
+    ring = model(SERVERS, min_load_gap=2)
+    home, _ = balancer.acquire_server("conv")
+    balancer.release_server(home)
+    busy = [rid for rid in ("busy-%d" % i for i in range(200)) if ring.preferred(rid.encode()) == server_url(home)][:3]
+    for rid in busy:
+        assert balancer.acquire_server(rid)[0] == home
+    moved, _ = balancer.acquire_server("conv")  # spills and is remembered there
+    assert moved != home
+    balancer.release_server(moved)
+    for _ in busy:
+        balancer.release_server(home)
+    assert balancer.acquire_server("conv")[0] == moved
+    balancer.release_server(moved)
+    held = [balancer.acquire_server("held-%d" % i)[0] for i in range(3)]  # in flight across the clear
+    loads = balancer.router.loads()
+    result = balancer.clear_sticky_cache()
+    assert result["cleared_entries"] == 1 + len(busy) + 3
+    assert result["server_loads"] == {s: held.count(s) for s in SERVERS}
+    assert balancer.router.loads() == loads, "clearing changed the loads"
+    assert balancer.acquire_server("conv")[0] == home, "conv still went where it was remembered"
+    balancer.release_server(home)
+    for server in held:
+        balancer.release_server(server)
+    stats = balancer.router.statistics()
+    assert stats.active_leases == 0 and stats.leaked_leases == 0
+    assert all(w.healthy and w.condition == "available" for w in stats.workers)
+
+
+def test_clear_sticky_cache_counts_the_ids_the_router_still_remembers() -> None:
+    balancer = BoundedRequestLoadBalancer(SERVERS, key_memory=5)
+    placed = {}
+    for i in range(8):  # 8 ids through a memory of 5: the 3 least recently routed are forgotten
+        placed["r-%d" % i] = balancer.acquire_server("r-%d" % i)
+        balancer.release_server(placed["r-%d" % i])
+    gone = placed["r-7"]
+    balancer.remove_servers([gone])  # the router forgets the ids remembered on it
+    kept = sum(1 for i in range(3, 8) if placed["r-%d" % i] != gone)
+    assert balancer.clear_sticky_cache()["cleared_entries"] == kept
+    assert BoundedRequestLoadBalancer(SERVERS, key_memory=0).clear_sticky_cache()["cleared_entries"] == 0
+    deterministic = BoundedRequestLoadBalancer(SERVERS, full_determinism=True)
+    deterministic.acquire_server("r")
+    assert deterministic.clear_sticky_cache()["cleared_entries"] == 0  # it remembers nothing

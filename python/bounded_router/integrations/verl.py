@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import threading
 import urllib.parse
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
 from ..errors import NoWorkerAvailableError
@@ -121,6 +121,10 @@ class BoundedRequestLoadBalancer:
         # Oldest first: after a server leaves and comes back under its id, the requests of the
         # earlier one are released before the new one's.
         self._held: Dict[str, Deque[Lease]] = {sid: deque() for sid in self._handles}
+        # The keys the router remembers a server of, least recently routed first, as the
+        # balancer counts them (for clear_sticky_cache's count; the router does not say).
+        self._key_memory = 0 if deterministic else bounded.key_memory
+        self._remembered: "OrderedDict[str, str]" = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -143,6 +147,11 @@ class BoundedRequestLoadBalancer:
                 raise NoWorkerAvailableError("no_healthy_workers", "No available servers in load balancer") from None
             server_id = self._ids[lease.worker_url]
             self._held[server_id].append(lease)
+            if self._key_memory:
+                self._remembered[key] = server_id
+                self._remembered.move_to_end(key)
+                if len(self._remembered) > self._key_memory:
+                    self._remembered.popitem(last=False)
         return (server_id, self._handles[server_id]) if self._return_handle else server_id
 
     def release_server(self, server_id: str, prompt_len: int = 0, request_id: Optional[str] = None) -> None:
@@ -170,29 +179,81 @@ class BoundedRequestLoadBalancer:
     def remove_servers(self, server_ids: Iterable[str]) -> None:
         """Remove servers: no new request goes there; requests in flight on them still release."""
         with self._lock:
+            removed = set()
             for server_id in server_ids:
                 self._router.remove_worker(server_url(server_id))
                 del self._ids[server_url(server_id)]  # a removed server takes no new request
                 self._handles.pop(server_id)
                 if not self._held[server_id]:
                     del self._held[server_id]
+                removed.add(server_id)
+            if removed and self._remembered:  # the router forgets the keys remembered there
+                self._remembered = OrderedDict((k, s) for k, s in self._remembered.items() if s not in removed)
 
     def get_all_servers(self) -> List[str]:
         """The server ids requests may go to, in the order they joined."""
         with self._lock:
             return list(self._handles)
 
+    def get_inflight_count(self, server_id: str) -> int:
+        """The requests in flight on a server of the pool; 0 for any other id, as verl's."""
+        with self._lock:
+            return self._in_flight().get(server_id, 0)
+
+    def get_total_inflight(self) -> int:
+        """The requests in flight on the servers of the pool (those on servers removed since are
+        not counted, as in verl's)."""
+        with self._lock:
+            return sum(self._in_flight().values())
+
+    def clear_sticky_cache(self) -> Dict[str, Any]:
+        """Forget the server of every request id, as verl's: each id's next request is decided
+        as a new id's, on its ring server unless that one is clearly overloaded (the bounded
+        rule), so servers added since take their share of the ids. Requests in flight, their
+        leases and the loads are untouched.
+
+        Returns verl's ``{"cleared_entries": ..., "server_loads": {server_id: in flight}}``:
+        the request ids (routing keys) whose server the router remembered, as the balancer
+        counts them (0 with ``key_memory`` 0 or ``full_determinism``, which remember none).
+        """
+        with self._lock:
+            cleared = len(self._remembered)
+            self._remembered.clear()
+            if self._key_memory:
+                # The router offers no call to forget keys; a worker that turns unhealthy is
+                # forgotten by every key remembered on it, for good, and its leases are
+                # unaffected (docs/contract.md, "Key memory", "Worker failures"). Under the lock
+                # no request is routed meanwhile, and the balancer never marks a worker
+                # unhealthy otherwise, so each is healthy again at once.
+                for url in self._ids:
+                    self._router.set_healthy(url, False)
+                    self._router.set_healthy(url, True)
+            loads = self._in_flight()
+        return {"cleared_entries": cleared, "server_loads": loads}
+
     def get_status(self) -> Dict[str, Any]:
-        """In-flight requests per server and the router's counters, for debugging."""
+        """verl's ``servers`` (in flight per server of the pool), ``total_inflight``,
+        ``active_servers`` and ``registered_handles`` (the pool's ids), and the router's
+        ``branches``, ``active_leases`` (also on servers removed since) and ``leaked_leases``;
+        ``inflight`` is ``servers`` under this balancer's earlier name. For debugging."""
         with self._lock:  # a server joins the router and the names in one step
             stats = self._router.statistics()
             inflight = {self._ids[w.url]: w.requests for w in stats.workers}
+            registered = list(self._handles)
         return {
-            "inflight": inflight,
-            "branches": self._router.branch_counts(),
+            "servers": inflight,
+            "total_inflight": sum(inflight.values()),
+            "active_servers": len(inflight),
+            "registered_handles": registered,
+            "inflight": dict(inflight),
+            "branches": stats.branches,
             "active_leases": stats.active_leases,
             "leaked_leases": stats.leaked_leases,
         }
+
+    def _in_flight(self) -> Dict[str, int]:
+        """Requests in flight per server of the pool, in the order they joined; under the lock."""
+        return {self._ids[w.url]: w.requests for w in self._router.workers()}
 
     def close(self) -> None:
         """Free the router (leases still held are released with it)."""
