@@ -4,10 +4,14 @@ balancer's policy, replaying the same acquires and releases."""
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
+import os
 import subprocess
 import sys
+import types
 from collections import Counter
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import pytest
 
@@ -122,7 +126,7 @@ def test_removed_servers_still_release_and_take_no_new_requests() -> None:
     assert status["active_leases"] == 20 and status["leaked_leases"] == 0
 
 
-def test_config_dict_as_verl_passes_it() -> None:
+def test_settings_from_a_config_dict() -> None:
     balancer = BoundedRequestLoadBalancer(SERVERS, {"max_cache_size": 7, "min_load_gap": 4, "full_determinism": False})
     policy = balancer.router.policy
     assert (policy.key_memory, policy.min_load_gap, policy.spill_target) == (7, 4, "least_loaded")
@@ -357,3 +361,93 @@ def test_clear_sticky_cache_counts_the_ids_the_router_still_remembers() -> None:
     deterministic = BoundedRequestLoadBalancer(SERVERS, full_determinism=True)
     deterministic.acquire_server("r")
     assert deterministic.clear_sticky_cache()["cleared_entries"] == 0  # it remembers nothing
+
+
+# verl and Ray are not installed here: the tests below stand in for them with the few lines of
+# verl (verl-project/verl, verl/workers/rollout/llm_server.py) that build the balancer.
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class FakeActorClass:
+    """What ``ray.remote(cls)`` returns: an object, not a class, built with ``.remote(...)``."""
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+
+    def remote(self, **kwargs: Any) -> Any:
+        return self.cls(**kwargs)
+
+
+def fake_ray_remote(cls: Any) -> FakeActorClass:
+    if not inspect.isclass(cls):  # as Ray: @ray.remote applies to a function or a class
+        raise TypeError("The @ray.remote decorator must be applied to either a function or a class.")
+    return FakeActorClass(cls)
+
+
+def verl_today_builds_its_balancer(module: Any, load_balancer_cls: Any = None, full_determinism: bool = False) -> Any:
+    """LLMServerManager.__init__ and _init_global_load_balancer of verl since c6dd5b50a."""
+    cls = load_balancer_cls or module.GlobalRequestLoadBalancer
+    kwargs: Dict[str, Any] = dict(servers={"10.0.0.1:8000": "h1", "10.0.0.2:8000": "h2"}, max_cache_size=10000)
+    if cls is module.GlobalRequestLoadBalancer:
+        kwargs["full_determinism"] = full_determinism
+    return fake_ray_remote(cls).remote(**kwargs)
+
+
+def load(path: str, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, path))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def fake_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(remote=fake_ray_remote))
+
+
+def test_patch_verl_installs_a_class_that_verl_today_wraps_itself(fake_ray: None) -> None:
+    # Regression (found by a review): patch_verl installed ray.remote(...) of the balancer, and
+    # verl since c6dd5b50a (v0.9.0) calls ray.remote() on the class it finds, which Ray refuses
+    # for an actor class.
+    example = load("examples/verl_balancer.py", "verl_balancer_example")
+    llm_server = types.ModuleType("llm_server")
+    llm_server.GlobalRequestLoadBalancer = type("GlobalRequestLoadBalancer", (), {})  # type: ignore[attr-defined]
+    example.patch_verl(llm_server, min_load_gap=3)
+    balancer = verl_today_builds_its_balancer(llm_server, full_determinism=True)
+    assert isinstance(balancer, BoundedRequestLoadBalancer)
+    assert balancer.router.policy.policy_type.value == "consistent_hashing"  # verl's flag reached it
+    assert balancer.acquire_server(request_id="r")[1] in ("h1", "h2")
+    balancer = verl_today_builds_its_balancer(llm_server)
+    assert balancer.router.policy.min_load_gap == 3
+    # The other way in: LLMServerManager(load_balancer_cls=...), which gets no full_determinism.
+    by_class = verl_today_builds_its_balancer(llm_server, load_balancer_cls=example.bounded_balancer_class(key_memory=7))
+    assert by_class.router.policy.key_memory == 7
+
+
+def test_patch_verl_installs_an_actor_class_for_verl_that_calls_remote_on_it(fake_ray: None) -> None:
+    # verl v0.7.1 to c6dd5b50a: the balancer is a @ray.remote class built with .remote(...),
+    # v0.7.1 with server_actor_ids (in agent_loop.py), v0.8.0 with servers={address: handle}.
+    example = load("examples/verl_balancer.py", "verl_balancer_example")
+    agent_loop = types.ModuleType("agent_loop")
+    agent_loop.GlobalRequestLoadBalancer = fake_ray_remote(type("GlobalRequestLoadBalancer", (), {}))  # type: ignore[attr-defined]
+    example.patch_verl(agent_loop)
+    v071 = agent_loop.GlobalRequestLoadBalancer.remote(server_actor_ids=["a", "b"], max_cache_size=10000)  # type: ignore[attr-defined]
+    assert v071.acquire_server(request_id="r") in ("a", "b")
+    v080 = agent_loop.GlobalRequestLoadBalancer.remote(servers={"a": 1, "b": 2}, max_cache_size=10000)  # type: ignore[attr-defined]
+    assert v080.acquire_server(request_id="r")[1] in (1, 2)
+
+
+def test_the_script_puts_the_balancer_where_verl_s_tests_look_for_it(fake_ray: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Regression (found by a review), as for patch_verl: the script's plugin installed an actor
+    # class, and verl's tests today do ray.remote(GlobalRequestLoadBalancer).remote(servers=...).
+    script = load("scripts/verl_balancer_tests.py", "verl_balancer_tests_script")
+    llm_server = types.ModuleType("verl.workers.rollout.llm_server")
+    llm_server.GlobalRequestLoadBalancer = type("GlobalRequestLoadBalancer", (), {})  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "verl.workers.rollout.llm_server", llm_server)
+    plugin: Dict[str, Any] = {}
+    exec(compile(script.PLUGIN, "bounded_verl_plugin.py", "exec"), plugin)
+    plugin["pytest_configure"](None)
+    lb = fake_ray_remote(llm_server.GlobalRequestLoadBalancer).remote(servers={"s0": None, "s1": None})  # type: ignore[attr-defined]
+    assert isinstance(lb, BoundedRequestLoadBalancer) and lb.acquire_server(request_id="r")[0] in ("s0", "s1")
