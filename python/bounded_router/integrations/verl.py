@@ -1,11 +1,14 @@
 """A drop-in for verl's rollout balancer (``GlobalRequestLoadBalancer`` in
-``verl/workers/rollout/llm_server.py``), backed by a :class:`~bounded_router.Router`.
+``verl/workers/rollout/llm_server.py``, github.com/verl-project/verl), backed by a
+:class:`~bounded_router.Router`.
 
 verl's balancer keeps a request id on its server (an LRU of 10,000 ids), sends a new id to the
 server with the fewest requests in flight, and breaks ties by ``candidates[0]``. This one keeps
-its surface, ``acquire_server(request_id) -> (server_id, handle)`` and
-``release_server(server_id)``, and routes by the bounded rule (docs/contract.md, "The bounded
-rule", "Key memory", "Spill target", "Ties by the key"):
+the surface verl calls, ``acquire_server(request_id) -> (server_id, handle)``,
+``release_server(server_id)``, ``add_servers``, ``remove_servers``, ``clear_sticky_cache``,
+``get_total_inflight``, ``get_inflight_count``, ``get_all_servers`` and ``get_status``, with
+verl's return shapes, and routes by the bounded rule (docs/contract.md, "The bounded rule", "Key
+memory", "Spill target", "Ties by the key"):
 
 * a request id stays on its server (key memory, ``key_memory`` ids, least recently routed
   forgotten first) until that server is clearly overloaded: its in-flight count exceeds the
@@ -19,8 +22,12 @@ rule", "Key memory", "Spill target", "Ties by the key"):
 * with verl's ``full_determinism`` a request id goes to its ring server whatever the loads
   (strict consistent hashing), so runs route alike.
 
-Nothing of verl is imported: the class is plain Python and verl wraps it as its own balancer (a
-Ray actor: ``ray.remote(BoundedRequestLoadBalancer)``), see ``examples/verl_balancer.py``.
+As verl's, the pool may start empty (acquiring then raises "No available servers in load
+balancer"), and releasing a server unknown or with nothing in flight does nothing.
+
+Nothing of verl or Ray is imported: the class is plain Python, and verl builds it as its own
+balancer (``ray.remote(load_balancer_cls).remote(servers=..., max_cache_size=...)``); older verl
+versions' ways of building it are taken too. See ``examples/verl_balancer.py``.
 """
 
 from __future__ import annotations
