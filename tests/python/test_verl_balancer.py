@@ -269,7 +269,10 @@ def test_an_empty_pool_takes_servers_later() -> None:
     with pytest.raises(RuntimeError, match="^No available servers in load balancer$"):
         balancer.acquire_server(request_id="r0")
     assert balancer.router.active_leases() == 0
-    assert BoundedRequestLoadBalancer().get_all_servers() == []
+    nothing = BoundedRequestLoadBalancer()  # no servers given at all: today's verl shape still
+    assert nothing.get_all_servers() == []
+    nothing.add_servers({"s0": "h0"})
+    assert nothing.acquire_server(request_id="r0") == ("s0", "h0")
 
 
 def test_releasing_an_unknown_or_idle_server_does_nothing() -> None:

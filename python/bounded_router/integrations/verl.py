@@ -107,7 +107,7 @@ class BoundedRequestLoadBalancer:
         return_handle: Optional[bool] = None,
     ) -> None:
         settings = dict(config or {})
-        given = servers if servers is not None else server_actor_ids or ()
+        given = servers if servers is not None else server_actor_ids if server_actor_ids is not None else {}
         self._handles = _handles(given)  # may be empty: verl can register every server later
         bounded = BoundedConsistentHashingConfig(  # checked also when full_determinism leaves it unused
             max_load_skew=_pick(max_load_skew, settings.get("max_load_skew"), DEFAULT_MAX_LOAD_SKEW),
