@@ -1,16 +1,17 @@
 """Run verl's own load-balancer tests with bounded-router's balancer in place of verl's.
 
-Not part of CI: it needs verl (and Ray) installed, and a checkout of verl's tests. It puts
-``bounded_router.integrations.verl.BoundedRequestLoadBalancer`` (as a Ray actor) wherever verl
-defines ``GlobalRequestLoadBalancer`` before the tests import it, then runs the tests that
-``-k`` selects::
+Not part of CI: it needs verl (and Ray) installed, and a checkout of verl's tests
+(github.com/verl-project/verl). It puts ``bounded_router.integrations.verl.BoundedRequestLoadBalancer``
+wherever verl defines ``GlobalRequestLoadBalancer`` before the tests import it, in the form that
+verl has there (the class, or a Ray actor class where verl's own is one), then runs the tests that
+``-k`` selects (verl's are in tests/experimental/agent_loop/test_basic_agent_loop.py)::
 
-    .venv/bin/python scripts/verl_balancer_tests.py --verl-tests ~/src/verl/tests -k "load_balancer or LoadBalancer"
+    .venv/bin/python scripts/verl_balancer_tests.py --verl-tests ~/src/verl/tests -k "LoadBalancer"
 
 Tests that assert verl's own placement rule (a new request to the least loaded server, ties to
 the first) can fail by design: the bounded balancer sends a new id to its ring server and moves
-ids only past the bound (docs/contract.md, "Ties by the key"). Stickiness, release accounting and
-the errors of release_server are the same.
+ids only past the bound (docs/contract.md, "Ties by the key"). Stickiness and release accounting
+are the same, and release_server of a server unknown or idle does nothing, as verl's.
 """
 
 from __future__ import annotations
@@ -22,13 +23,11 @@ import subprocess
 import sys
 import tempfile
 
-#: Where verl versions define the balancer.
+#: Where verl versions define the balancer: since v0.8.0, and in v0.7.1.
 MODULES = ("verl.workers.rollout.llm_server", "verl.experimental.agent_loop.agent_loop")
 
 PLUGIN = '''
 import importlib
-
-import ray
 
 from bounded_router.integrations.verl import BoundedRequestLoadBalancer
 
@@ -39,9 +38,17 @@ def pytest_configure(config):
             module = importlib.import_module(name)
         except ImportError:
             continue
-        if hasattr(module, "GlobalRequestLoadBalancer"):
+        if not hasattr(module, "GlobalRequestLoadBalancer"):
+            continue
+        if hasattr(module.GlobalRequestLoadBalancer, "remote"):
+            # verl v0.7.1, v0.8.0: an actor class, built with GlobalRequestLoadBalancer.remote(...)
+            import ray
+
             module.GlobalRequestLoadBalancer = ray.remote(BoundedRequestLoadBalancer)
-            print("bounded-router: GlobalRequestLoadBalancer of %%s replaced" %% name)
+        else:
+            # verl v0.9.0 (since c6dd5b50a): a plain class, that verl and its tests wrap with ray.remote
+            module.GlobalRequestLoadBalancer = BoundedRequestLoadBalancer
+        print("bounded-router: GlobalRequestLoadBalancer of %%s replaced" %% name)
 ''' % (MODULES,)
 
 
