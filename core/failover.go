@@ -5,8 +5,9 @@ package core
 // key, explicit or implicit, goes to the first available worker clockwise from the key that it
 // has not tried (BranchFailover), with no load test: every replica agrees on it and the key keeps
 // a stable second home. A request without a key goes where the policy sends it among the untried
-// workers. A request naming a target worker has no fallback, so it is not routed again; nor is
-// any request once every available worker has been tried (no lease, BranchNoHealthyWorkers).
+// workers. A request naming a target worker, under a policy that honours it, has no fallback, so
+// it is not routed again; nor is any request once every available worker has been tried (no
+// lease, BranchNoHealthyWorkers).
 // With nothing tried it is Route.
 func (r *Router) RouteAvoiding(req *Request, tried []uint32) Decision {
 	if len(tried) == 0 {
@@ -15,14 +16,14 @@ func (r *Router) RouteAvoiding(req *Request, tried []uint32) Decision {
 	key, weight := r.explicitKeyOf(req.RoutingKey), req.leaseWeight()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if req.HasTarget {
-		r.branches[BranchTargetWorkerMiss]++
+	// A refusal takes no lease and counts no branch: the request counted its own when it was
+	// first routed, and its worker was there.
+	if req.HasTarget && r.policy.Kind.honorsTarget() {
 		return Decision{Branch: BranchTargetWorkerMiss}
 	}
 	set := r.setAside(tried)
 	defer r.restore(set)
 	if len(r.view.available) == 0 {
-		r.branches[BranchNoHealthyWorkers]++
 		return Decision{Branch: BranchNoHealthyWorkers}
 	}
 	position, keyed := key.position, key.present

@@ -60,15 +60,30 @@ func TestAKeyedFailoverRecordsAndCountsItsBlocks(t *testing.T) {
 	r.Release(next.Lease, false)
 }
 
-// contract: "What is counted where": one counter per branch, for routes. A retry refused (every
-// worker tried, or a target worker) counted nothing, where a route refused counts its branch.
-func TestARefusedRetryCountsItsBranch(t *testing.T) {
+// contract: Worker failures, "Where a retry goes": a retry refused takes no lease and counts no
+// branch, its request having counted its own when first routed. Regression (found by a review):
+// counting them made every proxy retry that found no untried worker left count
+// no_healthy_workers (its worker was there) and a target request count target_worker_miss too.
+func TestARefusedRetryCountsNoBranch(t *testing.T) {
 	urls := workerURLs(2)
 	r := newTestRouter(t, DefaultConfig().Policy, urls)
 	all := []uint32{idOf(t, r, urls[0]), idOf(t, r, urls[1])}
 	assert.Equal(t, BranchNoHealthyWorkers, r.RouteAvoiding(&Request{RoutingKey: []byte("k")}, all).Branch)
 	assert.Equal(t, BranchTargetWorkerMiss, r.RouteAvoiding(&Request{HasTarget: true, TargetIndex: 1}, all[:1]).Branch)
-	st := r.Stats()
-	assert.Equal(t, uint64(1), st.Branches[BranchNoHealthyWorkers])
-	assert.Equal(t, uint64(1), st.Branches[BranchTargetWorkerMiss])
+	assert.Equal(t, [NumBranches]uint64{}, r.Stats().Branches)
+}
+
+// Regression (found by a review): under a policy that ignores X-SMG-Target-Worker (manual, as
+// SMG's), a retry was refused for the header all the same.
+func TestARetryIgnoresATargetItsPolicyIgnores(t *testing.T) {
+	urls := workerURLs(3)
+	r := newTestRouter(t, Policy{Kind: PolicyManual, MaxKeys: 16}, urls)
+	req := Request{RoutingKey: []byte("k"), HasTarget: true, TargetIndex: 0}
+	first := r.Route(&req)
+	require.Equal(t, BranchManualVacant, first.Branch)
+	require.True(t, r.Finish(first.Lease, OutcomeFailure, t0))
+	retry := r.RouteAvoiding(&req, []uint32{first.WorkerID})
+	assert.Equal(t, BranchFailover, retry.Branch)
+	assert.NotEqual(t, first.WorkerURL, retry.WorkerURL)
+	r.Release(retry.Lease, false)
 }

@@ -59,6 +59,12 @@ func (k PolicyKind) bounds() bool {
 	return k == PolicyBoundedConsistentHashing || k == PolicyCacheAware
 }
 
+// honorsTarget reports whether the policy routes by X-SMG-Target-Worker (docs/contract.md,
+// "Inputs and precedence"); the others ignore it, as SMG's do.
+func (k PolicyKind) honorsTarget() bool {
+	return k == PolicyConsistentHashing || k.bounds()
+}
+
 // Policy is a policy kind with its settings. MaxLoadSkew and MinLoadGap are used by
 // bounded_consistent_hashing and cache_aware, SpillTarget and KeyMemory by
 // bounded_consistent_hashing only, CacheAware by cache_aware only, AssignmentMode and

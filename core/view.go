@@ -48,7 +48,7 @@ func (v *view) isAvailable(owner uint32) bool { return v.workers[owner].healthy 
 // preferred is the first available worker clockwise from a key's position.
 func (v *view) preferred(position uint64) int { return v.ring.first(position, v.isAvailable) }
 
-// meanLoad is the mean load, as m measures it, over the available workers (there is at least one).
+// meanLoad is the mean load, as m measures it, over the spillable workers (there is at least one).
 func (v *view) meanLoad(m LoadMeasure) float64 {
 	total := v.spillableLoad
 	if m == LoadPrefill {

@@ -133,6 +133,27 @@ func TestRetryNeverRevisitsATriedWorker(t *testing.T) {
 	waitLeases(t, r, 0)
 }
 
+// Regression (found by a review; docs/contract.md, "Where a retry goes"): a retry that found no
+// untried worker counted no_healthy_workers, its worker available, and a target request counted
+// target_worker_miss beside its target_worker_hit. Each request counts the branch of its route.
+func TestAFailedTryCountsNoBranchOfARefusal(t *testing.T) {
+	f := newFleet(t, 1)
+	f.statuses[0].Store(http.StatusServiceUnavailable)
+	r := newRouter(t, f.urls...)
+	g := start(t, r, Options{})
+	get(t, g, "/x", http.Header{"X-Smg-Target-Worker": {"0"}})
+	get(t, g, "/x", keyed("k"))
+	waitLeases(t, r, 0)
+	st := r.Stats()
+	if st.Branches[core.BranchTargetWorkerMiss] != 0 || st.Branches[core.BranchNoHealthyWorkers] != 0 {
+		t.Fatalf("target_worker_miss %d, no_healthy_workers %d: the worker was found and answered",
+			st.Branches[core.BranchTargetWorkerMiss], st.Branches[core.BranchNoHealthyWorkers])
+	}
+	if st.Branches[core.BranchTargetWorkerHit] != 1 || st.Branches[core.BranchExplicitRoutingKeyHit] != 1 {
+		t.Fatalf("branches %v: one route each", st.Branches)
+	}
+}
+
 func TestRetriesStopAtTheLimitAndCanBeDisabled(t *testing.T) {
 	f := newFleet(t, 4)
 	for _, s := range f.statuses {
