@@ -133,21 +133,19 @@ func (s *Subscriber) replay(ctx context.Context, first, next int64) (applied int
 	dealer := zmq4.NewDealer(bounded, zmqguard.Quiet())
 	defer dealer.Close()
 	if err := dealer.Dial(zmqguard.Endpoint(s.ReplayEndpoint)); err != nil {
-		s.problem("replay", "replay from %s: %v", s.ReplayEndpoint, err)
+		s.replayFailed(ctx, err)
 		return
 	}
 	request := binary.BigEndian.AppendUint64(nil, uint64(first))
 	if err := dealer.SendMulti(zmq4.NewMsgFrom([]byte{}, request)); err != nil {
-		s.problem("replay", "replay from %s: %v", s.ReplayEndpoint, err)
+		s.replayFailed(ctx, err)
 		return
 	}
 	after := first - 1
 	for {
 		msg, err := dealer.Recv()
 		if err != nil {
-			if ctx.Err() == nil { // a stop is no failure of the replay
-				s.problem("replay", "replay from %s: %v", s.ReplayEndpoint, err)
-			}
+			s.replayFailed(ctx, err)
 			return
 		}
 		frames := msg.Frames
@@ -170,6 +168,14 @@ func (s *Subscriber) replay(ctx context.Context, first, next int64) (applied int
 		if seq >= next-1 {
 			return
 		}
+	}
+}
+
+// replayFailed logs a replay's failure, unless the subscription's stop (ctx) caused it: a stop
+// says nothing of the engine.
+func (s *Subscriber) replayFailed(ctx context.Context, err error) {
+	if ctx.Err() == nil {
+		s.problem("replay", "replay from %s: %v", s.ReplayEndpoint, err)
 	}
 }
 

@@ -159,6 +159,23 @@ func TestAReplayCutShortByStopLosesAndLogsNothing(t *testing.T) {
 	assert.Empty(t, logs)
 }
 
+// The same for a stop that comes before the replay's dial (found by the review of the fix above).
+func TestAReplayStoppedBeforeItsDialLosesAndLogsNothing(t *testing.T) {
+	urls := []string{"http://127.0.0.1:1"}
+	r := indexRouter(t, 64, urls...)
+	var logs []string
+	s := &Subscriber{Index: r, Worker: urls[0], ReplayEndpoint: loopback.FreeEndpoint(t), ReplayTimeout: time.Minute,
+		Logf: func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) }}
+	s.stats.last = -1
+	s.logged = map[string]bool{}
+	s.receive(context.Background(), [][]byte{{}, seqFrame(0), storedPayload(t, 100, nil, 3, 4)})
+	ctx, stop := context.WithCancel(context.Background())
+	stop()
+	s.receive(ctx, [][]byte{{}, seqFrame(5), storedPayload(t, 105, nil, 5, 6)})
+	assert.Zero(t, s.Stats().Lost)
+	assert.Empty(t, logs)
+}
+
 // A publisher that floods (issue 21, "Bad input"): thousands of batches, each storing a block
 // the worker never held, as fast as the socket takes them. Every batch is applied or counted
 // lost, the worker's index stays within blocks_per_worker, and the engine names of the blocks
