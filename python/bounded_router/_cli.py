@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import Any, Dict, NoReturn, Optional
+from typing import Any, Dict, List, NoReturn, Optional
 
 __all__ = ["SERVE_HINT", "CommandParser"]
 
@@ -30,15 +30,25 @@ class CommandParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.hint = hint
         self.settings = dict(settings or {})
+        self.typed: List[str] = []  # the arguments parsed last, to name the flag of a setting as typed
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self.typed = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def flag_names(self) -> Dict[str, str]:
-        """The long flag of each destination that is a multi-word name (``min_load_gap``), and
-        of each of ``settings``."""
-        names: Dict[str, str] = dict(self.settings)
+        """The long flag of each destination that is a multi-word name (``min_load_gap``): the
+        one typed when it has several (``--block-size`` for ``--prefix-block-size``), else its
+        first; and the flag of each of ``settings``."""
+        flags: Dict[str, List[str]] = {}
         for action in self._actions:
-            long = [option for option in action.option_strings if option.startswith("--")]
-            if long and "_" in action.dest:
-                names.setdefault(action.dest, long[0])  # the first flag of a destination two share
+            if "_" in action.dest:
+                flags.setdefault(action.dest, []).extend(o for o in action.option_strings if o.startswith("--"))
+        names: Dict[str, str] = dict(self.settings)
+        for dest, options in flags.items():
+            if options:
+                typed = [o for o in options if any(arg == o or arg.startswith(o + "=") for arg in self.typed)]
+                names.setdefault(dest, (typed or options)[0])
         return names
 
     def in_flags(self, message: str) -> str:

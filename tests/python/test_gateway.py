@@ -254,6 +254,10 @@ def _run_cli(*args: str) -> "subprocess.CompletedProcess[str]":
         # Regressions (found by a review): these named the library's setting (seed, interval_secs).
         (["--policy", "random", "--random-seed", "-1"], "argument --random-seed: must be an integer from 0 to 18446744073709551615, not -1"),
         (["--load-poll", "sglang", "--load-poll-interval-secs", "1e9"], "argument --load-poll-interval-secs: must be a number of seconds above 0 and at most 3600, not 1e9"),
+        # SMG's names of a setting: the error names the flag typed (found by a review).
+        (["--block-size", "0"], "--block-size must be a positive integer (token ids), not 0"),
+        (["--max-payload-size=0"], "--max-payload-size must be a positive integer (bytes), not 0"),
+        (["--max-body-size", "0"], "--max-body-size must be a positive integer (bytes), not 0"),
     ],
 )
 def test_cli_usage_errors(args: List[str], message: str) -> None:

@@ -52,6 +52,8 @@ SERVE = [sys.executable, "-m", "bounded_router.integrations.serve"]
         (["--policy", "random", "--random-seed", "-1"], "argument --random-seed"),
         # The engine feeds are the native gateway's flags (README, "integrations.serve").
         (["--load-poll-interval-secs", "5"], "--load-poll-interval-secs needs --load-poll"),
+        (["--block-size", "0"], "--block-size must be a positive integer"),
+        (["--max-payload-size", "0"], "--max-payload-size must be a positive integer"),
         (["--kv-events", "http://127.0.0.1:9=tcp://127.0.0.1:7"], "--kv-events apply only to cache_aware"),
     ],
 )
