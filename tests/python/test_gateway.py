@@ -367,6 +367,8 @@ def test_memory_stays_bounded_under_large_uploads(fast_worker: Any) -> None:
         assert peak - idle < 64 * 1024, "idle %d KiB, peak %d KiB under four 50 MB uploads" % (idle, peak)
         _uploads((host, int(port)), 200 << 20)
         larger = _rss_kib(pid, "VmHWM")
-        assert larger - peak < 16 * 1024, "peak %d KiB under four 50 MB uploads, %d KiB under four 200 MB ones" % (peak, larger)
+        # Growing with the bodies would be hundreds of MiB; the garbage collector's slack under a
+        # loaded machine reached 18 MiB once (make test, 2026-12-04), so the bound is 32 MiB.
+        assert larger - peak < 32 * 1024, "peak %d KiB under four 50 MB uploads, %d KiB under four 200 MB ones" % (peak, larger)
     finally:
         gateway.stop()
