@@ -197,6 +197,16 @@ def test_serve_with_a_key_starts_without_workers_and_refuses_without_it(engines:
         assert rollout(client, serve.url, "s") == "engine-1"
 
 
+@pytest.mark.parametrize("flag", ["--prometheus-port", "--metrics-port"])
+def test_serve_with_only_an_admin_port_starts_without_workers(flag: str, engines: List[ServerProcess]) -> None:
+    # Regression (found by a review): after --metrics-port became an alias of --prometheus-port,
+    # the check read the old destination, and serve refused to start (contract, "The worker API":
+    # the admin listener always serves it).
+    with ServerProcess("serve", "bounded_router", ["serve", "--port", "0", flag, "0"]) as serve, httpx.Client(trust_env=False, timeout=WAIT_S) as client:
+        assert client.post(serve.metrics_url + "/workers", json={"url": engines[1].url}).status_code == 202
+        assert rollout(client, serve.url, "s") == "engine-1"
+
+
 def test_serve_without_workers_needs_a_way_to_register_them() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "bounded_router", "serve", "--port", "0"],

@@ -151,4 +151,4 @@ def router_and_options(
 def _registers_workers(args: argparse.Namespace, router_args: "RouterArgs") -> bool:
     """Whether the native gateway of a serve command line serves the worker API: on its metrics
     port, or on the proxy port (``--control-plane-api-keys``, ``--worker-api-on-proxy-port``)."""
-    return getattr(args, "metrics_port", None) is not None or bool(router_args.control_plane_api_keys) or router_args.worker_api_on_proxy_port
+    return getattr(args, "prometheus_port", None) is not None or bool(router_args.control_plane_api_keys) or router_args.worker_api_on_proxy_port
