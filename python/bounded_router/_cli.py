@@ -38,18 +38,29 @@ class CommandParser(argparse.ArgumentParser):
 
     def flag_names(self) -> Dict[str, str]:
         """The long flag of each destination that is a multi-word name (``min_load_gap``): the
-        one typed when it has several (``--block-size`` for ``--prefix-block-size``), else its
-        first; and the flag of each of ``settings``."""
-        flags: Dict[str, List[str]] = {}
-        for action in self._actions:
-            if "_" in action.dest:
-                flags.setdefault(action.dest, []).extend(o for o in action.option_strings if o.startswith("--"))
-        names: Dict[str, str] = dict(self.settings)
-        for dest, options in flags.items():
-            if options:
-                typed = [o for o in options if any(arg == o or arg.startswith(o + "=") for arg in self.typed)]
-                names.setdefault(dest, (typed or options)[0])
+        one typed last when it has several (``--block-size`` for ``--prefix-block-size``), as
+        argparse keeps the last value, else its first; and the flag of each of ``settings``."""
+        dests = {option: action.dest for action in self._actions for option in action.option_strings}
+        names: Dict[str, str] = {}
+        for option, dest in dests.items():
+            if "_" in dest and option.startswith("--"):
+                names.setdefault(dest, option)
+        for arg in self.typed:
+            option = self._typed_option(arg.split("=", 1)[0], dests)
+            if option and dests[option] in names and option.startswith("--"):
+                names[dests[option]] = option
+        names.update(self.settings)
         return names
+
+    def _typed_option(self, typed: str, options: Dict[str, str]) -> Optional[str]:
+        """The option of ``options`` that ``typed`` stands for: itself, or the one it abbreviates,
+        as argparse takes an unambiguous prefix."""
+        if typed in options:
+            return typed
+        if not (self.allow_abbrev and typed.startswith("--")):
+            return None
+        found = [o for o in options if o.startswith(typed)]
+        return found[0] if len(found) == 1 else None
 
     def in_flags(self, message: str) -> str:
         """``message`` with every setting that is a flag of this parser named as the flag."""

@@ -258,6 +258,11 @@ def _run_cli(*args: str) -> "subprocess.CompletedProcess[str]":
         (["--block-size", "0"], "--block-size must be a positive integer (token ids), not 0"),
         (["--max-payload-size=0"], "--max-payload-size must be a positive integer (bytes), not 0"),
         (["--max-body-size", "0"], "--max-body-size must be a positive integer (bytes), not 0"),
+        # Both names given: argparse keeps the last, so the error names it; and an abbreviation
+        # argparse takes names its flag (found by a review: both named --max-body-size).
+        (["--max-body-size", "1048576", "--max-payload-size", "0"], "--max-payload-size must be a positive integer (bytes), not 0"),
+        (["--block-size", "16", "--prefix-block-size", "0"], "--prefix-block-size must be a positive integer (token ids), not 0"),
+        (["--max-pay", "0"], "--max-payload-size must be a positive integer (bytes), not 0"),
     ],
 )
 def test_cli_usage_errors(args: List[str], message: str) -> None:
