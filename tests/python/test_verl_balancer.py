@@ -454,3 +454,46 @@ def test_the_script_puts_the_balancer_where_verl_s_tests_look_for_it(fake_ray: N
     plugin["pytest_configure"](None)
     lb = fake_ray_remote(llm_server.GlobalRequestLoadBalancer).remote(servers={"s0": None, "s1": None})  # type: ignore[attr-defined]
     assert isinstance(lb, BoundedRequestLoadBalancer) and lb.acquire_server(request_id="r")[0] in ("s0", "s1")
+
+
+def test_a_refused_add_servers_batch_adds_nothing() -> None:
+    # Regression (found by a review): servers were added one by one, so a batch refused at its
+    # third id had added the first two; verl, which catches the error and skips its own
+    # bookkeeping, then disagreed with the balancer ("Atomically add multiple servers", verl's
+    # llm_server.py).
+    balancer = BoundedRequestLoadBalancer({"s0": "h0"})
+    with pytest.raises(ValueError, match="server id"):
+        balancer.add_servers({"s1": "h1", "s2": "h2", "": "h3"})
+    assert balancer.get_all_servers() == ["s0"]
+    assert [w.url for w in balancer.router.workers()] == [server_url("s0")]
+
+
+def test_a_refused_remove_servers_batch_removes_nothing() -> None:
+    balancer = BoundedRequestLoadBalancer({"s0": "h0", "s1": "h1"})
+    with pytest.raises(ValueError, match="server id"):
+        balancer.remove_servers(["s0", 7])  # type: ignore[list-item]
+    assert balancer.get_all_servers() == ["s0", "s1"]
+
+
+def test_removing_a_server_not_in_the_pool_does_nothing_as_verls() -> None:
+    # Regression (found by a review): KeyError; verl's remove_servers pops each id with a default,
+    # so an id removed already, listed twice or never added is no error.
+    balancer = BoundedRequestLoadBalancer({"s0": "h0", "s1": "h1"})
+    balancer.remove_servers(["s1", "s1"])
+    balancer.remove_servers(["s1", "never-added"])
+    assert balancer.get_all_servers() == ["s0"]
+    assert [w.url for w in balancer.router.workers()] == [server_url("s0")]
+
+
+def test_adding_a_server_already_in_the_pool_takes_its_new_handle() -> None:
+    # verl's add_servers overwrites an id's handle; here its requests in flight stay counted
+    # (they are real leases) and the pool keeps its order.
+    balancer = BoundedRequestLoadBalancer({"s0": "h0", "s1": "h1"})
+    held = balancer.acquire_server("conv")
+    balancer.add_servers({held[0]: "new", "s2": "h2"})
+    assert balancer.get_all_servers() == ["s0", "s1", "s2"]
+    assert balancer.acquire_server("conv") == (held[0], "new")
+    assert balancer.get_inflight_count(held[0]) == 2
+    balancer.release_server(held[0])
+    balancer.release_server(held[0])
+    assert balancer.router.active_leases() == 0

@@ -23,7 +23,9 @@ memory", "Spill target", "Ties by the key"):
   (strict consistent hashing), so runs route alike.
 
 As verl's, the pool may start empty (acquiring then raises "No available servers in load
-balancer"), and releasing a server unknown or with nothing in flight does nothing.
+balancer"); releasing a server unknown or with nothing in flight, or removing one not in the
+pool, does nothing; adding one already in it replaces its handle. ``add_servers`` and
+``remove_servers`` take their whole batch or, refused, none of it.
 
 Nothing of verl or Ray is imported: the class is plain Python, and verl builds it as its own
 balancer (``ray.remote(load_balancer_cls).remote(servers=..., max_cache_size=...)``); older verl
@@ -168,24 +170,34 @@ class BoundedRequestLoadBalancer:
                 del self._held[server_id]  # a removed server's last request
 
     def add_servers(self, servers: Servers) -> None:
-        """Add servers to the pool; ids already in it are refused (ValueError)."""
+        """Add servers to the pool, all or none: an id that is not a non-empty str refuses the
+        whole call (ValueError). As verl's, an id already in the pool takes its new handle; its
+        requests in flight stay counted."""
         new = _handles(servers)
+        urls = {server_id: server_url(server_id) for server_id in new}  # every id checked first
         with self._lock:
             for server_id, handle in new.items():
-                self._router.add_worker(server_url(server_id))
-                self._ids[server_url(server_id)] = server_id
+                if server_id not in self._handles:
+                    self._router.add_worker(urls[server_id])
+                    self._ids[urls[server_id]] = server_id
+                    self._held.setdefault(server_id, deque())  # requests of an earlier server of that id may still release
                 self._handles[server_id] = handle
-                self._held.setdefault(server_id, deque())  # requests of an earlier server of that id may still release
+        _log.info("verl balancer: servers added: %s", list(new))
 
     def remove_servers(self, server_ids: Iterable[str]) -> None:
-        """Remove servers: no new request goes there; requests in flight on them still release."""
+        """Remove servers, all or none: no new request goes there; requests in flight on them
+        still release. As verl's, an id not in the pool is no error."""
+        urls = {server_id: server_url(server_id) for server_id in server_ids}  # every id checked first
         with self._lock:
-            for server_id in server_ids:
-                self._router.remove_worker(server_url(server_id))
-                del self._ids[server_url(server_id)]  # a removed server takes no new request
-                self._handles.pop(server_id)
+            for server_id, url in urls.items():
+                if server_id not in self._handles:
+                    continue
+                del self._handles[server_id]
+                self._router.remove_worker(url)
+                del self._ids[url]  # a removed server takes no new request
                 if not self._held[server_id]:
                     del self._held[server_id]
+        _log.info("verl balancer: servers removed: %s", list(urls))
 
     def get_all_servers(self) -> List[str]:
         """The server ids requests may go to, in the order they joined."""
