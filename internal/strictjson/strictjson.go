@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -74,6 +75,9 @@ func Decode(data []byte, into any, fields Fields) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(into); err != nil {
+		if wrong, ok := err.(*json.UnmarshalTypeError); ok {
+			return typeError(wrong)
+		}
 		return err
 	}
 	// More() would miss a stray '}' or ']' after the object; only the end of input is clean.
@@ -165,4 +169,58 @@ func hex4(b []byte) (rune, bool) {
 	}
 	n, err := strconv.ParseUint(string(b[:4]), 16, 32)
 	return rune(n), err == nil
+}
+
+// typeError names the field of a value of the wrong kind, or of a number out of its field's
+// range, and the rule it breaks, in the form's words where encoding/json names Go's structs and
+// types (docs/contract.md, "Validation").
+func typeError(e *json.UnmarshalTypeError) error {
+	number, isNumber := strings.CutPrefix(e.Value, "number ")
+	got := number
+	if !isNumber {
+		got = map[string]string{"string": "a string", "number": "a number", "bool": "a boolean", "array": "a list", "object": "an object"}[e.Value]
+	}
+	field := e.Field
+	if field == "" {
+		field = "the JSON text"
+	}
+	return fmt.Errorf("%s must be %s, got %s", field, wanted(e.Type, number, isNumber), got)
+}
+
+// wanted is the rule a field of type t states, for the number literal given if isNumber.
+func wanted(t reflect.Type, number string, isNumber bool) string {
+	whole := isNumber && !strings.ContainsAny(number, ".eE")
+	negative := strings.HasPrefix(number, "-")
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		switch {
+		case !whole:
+			return "an integer"
+		case negative:
+			return fmt.Sprintf("an integer of at least %d", int64(-1)<<(t.Bits()-1))
+		}
+		return fmt.Sprintf("an integer of at most %d", int64(math.MaxInt64>>(64-t.Bits())))
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		switch {
+		case !whole:
+			return "an integer"
+		case negative:
+			return "an integer of at least 0"
+		}
+		return fmt.Sprintf("an integer of at most %d", uint64(math.MaxUint64>>(64-t.Bits())))
+	case reflect.Float32, reflect.Float64:
+		if isNumber {
+			return "a finite number"
+		}
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "a " + t.String()
 }

@@ -263,6 +263,10 @@ def _run_cli(*args: str) -> "subprocess.CompletedProcess[str]":
         (["--max-body-size", "1048576", "--max-payload-size", "0"], "--max-payload-size must be a positive integer (bytes), not 0"),
         (["--block-size", "16", "--prefix-block-size", "0"], "--prefix-block-size must be a positive integer (token ids), not 0"),
         (["--max-pay", "0"], "--max-payload-size must be a positive integer (bytes), not 0"),
+        # Regressions (found by a review): out of their JSON type's range, these failed in
+        # encoding/json's words ("cannot unmarshal number ... into Go struct field Options...").
+        (["--max-payload-size", "99999999999999999999"], "--max-payload-size must be an integer of at most 9223372036854775807, got 99999999999999999999"),
+        (["--cb-failure-threshold", "99999999999999999999"], "circuit_breaker: failure_threshold must be an integer of at most 9223372036854775807, got 99999999999999999999"),
     ],
 )
 def test_cli_usage_errors(args: List[str], message: str) -> None:
